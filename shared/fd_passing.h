@@ -1,0 +1,36 @@
+// Passing file descriptors between processes over a unix socket (SCM_RIGHTS).
+#ifndef BLOCKSWAP_SHARED_FD_PASSING_H_
+#define BLOCKSWAP_SHARED_FD_PASSING_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "shared/unique_fd.h"
+
+namespace blockswap {
+
+// At most this many descriptors travel in one message.
+inline constexpr size_t kMaxFdsPerMessage = 250;
+
+// Sends `payload` (at least 1 byte, at most 64 KiB) and `fds` as one message
+// on a SOCK_SEQPACKET (or SOCK_STREAM) unix socket. The caller keeps its
+// descriptors; the receiver gets its own copies.
+absl::Status SendWithFds(const UniqueFd& socket, absl::string_view payload,
+                         absl::Span<const int> fds);
+
+struct ReceivedMessage {
+  std::string payload;
+  std::vector<UniqueFd> fds;
+};
+
+// Receives one message sent by SendWithFds. A closed peer is UNAVAILABLE; a
+// message whose descriptors were truncated (MSG_CTRUNC) is an error and the
+// descriptors that did arrive are closed.
+absl::StatusOr<ReceivedMessage> ReceiveWithFds(const UniqueFd& socket);
+
+}  // namespace blockswap
+
+#endif  // BLOCKSWAP_SHARED_FD_PASSING_H_

@@ -1,0 +1,293 @@
+// The host backend: device memory is a shared-memory mapping, a stream is a
+// queue drained by a worker thread, and an event is a pair of counters in
+// shared memory — with CUDA's semantics (backend.h), so that every hazard of
+// the load protocol exists here too and CI can catch it without a GPU.
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <random>
+#include <thread>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "shared/backend.h"
+#include "shared/futex.h"
+#include "shared/shared_memory.h"
+#include "shared/status.h"
+
+namespace blockswap {
+namespace {
+
+constexpr absl::string_view kMemoryBlob = "blockswap-host-memory-v1";
+constexpr absl::string_view kEventBlob = "blockswap-host-event-v1";
+constexpr uint32_t kEventMagic = 0x42534556;  // "BSEV"
+constexpr size_t kEventBytes = 4096;
+// How long a stream being destroyed still honours a wait before abandoning it
+// (its peer may be dead and never record again).
+constexpr absl::Duration kShutdownWaitGrace = absl::Milliseconds(200);
+
+// An event's shared state. record_count is bumped when a record is ISSUED,
+// completed_count set when the recording stream's worker REACHES it, so a
+// wait issued now snapshots "the most recent record" exactly as CUDA does.
+struct HostEventState {
+  uint32_t magic;
+  uint32_t reserved;
+  std::atomic<uint32_t> record_count;
+  std::atomic<uint32_t> completed_count;
+};
+
+class HostEvent final : public Event {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostEvent>> Create() {
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Create("event", kEventBytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    auto* state = static_cast<HostEventState*>(mapping.data());
+    state->magic = kEventMagic;
+    return std::unique_ptr<HostEvent>(new HostEvent(std::move(shm), std::move(mapping)));
+  }
+
+  static absl::StatusOr<std::unique_ptr<HostEvent>> Import(ExportedHandle handle) {
+    if (handle.blob != kEventBlob || !handle.fd.valid()) {
+      return absl::InvalidArgumentError("not a host-backend event handle");
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
+                               SharedMemory::Adopt(std::move(handle.fd), kEventBytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    if (static_cast<HostEventState*>(mapping.data())->magic != kEventMagic) {
+      return absl::InvalidArgumentError("host-backend event handle has a bad magic number");
+    }
+    return std::unique_ptr<HostEvent>(new HostEvent(std::move(shm), std::move(mapping)));
+  }
+
+  absl::StatusOr<bool> Query() override {
+    return SeqAtLeast(state()->completed_count.load(std::memory_order_acquire),
+                      state()->record_count.load(std::memory_order_acquire));
+  }
+
+  absl::StatusOr<ExportedHandle> Export() const override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
+    return ExportedHandle{std::string(kEventBlob), std::move(fd)};
+  }
+
+  // Pending stream work keeps the mapping alive past the event's destruction,
+  // as CUDA keeps an event's resources until its work is done.
+  std::shared_ptr<Mapping> mapping() const { return mapping_; }
+  HostEventState* state() const { return static_cast<HostEventState*>(mapping_->data()); }
+
+ private:
+  HostEvent(SharedMemory shm, Mapping mapping)
+      : shm_(std::move(shm)), mapping_(std::make_shared<Mapping>(std::move(mapping))) {}
+  SharedMemory shm_;
+  std::shared_ptr<Mapping> mapping_;
+};
+
+class HostMemory final : public DeviceMemory {
+ public:
+  HostMemory(SharedMemory shm, Mapping mapping, size_t size)
+      : shm_(std::move(shm)), mapping_(std::move(mapping)), size_(size) {}
+  std::byte* data() const override { return static_cast<std::byte*>(mapping_.data()); }
+  size_t size() const override { return size_; }
+  absl::StatusOr<ExportedHandle> Export() const override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
+    return ExportedHandle{std::string(kMemoryBlob), std::move(fd)};
+  }
+
+ private:
+  SharedMemory shm_;
+  Mapping mapping_;
+  size_t size_;
+};
+
+class HostStream final : public Stream {
+ public:
+  explicit HostStream(int64_t jitter_us)
+      : jitter_us_(jitter_us), rng_(std::random_device{}()), worker_([this] { Run(); }) {}
+
+  ~HostStream() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    worker_.join();
+  }
+
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
+    Enqueue([=] { std::memcpy(dst, src, bytes); });
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
+    Enqueue([=] { std::memcpy(dst, src, bytes); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Record(Event& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+    HostEventState* state = host_event->state();
+    uint32_t seq = state->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
+    Enqueue([state, seq, keep = host_event->mapping()] {
+      uint32_t done = state->completed_count.load(std::memory_order_relaxed);
+      if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
+      FutexWakeAll(&state->completed_count);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Wait(Event& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+    HostEventState* state = host_event->state();
+    // The snapshot is what makes an early wait bind to the previous record.
+    uint32_t target = state->record_count.load(std::memory_order_acquire);
+    Enqueue([this, state, target, keep = host_event->mapping()] {
+      absl::Time abandon_at = absl::InfiniteFuture();
+      while (true) {
+        uint32_t done = state->completed_count.load(std::memory_order_acquire);
+        if (SeqAtLeast(done, target)) return;
+        if (absl::Now() >= abandon_at) return;
+        if (abandon_at == absl::InfiniteFuture() && Stopping()) {
+          abandon_at = absl::Now() + kShutdownWaitGrace;
+        }
+        FutexWait(&state->completed_count, done, absl::Milliseconds(20));
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    Enqueue(std::move(fn));
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override {
+    auto done = std::make_shared<absl::Notification>();
+    Enqueue([done] { done->Notify(); });
+    done->WaitForNotification();
+    return absl::OkStatus();
+  }
+
+ private:
+  void Enqueue(std::function<void()> op) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(op));
+  }
+
+  bool Stopping() {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  }
+
+  // Mostly short delays, and now and then (1 in 16) a long one: a race whose
+  // window is one side's whole queue only shows when the OTHER side stalls
+  // for longer than that queue takes.
+  void Jitter() {
+    if (jitter_us_ <= 0) return;
+    std::uniform_int_distribution<int64_t> delay(0, jitter_us_);
+    int64_t us = delay(rng_);
+    if ((rng_() & 15) == 0) us += 20 * delay(rng_);
+    absl::SleepFor(absl::Microseconds(us));
+  }
+
+  void Run() {
+    while (true) {
+      std::function<void()> op;
+      {
+        absl::MutexLock lock(&mu_);
+        auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !queue_.empty() || stopping_;
+        };
+        mu_.Await(absl::Condition(&has_work));
+        if (queue_.empty()) return;  // stopping, and everything issued has run
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Jitter();
+      op();
+    }
+  }
+
+  const int64_t jitter_us_;
+  std::mt19937_64 rng_;  // worker thread only
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;  // last: starts once the members above exist
+};
+
+class NoopRegistration final : public HostRegistration {};
+
+class HostDevice final : public Device {
+ public:
+  HostDevice(int index, int64_t jitter_us) : jitter_us_(jitter_us) {
+    info_.uuid = absl::StrCat("HOST-", index);
+    info_.name = absl::StrCat("blockswap host device ", index);
+    info_.total_memory_bytes =
+        static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
+    size_t size = RoundUp(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
+                               SharedMemory::Create(absl::StrCat(info_.uuid, "-ring"), size));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size);
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
+                                                             size_t bytes) override {
+    if (handle.blob != kMemoryBlob || !handle.fd.valid()) {
+      return absl::InvalidArgumentError("not a host-backend memory handle");
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Adopt(std::move(handle.fd), bytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Create());
+    return std::unique_ptr<Event>(std::move(event));
+  }
+  absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Import(std::move(handle)));
+    return std::unique_ptr<Event>(std::move(event));
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return std::make_unique<HostStream>(jitter_us_);
+  }
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*, size_t) override {
+    return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
+  }
+  absl::Status health() const override { return absl::OkStatus(); }
+
+ private:
+  DeviceInfo info_;
+  const int64_t jitter_us_;
+};
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(const HostBackendOptions& options) {
+    for (int i = 0; i < options.device_count; ++i) {
+      devices_.push_back(std::make_unique<HostDevice>(i, options.jitter_us));
+    }
+  }
+  BackendKind kind() const override { return BackendKind::kHost; }
+  const std::vector<std::unique_ptr<Device>>& devices() const override { return devices_; }
+
+ private:
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> OpenHostBackend(const HostBackendOptions& options) {
+  return std::make_unique<HostBackend>(options);
+}
+
+}  // namespace blockswap

@@ -1,0 +1,255 @@
+#include "shared/load_protocol.h"
+
+#include <atomic>
+
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "shared/futex.h"
+#include "shared/status.h"
+
+namespace blockswap {
+namespace {
+
+std::atomic<uint32_t> skipped_steps{0};
+
+bool Skipped(ProtocolStep step) {
+  return (skipped_steps.load(std::memory_order_relaxed) >> static_cast<uint32_t>(step)) & 1u;
+}
+
+}  // namespace
+
+absl::string_view ProtocolStepName(ProtocolStep step) {
+  switch (step) {
+    case ProtocolStep::kClientRecordFree:
+      return "client-record-free";
+    case ProtocolStep::kClientPublishConsumed:
+      return "client-publish-consumed";
+    case ProtocolStep::kClientAwaitFilled:
+      return "client-await-filled";
+    case ProtocolStep::kClientStreamWaitReady:
+      return "client-stream-wait-ready";
+    case ProtocolStep::kDaemonAwaitFree:
+      return "daemon-await-free";
+    case ProtocolStep::kDaemonRecordReady:
+      return "daemon-record-ready";
+    case ProtocolStep::kDaemonPublishFilled:
+      return "daemon-publish-filled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
+  for (ProtocolStep step : kAllProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
+}
+
+void SkipProtocolStepForTesting(ProtocolStep step) {
+  skipped_steps.fetch_or(1u << static_cast<uint32_t>(step));
+}
+
+// ---------------------------------------------------------------------------
+// RingProducer
+
+RingProducer::RingProducer(DaemonRing& ring, Stream& copy_stream)
+    : ring_(ring), copy_stream_(copy_stream), pending_(ring.shape().slot_count) {}
+
+absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void* source,
+                                  size_t bytes) {
+  BLOCKSWAP_RETURN_IF_ERROR(status_);
+  const RingShape& shape = ring_.shape();
+  absl::Status error;
+  if (slot >= shape.slot_count) {
+    error = absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, " out of range (ring has ", shape.slot_count, " slots)"));
+  } else if (bytes > shape.slot_bytes) {
+    error = absl::InvalidArgumentError(absl::StrCat(
+        "block of ", bytes, " bytes does not fit slot ", slot, " of ", shape.slot_bytes, " bytes"));
+  } else if (pending_[slot].active) {
+    error = absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " generation ", generation, " requested while generation ",
+                     pending_[slot].generation, " is still pending"));
+  } else {
+    uint32_t filled = ring_.control().filled_seq[slot].load(std::memory_order_relaxed);
+    uint32_t consumed =
+        ring_.client_control().consumed_seq[slot].load(std::memory_order_acquire);
+    if (generation != filled + 1) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("slot ", slot, " generation ", generation,
+                       " requested, but the next generation is ", filled + 1));
+    } else if (consumed != generation - 1) {
+      // Loading now could overwrite bytes the client is still reading.
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " generation ", generation, " requested, but the client published "
+          "consumed_seq=", consumed, " (must be ", generation - 1, " before the request)"));
+    }
+  }
+  if (!error.ok()) {
+    Fail(error, slot);
+    return error;
+  }
+  pending_[slot] = PendingLoad{true, generation, source, bytes};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RingProducer::Poll() {
+  BLOCKSWAP_RETURN_IF_ERROR(status_);
+  int issued = 0;
+  for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
+    if (!pending_[slot].active) continue;
+    if (!Skipped(ProtocolStep::kDaemonAwaitFree)) {
+      // A host-side poll, never a GPU-side wait: a client that dies with its
+      // free record pending must not be able to hang the copy stream.
+      absl::StatusOr<bool> released = ring_.free(slot).Query();
+      if (!released.ok()) {
+        Fail(released.status(), slot);
+        return released.status();
+      }
+      if (!*released) continue;
+    }
+    PendingLoad load = pending_[slot];
+    pending_[slot].active = false;
+    if (absl::Status issued_status = Issue(slot, load); !issued_status.ok()) {
+      Fail(issued_status, slot);
+      return issued_status;
+    }
+    ++issued;
+  }
+  return issued;
+}
+
+absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load) {
+  BLOCKSWAP_RETURN_IF_ERROR(
+      copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
+  if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
+    BLOCKSWAP_RETURN_IF_ERROR(copy_stream_.Record(ring_.ready(slot)));
+  }
+  if (!Skipped(ProtocolStep::kDaemonPublishFilled)) {
+    // Published at issue, as on CUDA: the client's GPU-side wait on ready[s]
+    // covers completion.
+    std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
+    filled.store(load.generation, std::memory_order_release);
+    FutexWakeAll(&filled);
+  }
+  return absl::OkStatus();
+}
+
+bool RingProducer::has_pending() const {
+  for (const PendingLoad& load : pending_) {
+    if (load.active) return true;
+  }
+  return false;
+}
+
+void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
+  if (!status_.ok()) return;
+  status_ = error;
+  for (PendingLoad& load : pending_) load.active = false;
+  DaemonControlBlock& control = ring_.control();
+  control.status.error_slot.store(slot, std::memory_order_relaxed);
+  control.status.error_code.store(static_cast<uint32_t>(error.code()), std::memory_order_release);
+  for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) FutexWakeAll(&control.filled_seq[s]);
+}
+
+void RingProducer::Heartbeat() {
+  ring_.control().status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
+}
+
+absl::Status RingProducer::status() const { return status_; }
+
+// ---------------------------------------------------------------------------
+// RingConsumer
+
+RingConsumer::RingConsumer(ClientRing& ring, ConsumerOptions options)
+    : ring_(ring),
+      options_(options),
+      requested_(ring.shape().slot_count, 0),
+      filled_seen_(ring.shape().slot_count, true) {}
+
+absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
+  if (slot >= requested_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, " out of range (ring has ", requested_.size(), " slots)"));
+  }
+  const uint32_t previous = requested_[slot];
+  if (!filled_seen_[slot]) BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, previous));
+  if (!Skipped(ProtocolStep::kClientRecordFree)) {
+    BLOCKSWAP_RETURN_IF_ERROR(stream.Record(ring_.free(slot)));
+  }
+  if (!Skipped(ProtocolStep::kClientPublishConsumed)) {
+    ring_.client_control().consumed_seq[slot].store(previous, std::memory_order_release);
+  }
+  requested_[slot] = previous + 1;
+  filled_seen_[slot] = false;
+  return previous + 1;
+}
+
+absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
+  if (slot >= requested_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, " out of range (ring has ", requested_.size(), " slots)"));
+  }
+  if (requested_[slot] == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was never loaded"));
+  }
+  if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot]));
+  }
+  filled_seen_[slot] = true;
+  if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
+    BLOCKSWAP_RETURN_IF_ERROR(stream.Wait(ring_.ready(slot)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::Drain() {
+  for (uint32_t slot = 0; slot < requested_.size(); ++slot) {
+    if (filled_seen_[slot]) continue;
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot]));
+    filled_seen_[slot] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::CheckHealth() const {
+  const RingStatusWord& status = ring_.control().status;
+  if (uint32_t code = status.error_code.load(std::memory_order_acquire); code != 0) {
+    uint32_t slot = status.error_slot.load(std::memory_order_relaxed);
+    return absl::Status(
+        static_cast<absl::StatusCode>(code),
+        absl::StrCat("ring ", ring_.ring_id(), " failed in the daemon",
+                     slot == UINT32_MAX ? std::string() : absl::StrCat(" at slot ", slot),
+                     " (the daemon's reply to the request says why)"));
+  }
+  if (status.boot_id.load(std::memory_order_relaxed) != ring_.boot_id()) {
+    return absl::UnavailableError(
+        absl::StrCat("ring ", ring_.ring_id(), " belongs to a daemon that has restarted"));
+  }
+  if (options_.heartbeat_timeout > absl::ZeroDuration()) {
+    uint64_t last = status.heartbeat_ms.load(std::memory_order_acquire);
+    uint64_t now = MonotonicMillis();
+    if (now > last && absl::Milliseconds(now - last) > options_.heartbeat_timeout) {
+      return absl::UnavailableError(absl::StrCat("daemon silent for ", now - last,
+                                                 " ms (ring ", ring_.ring_id(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation) {
+  const std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
+  absl::Status waited = FutexAwait(&filled, options_.wait_timeout, [&]() -> absl::StatusOr<bool> {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
+    return filled.load(std::memory_order_acquire) == generation;
+  });
+  if (absl::IsDeadlineExceeded(waited)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "slot ", slot, " generation ", generation, " not filled within ",
+        absl::FormatDuration(options_.wait_timeout), " (ring ", ring_.ring_id(), ", filled_seq=",
+        filled.load(std::memory_order_relaxed), ")"));
+  }
+  return waited;
+}
+
+}  // namespace blockswap

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): installs what is missing, then
+# builds and tests the two configurations (docs/architecture.md, "CI"):
+#   A  g++, CUDA backend (when the toolkit is present), LibTorch, all tests
+#      -> build/            (BLOCKSWAP_BUILD_DIR overrides), binaries in bin/
+#   B  clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA
+#      toolkit hidden and no LibTorch: proves the build without CUDA and runs
+#      every test that needs neither -> build/sanitize/
+# Exits non-zero on any failure. BLOCKSWAP_CONFIGS=A or =B runs only one.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
+configs=${BLOCKSWAP_CONFIGS:-A B}
+jobs=$(nproc)
+
+venv=$("${root}/deploy/install-deps.sh" --print-venv | tail -n 1)
+torch_prefix=$("${venv}/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+
+run_config() {
+  local name=$1 dir=$2
+  shift 2
+  echo "=== configuration ${name}: ${dir}"
+  cmake -S "${root}" -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  cmake --build "${dir}" -j "${jobs}"
+  (cd "${dir}" && ctest --output-on-failure -j "${jobs}")
+}
+
+for config in ${configs}; do
+  case ${config} in
+    A)
+      run_config A "${build}" \
+        -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
+        -DBLOCKSWAP_WITH_TORCH=ON -DCMAKE_PREFIX_PATH="${torch_prefix}" \
+        -DPython3_EXECUTABLE="${venv}/bin/python"
+      ;;
+    B)
+      run_config B "${build}/sanitize" \
+        -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+        -DBLOCKSWAP_SANITIZE=address,undefined \
+        -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF
+      ;;
+    *)
+      echo "tests/run.sh: unknown configuration '${config}' (A or B)" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "=== tests/run.sh: configurations ${configs} passed"

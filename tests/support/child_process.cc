@@ -1,0 +1,113 @@
+#include "tests/support/child_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "shared/status.h"
+
+extern char** environ;
+
+namespace blockswap::testing {
+namespace {
+
+constexpr char kChildFlag[] = "--blockswap-child";
+
+std::map<std::string, ChildRole>& Roles() {
+  static auto* roles = new std::map<std::string, ChildRole>();
+  return *roles;
+}
+
+}  // namespace
+
+bool RegisterChildRole(const char* name, ChildRole role) {
+  Roles()[name] = role;
+  return true;
+}
+
+int MaybeRunChildRole(int argc, char** argv) {
+  if (argc < 3 || std::strcmp(argv[1], kChildFlag) != 0) return -1;
+  auto it = Roles().find(argv[2]);
+  if (it == Roles().end()) {
+    std::cerr << "unknown child role " << argv[2] << "\n";
+    return 2;
+  }
+  return it->second(std::vector<std::string>(argv + 3, argv + argc));
+}
+
+absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::string& role, SpawnOptions options) {
+  std::vector<std::string> args = {"/proc/self/exe", kChildFlag, role};
+  args.insert(args.end(), options.args.begin(), options.args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    std::string key = entry.substr(0, entry.find('='));
+    if (!options.env.contains(key)) env_strings.push_back(std::move(entry));
+  }
+  for (const auto& [key, value] : options.env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  for (auto [from, to] : options.inherit) posix_spawn_file_actions_adddup2(&actions, from, to);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return ErrnoStatus(rc, absl::StrCat("spawning child role ", role));
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    int error = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return ErrnoStatus(error, "pidfd_open of a child");
+  }
+  return ChildProcess(pid, UniqueFd(pidfd));
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void ChildProcess::Kill(int signal) {
+  if (pid_ > 0) ::kill(pid_, signal);
+}
+
+absl::StatusOr<int> ChildProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("child already reaped");
+  pollfd pfd{pidfd_.get(), POLLIN, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  } while (rc < 0 && errno == EINTR);
+  if (rc == 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return absl::DeadlineExceededError(
+        absl::StrCat("child did not exit within ", absl::FormatDuration(timeout), "; killed"));
+  }
+  int wstatus = 0;
+  if (::waitpid(pid_, &wstatus, 0) < 0) return ErrnoStatus(errno, "waitpid");
+  pid_ = -1;
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return WEXITSTATUS(wstatus);
+}
+
+}  // namespace blockswap::testing
