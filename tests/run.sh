@@ -13,6 +13,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
 configs=${BLOCKSWAP_CONFIGS:-A B}
 jobs=$(nproc)
+# Lets ccache reuse objects across clones in different folders (CI clones anew).
+export CCACHE_BASEDIR="${root}" CCACHE_NOHASHDIR=true
 
 venv=$("${root}/deploy/install-deps.sh" --print-venv | tail -n 1)
 torch_prefix=$("${venv}/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
