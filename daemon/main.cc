@@ -6,6 +6,7 @@
 
 #include "shared/backend.h"
 
+
 int main(int argc, char** argv) {
   absl::string_view backend_name = "auto";
   bool list_devices = false;
