@@ -1,38 +1,25 @@
-// blockswapd entry point (first cut): `blockswapd --list-devices
-// [--backend=auto|host|cuda]` opens the backend exactly as the daemon will
-// and prints it with its devices, or says precisely why it cannot.
-#include <cstring>
+// blockswapd: the node-local block-swap daemon.
+//
+//   blockswapd [--socket PATH] [--backend auto|host|cuda] [--shm-prefix DIR]
+//              [--max-pinned-bytes N] [--allow-uid UID]... [--allow-gid GID]...
+//   blockswapd --list-devices [--backend ...]
+//
+// SIGTERM or SIGINT shut it down gracefully (Daemon::Shutdown); it exits 0.
+#include <signal.h>
+
 #include <iostream>
+#include <string>
+#include <vector>
 
-#include "shared/backend.h"
+#include <CLI/CLI.hpp>
 
+#include "daemon/daemon.h"
+#include "shared/load_protocol.h"
 
-int main(int argc, char** argv) {
-  absl::string_view backend_name = "auto";
-  bool list_devices = false;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--list-devices") {
-      list_devices = true;
-    } else if (arg.rfind("--backend=", 0) == 0) {
-      backend_name = arg.substr(std::strlen("--backend="));
-    } else {
-      std::cerr << "blockswapd: unknown argument '" << arg << "'\n";
-      return 2;
-    }
-  }
-  if (!list_devices) {
-    std::cerr << "blockswapd: serving is not built yet; this version only supports "
-                 "--list-devices [--backend=auto|host|cuda]\n";
-    return 2;
-  }
-  auto choice = blockswap::ParseBackendChoice(backend_name);
-  if (!choice.ok()) {
-    std::cerr << "blockswapd: " << choice.status().message() << "\n";
-    return 2;
-  }
-  auto backend =
-      blockswap::OpenBackend(*choice, blockswap::HostBackendOptions::FromEnvironment());
+namespace {
+
+int ListDevices(blockswap::BackendChoice choice, const blockswap::HostBackendOptions& host) {
+  auto backend = blockswap::OpenBackend(choice, host);
   if (!backend.ok()) {
     std::cerr << "blockswapd: " << backend.status() << "\n";
     return 1;
@@ -43,5 +30,70 @@ int main(int argc, char** argv) {
     std::cout << "device " << info.uuid << " \"" << info.name << "\" "
               << info.total_memory_bytes << " bytes\n";
   }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  blockswap::daemon::DaemonOptions options;
+  options.host = blockswap::HostBackendOptions::FromEnvironment();
+  std::string backend_name = "auto";
+  double grace_seconds = absl::ToDoubleSeconds(options.shutdown_grace);
+  bool list_devices = false;
+
+  CLI::App app{"blockswapd: one pinned copy of every frozen block per node, streamed to GPU rings"};
+  app.add_option("--socket", options.socket_path, "control socket path")->capture_default_str();
+  app.add_option("--backend", backend_name, "auto, host or cuda")->capture_default_str();
+  app.add_option("--host-devices", options.host.device_count,
+                 "simulated devices of the host backend")
+      ->capture_default_str();
+  app.add_option("--shm-prefix", options.shm_prefix,
+                 "directory of the master files (mode 0700, on a tmpfs)")
+      ->capture_default_str();
+  app.add_option("--max-pinned-bytes", options.max_pinned_bytes,
+                 "bytes of masters the daemon may hold pinned (0: the tmpfs decides)")
+      ->capture_default_str();
+  app.add_option("--allow-uid", options.allow_uids,
+                 "also allow this uid (default: the daemon's uid, root, the socket's group)");
+  app.add_option("--allow-gid", options.allow_gids, "also allow this gid");
+  app.add_option("--shutdown-grace", grace_seconds,
+                 "seconds attached clients get to detach on SIGTERM")
+      ->capture_default_str();
+  app.add_flag("--list-devices", list_devices, "print the backend and its devices, then exit");
+  CLI11_PARSE(app, argc, argv);
+
+  auto choice = blockswap::ParseBackendChoice(backend_name);
+  if (!choice.ok()) {
+    std::cerr << "blockswapd: " << choice.status().message() << "\n";
+    return 2;
+  }
+  options.backend = *choice;
+  options.shutdown_grace = absl::Seconds(grace_seconds);
+  if (list_devices) return ListDevices(options.backend, options.host);
+  if (absl::Status skips = blockswap::SkipProtocolStepsFromEnvironment(); !skips.ok()) {
+    std::cerr << "blockswapd: " << skips << "\n";
+    return 2;
+  }
+
+  // Every thread the daemon starts inherits this mask, so the signals reach
+  // only the sigwait below. SIGPIPE: a vanished client is an error return.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto daemon = blockswap::daemon::Daemon::Start(std::move(options));
+  if (!daemon.ok()) {
+    std::cerr << "blockswapd: " << daemon.status() << "\n";
+    return 1;
+  }
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cerr << "blockswapd: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ": shutting down\n";
+  (*daemon)->Shutdown();
   return 0;
 }

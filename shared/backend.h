@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "shared/unique_fd.h"
 
 namespace blockswap {
@@ -111,6 +112,14 @@ class Device {
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // A non-owning view of the caller's own stream, so that the protocol's
+  // records and waits are ordered against the caller's work: on cuda
+  // `native` is a cudaStream_t (nullptr is the legacy default stream); on
+  // host it must be nullptr and means "the calling thread": work runs inline,
+  // a record completes at once, and a wait blocks the caller (at most
+  // `wait_timeout`, then DEADLINE_EXCEEDED).
+  virtual absl::StatusOr<std::unique_ptr<Stream>> WrapStream(
+      void* native, absl::Duration wait_timeout = absl::Seconds(30)) = 0;
   // Pins [data, data + bytes) for copies to every device of the backend.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;

@@ -337,7 +337,11 @@ void CUDART_CB RunHostFunction(void* user_data) noexcept {
 
 class CudaStream final : public Stream {
  public:
-  CudaStream(DeviceHealth& health, cudaStream_t stream) : health_(health), stream_(stream) {}
+  // `owned`: this object created the stream and destroys it; a wrapped
+  // caller's stream (Device::WrapStream) is neither synchronized nor
+  // destroyed here.
+  CudaStream(DeviceHealth& health, cudaStream_t stream, bool owned = true)
+      : health_(health), stream_(stream), owned_(owned) {}
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
@@ -345,6 +349,7 @@ class CudaStream final : public Stream {
   // memory and events it uses (the caller frees them next), so wait first.
   // On a poisoned device both calls return at once with the sticky error.
   ~CudaStream() override {
+    if (!owned_) return;
     ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
     (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamSynchronize(stream_));
     (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamDestroy(stream_));
@@ -406,6 +411,7 @@ class CudaStream final : public Stream {
  private:
   DeviceHealth& health_;
   const cudaStream_t stream_;
+  const bool owned_;
 };
 
 // One or more pinned pieces of one host range (kHostRegisterChunkBytes).
@@ -527,6 +533,12 @@ class CudaDevice final : public Device {
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
                                    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     return std::make_unique<CudaStream>(health_, stream);
+  }
+
+  absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native, absl::Duration) override {
+    BLOCKSWAP_RETURN_IF_ERROR(health_.status());
+    return std::make_unique<CudaStream>(health_, static_cast<cudaStream_t>(native),
+                                        /*owned=*/false);
   }
 
   // cudaHostRegisterPortable pins the range for every device of the process,

@@ -31,6 +31,17 @@ struct ReceivedMessage {
 // descriptors that did arrive are closed.
 absl::StatusOr<ReceivedMessage> ReceiveWithFds(const UniqueFd& socket);
 
+// Receives exactly `bytes` bytes (1..64 KiB) from a SOCK_STREAM unix socket,
+// with the descriptors that came with them, and never reads a byte further.
+// On a stream socket the kernel glues a message onto the bytes before it, but
+// it never reads past a message that carries descriptors, so when every
+// message is sent by one sendmsg of exactly `bytes` bytes, each call receives
+// one message and only its descriptors. Blocks (on a blocking socket) until
+// all the bytes are there. A peer that closed first is UNAVAILABLE when
+// nothing arrived and DATA_LOSS when part did; truncated descriptors are
+// DATA_LOSS (the ones that did arrive are closed).
+absl::StatusOr<ReceivedMessage> ReceiveExactWithFds(const UniqueFd& socket, size_t bytes);
+
 }  // namespace blockswap
 
 #endif  // BLOCKSWAP_SHARED_FD_PASSING_H_

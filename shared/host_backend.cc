@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <random>
 #include <thread>
@@ -218,6 +219,56 @@ class HostStream final : public Stream {
   std::thread worker_;  // last: starts once the members above exist
 };
 
+// The calling thread as a stream (Device::WrapStream(nullptr)): a host
+// trainer computes synchronously, so its work is done by the time it records,
+// and a wait must block it until the recorder's worker got there.
+class InlineHostStream final : public Stream {
+ public:
+  explicit InlineHostStream(absl::Duration wait_timeout) : wait_timeout_(wait_timeout) {}
+
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Record(Event& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+    HostEventState* state = host_event->state();
+    uint32_t seq = state->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
+    uint32_t done = state->completed_count.load(std::memory_order_relaxed);
+    if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
+    FutexWakeAll(&state->completed_count);
+    return absl::OkStatus();
+  }
+  absl::Status Wait(Event& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+    HostEventState* state = host_event->state();
+    uint32_t target = state->record_count.load(std::memory_order_acquire);
+    absl::Status waited = FutexAwait(&state->completed_count, wait_timeout_, [&] {
+      return SeqAtLeast(state->completed_count.load(std::memory_order_acquire), target);
+    });
+    if (absl::IsDeadlineExceeded(waited)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "event not completed within ", absl::FormatDuration(wait_timeout_),
+          " (its recorder may be gone)"));
+    }
+    return waited;
+  }
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    fn();
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  const absl::Duration wait_timeout_;
+};
+
 class NoopRegistration final : public HostRegistration {};
 
 class HostDevice final : public Device {
@@ -259,6 +310,14 @@ class HostDevice final : public Device {
   }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::make_unique<HostStream>(jitter_us_);
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native,
+                                                     absl::Duration wait_timeout) override {
+    if (native != nullptr) {
+      return absl::InvalidArgumentError(
+          "the host backend has no native streams: pass a null stream (the calling thread)");
+    }
+    return std::make_unique<InlineHostStream>(wait_timeout);
   }
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*, size_t) override {
     return std::make_unique<NoopRegistration>();  // host memory is already "device" memory

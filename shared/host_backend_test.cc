@@ -123,6 +123,24 @@ TEST_F(HostBackendTest, DevicesAreNamedByUuidAndUnknownOnesAreRefused) {
   EXPECT_NE(missing.message().find("HOST-0, HOST-1"), absl::string_view::npos) << missing;
 }
 
+TEST_F(HostBackendTest, WrappedCallerStreamRecordsAtOnceAndWaitsInline) {
+  auto worker = NewStream();
+  auto event = NewEvent();
+  auto caller = device().WrapStream(nullptr, absl::Milliseconds(100));
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_TRUE((*caller)->Record(*event).ok());
+  EXPECT_TRUE(event->Query().value()) << "the caller's work is done when it records";
+
+  absl::Notification release;
+  ASSERT_TRUE(worker->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(worker->Record(*event).ok());
+  EXPECT_EQ((*caller)->Wait(*event).code(), absl::StatusCode::kDeadlineExceeded);
+  release.Notify();
+  EXPECT_TRUE((*caller)->Wait(*event).ok());
+  int native = 0;
+  EXPECT_EQ(device().WrapStream(&native).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BackendChoice, ParsesTheThreeNamesAndRefusesOthers) {
   EXPECT_EQ(ParseBackendChoice("auto").value(), BackendChoice::kAuto);
   EXPECT_EQ(ParseBackendChoice("host").value(), BackendChoice::kHost);

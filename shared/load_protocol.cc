@@ -3,7 +3,10 @@
 #include <atomic>
 
 #include "absl/strings/string_view.h"
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "shared/futex.h"
 #include "shared/status.h"
 
@@ -47,6 +50,16 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
 
 void SkipProtocolStepForTesting(ProtocolStep step) {
   skipped_steps.fetch_or(1u << static_cast<uint32_t>(step));
+}
+
+absl::Status SkipProtocolStepsFromEnvironment() {
+  const char* steps = std::getenv("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
+  if (steps == nullptr || *steps == '\0') return absl::OkStatus();
+  for (absl::string_view name : absl::StrSplit(steps, ',', absl::SkipEmpty())) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ProtocolStep step, ParseProtocolStep(name));
+    SkipProtocolStepForTesting(step);
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------
@@ -135,11 +148,10 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load) {
   return absl::OkStatus();
 }
 
-bool RingProducer::has_pending() const {
-  for (const PendingLoad& load : pending_) {
-    if (load.active) return true;
-  }
-  return false;
+int RingProducer::pending_count() const {
+  int count = 0;
+  for (const PendingLoad& load : pending_) count += load.active ? 1 : 0;
+  return count;
 }
 
 void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
@@ -165,36 +177,54 @@ RingConsumer::RingConsumer(ClientRing& ring, ConsumerOptions options)
     : ring_(ring),
       options_(options),
       requested_(ring.shape().slot_count, 0),
-      filled_seen_(ring.shape().slot_count, true) {}
+      filled_seen_(ring.shape().slot_count, true),
+      released_(ring.shape().slot_count, true) {}
 
-absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
+absl::Status RingConsumer::CheckSlot(uint32_t slot) const {
   if (slot >= requested_.size()) {
-    return absl::InvalidArgumentError(
+    return absl::OutOfRangeError(
         absl::StrCat("slot ", slot, " out of range (ring has ", requested_.size(), " slots)"));
   }
-  const uint32_t previous = requested_[slot];
-  if (!filled_seen_[slot]) BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, previous));
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
+  BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
+  if (released_[slot]) return absl::OkStatus();
+  if (!filled_seen_[slot]) {
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], options_.wait_timeout));
+    filled_seen_[slot] = true;
+  }
   if (!Skipped(ProtocolStep::kClientRecordFree)) {
     BLOCKSWAP_RETURN_IF_ERROR(stream.Record(ring_.free(slot)));
   }
   if (!Skipped(ProtocolStep::kClientPublishConsumed)) {
-    ring_.client_control().consumed_seq[slot].store(previous, std::memory_order_release);
+    ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
   }
-  requested_[slot] = previous + 1;
+  released_[slot] = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
+  BLOCKSWAP_RETURN_IF_ERROR(Release(slot, stream));
+  requested_[slot] += 1;
+  released_[slot] = false;
   filled_seen_[slot] = false;
-  return previous + 1;
+  return requested_[slot];
 }
 
 absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
-  if (slot >= requested_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slot ", slot, " out of range (ring has ", requested_.size(), " slots)"));
-  }
-  if (requested_[slot] == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was never loaded"));
+  return AwaitLoaded(slot, stream, options_.wait_timeout);
+}
+
+absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
+  if (requested_[slot] == 0 || released_[slot]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " has no load outstanding (load it before waiting)"));
   }
   if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
-    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot]));
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
   }
   filled_seen_[slot] = true;
   if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
@@ -203,16 +233,19 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
   return absl::OkStatus();
 }
 
-absl::Status RingConsumer::Drain() {
+absl::Status RingConsumer::Drain() { return Drain(options_.wait_timeout); }
+
+absl::Status RingConsumer::Drain(absl::Duration timeout) {
   for (uint32_t slot = 0; slot < requested_.size(); ++slot) {
     if (filled_seen_[slot]) continue;
-    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot]));
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
     filled_seen_[slot] = true;
   }
   return absl::OkStatus();
 }
 
 absl::Status RingConsumer::CheckHealth() const {
+  if (options_.liveness) BLOCKSWAP_RETURN_IF_ERROR(options_.liveness());
   const RingStatusWord& status = ring_.control().status;
   if (uint32_t code = status.error_code.load(std::memory_order_acquire); code != 0) {
     uint32_t slot = status.error_slot.load(std::memory_order_relaxed);
@@ -237,16 +270,17 @@ absl::Status RingConsumer::CheckHealth() const {
   return absl::OkStatus();
 }
 
-absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation) {
+absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation,
+                                       absl::Duration timeout) {
   const std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
-  absl::Status waited = FutexAwait(&filled, options_.wait_timeout, [&]() -> absl::StatusOr<bool> {
+  absl::Status waited = FutexAwait(&filled, timeout, [&]() -> absl::StatusOr<bool> {
     BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
     return filled.load(std::memory_order_acquire) == generation;
   });
   if (absl::IsDeadlineExceeded(waited)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "slot ", slot, " generation ", generation, " not filled within ",
-        absl::FormatDuration(options_.wait_timeout), " (ring ", ring_.ring_id(), ", filled_seq=",
+        absl::FormatDuration(timeout), " (ring ", ring_.ring_id(), ", filled_seq=",
         filled.load(std::memory_order_relaxed), ")"));
   }
   return waited;

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <vector>
 
@@ -52,6 +53,10 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
 inline void PrintTo(ProtocolStep step, std::ostream* os) { *os << ProtocolStepName(step); }
 // Process-wide; for tests only. Breaks the protocol on purpose.
 void SkipProtocolStepForTesting(ProtocolStep step);
+// The same for every step named (comma-separated) in the environment
+// variable BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS, so that the mutation tests can
+// break the real daemon and client library. Unknown names are an error.
+absl::Status SkipProtocolStepsFromEnvironment();
 
 // The daemon's half for one ring. Never blocks: a request whose slot is still
 // in use waits in the producer until Poll() finds free[s] completed.
@@ -71,7 +76,8 @@ class RingProducer {
   // returns how many. A device error fails the ring.
   absl::StatusOr<int> Poll();
 
-  bool has_pending() const;
+  bool has_pending() const { return pending_count() > 0; }
+  int pending_count() const;
   // Publishes `error` in the status word (the first error sticks) and wakes
   // every waiter of the ring.
   void Fail(const absl::Status& error, uint32_t slot = UINT32_MAX);
@@ -99,6 +105,9 @@ struct ConsumerOptions {
   absl::Duration wait_timeout = absl::Seconds(30);
   // A daemon heartbeat older than this is UNAVAILABLE; zero disables it.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Checked with the status word on every wake: a non-OK answer (the
+  // client's connection to the daemon broke, say) ends a wait at once.
+  std::function<absl::Status()> liveness;
 };
 
 // The client's half for one ring. Thread-compatible: one thread drives it.
@@ -107,20 +116,26 @@ class RingConsumer {
   // `ring` must outlive this object.
   RingConsumer(ClientRing& ring, ConsumerOptions options = {});
 
-  // Step 1 for `slot`: drains its outstanding generation if any (a slot's
+  // Releases `slot`: once its outstanding generation is filled (a slot's
   // next free is recorded only after filled_seq reached the outstanding
   // generation, even one that was never used), records free[s] on `stream`
-  // (the stream that last used the slot), publishes consumed_seq. Returns
-  // the generation to request.
+  // (the stream that last used the slot) and publishes consumed_seq. A slot
+  // already released is left alone.
+  absl::Status Release(uint32_t slot, Stream& stream);
+
+  // Step 1 for `slot`: releases it if needed and returns the generation to
+  // request.
   absl::StatusOr<uint32_t> BeginLoad(uint32_t slot, Stream& stream);
 
   // Step 3 for `slot`'s outstanding generation: waits (timeout, status word)
   // until it is filled, then makes `stream` wait on ready[s].
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
+  absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
 
   // Waits until every outstanding generation is filled, so no request of
   // this ring is left in the daemon (re-prepare, teardown).
   absl::Status Drain();
+  absl::Status Drain(absl::Duration timeout);
 
   // The ring's status word: OK, or the error that failed the ring in the
   // daemon, a daemon restart, or a silent daemon (heartbeat).
@@ -131,12 +146,14 @@ class RingConsumer {
   ClientRing& ring() const { return ring_; }
 
  private:
-  absl::Status AwaitFilled(uint32_t slot, uint32_t generation);
+  absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
+  absl::Status CheckSlot(uint32_t slot) const;
 
   ClientRing& ring_;
   const ConsumerOptions options_;
   std::vector<uint32_t> requested_;
   std::vector<bool> filled_seen_;  // requested_[s] is known to be filled
+  std::vector<bool> released_;     // consumed_seq[s] == requested_[s] published
 };
 
 }  // namespace blockswap

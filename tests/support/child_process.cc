@@ -44,7 +44,15 @@ int MaybeRunChildRole(int argc, char** argv) {
 }
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::string& role, SpawnOptions options) {
-  std::vector<std::string> args = {"/proc/self/exe", kChildFlag, role};
+  std::vector<std::string> args = {kChildFlag, role};
+  args.insert(args.end(), options.args.begin(), options.args.end());
+  options.args = std::move(args);
+  return SpawnProgram("/proc/self/exe", std::move(options));
+}
+
+absl::StatusOr<ChildProcess> ChildProcess::SpawnProgram(const std::string& path,
+                                                        SpawnOptions options) {
+  std::vector<std::string> args = {path};
   args.insert(args.end(), options.args.begin(), options.args.end());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
@@ -65,9 +73,9 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::string& role, SpawnO
   posix_spawn_file_actions_init(&actions);
   for (auto [from, to] : options.inherit) posix_spawn_file_actions_adddup2(&actions, from, to);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  int rc = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return ErrnoStatus(rc, absl::StrCat("spawning child role ", role));
+  if (rc != 0) return ErrnoStatus(rc, absl::StrCat("spawning ", path));
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     int error = errno;
@@ -83,6 +91,14 @@ ChildProcess::~ChildProcess() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
+}
+
+std::optional<int> ChildProcess::TryWait() {
+  if (pid_ <= 0) return std::nullopt;
+  int wstatus = 0;
+  if (::waitpid(pid_, &wstatus, WNOHANG) != pid_) return std::nullopt;
+  pid_ = -1;
+  return WIFSIGNALED(wstatus) ? 128 + WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
 }
 
 void ChildProcess::Kill(int signal) {

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,9 @@ struct SpawnOptions {
 class ChildProcess {
  public:
   static absl::StatusOr<ChildProcess> Spawn(const std::string& role, SpawnOptions options);
+  // Runs another program: `path` with `options.args`.
+  static absl::StatusOr<ChildProcess> SpawnProgram(const std::string& path,
+                                                   SpawnOptions options);
 
   ChildProcess(ChildProcess&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)), pidfd_(std::move(other.pidfd_)) {}
@@ -53,6 +57,8 @@ class ChildProcess {
   // The exit code; a child killed by signal N reports 128+N. A child still
   // running after `timeout` is killed and DEADLINE_EXCEEDED returned.
   absl::StatusOr<int> Wait(absl::Duration timeout);
+  // The exit code if the child has exited, without waiting.
+  std::optional<int> TryWait();
   void Kill(int signal);
 
  private:

@@ -1,0 +1,150 @@
+#include "client/connection.h"
+
+#include "absl/strings/str_cat.h"
+#include "shared/grpc_status.h"
+#include "shared/load_protocol.h"
+#include "shared/status.h"
+
+namespace blockswap::client {
+namespace {
+
+constexpr uint32_t kProtocolVersion = 1;
+constexpr absl::Duration kSideChannelTimeout = absl::Seconds(10);
+constexpr int kMaxMessageBytes = 64 << 20;
+
+}  // namespace
+
+std::unique_ptr<grpc::ClientContext> Connection::Context(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_view socket_path,
+                                                                absl::string_view client_name) {
+  BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
+  std::string path = socket_path.empty() ? kDefaultSocketPath : std::string(socket_path);
+  std::unique_ptr<Connection> connection(new Connection());
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  connection->channel_ = grpc::CreateCustomChannel(
+      absl::StrCat("unix:", path), grpc::InsecureChannelCredentials(), arguments);
+  connection->stub_ = v1::BlockSwap::NewStub(connection->channel_);
+
+  v1::AttachRequest request;
+  request.set_client_name(std::string(client_name));
+  request.set_protocol_version(kProtocolVersion);
+  v1::AttachReply reply;
+  auto context = Context();
+  grpc::Status attached = connection->stub_->Attach(context.get(), request, &reply);
+  if (!attached.ok()) {
+    return Annotate(FromGrpcStatus(attached), absl::StrCat("attaching to blockswapd at ", path));
+  }
+  connection->token_ = reply.session_token();
+  connection->boot_id_ = reply.daemon_boot_id();
+  for (const v1::Device& device : reply.devices()) connection->device_uuids_.push_back(device.uuid());
+
+  // The same kind of backend as the daemon's: no silent fallback.
+  if (reply.backend() == v1::BACKEND_CUDA) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(connection->backend_, OpenBackend(BackendChoice::kCuda));
+  } else {
+    HostBackendOptions host = HostBackendOptions::FromEnvironment();
+    host.device_count = reply.devices_size();
+    connection->backend_ = OpenHostBackend(host);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(SideChannelClient side_channel,
+                             SideChannelClient::Connect(path, connection->token_));
+  BLOCKSWAP_RETURN_IF_ERROR(Annotate(side_channel.AwaitAccepted(kSideChannelTimeout),
+                                     "opening the descriptor side channel"));
+  connection->side_channel_ = std::make_unique<SideChannelClient>(std::move(side_channel));
+  return connection;
+}
+
+Connection::~Connection() {
+  {
+    absl::MutexLock lock(&load_mu_);
+    if (load_stream_ != nullptr) {
+      load_stream_->WritesDone();
+      load_context_->TryCancel();
+    }
+  }
+  if (load_reader_.joinable()) load_reader_.join();
+  v1::DetachRequest request;
+  request.set_session_token(token_);
+  v1::DetachReply reply;
+  auto context = Context(absl::Seconds(5));
+  (void)stub_->Detach(context.get(), request, &reply);
+}
+
+absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
+  absl::StatusOr<Device*> device = backend_->FindDevice(uuid);
+  if (!device.ok()) {
+    return Annotate(device.status(), "the daemon's device is not visible in this process");
+  }
+  return device;
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {
+  return side_channel_->Receive(batch, kSideChannelTimeout);
+}
+
+absl::Status Connection::OpenLoadStream() {
+  load_context_ = std::make_unique<grpc::ClientContext>();
+  load_stream_ = stub_->Load(load_context_.get());
+  if (load_stream_ == nullptr) return absl::UnavailableError("could not open the Load stream");
+  load_reader_ = std::thread([this] { ReadLoadEvents(); });
+  return absl::OkStatus();
+}
+
+absl::Status Connection::SendLoad(v1::LoadRequest request) {
+  request.set_session_token(token_);
+  absl::MutexLock lock(&load_mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(load_stream_error_);
+  if (load_stream_ == nullptr) BLOCKSWAP_RETURN_IF_ERROR(OpenLoadStream());
+  if (!load_stream_->Write(request)) {
+    load_stream_error_ = absl::UnavailableError("the Load stream to blockswapd broke");
+    return load_stream_error_;
+  }
+  return absl::OkStatus();
+}
+
+void Connection::ReadLoadEvents() {
+  grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadEvent>* stream;
+  {
+    absl::MutexLock lock(&load_mu_);
+    stream = load_stream_.get();
+  }
+  v1::LoadEvent event;
+  while (stream->Read(&event)) {
+    absl::Status error(static_cast<absl::StatusCode>(event.error_code()), event.error_message());
+    absl::MutexLock lock(&errors_mu_);
+    ring_errors_.emplace(event.ring_id(), error);  // the first error explains the rest
+  }
+  grpc::Status finished = stream->Finish();
+  absl::Status error = finished.ok()
+                           ? absl::UnavailableError("blockswapd closed the Load stream")
+                           : Annotate(FromGrpcStatus(finished), "the Load stream ended");
+  {
+    absl::MutexLock lock(&errors_mu_);
+    ended_error_ = error;
+  }
+  load_stream_ended_.store(true, std::memory_order_release);
+  absl::MutexLock lock(&load_mu_);
+  load_stream_error_ = error;
+}
+
+absl::Status Connection::Liveness() const {
+  if (!load_stream_ended_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&errors_mu_);
+  return absl::UnavailableError(
+      absl::StrCat("lost blockswapd: ", ended_error_.message()));
+}
+
+absl::Status Connection::RingError(uint64_t ring_id) const {
+  absl::MutexLock lock(&errors_mu_);
+  auto it = ring_errors_.find(ring_id);
+  return it == ring_errors_.end() ? absl::OkStatus() : it->second;
+}
+
+}  // namespace blockswap::client

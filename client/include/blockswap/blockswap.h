@@ -1,0 +1,150 @@
+/* blockswap client library: the stable C ABI.
+ *
+ * A trainer attaches to the node's blockswapd, registers (or opens) a model
+ * of frozen blocks, creates rings of device buffers and streams blocks into
+ * them. Loads follow the protocol of DESIGN §3, ordered against the stream
+ * the caller passes:
+ *
+ *   bs_ring_load(ring, s, model, b, stream)   releases slot s (after the
+ *                                             work already on `stream`) and
+ *                                             asks the daemon for block b
+ *   bs_ring_wait(ring, s, stream, timeout)    makes `stream` wait until the
+ *                                             block is in the slot
+ *   ... work on `stream` reads bs_ring_slot(ring, s) ...
+ *   bs_ring_release(ring, s, stream)          optional: done with the slot
+ *
+ * `stream` is a cudaStream_t on the cuda backend (NULL: the legacy default
+ * stream) and must be NULL on the host backend, where it means "the calling
+ * thread": the wait blocks, and the slot pointer is host memory.
+ *
+ * Every function returning int returns 0 (BS_OK) or a google.rpc.Code; the
+ * message of the calling thread's last failure is bs_last_error(). Objects
+ * are thread-safe unless noted. No gRPC, protobuf, abseil or Boost type
+ * crosses this interface.
+ */
+#ifndef BLOCKSWAP_BLOCKSWAP_H_
+#define BLOCKSWAP_BLOCKSWAP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BS_ABI_VERSION 1u
+
+enum bs_code {
+  BS_OK = 0,
+  BS_CANCELLED = 1,
+  BS_UNKNOWN = 2,
+  BS_INVALID_ARGUMENT = 3,
+  BS_DEADLINE_EXCEEDED = 4,
+  BS_NOT_FOUND = 5,
+  BS_ALREADY_EXISTS = 6,
+  BS_PERMISSION_DENIED = 7,
+  BS_RESOURCE_EXHAUSTED = 8,
+  BS_FAILED_PRECONDITION = 9,
+  BS_ABORTED = 10,
+  BS_OUT_OF_RANGE = 11,
+  BS_UNIMPLEMENTED = 12,
+  BS_INTERNAL = 13,
+  BS_UNAVAILABLE = 14,
+  BS_DATA_LOSS = 15,
+  BS_UNAUTHENTICATED = 16,
+};
+
+enum bs_backend { BS_BACKEND_HOST = 1, BS_BACKEND_CUDA = 2 };
+
+typedef struct bs_client bs_client;
+typedef struct bs_model bs_model;
+typedef struct bs_ring bs_ring;
+
+/* The ABI version of the loaded library (BS_ABI_VERSION it was built with). */
+uint32_t bs_abi_version(void);
+/* The message of this thread's last failed call ("" if none). Valid until
+ * the thread's next call into the library. */
+const char* bs_last_error(void);
+
+/* --- connection ---------------------------------------------------------- */
+
+/* Connects to the daemon at `socket_path` (NULL: /run/blockswap/blockswapd.sock)
+ * and attaches a session named `client_name` (may be NULL). */
+int bs_connect(const char* socket_path, const char* client_name, bs_client** out);
+/* Detaches and frees the client. Models and rings of the client must have
+ * been closed first. NULL is ignored. */
+void bs_disconnect(bs_client* client);
+
+int bs_client_backend(const bs_client* client); /* enum bs_backend */
+uint32_t bs_client_device_count(const bs_client* client);
+/* The UUID of device `index` of the daemon, or NULL out of range. */
+const char* bs_client_device_uuid(const bs_client* client, uint32_t index);
+
+/* --- models --------------------------------------------------------------- */
+
+typedef struct bs_tensor_desc {
+  const char* name;       /* relative to the block, e.g. "attn.to_q.weight" */
+  const char* dtype;      /* safetensors dtype: "F32", "BF16", "F8_E4M3", ... */
+  const uint64_t* shape;  /* `ndim` dimensions */
+  uint32_t ndim;
+  const void* data;       /* the tensor's bytes, contiguous */
+} bs_tensor_desc;
+
+typedef struct bs_block_desc {
+  const bs_tensor_desc* tensors;
+  uint32_t tensor_count;
+} bs_block_desc;
+
+/* Registers a model: packs every block into the flat layout (tensors at
+ * 256-byte aligned offsets), uploads it, and opens the resulting model. The
+ * same content registered by any process is one model (same id). */
+int bs_model_register(bs_client* client, const char* name, const bs_block_desc* blocks,
+                      uint32_t block_count, bs_model** out);
+/* Opens a model registered before, by its id (64 hex digits). */
+int bs_model_open(bs_client* client, const char* model_id, bs_model** out);
+void bs_model_close(bs_model* model);
+
+const char* bs_model_id(const bs_model* model);
+uint32_t bs_model_block_count(const bs_model* model);
+uint64_t bs_model_block_bytes(const bs_model* model, uint32_t block);
+uint32_t bs_model_tensor_count(const bs_model* model, uint32_t block);
+
+typedef struct bs_tensor_info {
+  const char* name;
+  const char* dtype;
+  const uint64_t* shape;
+  uint32_t ndim;
+  uint64_t offset; /* in the block */
+  uint64_t length; /* bytes */
+} bs_tensor_info;
+/* Pointers in `out` stay valid while the model is open. */
+int bs_model_tensor(const bs_model* model, uint32_t block, uint32_t tensor, bs_tensor_info* out);
+/* A read-only host view of a block's master bytes (the daemon's one copy). */
+const void* bs_model_master(const bs_model* model, uint32_t block);
+
+/* --- rings ---------------------------------------------------------------- */
+
+/* Creates a ring of `slot_count` slots of `slot_bytes` on the device with
+ * this UUID (one of bs_client_device_uuid). */
+int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,
+                   uint64_t slot_bytes, bs_ring** out);
+/* Drains outstanding loads (at most `timeout_ms`) and frees the ring. */
+void bs_ring_destroy(bs_ring* ring);
+
+uint32_t bs_ring_slot_count(const bs_ring* ring);
+uint64_t bs_ring_slot_bytes(const bs_ring* ring);
+/* The slot's memory: a device pointer on cuda, a host pointer on host. */
+void* bs_ring_slot(const bs_ring* ring, uint32_t slot);
+
+int bs_ring_load(bs_ring* ring, uint32_t slot, const bs_model* model, uint32_t block,
+                 void* stream);
+int bs_ring_wait(bs_ring* ring, uint32_t slot, void* stream, uint32_t timeout_ms);
+int bs_ring_release(bs_ring* ring, uint32_t slot, void* stream);
+/* Waits until every load requested on the ring has been filled. */
+int bs_ring_drain(bs_ring* ring, uint32_t timeout_ms);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BLOCKSWAP_BLOCKSWAP_H_ */

@@ -1,0 +1,108 @@
+#include "client/ring.h"
+
+#include "absl/strings/str_cat.h"
+#include "shared/grpc_status.h"
+#include "shared/ring_wire.h"
+#include "shared/status.h"
+
+namespace blockswap::client {
+namespace {
+
+constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
+                                                   absl::string_view device_uuid,
+                                                   uint32_t slot_count, uint64_t slot_bytes) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
+  v1::CreateRingRequest request;
+  request.set_session_token(connection.token());
+  request.set_device_uuid(std::string(device_uuid));
+  request.set_slot_count(slot_count);
+  request.set_slot_bytes(slot_bytes);
+  v1::RingDescriptor descriptor;
+  auto context = Connection::Context();
+  grpc::Status created = connection.stub().CreateRing(context.get(), request, &descriptor);
+  if (!created.ok()) return Annotate(FromGrpcStatus(created), "creating a ring");
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
+                             connection.ReceiveFds(descriptor.daemon_control().batch()));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      RingExport exported,
+      RingFromWire(descriptor, std::move(fds), descriptor.daemon_control().batch()));
+  if (exported.boot_id != connection.boot_id()) {
+    return absl::UnavailableError("the ring comes from a different daemon than the session's");
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             ClientRing::Import(*device, std::move(exported)));
+  return std::unique_ptr<Ring>(new Ring(connection, *device, std::move(ring)));
+}
+
+Ring::~Ring() {
+  if (!connection_.Liveness().ok()) return;  // the daemon is gone: nothing to drain or free
+  {
+    absl::MutexLock lock(&mu_);
+    (void)consumer_.Drain(kDestroyDrainTimeout);
+  }
+  v1::DestroyRingRequest request;
+  request.set_session_token(connection_.token());
+  request.set_ring_id(ring_->ring_id());
+  v1::DestroyRingReply reply;
+  auto context = Connection::Context(absl::Seconds(5));
+  (void)connection_.stub().DestroyRing(context.get(), request, &reply);
+}
+
+absl::Status Ring::Explain(const absl::Status& status) const {
+  if (status.ok()) return status;
+  absl::Status reported = connection_.RingError(ring_->ring_id());
+  if (reported.ok()) return status;
+  return absl::Status(reported.code(), absl::StrCat("ring ", ring_->ring_id(),
+                                                    " failed in blockswapd: ",
+                                                    reported.message()));
+}
+
+absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device_.WrapStream(native_stream));
+  return Load(slot, model, block, *stream);
+}
+
+absl::Status Ring::Wait(uint32_t slot, void* native_stream, absl::Duration timeout) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
+                             device_.WrapStream(native_stream, timeout));
+  return Wait(slot, *stream, timeout);
+}
+
+absl::Status Ring::Release(uint32_t slot, void* native_stream) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device_.WrapStream(native_stream));
+  return Release(slot, *stream);
+}
+
+absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<uint32_t> generation = consumer_.BeginLoad(slot, stream);
+  if (!generation.ok()) return Explain(generation.status());
+  v1::LoadRequest request;
+  request.set_ring_id(ring_->ring_id());
+  request.set_slot(slot);
+  request.set_model_id(model.id());
+  request.set_block(block);
+  request.set_generation(*generation);
+  return connection_.SendLoad(std::move(request));
+}
+
+absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_.AwaitLoaded(slot, stream, timeout));
+}
+
+absl::Status Ring::Release(uint32_t slot, Stream& stream) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_.Release(slot, stream));
+}
+
+absl::Status Ring::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_.Drain(timeout));
+}
+
+}  // namespace blockswap::client

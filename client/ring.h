@@ -1,0 +1,66 @@
+// A ring as its client uses it: the imported ring and the client half of
+// the load protocol (RingConsumer), behind one mutex — consumed_seq has one
+// writer.
+#ifndef BLOCKSWAP_CLIENT_RING_H_
+#define BLOCKSWAP_CLIENT_RING_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/connection.h"
+#include "client/model.h"
+#include "shared/load_protocol.h"
+#include "shared/ring.h"
+
+namespace blockswap::client {
+
+// Thread-safe. `native_stream` arguments are the caller's stream
+// (Device::WrapStream: a cudaStream_t on cuda, nullptr on host).
+class Ring {
+ public:
+  static absl::StatusOr<std::unique_ptr<Ring>> Create(Connection& connection,
+                                                      absl::string_view device_uuid,
+                                                      uint32_t slot_count, uint64_t slot_bytes);
+  // Drains outstanding loads (bounded) and asks the daemon to free the ring.
+  ~Ring();
+
+  uint64_t id() const { return ring_->ring_id(); }
+  const RingShape& shape() const { return ring_->shape(); }
+  void* slot(uint32_t s) const { return ring_->slot(s); }
+
+  absl::Status Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream);
+  absl::Status Wait(uint32_t slot, void* native_stream, absl::Duration timeout);
+  absl::Status Release(uint32_t slot, void* native_stream);
+  // The same against a backend stream of this ring's device (for callers
+  // inside the library and tests that compute asynchronously on the host).
+  absl::Status Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream);
+  absl::Status Wait(uint32_t slot, Stream& stream, absl::Duration timeout);
+  absl::Status Release(uint32_t slot, Stream& stream);
+  Device& device() const { return device_; }
+  absl::Status Drain(absl::Duration timeout);
+
+ private:
+  Ring(Connection& connection, Device& device, std::unique_ptr<ClientRing> ring)
+      : connection_(connection),
+        device_(device),
+        ring_(std::move(ring)),
+        consumer_(*ring_, ConsumerOptions{.liveness = [&connection] {
+                                            return connection.Liveness();
+                                          }}) {}
+  // A ring that failed says why: the daemon's own message where it sent one.
+  absl::Status Explain(const absl::Status& status) const;
+
+  Connection& connection_;
+  Device& device_;
+  const std::unique_ptr<ClientRing> ring_;
+  absl::Mutex mu_;
+  RingConsumer consumer_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace blockswap::client
+
+#endif  // BLOCKSWAP_CLIENT_RING_H_

@@ -1,0 +1,159 @@
+#include "daemon/admin_service.h"
+
+#include <set>
+
+#include "daemon/blockswap_service.h"
+#include "shared/grpc_status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+void FillDevice(const Device& device, v1::Device* out) {
+  out->set_uuid(device.info().uuid);
+  out->set_name(device.info().name);
+  out->set_total_memory_bytes(device.info().total_memory_bytes);
+  if (absl::Status health = device.health(); !health.ok()) {
+    out->set_error(std::string(health.message()));
+  }
+}
+
+}  // namespace
+
+v1::StatusReply BuildStatus(const AdminSources& sources) {
+  v1::StatusReply reply;
+  reply.set_version(kVersion);
+  reply.set_backend(sources.backend->kind() == BackendKind::kCuda ? v1::BACKEND_CUDA
+                                                                  : v1::BACKEND_HOST);
+  for (const auto& device : sources.backend->devices()) FillDevice(*device, reply.add_devices());
+  reply.set_boot_id(sources.boot_id);
+  reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - sources.started_at));
+  reply.set_pinned_bytes(sources.store->pinned_bytes());
+  return reply;
+}
+
+v1::ClientsReply BuildClients(const AdminSources& sources) {
+  v1::ClientsReply reply;
+  for (const auto& session : sources.sessions->Sessions()) {
+    v1::ClientInfo* client = reply.add_clients();
+    client->set_session_id(session->id());
+    client->set_client_name(session->client_name());
+    client->set_pid(static_cast<uint32_t>(session->peer().pid));
+    client->set_uid(session->peer().uid);
+    client->set_gid(session->peer().gid);
+    client->set_attached_seconds(absl::ToDoubleSeconds(absl::Now() - session->attached_at()));
+    absl::MutexLock lock(&session->mu);
+    client->set_ring_count(static_cast<uint32_t>(session->rings.size()));
+    client->set_loads(session->loads);
+    std::set<std::string> devices;
+    for (const auto& [id, ring] : session->rings) devices.insert(ring.device_uuid);
+    for (const std::string& uuid : devices) client->add_device_uuids(uuid);
+  }
+  return reply;
+}
+
+v1::ModelsReply BuildModels(const AdminSources& sources) {
+  std::map<std::string, uint32_t> open_in;
+  for (const auto& session : sources.sessions->Sessions()) {
+    absl::MutexLock lock(&session->mu);
+    for (const auto& [id, model] : session->models) ++open_in[id];
+  }
+  v1::ModelsReply reply;
+  for (const auto& model : sources.store->List()) {
+    v1::ModelInfo* info = reply.add_models();
+    info->set_model_id(model->id());
+    info->set_name(model->name());
+    info->set_block_count(static_cast<uint32_t>(model->block_count()));
+    info->set_bytes(model->masters_bytes());
+    info->set_open_sessions(open_in[model->id()]);
+  }
+  return reply;
+}
+
+v1::ResidencyReply BuildResidency(const AdminSources& sources) {
+  v1::ResidencyReply reply;
+  for (const auto& [uuid, worker] : sources.workers) {
+    for (const RingSnapshot& ring : worker->Snapshot()) {
+      v1::RingResidency* out = reply.add_rings();
+      out->set_session_id(ring.session_id);
+      out->set_ring_id(ring.ring_id);
+      out->set_device_uuid(uuid);
+      for (uint32_t s = 0; s < ring.slots.size(); ++s) {
+        const SlotSnapshot& slot = ring.slots[s];
+        v1::SlotResidency* slot_out = out->add_slots();
+        slot_out->set_slot(s);
+        if (slot.loaded) {
+          slot_out->set_model_id(slot.model_id);
+          slot_out->set_block(slot.block);
+        }
+        slot_out->set_filled_seq(slot.filled_seq);
+        slot_out->set_consumed_seq(slot.consumed_seq);
+      }
+    }
+  }
+  return reply;
+}
+
+v1::StatsReply BuildStats(const AdminSources& sources) {
+  v1::StatsReply reply;
+  std::map<uint64_t, uint64_t> bytes_by_session;
+  for (const auto& [uuid, worker] : sources.workers) {
+    DeviceStats stats = worker->stats();
+    v1::DeviceStats* out = reply.add_devices();
+    out->set_device_uuid(uuid);
+    out->set_loads(stats.loads);
+    out->set_bytes_copied(stats.bytes);
+    out->set_copy_seconds(stats.copy_seconds);
+    out->set_queue_depth(stats.queue_depth);
+    out->set_protocol_errors(stats.protocol_errors);
+    out->set_rings(static_cast<uint32_t>(stats.rings));
+    for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;
+  }
+  for (const auto& session : sources.sessions->Sessions()) {
+    v1::ClientStats* client = reply.add_clients();
+    client->set_session_id(session->id());
+    client->set_client_name(session->client_name());
+    client->set_bytes(bytes_by_session[session->id()]);
+    absl::MutexLock lock(&session->mu);
+    client->set_loads(session->loads);
+    client->set_rejected_loads(session->rejected_loads);
+    for (const v1::PassStats& pass : session->pass_stats) *client->add_passes() = pass;
+  }
+  return reply;
+}
+
+template <typename Reply>
+grpc::ServerUnaryReactor* AdminService::Answer(grpc::CallbackServerContext* context, Reply* reply,
+                                               Reply (*build)(const AdminSources&)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<Peer> caller = CallerOf(peers_, context);
+  if (caller.ok()) *reply = build(sources_);
+  reactor->Finish(ToGrpcStatus(caller.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* context,
+                                               const v1::StatusRequest*, v1::StatusReply* reply) {
+  return Answer(context, reply, &BuildStatus);
+}
+grpc::ServerUnaryReactor* AdminService::Clients(grpc::CallbackServerContext* context,
+                                                const v1::ClientsRequest*,
+                                                v1::ClientsReply* reply) {
+  return Answer(context, reply, &BuildClients);
+}
+grpc::ServerUnaryReactor* AdminService::Models(grpc::CallbackServerContext* context,
+                                               const v1::ModelsRequest*, v1::ModelsReply* reply) {
+  return Answer(context, reply, &BuildModels);
+}
+grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* context,
+                                                  const v1::ResidencyRequest*,
+                                                  v1::ResidencyReply* reply) {
+  return Answer(context, reply, &BuildResidency);
+}
+grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
+                                              const v1::StatsRequest*, v1::StatsReply* reply) {
+  return Answer(context, reply, &BuildStats);
+}
+
+}  // namespace blockswap::daemon

@@ -1,0 +1,71 @@
+// The Admin gRPC service: status, clients, models, residency and statistics,
+// read from the daemon's parts. Every call is quick and never blocks on a
+// device; the caller must pass the access policy (no session is needed).
+#ifndef BLOCKSWAP_DAEMON_ADMIN_SERVICE_H_
+#define BLOCKSWAP_DAEMON_ADMIN_SERVICE_H_
+
+#include <map>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "blockswap/v1/blockswap.grpc.pb.h"
+#include "daemon/device_worker.h"
+#include "daemon/model_store.h"
+#include "daemon/peer_registry.h"
+#include "daemon/session_manager.h"
+#include "shared/backend.h"
+
+namespace blockswap::daemon {
+
+// What the Admin service reports on; everything must outlive the service.
+struct AdminSources {
+  const Backend* backend = nullptr;
+  const ModelStore* store = nullptr;
+  const SessionManager* sessions = nullptr;
+  std::map<std::string, const DeviceWorker*> workers;  // by device UUID
+  uint64_t boot_id = 0;
+  absl::Time started_at;
+};
+
+// The replies, built without gRPC so that tests can call them directly.
+v1::StatusReply BuildStatus(const AdminSources& sources);
+v1::ClientsReply BuildClients(const AdminSources& sources);
+v1::ModelsReply BuildModels(const AdminSources& sources);
+v1::ResidencyReply BuildResidency(const AdminSources& sources);
+v1::StatsReply BuildStats(const AdminSources& sources);
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  AdminService(AdminSources sources, const PeerRegistry& peers)
+      : sources_(std::move(sources)), peers_(peers) {}
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const v1::StatusRequest* request,
+                                   v1::StatusReply* reply) override;
+  grpc::ServerUnaryReactor* Clients(grpc::CallbackServerContext* context,
+                                    const v1::ClientsRequest* request,
+                                    v1::ClientsReply* reply) override;
+  grpc::ServerUnaryReactor* Models(grpc::CallbackServerContext* context,
+                                   const v1::ModelsRequest* request,
+                                   v1::ModelsReply* reply) override;
+  grpc::ServerUnaryReactor* Residency(grpc::CallbackServerContext* context,
+                                      const v1::ResidencyRequest* request,
+                                      v1::ResidencyReply* reply) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsReply* reply) override;
+
+ private:
+  template <typename Reply>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Reply* reply,
+                                   Reply (*build)(const AdminSources&));
+
+  const AdminSources sources_;
+  const PeerRegistry& peers_;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_ADMIN_SERVICE_H_

@@ -1,0 +1,128 @@
+#include "daemon/daemon.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/random_token.h"
+#include "shared/status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+constexpr int kWorkThreads = 2;
+constexpr int kMaxMessageBytes = 64 << 20;  // layouts of models with many tensors
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
+  const DaemonOptions& o = daemon->options_;
+  BLOCKSWAP_ASSIGN_OR_RETURN(daemon->boot_id_, RandomNonZero64());
+  BLOCKSWAP_ASSIGN_OR_RETURN(daemon->backend_, OpenBackend(o.backend, o.host));
+  const auto& devices = daemon->backend_->devices();
+  if (devices.empty()) return absl::FailedPreconditionError("the backend has no devices");
+
+  // cudaHostRegisterPortable makes one pinning valid for every device.
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      daemon->store_,
+      ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes}, devices[0].get()));
+
+  std::map<std::string, DeviceWorker*> workers;
+  std::map<std::string, const DeviceWorker*> admin_workers;
+  for (const auto& device : devices) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto worker, DeviceWorker::Start(*device, daemon->boot_id_));
+    workers[device->info().uuid] = worker.get();
+    admin_workers[device->info().uuid] = worker.get();
+    daemon->workers_[device->info().uuid] = std::move(worker);
+  }
+  daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_,
+                                                       workers, daemon->boot_id_);
+  daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
+  daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
+      *daemon->sessions_, daemon->peers_, *daemon->work_);
+  daemon->admin_service_ = std::make_unique<AdminService>(
+      AdminSources{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                   admin_workers, daemon->boot_id_, absl::Now()},
+      daemon->peers_);
+
+  grpc::ServerBuilder builder;
+  // No listening port: the listener accepts connections itself and hands
+  // them over, so that it knows every caller's credentials.
+  builder.RegisterService(daemon->blockswap_service_.get());
+  builder.RegisterService(daemon->admin_service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  daemon->server_ = builder.BuildAndStart();
+  if (daemon->server_ == nullptr) return absl::InternalError("the gRPC server did not start");
+
+  AccessPolicy policy;
+  for (uid_t uid : o.allow_uids) policy.AllowUid(uid);
+  for (gid_t gid : o.allow_gids) policy.AllowGid(gid);
+  ListenerOptions listener_options;
+  listener_options.socket_path = o.socket_path;
+  listener_options.policy = std::move(policy);
+  listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      daemon->listener_, Listener::Start(std::move(listener_options), daemon->server_.get(),
+                                         &daemon->peers_, daemon->sessions_.get()));
+
+  std::vector<std::string> uuids;
+  for (const auto& device : devices) uuids.push_back(device->info().uuid);
+  daemon->Log(absl::StrCat("ready on ", o.socket_path, ": backend ",
+                           BackendKindName(daemon->backend_->kind()), ", devices ",
+                           absl::StrJoin(uuids, ", "), ", masters in ", o.shm_prefix, " (",
+                           daemon->store_->stats().adopted, " models adopted), access ",
+                           daemon->listener_->policy().Describe()));
+  return daemon;
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+void Daemon::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (listener_ != nullptr) listener_->StopAccepting();
+  if (sessions_ != nullptr) {
+    sessions_->StopAttaching();
+    absl::Time deadline = absl::Now() + options_.shutdown_grace;
+    size_t attached = sessions_->session_count();
+    if (attached > 0) {
+      Log(absl::StrCat("shutting down: waiting up to ",
+                       absl::FormatDuration(options_.shutdown_grace), " for ", attached,
+                       " attached clients to detach"));
+    }
+    while (sessions_->session_count() > 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    // Whoever is still attached learns from its rings' status words at once.
+    for (auto& [uuid, worker] : workers_) {
+      worker->FailAllRings(absl::UnavailableError("blockswapd is shutting down"));
+    }
+    sessions_->EndAll();
+  }
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  listener_.reset();
+  server_.reset();
+  // Rings retired by the sessions are freed once their copies are done.
+  for (auto& [uuid, worker] : workers_) {
+    for (absl::Time until = absl::Now() + absl::Seconds(5); !worker->idle() && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  sessions_.reset();
+  work_.reset();
+  workers_.clear();
+  store_.reset();  // sealed models stay on the tmpfs for the next daemon
+  Log("stopped");
+}
+
+void Daemon::Log(absl::string_view message) const {
+  if (options_.log) {
+    options_.log(message);
+  } else {
+    std::cerr << "blockswapd: " << message << std::endl;
+  }
+}
+
+}  // namespace blockswap::daemon

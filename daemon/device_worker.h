@@ -1,0 +1,161 @@
+// DeviceWorker: one per device the daemon drives. It owns the device's copy
+// stream and the daemon half (RingProducer) of every ring on the device, and
+// runs them on its own thread, so that a copy held back because one client's
+// compute still uses its slot never delays another client's copies, and no
+// gRPC reactor ever blocks on a device.
+#ifndef BLOCKSWAP_DAEMON_DEVICE_WORKER_H_
+#define BLOCKSWAP_DAEMON_DEVICE_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "blockswap/v1/blockswap.pb.h"
+#include "shared/backend.h"
+#include "shared/load_protocol.h"
+#include "shared/ring.h"
+
+namespace blockswap::daemon {
+
+// Where the errors of a load go: the Load stream that sent the request.
+// Send never blocks; a sink whose stream has ended drops events.
+class LoadEventSink {
+ public:
+  virtual ~LoadEventSink() = default;
+  virtual void Send(v1::LoadEvent event) = 0;
+};
+
+// One validated load request.
+struct LoadTask {
+  uint64_t ring_id = 0;
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+  const std::byte* source = nullptr;  // the block's master bytes
+  size_t bytes = 0;
+  std::shared_ptr<const void> keep_alive;  // keeps `source` mapped until copied
+  std::string model_id;
+  uint32_t block = 0;
+  std::shared_ptr<LoadEventSink> sink;
+  absl::Status rejection;  // set: fail the ring with it instead of loading
+};
+
+struct SlotSnapshot {
+  bool loaded = false;  // a load was ever accepted for the slot
+  std::string model_id;
+  uint32_t block = 0;
+  uint32_t filled_seq = 0;
+  uint32_t consumed_seq = 0;
+};
+
+struct RingSnapshot {
+  uint64_t ring_id = 0;
+  uint64_t session_id = 0;
+  RingShape shape;
+  std::vector<SlotSnapshot> slots;
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+  absl::Status status;  // the error that failed the ring, if any
+};
+
+struct DeviceStats {
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+  double copy_seconds = 0;  // time the copy stream was busy
+  uint64_t queue_depth = 0;  // loads accepted but not yet issued
+  uint64_t protocol_errors = 0;
+  uint64_t rings = 0;
+};
+
+class DeviceWorker {
+ public:
+  // `device` must outlive the worker.
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id);
+  // Stops the thread, waits for issued copies and frees every ring.
+  ~DeviceWorker();
+
+  Device& device() const { return device_; }
+
+  // Creates a ring on this device for `session_id` and returns its export.
+  // Runs on the caller's thread (device allocation can take milliseconds);
+  // thread-safe.
+  absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
+                                        const RingShape& shape);
+
+  // Queues a load for the worker thread. Never blocks. A request that breaks
+  // the protocol fails its ring and is reported to task.sink.
+  void Submit(LoadTask task);
+  // Queues a request that failed validation: the worker fails its ring with
+  // `error` (so a client waiting on the ring hears of it) and reports it.
+  void Reject(LoadTask task, absl::Status error);
+
+  // Stops serving the ring and frees it once nothing on a device can still
+  // touch it: the copy stream is done with it and — while its client is
+  // alive (`owner_alive`) — every `free` event the client recorded has
+  // completed (bounded by `release_timeout`).
+  void RetireRing(uint64_t ring_id, bool owner_alive,
+                  absl::Duration release_timeout = absl::Seconds(30));
+
+  // Fails every ring with `error` (shutdown): clients waiting on a slot see
+  // it in the status word at once.
+  void FailAllRings(const absl::Status& error);
+
+  // True once every retired ring has been freed.
+  bool idle() const;
+
+  std::vector<RingSnapshot> Snapshot() const;
+  DeviceStats stats() const;
+
+ private:
+  struct RingState;
+
+  DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream);
+  void Run();
+  void ProcessTasks(std::deque<LoadTask>& tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Issues what can be issued; returns when copies still waiting for a
+  // `free` should next be polled (InfiniteFuture: none waits).
+  absl::Time PollRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
+              const std::shared_ptr<LoadEventSink>& sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+
+  Device& device_;
+  const uint64_t boot_id_;
+  // Used by the worker thread only, after construction.
+  std::unique_ptr<Stream> copy_stream_;
+
+  mutable absl::Mutex queue_mu_;
+  std::deque<LoadTask> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  // Held by the worker thread while it works on rings (microseconds at a
+  // time), and by the callers of CreateRing, RetireRing and Snapshot.
+  mutable absl::Mutex rings_mu_;
+  std::map<uint64_t, std::unique_ptr<RingState>> rings_ ABSL_GUARDED_BY(rings_mu_);
+  std::vector<std::unique_ptr<RingState>> retired_ ABSL_GUARDED_BY(rings_mu_);
+  uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
+  absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
+
+  // Copy accounting, updated from the copy stream's host functions.
+  struct CopyClock;
+  std::shared_ptr<CopyClock> clock_;
+  std::atomic<uint64_t> loads_{0};
+  std::atomic<uint64_t> bytes_{0};
+
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_DEVICE_WORKER_H_

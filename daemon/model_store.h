@@ -1,0 +1,217 @@
+// The daemon's masters: one pinned host copy of every registered model, as
+// files on a tmpfs (DESIGN §2, §6).
+//
+// Directory (default /dev/shm/blockswap, mode 0700, owned by the daemon's
+// euid, never loose in world-writable /dev/shm):
+//   .lock             flock()ed exclusively while a store is open
+//   <id>.masters      the blocks of model <id>, at MasterOffsets(layout)
+//   <id>.manifest     JSON: format, id, name, layout, block hashes, master
+//                     offsets, masters_bytes; its rename is the commit point
+//   *.tmp             a registration in progress (removed at Open)
+// Both files of a model are mode 0600. Clients never open them by name: they
+// get a read-only descriptor (Model::OpenReadOnly) over SCM_RIGHTS.
+//
+// Pinning: the whole master file of a model is registered at once with
+// Device::RegisterHostMemory on ONE device (cudaHostRegisterPortable makes it
+// valid for every device; registering a range twice fails). The cuda backend
+// pins in pieces of kPinPieceBytes from the start of the range, so no block
+// straddles a multiple of kPinPieceBytes in the file: one block copy never
+// spans two registrations.
+//
+// Trust: the content of a sealed master is not re-hashed at adoption. Only the
+// daemon's euid can write into the 0700 directory, and the manifest's id is
+// recomputed from its layout and block hashes, so a manifest cannot name bytes
+// under another model's id by mistake; whoever runs as the daemon's user can
+// tamper with anything anyway.
+#ifndef BLOCKSWAP_DAEMON_MODEL_STORE_H_
+#define BLOCKSWAP_DAEMON_MODEL_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "shared/backend.h"
+#include "shared/model_layout.h"
+#include "shared/shared_memory.h"
+#include "shared/unique_fd.h"
+
+namespace blockswap::daemon {
+
+// Blocks of a staging area or a master file start at multiples of this.
+inline constexpr uint64_t kBlockPlacementAlignment = 4096;
+// Must equal the cuda backend's pinning piece (cuda_check.h,
+// kHostRegisterChunkBytes).
+inline constexpr uint64_t kPinPieceBytes = uint64_t{64} << 30;
+
+// Where each block of a model sits in a flat area.
+struct BlockPlacement {
+  std::vector<uint64_t> offsets;  // one per block
+  uint64_t total_bytes = 0;       // size of the area (the last block's end, rounded up)
+};
+
+// A staging area: blocks back to back, each at a kBlockPlacementAlignment-
+// aligned offset. INVALID_ARGUMENT for a layout that would overflow (any
+// layout that passed ValidateLayout fits).
+absl::StatusOr<BlockPlacement> StagingOffsets(const ModelLayout& layout);
+
+// A master file: as StagingOffsets, and a block that would straddle a multiple
+// of kPinPieceBytes starts at that multiple instead. INVALID_ARGUMENT for a
+// block larger than kPinPieceBytes (no pinned piece could hold it).
+absl::StatusOr<BlockPlacement> MasterOffsets(const ModelLayout& layout);
+
+struct ModelStoreOptions {
+  std::string directory = "/dev/shm/blockswap";
+  uint64_t max_pinned_bytes = 0;  // bytes of master files held; 0: no limit
+};
+
+// One sealed model: immutable, shared by every session that opened it as
+// std::shared_ptr<const Model>; thread-safe. Owns the master file's
+// descriptor, its read-write shared mapping and its pinning. The device it was
+// pinned on must outlive it.
+class Model {
+ public:
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  ~Model();
+
+  const std::string& id() const { return id_; }
+  const std::string& name() const { return name_; }  // informational
+  const ModelLayout& layout() const { return layout_; }
+  const std::vector<Sha256Digest>& block_hashes() const { return block_hashes_; }
+  size_t block_count() const { return layout_.blocks.size(); }
+  // The master bytes of block `b` (block_bytes(b) of them), in the daemon's
+  // mapping; nullptr / 0 for a block out of range.
+  const std::byte* block(size_t b) const;
+  uint64_t block_bytes(size_t b) const;
+  uint64_t master_offset(size_t b) const;
+  const std::vector<uint64_t>& master_offsets() const { return master_offsets_; }
+  uint64_t masters_bytes() const { return masters_bytes_; }
+
+  // A NEW read-only descriptor of the master file for a client: a new open
+  // file description (through /proc/self/fd), so it cannot be mapped
+  // writable or turned writable with fcntl.
+  absl::StatusOr<UniqueFd> OpenReadOnly() const;
+
+ private:
+  friend class ModelStore;
+  Model() = default;
+
+  std::string id_;
+  std::string name_;
+  ModelLayout layout_;
+  std::vector<Sha256Digest> block_hashes_;
+  std::vector<uint64_t> master_offsets_;
+  uint64_t masters_bytes_ = 0;
+  // Declared in the order they are acquired, so that they are released in
+  // reverse: unpin, unmap, close.
+  UniqueFd fd_;
+  Mapping mapping_;
+  std::unique_ptr<HostRegistration> registration_;  // null without a pin device
+};
+
+struct RegisterResult {
+  std::shared_ptr<const Model> model;
+  // The same content was registered before (or by a concurrent call that
+  // this one waited for): nothing was copied.
+  bool already_present = false;
+};
+
+struct ModelStoreStats {
+  uint64_t adopted = 0;  // sealed models taken over at Open
+  uint64_t removed = 0;  // other directory entries removed at Open
+  uint64_t copies = 0;   // registrations that copied content into a master
+};
+
+// Thread-safe. Register may block (hashing, copying, waiting for a concurrent
+// registration of the same content); the rest never blocks on I/O. Destroy it
+// only once no call is running; the models it handed out stay valid after it
+// (each owns its file, mapping and pinning), but the directory lock is gone.
+class ModelStore {
+ public:
+  // Creates `options.directory` (mode 0700) or checks the existing one (a
+  // directory, not a link, owned by geteuid(), no group/other permission),
+  // locks it against a second daemon, adopts every sealed model that passes
+  // its checks (owner, mode 0600, sizes, a layout that validates, the id
+  // recomputed from layout and block hashes) and removes every other entry.
+  // Adopted models are pinned on `pin_device` (nullptr: no pinning) and
+  // count against max_pinned_bytes; one that does not fit is removed.
+  static absl::StatusOr<std::unique_ptr<ModelStore>> Open(ModelStoreOptions options,
+                                                          Device* pin_device);
+  ~ModelStore();
+  ModelStore(const ModelStore&) = delete;
+  ModelStore& operator=(const ModelStore&) = delete;
+
+  // Registers the model whose blocks lie in `content` at
+  // StagingOffsets(layout). The caller keeps `content` immutable during the
+  // call (the daemon seals the staging memfd first). Validates the layout
+  // and the blocks' zero padding, hashes every block and computes the id;
+  // returns the sealed model of that id if there is one (already_present),
+  // waits for a registration of the same id in progress, else copies the
+  // blocks into a new master file, commits it, pins it and publishes it.
+  // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes or the
+  // directory's free space. On failure nothing is left behind.
+  absl::StatusOr<RegisterResult> Register(absl::string_view name, const ModelLayout& layout,
+                                          const std::byte* content, size_t content_bytes);
+
+  // Whether a model whose masters take `bytes` could be registered now, so
+  // that an upload can be refused before the client fills a staging area:
+  // RESOURCE_EXHAUSTED with Register's messages otherwise. Advisory (a
+  // concurrent registration may take the room meanwhile) and pessimistic for
+  // content that turns out to be registered already, which needs no room.
+  absl::Status CheckCapacity(uint64_t bytes) const;
+
+  // The sealed model with this id, or nullptr.
+  std::shared_ptr<const Model> Find(absl::string_view id) const;
+  // Every sealed model, by id.
+  std::vector<std::shared_ptr<const Model>> List() const;
+  // Bytes of the master files of every sealed model (pinned when the store has
+  // a pin device).
+  uint64_t pinned_bytes() const;
+  ModelStoreStats stats() const;
+  const std::string& directory() const { return options_.directory; }
+
+ private:
+  ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
+             UniqueFd lock_fd);
+
+  absl::Status AdoptAll();
+  // The model of `id` from its manifest and master file, checked and mapped
+  // but not pinned; an error says why it cannot be adopted.
+  absl::StatusOr<std::unique_ptr<Model>> LoadSealed(const std::string& id) const;
+  // Writes, commits and pins the master of a model whose id, hashes and
+  // master placement are known. Removes what it wrote on failure.
+  absl::StatusOr<std::unique_ptr<Model>> WriteMaster(std::unique_ptr<Model> model,
+                                                     const std::byte* content,
+                                                     const BlockPlacement& staging);
+  absl::Status Pin(Model& model) const;
+  absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckFreeSpace(uint64_t bytes) const;
+  void RemoveQuietly(const std::string& name) const;
+  std::string PathOf(absl::string_view name) const;
+
+  const ModelStoreOptions options_;
+  Device* const pin_device_;
+  const UniqueFd directory_fd_;  // every file is opened relative to it
+  const UniqueFd lock_fd_;       // holds the flock for the store's lifetime
+
+  mutable absl::Mutex mu_;
+  absl::CondVar registration_done_;  // signalled when `in_progress_` shrinks
+  std::map<std::string, std::shared_ptr<const Model>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> in_progress_ ABSL_GUARDED_BY(mu_);
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
+  ModelStoreStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_MODEL_STORE_H_

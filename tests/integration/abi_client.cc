@@ -1,0 +1,109 @@
+// blockswap_abi_client: a trainer-shaped program that uses nothing but the
+// public C++ wrapper over the C ABI (libblockswap.so), as a trainer would.
+// It registers the test model, streams it through a ring on the calling
+// thread (null stream: waits block, slots are host memory) and checks every
+// byte, and that the read-only master view holds the same bytes.
+//
+//   blockswap_abi_client --socket=PATH [--seed=N --blocks=N --elements=N
+//                        --slots=N --passes=N --report=FILE]
+// Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "blockswap/blockswap.hpp"
+#include "tests/integration/test_model.h"
+
+namespace {
+
+std::map<std::string, std::string> ParseArgs(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    }
+  }
+  return args;
+}
+
+uint64_t Int(std::map<std::string, std::string>& args, const std::string& key, uint64_t fallback) {
+  return args.contains(key) ? std::strtoull(args[key].c_str(), nullptr, 10) : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using blockswap::testing::kTensorDtypes;
+  using blockswap::testing::kTensorElementBytes;
+  using blockswap::testing::kTensorNames;
+  using blockswap::testing::kTensorsPerBlock;
+  auto args = ParseArgs(argc, argv);
+  const uint32_t blocks = static_cast<uint32_t>(Int(args, "blocks", 6));
+  const auto data =
+      blockswap::testing::ModelTensorData(Int(args, "seed", 1), blocks, Int(args, "elements", 4096));
+  std::ofstream report(args["report"].empty() ? "/dev/null" : args["report"], std::ios::app);
+  try {
+    blockswap::Client client(args["socket"], "abi-client");
+    std::vector<blockswap::Block> model_blocks(blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      for (int t = 0; t < kTensorsPerBlock; ++t) {
+        const auto& bytes = data[b * kTensorsPerBlock + t];
+        model_blocks[b].push_back({kTensorNames[t], kTensorDtypes[t],
+                                   {bytes.size() / kTensorElementBytes[t]}, bytes.data()});
+      }
+    }
+    blockswap::Model model = client.Register("integration", model_blocks);
+    report << "model " << model.id() << "\n";
+
+    // What each block must hold: every tensor at the offset the layout gives.
+    std::vector<std::vector<uint8_t>> expected(blocks);
+    uint64_t slot_bytes = 0;
+    for (uint32_t b = 0; b < blocks; ++b) {
+      expected[b].assign(model.block_bytes(b), 0);
+      for (uint32_t t = 0; t < model.tensor_count(b); ++t) {
+        bs_tensor_info info = model.tensor(b, t);
+        std::memcpy(expected[b].data() + info.offset, data[b * kTensorsPerBlock + t].data(),
+                    info.length);
+      }
+      slot_bytes = std::max<uint64_t>(slot_bytes, model.block_bytes(b));
+    }
+
+    blockswap::Ring ring = client.CreateRing(client.devices().front(),
+                                             static_cast<uint32_t>(Int(args, "slots", 2)),
+                                             slot_bytes);
+    const uint32_t slots = ring.slot_count();
+    const uint64_t total = Int(args, "passes", 3) * blocks;
+    uint64_t wrong = 0;
+    for (uint64_t k = 0; k < slots && k < total; ++k) {
+      ring.Load(static_cast<uint32_t>(k), model, static_cast<uint32_t>(k % blocks));
+    }
+    for (uint64_t k = 0; k < total; ++k) {
+      const uint32_t slot = static_cast<uint32_t>(k % slots);
+      const uint32_t block = static_cast<uint32_t>(k % blocks);
+      ring.Wait(slot);
+      wrong += std::memcmp(ring.slot(slot), expected[block].data(), expected[block].size()) != 0;
+      wrong += std::memcmp(model.master(block), expected[block].data(), expected[block].size()) != 0;
+      if (k + slots < total) {
+        ring.Load(slot, model, static_cast<uint32_t>((k + slots) % blocks));
+      } else {
+        ring.Release(slot);
+      }
+    }
+    report << "wrong " << wrong << "\n";
+    if (wrong > 0) {
+      std::cerr << "blockswap_abi_client: " << wrong << " wrong blocks\n";
+      return 10;
+    }
+    return 0;
+  } catch (const blockswap::Error& e) {
+    std::cerr << "blockswap_abi_client: " << e.what() << " (code " << e.code() << ")\n";
+    report << "error " << e.code() << " " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,242 @@
+// Client processes for the daemon/client integration tests, spawned from the
+// test binary (tests/support/child_process.h). Each talks to a real
+// blockswapd through the client library and writes what it observed as
+// "key value" lines to --report=FILE; its exit code says how it ended
+// (ClientExit in client_roles.h).
+#include "tests/integration/client_roles.h"
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/connection.h"
+#include "client/model.h"
+#include "client/ring.h"
+#include "tests/support/child_process.h"
+
+namespace blockswap::testing {
+namespace {
+
+using Args = std::map<std::string, std::string>;
+
+Args ParseArgs(const std::vector<std::string>& argv) {
+  Args args;
+  for (const std::string& arg : argv) {
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    }
+  }
+  return args;
+}
+
+int64_t Int(const Args& args, const std::string& key, int64_t fallback) {
+  auto it = args.find(key);
+  int64_t value = fallback;
+  if (it != args.end() && !absl::SimpleAtoi(it->second, &value)) value = fallback;
+  return value;
+}
+
+std::string Str(const Args& args, const std::string& key, const std::string& fallback = "") {
+  auto it = args.find(key);
+  return it == args.end() ? fallback : it->second;
+}
+
+class Report {
+ public:
+  explicit Report(const Args& args) : path_(Str(args, "report")) {}
+  void Add(const std::string& key, const std::string& value) {
+    if (path_.empty()) return;
+    std::ofstream out(path_, std::ios::app);
+    out << key << " " << value << "\n";
+  }
+
+ private:
+  std::string path_;
+};
+
+int Exit(const absl::Status& status, Report& report) {
+  std::cerr << "client " << ::getpid() << ": " << status << "\n";
+  report.Add("error", absl::StrCat(static_cast<int>(status.code()), " ", status.message()));
+  if (absl::IsDeadlineExceeded(status)) return kClientTimedOut;
+  return kClientFailed;
+}
+
+}  // namespace
+
+std::vector<std::vector<client::TensorUpload>> ModelUploads(
+    const std::vector<std::vector<uint8_t>>& data, uint32_t blocks) {
+  std::vector<std::vector<client::TensorUpload>> uploads(blocks);
+  for (uint32_t b = 0; b < blocks; ++b) {
+    for (int t = 0; t < kTensorsPerBlock; ++t) {
+      const auto& bytes = data[b * kTensorsPerBlock + t];
+      client::TensorUpload upload;
+      upload.spec.name = kTensorNames[t];
+      upload.spec.dtype = kTensorDtypes[t];
+      upload.spec.shape = {bytes.size() / kTensorElementBytes[t]};
+      upload.data = bytes.data();
+      uploads[b].push_back(std::move(upload));
+    }
+  }
+  return uploads;
+}
+
+// The flat bytes block `b` must have: each tensor at its layout offset,
+// zeros between.
+std::vector<std::byte> ExpectedBlock(const ModelLayout& layout,
+                                     const std::vector<std::vector<uint8_t>>& data, uint32_t b) {
+  const BlockSpec& block = layout.blocks[b];
+  std::vector<std::byte> bytes(block.bytes);
+  for (size_t t = 0; t < block.tensors.size(); ++t) {
+    std::memcpy(bytes.data() + block.tensors[t].offset, data[b * kTensorsPerBlock + t].data(),
+                block.tensors[t].length);
+  }
+  return bytes;
+}
+
+namespace {
+
+struct Setup {
+  std::unique_ptr<client::Connection> connection;
+  std::unique_ptr<client::Model> model;
+  std::unique_ptr<client::Ring> ring;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<std::vector<std::byte>> expected;
+};
+
+absl::StatusOr<Setup> Prepare(const Args& args, Report& report) {
+  Setup setup;
+  const uint64_t seed = Int(args, "seed", 1);
+  const uint32_t blocks = static_cast<uint32_t>(Int(args, "blocks", 6));
+  const uint64_t elements = Int(args, "elements", 4096);
+  auto connection = client::Connection::Connect(Str(args, "socket"), Str(args, "name", "test"));
+  if (!connection.ok()) return connection.status();
+  setup.connection = *std::move(connection);
+  setup.data = ModelTensorData(seed, blocks, elements);
+  absl::StatusOr<std::unique_ptr<client::Model>> model =
+      Str(args, "model-id").empty()
+          ? client::Model::Register(*setup.connection, "integration",
+                                    ModelUploads(setup.data, blocks))
+          : client::Model::Open(*setup.connection, Str(args, "model-id"));
+  if (!model.ok()) return model.status();
+  setup.model = *std::move(model);
+  report.Add("model", setup.model->id());
+  uint64_t slot_bytes = 0;
+  for (uint32_t b = 0; b < setup.model->block_count(); ++b) {
+    setup.expected.push_back(ExpectedBlock(setup.model->layout(), setup.data, b));
+    slot_bytes = std::max<uint64_t>(slot_bytes, setup.model->layout().blocks[b].bytes);
+  }
+  const auto& devices = setup.connection->device_uuids();
+  std::string device = devices[Int(args, "device", 0) % devices.size()];
+  auto ring = client::Ring::Create(*setup.connection, device,
+                                   static_cast<uint32_t>(Int(args, "slots", 2)), slot_bytes);
+  if (!ring.ok()) return ring.status();
+  setup.ring = *std::move(ring);
+  report.Add("ring", absl::StrCat(setup.ring->id()));
+  return setup;
+}
+
+// Streams every block of the model `passes` times through the ring, as a
+// trainer on a GPU would: loads run ahead by the ring size, and each slot is
+// read on an asynchronous stream (a copy back, then a byte comparison in a
+// host function queued after it).
+int RunStream(const std::vector<std::string>& argv) {
+  Args args = ParseArgs(argv);
+  Report report(args);
+  absl::StatusOr<Setup> setup = Prepare(args, report);
+  if (!setup.ok()) return Exit(setup.status(), report);
+  client::Ring& ring = *setup->ring;
+  const int64_t passes = Int(args, "passes", 3);
+  const absl::Duration timeout = absl::Milliseconds(Int(args, "wait-timeout-ms", 10000));
+  // Emulated kernel time per block, on the stream after the slot's read.
+  const absl::Duration compute = absl::Microseconds(Int(args, "compute-us", 0));
+  const uint32_t slots = ring.shape().slot_count;
+  const uint32_t blocks = setup->model->block_count();
+  auto stream = ring.device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
+  std::vector<std::vector<std::byte>> readback(slots, std::vector<std::byte>(ring.shape().slot_bytes));
+  std::atomic<int64_t> wrong{0};
+  const int64_t total = passes * blocks;
+  auto load = [&](int64_t k) {
+    return ring.Load(static_cast<uint32_t>(k % slots), *setup->model,
+                     static_cast<uint32_t>(k % blocks), **stream);
+  };
+  absl::Time start = absl::Now();
+  for (int64_t k = 0; k < slots && k < total; ++k) {
+    if (absl::Status s = load(k); !s.ok()) return Exit(s, report);
+  }
+  for (int64_t k = 0; k < total; ++k) {
+    uint32_t slot = static_cast<uint32_t>(k % slots);
+    const std::vector<std::byte>& want = setup->expected[k % blocks];
+    if (absl::Status s = ring.Wait(slot, **stream, timeout); !s.ok()) return Exit(s, report);
+    std::byte* copy = readback[slot].data();
+    (void)(*stream)->CopyDeviceToHost(copy, ring.slot(slot), want.size());
+    (void)(*stream)->LaunchHostFunc([&wrong, copy, &want, compute] {
+      if (std::memcmp(copy, want.data(), want.size()) != 0) wrong.fetch_add(1);
+      if (compute > absl::ZeroDuration()) absl::SleepFor(compute);
+    });
+    if (k == blocks - 1) report.Add("streaming", "1");  // a whole pass is through
+    if (k + slots < total) {
+      if (absl::Status s = load(k + slots); !s.ok()) return Exit(s, report);
+    }
+  }
+  if (absl::Status s = ring.Drain(timeout); !s.ok()) return Exit(s, report);
+  (void)(*stream)->Synchronize();
+  report.Add("loads", absl::StrCat(total));
+  report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
+  report.Add("wrong", absl::StrCat(wrong.load()));
+  if (wrong.load() > 0) {
+    std::cerr << "client " << ::getpid() << ": " << wrong.load() << " of " << total
+              << " loads had wrong bytes\n";
+    return kClientWrongBytes;
+  }
+  return kClientOk;
+}
+BLOCKSWAP_CHILD_ROLE("stream", RunStream);
+
+// Loads one block into slot 0, then leaves a second load pending behind a
+// stream that never completes: the daemon holds that copy back forever (its
+// `free` never completes) while the role sleeps until it is killed.
+int RunHog(const std::vector<std::string>& argv) {
+  Args args = ParseArgs(argv);
+  Report report(args);
+  absl::StatusOr<Setup> setup = Prepare(args, report);
+  if (!setup.ok()) return Exit(setup.status(), report);
+  client::Ring& ring = *setup->ring;
+  auto stream = ring.device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
+  if (absl::Status s = ring.Load(0, *setup->model, 0, **stream); !s.ok()) return Exit(s, report);
+  if (absl::Status s = ring.Wait(0, **stream, absl::Seconds(10)); !s.ok()) return Exit(s, report);
+  auto never = std::make_shared<absl::Notification>();
+  (void)(*stream)->LaunchHostFunc([never] { never->WaitForNotification(); });
+  if (absl::Status s = ring.Load(0, *setup->model, 1, **stream); !s.ok()) return Exit(s, report);
+  report.Add("holding", "1");
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+BLOCKSWAP_CHILD_ROLE("hog", RunHog);
+
+// Attaches, registers, creates a ring, says so, and idles until killed.
+int RunIdle(const std::vector<std::string>& argv) {
+  Args args = ParseArgs(argv);
+  Report report(args);
+  absl::StatusOr<Setup> setup = Prepare(args, report);
+  if (!setup.ok()) return Exit(setup.status(), report);
+  report.Add("attached", "1");
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+BLOCKSWAP_CHILD_ROLE("idle", RunIdle);
+
+}  // namespace
+}  // namespace blockswap::testing

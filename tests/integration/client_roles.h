@@ -1,0 +1,30 @@
+// Client roles of the integration tests (client_roles.cc, rogue_roles.cc)
+// and the model they share.
+#ifndef BLOCKSWAP_TESTS_INTEGRATION_CLIENT_ROLES_H_
+#define BLOCKSWAP_TESTS_INTEGRATION_CLIENT_ROLES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "client/model.h"
+#include "shared/model_layout.h"
+#include "tests/integration/test_model.h"
+
+namespace blockswap::testing {
+
+enum ClientExit : int {
+  kClientOk = 0,
+  kClientFailed = 1,      // an error other than a timeout (reported)
+  kClientSetupFailed = 2,
+  kClientWrongBytes = 10,
+  kClientTimedOut = 12,
+};
+
+std::vector<std::vector<client::TensorUpload>> ModelUploads(
+    const std::vector<std::vector<uint8_t>>& data, uint32_t blocks);
+std::vector<std::byte> ExpectedBlock(const ModelLayout& layout,
+                                     const std::vector<std::vector<uint8_t>>& data, uint32_t b);
+
+}  // namespace blockswap::testing
+
+#endif  // BLOCKSWAP_TESTS_INTEGRATION_CLIENT_ROLES_H_

@@ -1,0 +1,151 @@
+// A misbehaving client: `rogue --case=NAME` breaks one rule and checks that
+// blockswapd answers with the precise error (code and message). Exit 0 when
+// it did, 1 (with what came instead on stderr) when not.
+#include <grp.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/connection.h"
+#include "client/model.h"
+#include "client/ring.h"
+#include "tests/integration/client_roles.h"
+#include "tests/support/child_process.h"
+
+namespace blockswap::testing {
+namespace {
+
+struct Expectation {
+  absl::StatusCode code;
+  std::string fragment;
+};
+
+int Check(const std::string& name, const absl::Status& got, const Expectation& want) {
+  if (got.code() == want.code && absl::StrContains(got.message(), want.fragment)) {
+    std::cerr << "rogue " << name << ": answered as expected: " << got << "\n";
+    return kClientOk;
+  }
+  std::cerr << "rogue " << name << ": expected " << absl::StatusCodeToString(want.code)
+            << " containing '" << want.fragment << "', got " << got << "\n";
+  return kClientFailed;
+}
+
+// The daemon reports errors of pipelined loads on the Load stream; wait for
+// the report about `ring_id`.
+absl::Status AwaitRingError(client::Connection& connection, uint64_t ring_id) {
+  for (absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+    absl::Status error = connection.RingError(ring_id);
+    if (!error.ok()) return error;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::OkStatus();
+}
+
+v1::LoadRequest Request(uint64_t ring, uint32_t slot, const std::string& model, uint32_t block,
+                        uint32_t generation) {
+  v1::LoadRequest request;
+  request.set_ring_id(ring);
+  request.set_slot(slot);
+  request.set_model_id(model);
+  request.set_block(block);
+  request.set_generation(generation);
+  return request;
+}
+
+int RunRogue(const std::vector<std::string>& argv) {
+  std::map<std::string, std::string> args;
+  for (const std::string& arg : argv) {
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    }
+  }
+  const std::string name = args["case"];
+  const std::string socket = args["socket"];
+
+  if (name == "denied-uid") {
+    // Drop to nobody before connecting: the access policy must refuse it.
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      std::cerr << "rogue: cannot become uid 65534 (not root?)\n";
+      return kClientSetupFailed;
+    }
+    auto connection = client::Connection::Connect(socket, "rogue");
+    return Check(name, connection.status(),
+                 {absl::StatusCode::kPermissionDenied, "uid 65534"});
+  }
+
+  auto connection = client::Connection::Connect(socket, "rogue");
+  if (!connection.ok()) return Check(name, connection.status(), {absl::StatusCode::kOk, ""});
+  client::Connection& c = **connection;
+
+  if (name == "too-big") {
+    // 4 blocks of about 4 MiB: more than the daemon's --max-pinned-bytes.
+    auto data = ModelTensorData(7, 4, uint64_t{1} << 20);
+    auto model = client::Model::Register(c, "too-big", ModelUploads(data, 4));
+    return Check(name, model.status(),
+                 {absl::StatusCode::kResourceExhausted, "--max-pinned-bytes"});
+  }
+
+  auto data = ModelTensorData(3, 4, 1024);
+  auto model = client::Model::Register(c, "rogue", ModelUploads(data, 4));
+  if (!model.ok()) return Check(name, model.status(), {absl::StatusCode::kOk, ""});
+  uint64_t slot_bytes = 0;
+  for (const BlockSpec& block : (*model)->layout().blocks) slot_bytes = std::max(slot_bytes, block.bytes);
+  auto ring = client::Ring::Create(c, c.device_uuids().front(), 2, slot_bytes);
+  if (!ring.ok()) return Check(name, ring.status(), {absl::StatusCode::kOk, ""});
+  const uint64_t ring_id = (*ring)->id();
+  const std::string& model_id = (*model)->id();
+
+  if (name == "unfreed-slot") {
+    // Generation 1 loaded and in use; generation 2 asked for without
+    // releasing the slot (consumed_seq still 0).
+    if (auto s = (*ring)->Load(0, **model, 0, nullptr); !s.ok()) return Check(name, s, {});
+    if (auto s = (*ring)->Wait(0, nullptr, absl::Seconds(10)); !s.ok()) return Check(name, s, {});
+    (void)c.SendLoad(Request(ring_id, 0, model_id, 1, 2));
+    return Check(name, AwaitRingError(c, ring_id),
+                 {absl::StatusCode::kFailedPrecondition, "consumed_seq=0 (must be 1"});
+  }
+  if (name == "unknown-ring") {
+    (void)c.SendLoad(Request(999999, 0, model_id, 0, 1));
+    return Check(name, AwaitRingError(c, 999999), {absl::StatusCode::kNotFound, "no ring 999999"});
+  }
+  if (name == "bad-slot") {
+    (void)c.SendLoad(Request(ring_id, 7, model_id, 0, 1));
+    return Check(name, AwaitRingError(c, ring_id),
+                 {absl::StatusCode::kOutOfRange, "slot 7 out of range (ring"});
+  }
+  if (name == "bad-block") {
+    (void)c.SendLoad(Request(ring_id, 0, model_id, 99, 1));
+    return Check(name, AwaitRingError(c, ring_id),
+                 {absl::StatusCode::kOutOfRange, "block 99 out of range (model has 4 blocks)"});
+  }
+  if (name == "unknown-model") {
+    (void)c.SendLoad(Request(ring_id, 0, std::string(64, 'a'), 0, 1));
+    return Check(name, AwaitRingError(c, ring_id),
+                 {absl::StatusCode::kNotFound, "is not open in this session"});
+  }
+  if (name == "foreign-ring") {
+    // A second session (same process, own token) owns a ring; the first
+    // session may not load into it.
+    auto other = client::Connection::Connect(socket, "rogue-other");
+    if (!other.ok()) return Check(name, other.status(), {});
+    auto other_ring = client::Ring::Create(**other, (*other)->device_uuids().front(), 2, 4096);
+    if (!other_ring.ok()) return Check(name, other_ring.status(), {});
+    (void)c.SendLoad(Request((*other_ring)->id(), 0, model_id, 0, 1));
+    return Check(name, AwaitRingError(c, (*other_ring)->id()),
+                 {absl::StatusCode::kPermissionDenied, "belongs to another session"});
+  }
+  std::cerr << "rogue: unknown case '" << name << "'\n";
+  return kClientSetupFailed;
+}
+BLOCKSWAP_CHILD_ROLE("rogue", RunRogue);
+
+}  // namespace
+}  // namespace blockswap::testing

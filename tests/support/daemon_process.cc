@@ -1,0 +1,101 @@
+#include "tests/support/daemon_process.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+
+namespace blockswap::testing {
+
+std::string BinaryDirectory() {
+  char path[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return ".";
+  path[length] = '\0';
+  return std::filesystem::path(path).parent_path().string();
+}
+
+absl::StatusOr<std::unique_ptr<ScratchDirs>> ScratchDirs::Create() {
+  auto dirs = std::make_unique<ScratchDirs>();
+  char temp[] = "/tmp/blockswap-test-XXXXXX";
+  if (::mkdtemp(temp) == nullptr) return ErrnoStatus(errno, "mkdtemp");
+  dirs->temp_dir_ = temp;
+  // The daemon creates the master directory itself (mode 0700); only the
+  // name must be unique.
+  dirs->shm_dir_ = absl::StrCat("/dev/shm/",
+                                std::filesystem::path(temp).filename().string());
+  return dirs;
+}
+
+ScratchDirs::~ScratchDirs() {
+  std::error_code ignored;
+  std::filesystem::remove_all(temp_dir_, ignored);
+  std::filesystem::remove_all(shm_dir_, ignored);
+}
+
+std::vector<std::string> ScratchDirs::ShmEntries() const {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(shm_dir_, error)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+namespace {
+
+bool Connectable(const std::string& path) {
+  UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+  return ::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const ScratchDirs& dirs,
+                                                                    DaemonFlags flags) {
+  std::vector<std::string> args = {"--backend=host", "--socket=" + dirs.socket_path(),
+                                   "--shm-prefix=" + dirs.shm_dir()};
+  args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ChildProcess process,
+      ChildProcess::SpawnProgram(BinaryDirectory() + "/blockswapd",
+                                 {.args = std::move(args), .env = std::move(flags.env)}));
+  std::unique_ptr<DaemonProcess> daemon(new DaemonProcess(std::move(process), dirs.socket_path()));
+  for (absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+    if (Connectable(dirs.socket_path())) return daemon;
+    if (std::optional<int> code = daemon->process_.TryWait(); code.has_value()) {
+      return absl::InternalError(absl::StrCat("blockswapd exited during start-up (code ", *code,
+                                              "); see its stderr above"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError("blockswapd did not accept connections within 10 s");
+}
+
+absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
+  process_.Kill(signal);
+  return process_.Wait(timeout);
+}
+
+std::unique_ptr<v1::Admin::Stub> DaemonProcess::Admin() const {
+  return v1::Admin::NewStub(
+      grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()));
+}
+
+}  // namespace blockswap::testing
