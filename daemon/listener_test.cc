@@ -1,5 +1,7 @@
-// The listener with a real gRPC server and real clients (gRPC channels, the
-// side-channel client, raw sockets, child processes under other uids).
+// The listener with a real gRPC server and real clients (gRPC channels, raw
+// sockets speaking the side channel's wire, child processes under other uids).
+// The client's half of the side channel (SideChannelClient) is tested in
+// client/side_channel_client_test.cc.
 #include "daemon/listener.h"
 
 #include <grp.h>
@@ -17,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -27,17 +28,15 @@
 #include "shared/fd_passing.h"
 #include "shared/grpc_status.h"
 #include "shared/shared_memory.h"
+#include "shared/side_channel_wire.h"
 #include "tests/support/child_process.h"
-
-// client/ has no library or test binary yet, so its side-channel half is
-// compiled into this test. Move these tests to client/side_channel_client_test.cc
-// once client/CMakeLists.txt builds client_test.
-#include "client/side_channel_client.cc"  // NOLINT(build/include)
+#include "tests/support/memfd_text.h"
 
 namespace blockswap::daemon {
 namespace {
 
-using client::SideChannelClient;
+using ::blockswap::testing::ContentOf;
+using ::blockswap::testing::MemfdWith;
 
 constexpr char kGoodToken[] = "0123456789abcdef0123456789abcdef";
 constexpr char kBadToken[] = "ffffffffffffffffffffffffffffffff";
@@ -144,22 +143,38 @@ bool ClosedByDaemon(const UniqueFd& socket, absl::Duration timeout) {
   return got == 0 || (got < 0 && errno == ECONNRESET);
 }
 
-// A memfd holding `text`.
-SharedMemory MemfdWith(const std::string& text) {
-  auto memory = SharedMemory::Create("listener-test", 4096);
-  EXPECT_TRUE(memory.ok()) << memory.status();
-  auto mapping = memory->Map(Access::kReadWrite);
-  EXPECT_TRUE(mapping.ok()) << mapping.status();
-  std::memcpy(mapping->data(), text.c_str(), text.size() + 1);
-  return *std::move(memory);
+// A side channel as a client opens it: connected, with the hello for `token`
+// sent. Invalid when either step fails.
+UniqueFd RawSideChannel(const std::string& path, absl::string_view token) {
+  auto hello = EncodeSideChannelHello(token);
+  EXPECT_TRUE(hello.ok()) << hello.status();
+  if (!hello.ok()) return UniqueFd();
+  UniqueFd socket = RawConnect(path);
+  if (!socket.valid()) return UniqueFd();
+  if (::send(socket.get(), hello->data(), hello->size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(hello->size())) {
+    return UniqueFd();
+  }
+  return socket;
 }
 
-std::string ContentOf(UniqueFd fd) {
-  auto memory = SharedMemory::Adopt(std::move(fd), 4096);
-  if (!memory.ok()) return memory.status().ToString();
-  auto mapping = memory->Map(Access::kReadOnly);
-  if (!mapping.ok()) return mapping.status().ToString();
-  return std::string(static_cast<const char*>(mapping->data()));
+// One descriptor batch as it arrives on the client's end of a side channel.
+struct RawBatch {
+  FdBatchHeader header;
+  std::vector<UniqueFd> fds;
+};
+
+absl::StatusOr<RawBatch> ReadRawBatch(const UniqueFd& socket, absl::Duration timeout) {
+  pollfd pfd{socket.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) {
+    return absl::DeadlineExceededError("no descriptor batch arrived");
+  }
+  auto message = ReceiveExactWithFds(socket, sizeof(FdBatchHeader));
+  if (!message.ok()) return message.status();
+  RawBatch batch;
+  std::memcpy(&batch.header, message->payload.data(), sizeof(batch.header));
+  batch.fds = std::move(message->fds);
+  return batch;
 }
 
 // Child: drops to `uid`/`gid` with the given supplementary groups, calls
@@ -476,8 +491,8 @@ TEST_F(ListenerTest, UnknownProtocolIsClosed) {
 
 TEST_F(ListenerTest, SideChannelReachesTheAcceptorWithItsPeer) {
   StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
+  UniqueFd channel = RawSideChannel(path_, kGoodToken);
+  ASSERT_TRUE(channel.valid());
   auto accepted = acceptor_.Take(kPatience);
   ASSERT_TRUE(accepted.has_value());
   EXPECT_EQ(accepted->token, kGoodToken);
@@ -501,192 +516,53 @@ TEST_F(ListenerTest, HelloSentInPiecesIsAssembled) {
   EXPECT_TRUE(acceptor_.Take(kPatience).has_value());
 }
 
+// The daemon's half of a batch: SendFdBatch on the socket the acceptor got
+// writes one header with the descriptors attached. (The client's half,
+// reading and keeping batches, is in client/side_channel_client_test.cc.)
 TEST_F(ListenerTest, BatchesCarryDescriptorsWithTheirContent) {
   StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
+  UniqueFd channel = RawSideChannel(path_, kGoodToken);
+  ASSERT_TRUE(channel.valid());
   auto accepted = acceptor_.Take(kPatience);
   ASSERT_TRUE(accepted.has_value());
   SharedMemory one = MemfdWith("one"), two = MemfdWith("two");
   int fds[] = {one.fd().get(), two.fd().get()};
   ASSERT_TRUE(SendFdBatch(accepted->socket, 7, fds).ok());
-  auto received = channel->Receive(7, kPatience);
+  auto received = ReadRawBatch(channel, kPatience);
   ASSERT_TRUE(received.ok()) << received.status();
-  ASSERT_EQ(received->size(), 2u);
-  EXPECT_EQ(ContentOf(std::move((*received)[0])), "one");
-  EXPECT_EQ(ContentOf(std::move((*received)[1])), "two");
+  EXPECT_EQ(absl::string_view(received->header.magic, sizeof(received->header.magic)), "BSFB");
+  EXPECT_EQ(received->header.batch, 7u);
+  EXPECT_EQ(received->header.fd_count, 2u);
+  ASSERT_EQ(received->fds.size(), 2u);
+  EXPECT_EQ(ContentOf(std::move(received->fds[0])), "one");
+  EXPECT_EQ(ContentOf(std::move(received->fds[1])), "two");
   ASSERT_TRUE(SendFdBatch(accepted->socket, 8, {}).ok());
-  auto empty = channel->Receive(8, kPatience);
+  auto empty = ReadRawBatch(channel, kPatience);
   ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(empty->header.batch, 8u);
+  EXPECT_EQ(empty->header.fd_count, 0u);
+  EXPECT_TRUE(empty->fds.empty());
 }
 
-TEST_F(ListenerTest, OutOfOrderBatchesAreKeptForWhoeverAsks) {
-  StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  auto accepted = acceptor_.Take(kPatience);
-  ASSERT_TRUE(accepted.has_value());
-  SharedMemory one = MemfdWith("one"), two = MemfdWith("two");
-  int fd_two[] = {two.fd().get()};
-  int fd_one[] = {one.fd().get()};
-  ASSERT_TRUE(SendFdBatch(accepted->socket, 2, fd_two).ok());
-  ASSERT_TRUE(SendFdBatch(accepted->socket, 1, fd_one).ok());
-  auto first = channel->Receive(1, kPatience);
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(first->size(), 1u);
-  EXPECT_EQ(ContentOf(std::move((*first)[0])), "one");
-  auto second = channel->Receive(2, kPatience);
-  ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_EQ(second->size(), 1u);
-  EXPECT_EQ(ContentOf(std::move((*second)[0])), "two");
-}
-
-TEST_F(ListenerTest, ThreadsWaitingForDifferentBatchesEachGetTheirs) {
-  StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  auto accepted = acceptor_.Take(kPatience);
-  ASSERT_TRUE(accepted.has_value());
-  constexpr int kThreads = 8;
-  std::vector<SharedMemory> memories;
-  for (int i = 0; i < kThreads; ++i) memories.push_back(MemfdWith(absl::StrCat("batch ", i)));
-  std::vector<std::string> contents(kThreads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      auto fds = channel->Receive(100 + i, kPatience);
-      contents[i] =
-          fds.ok() && fds->size() == 1 ? ContentOf(std::move((*fds)[0])) : fds.status().ToString();
-    });
-  }
-  absl::SleepFor(absl::Milliseconds(50));  // let them all wait first
-  for (int i = kThreads - 1; i >= 0; --i) {
-    int fd[] = {memories[i].fd().get()};
-    ASSERT_TRUE(SendFdBatch(accepted->socket, 100 + i, fd).ok());
-  }
-  for (auto& thread : threads) thread.join();
-  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(contents[i], absl::StrCat("batch ", i));
-}
-
-TEST_F(ListenerTest, ReceiveTimesOutNamingTheBatch) {
-  StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  auto received = channel->Receive(99, absl::Milliseconds(100));
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(received.status().message().find("batch 99"), absl::string_view::npos)
-      << received.status();
-}
-
+// What the client makes of the closed channel is
+// FakeDaemonTest.BadTokenClosesTheChannel in client/side_channel_client_test.cc.
 TEST_F(ListenerTest, BadTokenClosesTheChannel) {
   StartListener(Options());
-  auto channel = SideChannelClient::Connect(path_, kBadToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  auto received = channel->Receive(1, kPatience);
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(received.status().message(), "blockswapd closed the descriptor channel");
+  UniqueFd channel = RawSideChannel(path_, kBadToken);
+  ASSERT_TRUE(channel.valid());
+  EXPECT_TRUE(ClosedByDaemon(channel, kPatience));
   EXPECT_TRUE(Logged("no session has this token"));
-  EXPECT_EQ(channel->Receive(2, kPatience).status().code(), absl::StatusCode::kUnavailable)
-      << "a closed channel stays closed";
 }
 
 TEST_F(ListenerTest, DeniedPeersSideChannelIsClosedBeforeTheAcceptor) {
   ListenerOptions options = Options();
   options.policy = AccessPolicy::Only({::getuid() + 1}, {});
   StartListener(std::move(options));
-  auto channel = SideChannelClient::Connect(path_, kGoodToken);
-  ASSERT_TRUE(channel.ok()) << channel.status();
-  EXPECT_EQ(channel->Receive(1, kPatience).status().code(), absl::StatusCode::kUnavailable);
+  UniqueFd channel = RawSideChannel(path_, kGoodToken);
+  ASSERT_TRUE(channel.valid());
+  EXPECT_TRUE(ClosedByDaemon(channel, kPatience));
   EXPECT_FALSE(acceptor_.Take(absl::Milliseconds(100)).has_value());
   EXPECT_TRUE(Logged("is not allowed by this blockswapd"));
-}
-
-TEST(SideChannelClient, RefusesAMalformedToken) {
-  EXPECT_EQ(SideChannelClient::Connect("/nonexistent.sock", "short").status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-TEST(SideChannelClient, MissingDaemonNamesThePath) {
-  auto channel = SideChannelClient::Connect("/nonexistent/blockswapd.sock", kGoodToken);
-  EXPECT_FALSE(channel.ok());
-  EXPECT_NE(channel.status().message().find("/nonexistent/blockswapd.sock"),
-            absl::string_view::npos)
-      << channel.status();
-}
-
-// A fake daemon that accepts one side channel and then sends raw bytes.
-class FakeDaemonTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char dir[] = "/tmp/blockswap-fake-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = dir;
-    std::string path = dir_ + "/s";
-    listening_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-    ASSERT_EQ(::bind(listening_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(::listen(listening_.get(), 4), 0);
-    auto channel = SideChannelClient::Connect(path, kGoodToken);
-    ASSERT_TRUE(channel.ok()) << channel.status();
-    channel_.emplace(*std::move(channel));
-    daemon_side_ = UniqueFd(::accept4(listening_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    ASSERT_TRUE(daemon_side_.valid());
-    char hello[sizeof(SideChannelHello)];
-    ASSERT_EQ(::recv(daemon_side_.get(), hello, sizeof(hello), MSG_WAITALL),
-              static_cast<ssize_t>(sizeof(hello)));
-    auto token = DecodeSideChannelHello(absl::string_view(hello, sizeof(hello)));
-    ASSERT_TRUE(token.ok()) << token.status();
-    EXPECT_EQ(*token, kGoodToken);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  void SendHeader(const char* magic, uint32_t count, uint64_t batch, absl::Span<const int> fds) {
-    FdBatchHeader header{};
-    std::memcpy(header.magic, magic, 4);
-    header.fd_count = count;
-    header.batch = batch;
-    ASSERT_TRUE(SendWithFds(daemon_side_,
-                            absl::string_view(reinterpret_cast<char*>(&header), sizeof(header)),
-                            fds)
-                    .ok());
-  }
-
-  std::string dir_;
-  UniqueFd listening_;
-  UniqueFd daemon_side_;
-  std::optional<SideChannelClient> channel_;
-};
-
-TEST_F(FakeDaemonTest, WrongMagicIsDataLoss) {
-  SendHeader("XXXX", 0, 1, {});
-  auto received = channel_->Receive(1, kPatience);
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(received.status().message().find("instead of \"BSFB\""), absl::string_view::npos)
-      << received.status();
-  EXPECT_EQ(channel_->Receive(2, kPatience).status().code(), absl::StatusCode::kDataLoss)
-      << "a corrupt channel stays failed";
-}
-
-TEST_F(FakeDaemonTest, DescriptorCountMismatchIsDataLoss) {
-  SharedMemory memory = MemfdWith("x");
-  int fd[] = {memory.fd().get()};
-  SendHeader("BSFB", 2, 5, fd);
-  auto received = channel_->Receive(5, kPatience);
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(received.status().message(),
-            "descriptor batch 5 announced 2 descriptors but 1 arrived");
-}
-
-TEST_F(FakeDaemonTest, ABatchSentTwiceIsDataLoss) {
-  SendHeader("BSFB", 0, 3, {});
-  SendHeader("BSFB", 0, 3, {});
-  auto received = channel_->Receive(4, kPatience);
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(received.status().message().find("arrived twice"), absl::string_view::npos);
-  EXPECT_TRUE(channel_->Receive(3, kPatience).ok()) << "batches already kept can still be taken";
 }
 
 // --- sending -------------------------------------------------------------------
@@ -717,31 +593,6 @@ TEST(SendFdBatch, RefusesTooManyDescriptors) {
   UniqueFd a(pair[0]), b(pair[1]);
   std::vector<int> many(kMaxFdsPerMessage + 1, a.get());
   EXPECT_EQ(SendFdBatch(a, 1, many).code(), absl::StatusCode::kInvalidArgument);
-}
-
-// shared/fd_passing's exact receive, on the property the side channel rests
-// on (here until shared_test may be edited for it).
-TEST(ReceiveExactWithFds, NeverReadsPastAMessageWithDescriptors) {
-  int pair[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
-  UniqueFd a(pair[0]), b(pair[1]);
-  SharedMemory x = MemfdWith("x"), y = MemfdWith("y");
-  int fd_x[] = {x.fd().get()};
-  int fd_y[] = {y.fd().get()};
-  ASSERT_TRUE(SendWithFds(a, "aaaa", {}).ok());
-  ASSERT_TRUE(SendWithFds(a, "bbbb", fd_x).ok());
-  ASSERT_TRUE(SendWithFds(a, "cccc", fd_y).ok());
-  a.Reset();
-  for (auto [payload, content] : {std::pair{"aaaa", ""}, {"bbbb", "x"}, {"cccc", "y"}}) {
-    auto message = ReceiveExactWithFds(b, 4);
-    ASSERT_TRUE(message.ok()) << message.status();
-    EXPECT_EQ(message->payload, payload);
-    ASSERT_EQ(message->fds.size(), std::string(content).empty() ? 0u : 1u) << payload;
-    if (!message->fds.empty()) {
-      EXPECT_EQ(ContentOf(std::move(message->fds[0])), content);
-    }
-  }
-  EXPECT_EQ(ReceiveExactWithFds(b, 4).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ void CollectDescriptors(msghdr& msg, std::vector<UniqueFd>& fds) {
 }  // namespace
 
 absl::Status SendWithFds(const UniqueFd& socket, absl::string_view payload,
-                         absl::Span<const int> fds) {
+                         absl::Span<const int> fds, SendMode mode) {
   if (payload.empty() || payload.size() > kMaxPayload) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload of ", payload.size(), " bytes (must be 1..", kMaxPayload, ")"));
@@ -54,11 +54,12 @@ absl::Status SendWithFds(const UniqueFd& socket, absl::string_view payload,
   }
   ssize_t sent;
   do {
-    sent = ::sendmsg(socket.get(), &msg, MSG_NOSIGNAL);
+    sent = ::sendmsg(socket.get(), &msg,
+                     MSG_NOSIGNAL | (mode == SendMode::kNonBlocking ? MSG_DONTWAIT : 0));
   } while (sent < 0 && errno == EINTR);
   if (sent < 0) return ErrnoStatus(errno, "sending descriptors");
   if (static_cast<size_t>(sent) != payload.size()) {
-    return absl::InternalError(
+    return absl::DataLossError(
         absl::StrCat("short send of descriptors: ", sent, " of ", payload.size(), " bytes"));
   }
   return absl::OkStatus();

@@ -15,11 +15,20 @@ namespace blockswap {
 // At most this many descriptors travel in one message.
 inline constexpr size_t kMaxFdsPerMessage = 250;
 
+enum class SendMode {
+  kBlocking,
+  // Never waits: a full socket is RESOURCE_EXHAUSTED (a peer that stops
+  // reading must not hold up the sender).
+  kNonBlocking,
+};
+
 // Sends `payload` (at least 1 byte, at most 64 KiB) and `fds` as one message
-// on a SOCK_SEQPACKET (or SOCK_STREAM) unix socket. The caller keeps its
-// descriptors; the receiver gets its own copies.
+// on a SOCK_SEQPACKET (or SOCK_STREAM) unix socket, never raising SIGPIPE (a
+// closed peer is UNAVAILABLE). The caller keeps its descriptors; the receiver
+// gets its own copies. A short send is DATA_LOSS: on a stream socket the
+// message boundaries are lost for good.
 absl::Status SendWithFds(const UniqueFd& socket, absl::string_view payload,
-                         absl::Span<const int> fds);
+                         absl::Span<const int> fds, SendMode mode = SendMode::kBlocking);
 
 struct ReceivedMessage {
   std::string payload;

@@ -4,13 +4,19 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
 #include "shared/shared_memory.h"
+#include "tests/support/memfd_text.h"
 
 namespace blockswap {
 namespace {
+
+using ::blockswap::testing::ContentOf;
+using ::blockswap::testing::MemfdWith;
 
 struct SocketPair {
   UniqueFd a, b;
@@ -65,6 +71,31 @@ TEST(FdPassing, RefusesEmptyPayloadAndTooManyDescriptors) {
   EXPECT_EQ(SendWithFds(pair.a, "", {}).code(), absl::StatusCode::kInvalidArgument);
   std::vector<int> many(kMaxFdsPerMessage + 1, pair.a.get());
   EXPECT_EQ(SendWithFds(pair.a, "x", many).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ReceiveExactWithFds, on the property the side channel rests on: over a
+// stream socket it never reads past a message that carries descriptors.
+TEST(FdPassing, ReceiveExactWithFdsNeverReadsPastAMessageWithDescriptors) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd a(pair[0]), b(pair[1]);
+  SharedMemory x = MemfdWith("x"), y = MemfdWith("y");
+  int fd_x[] = {x.fd().get()};
+  int fd_y[] = {y.fd().get()};
+  ASSERT_TRUE(SendWithFds(a, "aaaa", {}).ok());
+  ASSERT_TRUE(SendWithFds(a, "bbbb", fd_x).ok());
+  ASSERT_TRUE(SendWithFds(a, "cccc", fd_y).ok());
+  a.Reset();
+  for (auto [payload, content] : {std::pair{"aaaa", ""}, {"bbbb", "x"}, {"cccc", "y"}}) {
+    auto message = ReceiveExactWithFds(b, 4);
+    ASSERT_TRUE(message.ok()) << message.status();
+    EXPECT_EQ(message->payload, payload);
+    ASSERT_EQ(message->fds.size(), std::string(content).empty() ? 0u : 1u) << payload;
+    if (!message->fds.empty()) {
+      EXPECT_EQ(ContentOf(std::move(message->fds[0])), content);
+    }
+  }
+  EXPECT_EQ(ReceiveExactWithFds(b, 4).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -64,14 +64,27 @@ class HostEvent final : public Event {
     return std::unique_ptr<HostEvent>(new HostEvent(std::move(shm), std::move(mapping)));
   }
 
-  absl::StatusOr<bool> Query() override {
-    return SeqAtLeast(state()->completed_count.load(std::memory_order_acquire),
-                      state()->record_count.load(std::memory_order_acquire));
-  }
+  absl::StatusOr<bool> Query() override { return Reached(state(), WaitTarget()); }
 
   absl::StatusOr<ExportedHandle> Export() const override {
     BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
     return ExportedHandle{std::string(kEventBlob), std::move(fd)};
+  }
+
+  // Record, as issued: the new record's sequence number.
+  uint32_t IssueRecord() {
+    return state()->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
+  }
+  // Record, as reached by the recording stream: complete up to `seq`.
+  static void CompleteRecord(HostEventState* state, uint32_t seq) {
+    uint32_t done = state->completed_count.load(std::memory_order_relaxed);
+    if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
+    FutexWakeAll(&state->completed_count);
+  }
+  // A wait, as issued: the record it binds to (the most recent one now).
+  uint32_t WaitTarget() const { return state()->record_count.load(std::memory_order_acquire); }
+  static bool Reached(const HostEventState* state, uint32_t target) {
+    return SeqAtLeast(state->completed_count.load(std::memory_order_acquire), target);
   }
 
   // Pending stream work keeps the mapping alive past the event's destruction,
@@ -85,6 +98,12 @@ class HostEvent final : public Event {
   SharedMemory shm_;
   std::shared_ptr<Mapping> mapping_;
 };
+
+absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
+  auto* host_event = dynamic_cast<HostEvent*>(&event);
+  if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+  return host_event;
+}
 
 class HostMemory final : public DeviceMemory {
  public:
@@ -126,29 +145,24 @@ class HostStream final : public Stream {
   }
 
   absl::Status Record(Event& event) override {
-    auto* host_event = dynamic_cast<HostEvent*>(&event);
-    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
-    HostEventState* state = host_event->state();
-    uint32_t seq = state->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
-    Enqueue([state, seq, keep = host_event->mapping()] {
-      uint32_t done = state->completed_count.load(std::memory_order_relaxed);
-      if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
-      FutexWakeAll(&state->completed_count);
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    uint32_t seq = host_event->IssueRecord();
+    Enqueue([state = host_event->state(), seq, keep = host_event->mapping()] {
+      HostEvent::CompleteRecord(state, seq);
     });
     return absl::OkStatus();
   }
 
   absl::Status Wait(Event& event) override {
-    auto* host_event = dynamic_cast<HostEvent*>(&event);
-    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
     HostEventState* state = host_event->state();
     // The snapshot is what makes an early wait bind to the previous record.
-    uint32_t target = state->record_count.load(std::memory_order_acquire);
+    uint32_t target = host_event->WaitTarget();
     Enqueue([this, state, target, keep = host_event->mapping()] {
       absl::Time abandon_at = absl::InfiniteFuture();
       while (true) {
         uint32_t done = state->completed_count.load(std::memory_order_acquire);
-        if (SeqAtLeast(done, target)) return;
+        if (HostEvent::Reached(state, target)) return;
         if (absl::Now() >= abandon_at) return;
         if (abandon_at == absl::InfiniteFuture() && Stopping()) {
           abandon_at = absl::Now() + kShutdownWaitGrace;
@@ -235,23 +249,16 @@ class InlineHostStream final : public Stream {
     return absl::OkStatus();
   }
   absl::Status Record(Event& event) override {
-    auto* host_event = dynamic_cast<HostEvent*>(&event);
-    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
-    HostEventState* state = host_event->state();
-    uint32_t seq = state->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
-    uint32_t done = state->completed_count.load(std::memory_order_relaxed);
-    if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
-    FutexWakeAll(&state->completed_count);
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    HostEvent::CompleteRecord(host_event->state(), host_event->IssueRecord());
     return absl::OkStatus();
   }
   absl::Status Wait(Event& event) override {
-    auto* host_event = dynamic_cast<HostEvent*>(&event);
-    if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
-    HostEventState* state = host_event->state();
-    uint32_t target = state->record_count.load(std::memory_order_acquire);
-    absl::Status waited = FutexAwait(&state->completed_count, wait_timeout_, [&] {
-      return SeqAtLeast(state->completed_count.load(std::memory_order_acquire), target);
-    });
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    const HostEventState* state = host_event->state();
+    uint32_t target = host_event->WaitTarget();
+    absl::Status waited = FutexAwait(&state->completed_count, wait_timeout_,
+                                     [&] { return HostEvent::Reached(state, target); });
     if (absl::IsDeadlineExceeded(waited)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "event not completed within ", absl::FormatDuration(wait_timeout_),

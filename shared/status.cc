@@ -23,6 +23,8 @@ absl::Status ErrnoStatus(int error_number, absl::string_view context) {
     case ENOMEM:
     case EMFILE:
     case ENFILE:
+    case EAGAIN:  // also EWOULDBLOCK: a non-blocking queue is full
+    case ETOOMANYREFS:
       return absl::ResourceExhaustedError(message);
     case EINVAL:
     case EBADF:
@@ -32,6 +34,7 @@ absl::Status ErrnoStatus(int error_number, absl::string_view context) {
     case EPIPE:
     case ECONNRESET:
     case ECONNREFUSED:
+    case ENOTCONN:
     case ESRCH:
       return absl::UnavailableError(message);
     default:
