@@ -19,6 +19,20 @@ grpc::ServerUnaryReactor* Respond(grpc::CallbackServerContext* context, Reply* r
   return reactor;
 }
 
+// Finishes a unary call later, with the result of `work` run on `queue`
+// (slow work a reactor must not do itself).
+template <typename Reply, typename Work>
+grpc::ServerUnaryReactor* RespondLater(WorkQueue& queue, grpc::CallbackServerContext* context,
+                                       Reply* reply, Work work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  queue.Post([reactor, reply, work = std::move(work)]() mutable {
+    absl::StatusOr<Reply> result = work();
+    if (result.ok()) *reply = *std::move(result);
+    reactor->Finish(ToGrpcStatus(result.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -207,7 +221,10 @@ grpc::ServerUnaryReactor* BlockSwapService::BeginUpload(grpc::CallbackServerCont
                                                         v1::BeginUploadReply* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  return Respond(context, reply, sessions_.BeginUpload(**session, *request));
+  // Reserving the staging area (fallocate of the whole model) takes time.
+  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
+    return sessions_.BeginUpload(*session, *request);
+  });
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::CommitUpload(grpc::CallbackServerContext* context,
@@ -215,13 +232,9 @@ grpc::ServerUnaryReactor* BlockSwapService::CommitUpload(grpc::CallbackServerCon
                                                          v1::ModelReply* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  work_.Post([this, reactor, request, reply, session = *std::move(session)] {
-    absl::StatusOr<v1::ModelReply> result = sessions_.CommitUpload(*session, *request);
-    if (result.ok()) *reply = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
+  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
+    return sessions_.CommitUpload(*session, *request);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::OpenModel(grpc::CallbackServerContext* context,
@@ -237,13 +250,9 @@ grpc::ServerUnaryReactor* BlockSwapService::CreateRing(grpc::CallbackServerConte
                                                        v1::RingDescriptor* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  work_.Post([this, reactor, request, reply, session = *std::move(session)] {
-    absl::StatusOr<v1::RingDescriptor> result = sessions_.CreateRing(*session, *request);
-    if (result.ok()) *reply = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
+  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
+    return sessions_.CreateRing(*session, *request);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::DestroyRing(grpc::CallbackServerContext* context,

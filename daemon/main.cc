@@ -61,7 +61,12 @@ int main(int argc, char** argv) {
                  "seconds attached clients get to detach on SIGTERM")
       ->capture_default_str();
   app.add_flag("--list-devices", list_devices, "print the backend and its devices, then exit");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help exits 0; every usage error exits 2 (CLI11's own codes are 1xx).
+    return app.exit(error) == 0 ? 0 : 2;
+  }
 
   auto choice = blockswap::ParseBackendChoice(backend_name);
   if (!choice.ok()) {
