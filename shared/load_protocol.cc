@@ -219,10 +219,16 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
 
 absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout) {
   BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
-  if (requested_[slot] == 0 || released_[slot]) {
+  if (requested_[slot] == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("slot ", slot, " has no load outstanding (load it before waiting)"));
+        absl::StrCat("slot ", slot, " was never loaded (load it before waiting)"));
   }
+  // Waiting again on a slot already released (a scheduler's backward pass
+  // re-reads the last forward blocks): the daemon cannot have re-recorded
+  // ready[s] since (no request followed), so the wait binds to this
+  // generation's record. The slot is in use again: the next release must
+  // record `free` after this use.
+  released_[slot] = false;
   if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
     BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
   }

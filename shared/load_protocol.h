@@ -128,7 +128,9 @@ class RingConsumer {
   absl::StatusOr<uint32_t> BeginLoad(uint32_t slot, Stream& stream);
 
   // Step 3 for `slot`'s outstanding generation: waits (timeout, status word)
-  // until it is filled, then makes `stream` wait on ready[s].
+  // until it is filled, then makes `stream` wait on ready[s]. Also allowed on
+  // a released slot (its block is used again); it must then be released
+  // again, which records `free` after the new use.
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -176,6 +177,7 @@ TEST_F(DaemonClientTest, KilledClientIsReclaimedWithinOneSecondAndOthersFinish) 
   const absl::Duration reclaimed = absl::Now() - killed;
   EXPECT_TRUE(gone);
   EXPECT_LE(reclaimed, absl::Seconds(1)) << "session still listed after " << reclaimed;
+  std::cerr << "killed client's session gone from Admin after " << reclaimed << "\n";
   std::string victim_ring = First(ReadReport(ReportPath("victim")), "ring");
   const v1::ResidencyReply residency = Residency();
   for (const v1::RingResidency& ring : residency.rings()) {
@@ -260,6 +262,7 @@ TEST_F(DaemonClientTest, ClientWhoseDaemonDiesGetsAnErrorWithinItsTimeout) {
   EXPECT_TRUE(*code == kClientFailed || *code == kClientTimedOut)
       << "exit " << *code << "; report: " << First(ReadReport(ReportPath("orphan")), "error");
   EXPECT_LE(absl::Now() - killed, absl::Seconds(5));
+  std::cerr << "client exited " << absl::Now() - killed << " after the daemon was killed\n";
   std::cerr << "client reported: " << First(ReadReport(ReportPath("orphan")), "error") << "\n";
 }
 
