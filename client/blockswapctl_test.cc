@@ -8,10 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -30,11 +27,15 @@
 #include "client/ring.h"
 #include "shared/unique_fd.h"
 #include "tests/support/child_process.h"
+#include "tests/support/daemon_process.h"
 
 namespace blockswap::client {
 namespace {
 
+using ::blockswap::testing::BinaryDirectory;
 using ::blockswap::testing::ChildProcess;
+using ::blockswap::testing::DaemonProcess;
+using ::blockswap::testing::ScratchDirs;
 
 constexpr absl::Duration kDaemonStartTimeout = absl::Seconds(10);
 constexpr absl::Duration kCommandTimeout = absl::Seconds(30);
@@ -45,53 +46,12 @@ constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(20);
   return ::testing::AssertionFailure() << "'" << needle << "' not in:\n" << text;
 }
 
-std::string BinaryDirectory() {
-  char path[PATH_MAX];
-  ssize_t length = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) return ".";
-  path[length] = '\0';
-  return std::filesystem::path(path).parent_path().string();
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
-
-// A private temp directory (socket, daemon log) and a master directory name
-// under /dev/shm, both removed on destruction, so concurrent test runs share
-// nothing and a failed test leaves nothing behind.
-class ScratchDirs {
- public:
-  ScratchDirs() {
-    char temp[] = "/tmp/blockswapctl-test-XXXXXX";
-    if (::mkdtemp(temp) == nullptr) {
-      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-      return;
-    }
-    temp_dir_ = temp;
-    // The daemon creates the master directory itself (mode 0700); only the
-    // name has to be unique.
-    shm_dir_ = absl::StrCat("/dev/shm/blockswapctl-test-",
-                            std::filesystem::path(temp_dir_).filename().string());
-  }
-  ~ScratchDirs() {
-    std::error_code ignored;
-    if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ignored);
-    if (!shm_dir_.empty()) std::filesystem::remove_all(shm_dir_, ignored);
-  }
-  ScratchDirs(const ScratchDirs&) = delete;
-  ScratchDirs& operator=(const ScratchDirs&) = delete;
-
-  const std::string& temp_dir() const { return temp_dir_; }
-  const std::string& shm_dir() const { return shm_dir_; }
-
- private:
-  std::string temp_dir_;
-  std::string shm_dir_;
-};
 
 struct CommandResult {
   int exit_code = -1;
@@ -158,32 +118,25 @@ absl::StatusOr<CommandResult> RunProgram(const std::string& program,
 
 class BlockswapctlTest : public ::testing::Test {
  protected:
+  // The shared ScratchDirs and DaemonProcess (tests/support): a private
+  // socket and master directory, the daemon's output in a log beside the
+  // socket; Start returns once the daemon accepts connections.
   void SetUp() override {
-    ASSERT_FALSE(dirs_.temp_dir().empty());
-    socket_path_ = dirs_.temp_dir() + "/d.sock";
-    log_path_ = dirs_.temp_dir() + "/blockswapd.log";
-    UniqueFd log(::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    ASSERT_TRUE(log.valid()) << log_path_ << ": " << std::strerror(errno);
-    absl::StatusOr<ChildProcess> daemon = ChildProcess::SpawnProgram(
-        BinaryDirectory() + "/blockswapd",
-        {.args = {"--backend", "host", "--socket", socket_path_, "--shm-prefix", dirs_.shm_dir()},
-         .inherit = {{log.get(), 1}, {log.get(), 2}},
-         .env = {}});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    daemon_.emplace(*std::move(daemon));
+    absl::StatusOr<std::unique_ptr<ScratchDirs>> dirs = ScratchDirs::Create();
+    ASSERT_TRUE(dirs.ok()) << dirs.status();
+    dirs_ = *std::move(dirs);
+    socket_path_ = dirs_->socket_path();
+    log_path_ = dirs_->temp_dir() + "/blockswapd.log";
+    testing::DaemonFlags flags;
+    flags.output_path = log_path_;
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(*dirs_, flags);
+    ASSERT_TRUE(daemon.ok()) << daemon.status() << "\n" << ReadFile(log_path_);
+    daemon_ = *std::move(daemon);
 
-    // Serving once the socket exists and the daemon has said so.
+    // Serving, and the daemon has said so (it logs after it starts listening).
     const absl::Time until = absl::Now() + kDaemonStartTimeout;
     for (;; absl::SleepFor(absl::Milliseconds(20))) {
-      if (std::optional<int> exited = daemon_->TryWait()) {
-        daemon_.reset();
-        FAIL() << "blockswapd exited with " << *exited << " while starting:\n"
-               << ReadFile(log_path_);
-      }
-      if (std::filesystem::exists(socket_path_) &&
-          Contains(ReadFile(log_path_), "ready on " + socket_path_)) {
-        break;
-      }
+      if (Contains(ReadFile(log_path_), "ready on " + socket_path_)) break;
       ASSERT_LT(absl::Now(), until)
           << "blockswapd not ready on " << socket_path_ << " within 10 s:\n"
           << ReadFile(log_path_);
@@ -191,7 +144,7 @@ class BlockswapctlTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (daemon_.has_value()) {
+    if (daemon_ != nullptr) {
       std::optional<int> exit_code = StopDaemon();
       EXPECT_EQ(exit_code, 0) << "blockswapd log:\n" << ReadFile(log_path_);
     }
@@ -200,8 +153,7 @@ class BlockswapctlTest : public ::testing::Test {
   // SIGTERM, then the daemon's exit code (nullopt when it did not exit in
   // time and was killed).
   std::optional<int> StopDaemon() {
-    daemon_->Kill(SIGTERM);
-    absl::StatusOr<int> exit_code = daemon_->Wait(kDaemonStopTimeout);
+    absl::StatusOr<int> exit_code = daemon_->Stop(SIGTERM, kDaemonStopTimeout);
     daemon_.reset();
     if (!exit_code.ok()) {
       ADD_FAILURE() << exit_code.status();
@@ -237,10 +189,10 @@ class BlockswapctlTest : public ::testing::Test {
 
   // Members are destroyed in reverse: the daemon is gone before its
   // directories are removed.
-  ScratchDirs dirs_;
+  std::unique_ptr<ScratchDirs> dirs_;
   std::string socket_path_;
   std::string log_path_;
-  std::optional<ChildProcess> daemon_;
+  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(BlockswapctlTest, StatusTableShowsTheHostBackendAndItsDevice) {
@@ -287,7 +239,7 @@ TEST_F(BlockswapctlTest, HealthPrintsOkAndExitsZero) {
 }
 
 TEST_F(BlockswapctlTest, HealthWithoutADaemonExitsOneNamingTheSocket) {
-  const std::string nowhere = dirs_.temp_dir() + "/no-daemon.sock";
+  const std::string nowhere = dirs_->temp_dir() + "/no-daemon.sock";
   CommandResult result = CtlOn(nowhere, {"health"});
   EXPECT_EQ(result.exit_code, 1) << result;
   EXPECT_EQ(result.out, "");
@@ -306,7 +258,7 @@ TEST_F(BlockswapctlTest, HealthWithoutADaemonExitsOneNamingTheSocket) {
 }
 
 TEST_F(BlockswapctlTest, AFailedCallNamesTheCommandAndExitsOne) {
-  const std::string nowhere = dirs_.temp_dir() + "/no-daemon.sock";
+  const std::string nowhere = dirs_->temp_dir() + "/no-daemon.sock";
   for (const char* command : {"status", "clients", "models", "residency", "stats"}) {
     CommandResult result = CtlOn(nowhere, {command});
     EXPECT_EQ(result.exit_code, 1) << command << ": " << result;

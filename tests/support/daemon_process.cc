@@ -1,6 +1,7 @@
 #include "tests/support/daemon_process.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 
@@ -72,20 +74,32 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
   std::vector<std::string> args = {"--backend=host", "--socket=" + dirs.socket_path(),
                                    "--shm-prefix=" + dirs.shm_dir()};
   args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
+  UniqueFd output;  // only the child keeps it open
+  std::vector<std::pair<int, int>> inherit;
+  if (!flags.output_path.empty()) {
+    output.Reset(::open(flags.output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!output.valid()) return ErrnoStatus(errno, absl::StrCat("open ", flags.output_path));
+    inherit = {{output.get(), 1}, {output.get(), 2}};
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ChildProcess process,
       ChildProcess::SpawnProgram(BinaryDirectory() + "/blockswapd",
-                                 {.args = std::move(args), .env = std::move(flags.env)}));
+                                 {.args = std::move(args),
+                                  .inherit = std::move(inherit),
+                                  .env = std::move(flags.env)}));
+  const std::string output_note =
+      flags.output_path.empty() ? "see its stderr above" : "see " + flags.output_path;
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess(std::move(process), dirs.socket_path()));
   for (absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
     if (Connectable(dirs.socket_path())) return daemon;
     if (std::optional<int> code = daemon->process_.TryWait(); code.has_value()) {
       return absl::InternalError(absl::StrCat("blockswapd exited during start-up (code ", *code,
-                                              "); see its stderr above"));
+                                              "); ", output_note));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  return absl::DeadlineExceededError("blockswapd did not accept connections within 10 s");
+  return absl::DeadlineExceededError(
+      absl::StrCat("blockswapd did not accept connections within 10 s; ", output_note));
 }
 
 absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {

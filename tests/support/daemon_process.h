@@ -39,12 +39,16 @@ class ScratchDirs {
 struct DaemonFlags {
   std::vector<std::string> extra_args;        // e.g. --max-pinned-bytes=...
   std::map<std::string, std::string> env;     // e.g. BLOCKSWAP_HOST_JITTER_US
+  // When set, the daemon's stdout and stderr go to this file (created or
+  // truncated, mode 0600) instead of the test's, e.g. to check its log.
+  std::string output_path = {};
 };
 
 class DaemonProcess {
  public:
-  // Starts blockswapd --backend host on `dirs` and waits until it accepts
-  // connections (at most 10 s).
+  // Starts blockswapd --backend host on `dirs` (socket dirs.socket_path(),
+  // masters in dirs.shm_dir()) and waits until it accepts connections (at
+  // most 10 s).
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const ScratchDirs& dirs,
                                                               DaemonFlags flags = {});
   pid_t pid() const { return process_.pid(); }
