@@ -77,6 +77,18 @@ Connection::~Connection() {
   (void)stub_->Detach(context.get(), request, &reply);
 }
 
+absl::Status Connection::ReportStats(const std::vector<v1::PassStats>& passes) {
+  if (passes.empty()) return absl::OkStatus();
+  v1::ReportStatsRequest request;
+  request.set_session_token(token_);
+  for (const v1::PassStats& pass : passes) *request.add_passes() = pass;
+  v1::ReportStatsReply reply;
+  auto context = Context();
+  grpc::Status sent = stub_->ReportStats(context.get(), request, &reply);
+  if (!sent.ok()) return Annotate(FromGrpcStatus(sent), "reporting pass statistics");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
   absl::StatusOr<Device*> device = backend_->FindDevice(uuid);
   if (!device.ok()) {

@@ -57,6 +57,10 @@ class Connection {
   // closed it); OK before. Cheap: waits poll it.
   absl::Status Liveness() const;
 
+  // Sends per-pass statistics (a StreamScheduler's on_pass) to the daemon,
+  // which keeps them per session for the Admin service (`blockswapctl stats`).
+  absl::Status ReportStats(const std::vector<v1::PassStats>& passes);
+
   // A client context with the session's deadline conventions.
   static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = kCallTimeout);
 

@@ -100,6 +100,14 @@ absl::Status Ring::Release(uint32_t slot, Stream& stream) {
   return Explain(consumer_.Release(slot, stream));
 }
 
+bool Ring::Filled(uint32_t slot) {
+  if (slot >= ring_->shape().slot_count) return false;
+  absl::MutexLock lock(&mu_);
+  const uint32_t requested = consumer_.requested(slot);
+  return requested != 0 &&
+         ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
+}
+
 absl::Status Ring::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   return Explain(consumer_.Drain(timeout));

@@ -42,6 +42,10 @@ class Ring {
   absl::Status Release(uint32_t slot, Stream& stream);
   Device& device() const { return device_; }
   absl::Status Drain(absl::Duration timeout);
+  // Whether the daemon has already filled `slot`'s most recent load (so a
+  // Wait now need not block on the daemon). A racy snapshot, meant for
+  // statistics: a fill may land right after it returns false.
+  bool Filled(uint32_t slot);
 
  private:
   Ring(Connection& connection, Device& device, std::unique_ptr<ClientRing> ring)

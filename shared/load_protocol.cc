@@ -177,8 +177,7 @@ RingConsumer::RingConsumer(ClientRing& ring, ConsumerOptions options)
     : ring_(ring),
       options_(options),
       requested_(ring.shape().slot_count, 0),
-      filled_seen_(ring.shape().slot_count, true),
-      released_(ring.shape().slot_count, true) {}
+      filled_seen_(ring.shape().slot_count, true) {}
 
 absl::Status RingConsumer::CheckSlot(uint32_t slot) const {
   if (slot >= requested_.size()) {
@@ -190,25 +189,26 @@ absl::Status RingConsumer::CheckSlot(uint32_t slot) const {
 
 absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
   BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
-  if (released_[slot]) return absl::OkStatus();
   if (!filled_seen_[slot]) {
     BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], options_.wait_timeout));
     filled_seen_[slot] = true;
   }
+  // Recorded on every release, even of a slot released before: the caller
+  // may have used the slot again since (a backward pass re-reading a block),
+  // and the next copy must wait for that use too. An extra record costs
+  // nothing and binds no wait of the daemon's (it polls only for a request).
   if (!Skipped(ProtocolStep::kClientRecordFree)) {
     BLOCKSWAP_RETURN_IF_ERROR(stream.Record(ring_.free(slot)));
   }
   if (!Skipped(ProtocolStep::kClientPublishConsumed)) {
     ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
   }
-  released_[slot] = true;
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
   BLOCKSWAP_RETURN_IF_ERROR(Release(slot, stream));
   requested_[slot] += 1;
-  released_[slot] = false;
   filled_seen_[slot] = false;
   return requested_[slot];
 }
@@ -223,12 +223,9 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
     return absl::FailedPreconditionError(
         absl::StrCat("slot ", slot, " was never loaded (load it before waiting)"));
   }
-  // Waiting again on a slot already released (a scheduler's backward pass
-  // re-reads the last forward blocks): the daemon cannot have re-recorded
-  // ready[s] since (no request followed), so the wait binds to this
-  // generation's record. The slot is in use again: the next release must
-  // record `free` after this use.
-  released_[slot] = false;
+  // Also on a slot already released (a backward pass re-reading a block):
+  // the daemon cannot have re-recorded ready[s] since, as no request
+  // followed, so the wait binds to this generation's record.
   if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
     BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
   }

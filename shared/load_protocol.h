@@ -116,21 +116,19 @@ class RingConsumer {
   // `ring` must outlive this object.
   RingConsumer(ClientRing& ring, ConsumerOptions options = {});
 
-  // Releases `slot`: once its outstanding generation is filled (a slot's
-  // next free is recorded only after filled_seq reached the outstanding
-  // generation, even one that was never used), records free[s] on `stream`
-  // (the stream that last used the slot) and publishes consumed_seq. A slot
-  // already released is left alone.
+  // Releases `slot`, saying that the work on `stream` so far is done with
+  // it: once its outstanding generation is filled (a slot's next free is
+  // recorded only after filled_seq reached the outstanding generation, even
+  // one that was never used), records free[s] on `stream` and publishes
+  // consumed_seq. Releasing again after a further use records again.
   absl::Status Release(uint32_t slot, Stream& stream);
 
-  // Step 1 for `slot`: releases it if needed and returns the generation to
-  // request.
+  // Step 1 for `slot`: releases it and returns the generation to request.
   absl::StatusOr<uint32_t> BeginLoad(uint32_t slot, Stream& stream);
 
   // Step 3 for `slot`'s outstanding generation: waits (timeout, status word)
   // until it is filled, then makes `stream` wait on ready[s]. Also allowed on
-  // a released slot (its block is used again); it must then be released
-  // again, which records `free` after the new use.
+  // a released slot whose block is used again (a backward pass).
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
 
@@ -155,7 +153,6 @@ class RingConsumer {
   const ConsumerOptions options_;
   std::vector<uint32_t> requested_;
   std::vector<bool> filled_seen_;  // requested_[s] is known to be filled
-  std::vector<bool> released_;     // consumed_seq[s] == requested_[s] published
 };
 
 }  // namespace blockswap

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Quick start: installs the dependencies, builds blockswap into build/, and
+# runs two blockswap-demo trainers at once against a private blockswapd
+# (the host backend where there is no GPU), sharing one model; shows
+# `blockswapctl residency` and `stats` while they run and after.
+#
+#   deploy/quickstart.sh [BLOCKSWAP_DEMO_ARGS...]
+#
+# Defaults: --blocks 12 --swap 6 --ring 2 --block-bytes 4194304 --steps 10
+# --compute-us 2000 (arguments given are appended and win). BLOCKSWAP_BUILD_DIR
+# overrides build/. Exits 0 only if both demos verified their blocks with a
+# non-zero number of loads and the daemon stopped cleanly on SIGTERM; the
+# daemon and its temporary socket and master directory are removed whatever
+# happens (tests/demo/two_demos.sh does the running).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
+
+echo "=== quickstart: dependencies (deploy/install-deps.sh)"
+"${root}/deploy/install-deps.sh"
+
+echo "=== quickstart: building into ${build}"
+if [[ -f ${build}/CMakeCache.txt ]]; then
+  # Keep whatever configuration build/ already has (e.g. tests/run.sh's A).
+  cmake -S "${root}" -B "${build}" >/dev/null
+else
+  cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+cmake --build "${build}" -j "$(nproc)" --target blockswapd blockswapctl blockswap-demo
+
+echo "=== quickstart: two demos, one model"
+"${root}/tests/demo/two_demos.sh" "${build}/bin" \
+  --blocks 12 --swap 6 --ring 2 --block-bytes 4194304 --steps 10 --compute-us 2000 "$@"
+echo "=== quickstart: ok"

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# two_demos.sh BIN_DIR [BLOCKSWAP_DEMO_ARGS...]
+#
+# Starts blockswapd (BIN_DIR/blockswapd, --backend auto: the host backend
+# where there is no GPU) on a temporary socket and master directory, runs two
+# blockswap-demo processes at once with the same arguments (so they share one
+# model), shows `blockswapctl residency`, `stats` and `models` while they run
+# and after, then stops the daemon with SIGTERM. Used by ctest (tests/demo/)
+# and deploy/quickstart.sh.
+#
+# Exits 0 only if both demos exited 0 having verified every block with a
+# non-zero number of loads, the daemon showed exactly one model, and the
+# daemon exited 0 on SIGTERM. Whatever happens, the daemon and the demos are
+# stopped and the temporary files removed.
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 BIN_DIR [BLOCKSWAP_DEMO_ARGS...]" >&2
+  exit 2
+fi
+bin=$(cd "$1" && pwd)
+shift
+for tool in blockswapd blockswapctl blockswap-demo; do
+  if [[ ! -x ${bin}/${tool} ]]; then
+    echo "two_demos: ${bin}/${tool} is missing (build it first)" >&2
+    exit 2
+  fi
+done
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/blockswap-demo.XXXXXX")
+# Masters live on a tmpfs; a name of our own, so that cleanup removes only ours.
+shm=/dev/shm/$(basename "${scratch}")
+socket=${scratch}/blockswapd.sock
+daemon_pid=
+demo_pids=()
+
+cleanup() {
+  local pid
+  # Only what this script started, by pid; SIGKILL, since a clean stop has
+  # already happened on the success path (the pids are cleared then).
+  for pid in "${demo_pids[@]}" ${daemon_pid}; do
+    kill -KILL "${pid}" 2>/dev/null || true
+    wait "${pid}" 2>/dev/null || true
+  done
+  rm -rf "${scratch}" "${shm}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ctl() { "${bin}/blockswapctl" --socket "${socket}" --timeout 5 "$@"; }
+model_count() { ctl --json models | grep -c '"model_id"' || true; }
+show() {
+  echo "--- blockswapctl residency ($1)"
+  ctl residency || true
+  echo "--- blockswapctl stats ($1)"
+  ctl stats || true
+  echo "--- blockswapctl models ($1)"
+  ctl models || true
+}
+
+"${bin}/blockswapd" --backend auto --socket "${socket}" --shm-prefix "${shm}" \
+  >"${scratch}/blockswapd.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do
+  if ctl health >/dev/null 2>&1; then break; fi
+  if ! kill -0 "${daemon_pid}" 2>/dev/null; then
+    echo "two_demos: blockswapd exited at start-up:" >&2
+    cat "${scratch}/blockswapd.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+ctl health >/dev/null
+
+for i in 1 2; do
+  "${bin}/blockswap-demo" --socket "${socket}" --name "demo-${i}" "$@" \
+    >"${scratch}/demo-${i}.log" 2>&1 &
+  demo_pids+=($!)
+done
+
+# "During": once both demos are streaming (each has finished a step), or as
+# soon as one of them is done.
+for _ in $(seq 300); do
+  running=0 streaming=0
+  for i in 1 2; do
+    kill -0 "${demo_pids[i - 1]}" 2>/dev/null && running=$((running + 1))
+    grep -q '^step 1/' "${scratch}/demo-${i}.log" 2>/dev/null && streaming=$((streaming + 1))
+  done
+  if [[ ${streaming} -eq 2 || ${running} -lt 2 ]]; then break; fi
+  sleep 0.05
+done
+show "while the demos run"
+models_during=$(model_count)
+
+failed=0
+for i in 1 2; do
+  status=0
+  wait "${demo_pids[i - 1]}" || status=$?
+  echo "--- demo-${i} (exit ${status})"
+  cat "${scratch}/demo-${i}.log"
+  if [[ ${status} -ne 0 ]]; then
+    echo "two_demos: demo-${i} exited with ${status}" >&2
+    failed=1
+  elif ! grep -Eq '^demo ok: .* loads [1-9][0-9]* checks [1-9][0-9]* mismatches 0 ' \
+      "${scratch}/demo-${i}.log"; then
+    echo "two_demos: demo-${i} did not report verified loads" >&2
+    failed=1
+  fi
+done
+demo_pids=()
+
+show "after the demos"
+models_after=$(model_count)
+if [[ ${models_during} -ne 1 || ${models_after} -ne 1 ]]; then
+  echo "two_demos: expected one shared model, saw ${models_during} during and ${models_after} after" >&2
+  failed=1
+fi
+
+kill -TERM "${daemon_pid}"
+daemon_status=0
+wait "${daemon_pid}" || daemon_status=$?
+daemon_pid=
+echo "--- blockswapd (exit ${daemon_status})"
+cat "${scratch}/blockswapd.log"
+if [[ ${daemon_status} -ne 0 ]]; then
+  echo "two_demos: blockswapd exited with ${daemon_status} on SIGTERM" >&2
+  failed=1
+fi
+
+if [[ ${failed} -ne 0 ]]; then
+  echo "two_demos: FAILED" >&2
+  exit 1
+fi
+echo "two_demos: both demos verified their blocks against one shared model"
