@@ -1,6 +1,5 @@
-// The C ABI (include/blockswap/blockswap.h) over the internal C++ classes.
-// Nothing may escape as an exception; errors become a code and this
-// thread's last-error message.
+// The C ABI (include/blockswap/blockswap.h) over the internal C++ classes:
+// connection, models and rings (the scheduler is in c_api_scheduler.cc).
 #include <exception>
 #include <memory>
 #include <string>
@@ -8,48 +7,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "blockswap/blockswap.h"
-#include "client/connection.h"
-#include "client/model.h"
-#include "client/ring.h"
+#include "client/c_api_internal.h"
 
-struct bs_client {
-  std::unique_ptr<blockswap::client::Connection> connection;
-};
-struct bs_model {
-  std::unique_ptr<blockswap::client::Model> model;
-};
-struct bs_ring {
-  std::unique_ptr<blockswap::client::Ring> ring;
-};
+using blockswap::client::c_api::Guard;
+using blockswap::client::c_api::InvalidArgument;
+using blockswap::client::c_api::Report;
+
+namespace blockswap::client::c_api {
+std::string& LastError() {
+  thread_local std::string last_error;
+  return last_error;
+}
+}  // namespace blockswap::client::c_api
 
 namespace {
-
-thread_local std::string last_error;
-
-int Report(const absl::Status& status) {
-  if (status.ok()) {
-    last_error.clear();
-    return BS_OK;
-  }
-  last_error = std::string(status.message());
-  return static_cast<int>(status.code());
-}
-
-int InvalidArgument(const char* what) {
-  return Report(absl::InvalidArgumentError(what));
-}
-
-// Runs `body` (returning absl::Status), turning any exception into INTERNAL.
-template <typename Body>
-int Guard(Body&& body) {
-  try {
-    return Report(body());
-  } catch (const std::exception& e) {
-    return Report(absl::InternalError(absl::StrCat("unexpected exception: ", e.what())));
-  } catch (...) {
-    return Report(absl::InternalError("unexpected exception"));
-  }
-}
 
 absl::Duration Millis(uint32_t timeout_ms) { return absl::Milliseconds(timeout_ms); }
 
@@ -59,7 +30,7 @@ extern "C" {
 
 uint32_t bs_abi_version(void) { return BS_ABI_VERSION; }
 
-const char* bs_last_error(void) { return last_error.c_str(); }
+const char* bs_last_error(void) { return blockswap::client::c_api::LastError().c_str(); }
 
 int bs_connect(const char* socket_path, const char* client_name, bs_client** out) {
   if (out == nullptr) return InvalidArgument("bs_connect: out is NULL");

@@ -36,6 +36,68 @@ uint64_t Int(std::map<std::string, std::string>& args, const std::string& key, u
   return args.contains(key) ? std::strtoull(args[key].c_str(), nullptr, 10) : fallback;
 }
 
+// Drives the ring with the C ABI's scheduler over `num_blocks` transformer
+// blocks, of which the model's blocks are the streaming ones (in rank
+// order), for `steps` training steps; checks each streamed block's bytes
+// whenever a block is about to run, forward and backward.
+int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::Ring& ring,
+                 const std::vector<std::vector<uint8_t>>& expected, uint32_t num_blocks,
+                 uint32_t steps, std::ofstream& report) {
+  struct Bindings {
+    std::map<uint32_t, uint32_t> slot_of_block;
+    uint64_t copies = 0;
+  } bindings;
+  bs_bind_fn on_bind = [](void* user, uint32_t block, uint32_t slot, int loaded) {
+    auto* b = static_cast<Bindings*>(user);
+    for (auto it = b->slot_of_block.begin(); it != b->slot_of_block.end();) {
+      it = it->second == slot ? b->slot_of_block.erase(it) : std::next(it);
+    }
+    b->slot_of_block[block] = slot;
+    b->copies += loaded;
+  };
+  bs_scheduler_config config{num_blocks, model.block_count(), ring.slot_count(), 0};
+  bs_scheduler* scheduler = nullptr;
+  blockswap::detail::Check(bs_scheduler_create(client.get(), ring.get(), model.get(), &config,
+                                               nullptr, on_bind, &bindings, &scheduler),
+                           "bs_scheduler_create");
+  uint64_t wrong = 0;
+  auto check = [&](uint32_t block) {
+    if (!bs_scheduler_is_streaming(scheduler, block)) return;
+    uint32_t rank = 0;
+    while (bs_scheduler_streaming_block(scheduler, rank) != block) ++rank;
+    auto bound = bindings.slot_of_block.find(block);
+    if (bound == bindings.slot_of_block.end() ||
+        std::memcmp(ring.slot(bound->second), expected[rank].data(), expected[rank].size()) != 0) {
+      ++wrong;
+    }
+  };
+  auto run = [&](int code, const char* what) { blockswap::detail::Check(code, what); };
+  for (uint32_t step = 0; step < steps; ++step) {
+    run(bs_scheduler_prepare(scheduler), "prepare");
+    for (uint32_t block = 0; block < num_blocks; ++block) {
+      run(bs_scheduler_wait_for_block(scheduler, block), "wait_for_block");
+      check(block);
+      run(bs_scheduler_after_forward(scheduler, block), "after_forward");
+    }
+    for (uint32_t block = num_blocks; block-- > 0;) {
+      check(block);
+      run(bs_scheduler_after_backward(scheduler, block), "after_backward");
+    }
+    run(bs_scheduler_finish_pass(scheduler), "finish_pass");
+  }
+  bs_pass_stats forward{}, backward{};
+  run(bs_scheduler_last_pass(scheduler, BS_FORWARD, &forward), "last_pass forward");
+  run(bs_scheduler_last_pass(scheduler, BS_BACKWARD, &backward), "last_pass backward");
+  bs_scheduler_destroy(scheduler);
+  report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
+         << "\nbackward_loads " << backward.loads << "\nwrong " << wrong << "\n";
+  if (wrong > 0) {
+    std::cerr << "blockswap_abi_client: " << wrong << " wrong blocks under the scheduler\n";
+    return 10;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +139,11 @@ int main(int argc, char** argv) {
     blockswap::Ring ring = client.CreateRing(client.devices().front(),
                                              static_cast<uint32_t>(Int(args, "slots", 2)),
                                              slot_bytes);
+    if (args.contains("scheduler-blocks")) {
+      return RunScheduler(client, model, ring, expected,
+                          static_cast<uint32_t>(Int(args, "scheduler-blocks", 0)),
+                          static_cast<uint32_t>(Int(args, "passes", 3)), report);
+    }
     const uint32_t slots = ring.slot_count();
     const uint64_t total = Int(args, "passes", 3) * blocks;
     uint64_t wrong = 0;

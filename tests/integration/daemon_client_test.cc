@@ -154,6 +154,25 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   EXPECT_EQ(CountShm(".masters"), 1) << "one set of masters";
 }
 
+TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
+  StartDaemon();
+  // 10 transformer blocks, the model's 4 blocks streaming through 2 slots.
+  auto client = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswap_abi_client",
+      {.args = {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=5",
+                "--socket=" + dirs_->socket_path(), "--report=" + ReportPath("scheduler")},
+       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto code = client->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  Report report = ReadReport(ReportPath("scheduler"));
+  EXPECT_EQ(First(report, "wrong"), "0");
+  // Ground truth N=10 S=4 B=2: 2 loads in forward, 2 in backward per step.
+  EXPECT_EQ(First(report, "forward_loads"), "2");
+  EXPECT_EQ(First(report, "backward_loads"), "2");
+}
+
 TEST_F(DaemonClientTest, KilledClientIsReclaimedWithinOneSecondAndOthersFinish) {
   StartDaemon();
   std::vector<ChildProcess> others;

@@ -143,6 +143,64 @@ int bs_ring_release(bs_ring* ring, uint32_t slot, void* stream);
 /* Waits until every load requested on the ring has been filled. */
 int bs_ring_drain(bs_ring* ring, uint32_t timeout_ms);
 
+/* --- stream scheduler ------------------------------------------------------
+ * The reference offloader's residency logic (DESIGN §5), written once: which
+ * of `num_blocks` transformer blocks stream (`blocks_to_swap` of them, placed
+ * evenly), which ring slot holds which, prefetching ahead in forward and
+ * behind in backward, self-heal, inference wrap-around, no-op rebinds. It
+ * drives `ring` with loads of `model`, whose block r must be the r-th
+ * streaming block (bs_scheduler_streaming_block), ordered against `stream`
+ * (as for bs_ring_load). Every binding of a block to a slot is told to
+ * `on_bind` (so an integration can point the block's tensors at the slot);
+ * each finished pass's statistics are reported to the daemon. Not
+ * thread-safe: one training thread drives a scheduler. */
+
+typedef struct bs_scheduler bs_scheduler;
+
+typedef struct bs_scheduler_config {
+  uint32_t num_blocks;
+  uint32_t blocks_to_swap;
+  uint32_t ring_size;   /* clamped to blocks_to_swap */
+  int forward_only;     /* inference: wrap around after the last block */
+} bs_scheduler_config;
+
+/* `loaded` is 1 when a copy was issued, 0 for a no-op rebind. */
+typedef void (*bs_bind_fn)(void* user_data, uint32_t block, uint32_t slot, int loaded);
+
+enum bs_direction { BS_FORWARD = 1, BS_BACKWARD = 2 };
+
+typedef struct bs_pass_stats {
+  int direction; /* enum bs_direction */
+  double stall_seconds;
+  double copy_seconds;
+  uint64_t waits;
+  uint64_t not_ready_waits;
+  uint64_t self_heals;
+  uint64_t loads;
+  uint64_t rebinds;
+} bs_pass_stats;
+
+int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
+                        const bs_scheduler_config* config, void* stream, bs_bind_fn on_bind,
+                        void* user_data, bs_scheduler** out);
+void bs_scheduler_destroy(bs_scheduler* scheduler);
+
+uint32_t bs_scheduler_ring_slots(const bs_scheduler* scheduler); /* after the clamp */
+uint32_t bs_scheduler_streaming_count(const bs_scheduler* scheduler);
+/* The transformer block index of streaming rank `rank` (UINT32_MAX out of range). */
+uint32_t bs_scheduler_streaming_block(const bs_scheduler* scheduler, uint32_t rank);
+int bs_scheduler_is_streaming(const bs_scheduler* scheduler, uint32_t block);
+
+int bs_scheduler_prepare(bs_scheduler* scheduler);
+int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block);
+int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block);
+int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block);
+int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only);
+/* Ends the current pass (reports it); the next hook starts a new one. */
+int bs_scheduler_finish_pass(bs_scheduler* scheduler);
+/* The statistics of the last finished pass in `direction`. */
+int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass_stats* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
