@@ -7,7 +7,6 @@
 //   blockswap_abi_client --socket=PATH [--seed=N --blocks=N --elements=N
 //                        --slots=N --passes=N --report=FILE]
 // Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -17,24 +16,9 @@
 
 #include "blockswap/blockswap.hpp"
 #include "tests/integration/test_model.h"
+#include "tests/support/key_value_args.h"
 
 namespace {
-
-std::map<std::string, std::string> ParseArgs(int argc, char** argv) {
-  std::map<std::string, std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
-    }
-  }
-  return args;
-}
-
-uint64_t Int(std::map<std::string, std::string>& args, const std::string& key, uint64_t fallback) {
-  return args.contains(key) ? std::strtoull(args[key].c_str(), nullptr, 10) : fallback;
-}
 
 // Drives the ring with the C ABI's scheduler over `num_blocks` transformer
 // blocks, of which the model's blocks are the streaming ones (in rank
@@ -105,13 +89,13 @@ int main(int argc, char** argv) {
   using blockswap::testing::kTensorElementBytes;
   using blockswap::testing::kTensorNames;
   using blockswap::testing::kTensorsPerBlock;
-  auto args = ParseArgs(argc, argv);
-  const uint32_t blocks = static_cast<uint32_t>(Int(args, "blocks", 6));
+  const blockswap::testing::KeyValueArgs args(std::vector<std::string>(argv + 1, argv + argc));
+  const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));
   const auto data =
-      blockswap::testing::ModelTensorData(Int(args, "seed", 1), blocks, Int(args, "elements", 4096));
-  std::ofstream report(args["report"].empty() ? "/dev/null" : args["report"], std::ios::app);
+      blockswap::testing::ModelTensorData(args.Int("seed", 1), blocks, args.Int("elements", 4096));
+  std::ofstream report(args.Str("report", "/dev/null"), std::ios::app);
   try {
-    blockswap::Client client(args["socket"], "abi-client");
+    blockswap::Client client(args.Str("socket"), "abi-client");
     std::vector<blockswap::Block> model_blocks(blocks);
     for (uint32_t b = 0; b < blocks; ++b) {
       for (int t = 0; t < kTensorsPerBlock; ++t) {
@@ -137,15 +121,15 @@ int main(int argc, char** argv) {
     }
 
     blockswap::Ring ring = client.CreateRing(client.devices().front(),
-                                             static_cast<uint32_t>(Int(args, "slots", 2)),
+                                             static_cast<uint32_t>(args.Int("slots", 2)),
                                              slot_bytes);
-    if (args.contains("scheduler-blocks")) {
+    if (args.Has("scheduler-blocks")) {
       return RunScheduler(client, model, ring, expected,
-                          static_cast<uint32_t>(Int(args, "scheduler-blocks", 0)),
-                          static_cast<uint32_t>(Int(args, "passes", 3)), report);
+                          static_cast<uint32_t>(args.Int("scheduler-blocks", 0)),
+                          static_cast<uint32_t>(args.Int("passes", 3)), report);
     }
     const uint32_t slots = ring.slot_count();
-    const uint64_t total = Int(args, "passes", 3) * blocks;
+    const uint64_t total = args.Int("passes", 3) * blocks;
     uint64_t wrong = 0;
     for (uint64_t k = 0; k < slots && k < total; ++k) {
       ring.Load(static_cast<uint32_t>(k), model, static_cast<uint32_t>(k % blocks));

@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -25,38 +24,14 @@
 #include "client/model.h"
 #include "client/ring.h"
 #include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
 
 namespace blockswap::testing {
 namespace {
 
-using Args = std::map<std::string, std::string>;
-
-Args ParseArgs(const std::vector<std::string>& argv) {
-  Args args;
-  for (const std::string& arg : argv) {
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
-    }
-  }
-  return args;
-}
-
-int64_t Int(const Args& args, const std::string& key, int64_t fallback) {
-  auto it = args.find(key);
-  int64_t value = fallback;
-  if (it != args.end() && !absl::SimpleAtoi(it->second, &value)) value = fallback;
-  return value;
-}
-
-std::string Str(const Args& args, const std::string& key, const std::string& fallback = "") {
-  auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
 class Report {
  public:
-  explicit Report(const Args& args) : path_(Str(args, "report")) {}
+  explicit Report(const KeyValueArgs& args) : path_(args.Str("report")) {}
   void Add(const std::string& key, const std::string& value) {
     if (path_.empty()) return;
     std::ofstream out(path_, std::ios::app);
@@ -116,20 +91,20 @@ struct Setup {
   std::vector<std::vector<std::byte>> expected;
 };
 
-absl::StatusOr<Setup> Prepare(const Args& args, Report& report) {
+absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, Report& report) {
   Setup setup;
-  const uint64_t seed = Int(args, "seed", 1);
-  const uint32_t blocks = static_cast<uint32_t>(Int(args, "blocks", 6));
-  const uint64_t elements = Int(args, "elements", 4096);
-  auto connection = client::Connection::Connect(Str(args, "socket"), Str(args, "name", "test"));
+  const uint64_t seed = args.Int("seed", 1);
+  const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));
+  const uint64_t elements = args.Int("elements", 4096);
+  auto connection = client::Connection::Connect(args.Str("socket"), args.Str("name", "test"));
   if (!connection.ok()) return connection.status();
   setup.connection = *std::move(connection);
   setup.data = ModelTensorData(seed, blocks, elements);
   absl::StatusOr<std::unique_ptr<client::Model>> model =
-      Str(args, "model-id").empty()
+      args.Str("model-id").empty()
           ? client::Model::Register(*setup.connection, "integration",
                                     ModelUploads(setup.data, blocks))
-          : client::Model::Open(*setup.connection, Str(args, "model-id"));
+          : client::Model::Open(*setup.connection, args.Str("model-id"));
   if (!model.ok()) return model.status();
   setup.model = *std::move(model);
   report.Add("model", setup.model->id());
@@ -139,9 +114,9 @@ absl::StatusOr<Setup> Prepare(const Args& args, Report& report) {
     slot_bytes = std::max<uint64_t>(slot_bytes, setup.model->layout().blocks[b].bytes);
   }
   const auto& devices = setup.connection->device_uuids();
-  std::string device = devices[Int(args, "device", 0) % devices.size()];
+  std::string device = devices[args.Int("device", 0) % devices.size()];
   auto ring = client::Ring::Create(*setup.connection, device,
-                                   static_cast<uint32_t>(Int(args, "slots", 2)), slot_bytes);
+                                   static_cast<uint32_t>(args.Int("slots", 2)), slot_bytes);
   if (!ring.ok()) return ring.status();
   setup.ring = *std::move(ring);
   report.Add("ring", absl::StrCat(setup.ring->id()));
@@ -153,15 +128,15 @@ absl::StatusOr<Setup> Prepare(const Args& args, Report& report) {
 // read on an asynchronous stream (a copy back, then a byte comparison in a
 // host function queued after it).
 int RunStream(const std::vector<std::string>& argv) {
-  Args args = ParseArgs(argv);
+  const KeyValueArgs args(argv);
   Report report(args);
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
   client::Ring& ring = *setup->ring;
-  const int64_t passes = Int(args, "passes", 3);
-  const absl::Duration timeout = absl::Milliseconds(Int(args, "wait-timeout-ms", 10000));
+  const int64_t passes = args.Int("passes", 3);
+  const absl::Duration timeout = absl::Milliseconds(args.Int("wait-timeout-ms", 10000));
   // Emulated kernel time per block, on the stream after the slot's read.
-  const absl::Duration compute = absl::Microseconds(Int(args, "compute-us", 0));
+  const absl::Duration compute = absl::Microseconds(args.Int("compute-us", 0));
   const uint32_t slots = ring.shape().slot_count;
   const uint32_t blocks = setup->model->block_count();
   auto stream = ring.device().CreateStream();
@@ -210,7 +185,7 @@ BLOCKSWAP_CHILD_ROLE("stream", RunStream);
 // stream that never completes: the daemon holds that copy back forever (its
 // `free` never completes) while the role sleeps until it is killed.
 int RunHog(const std::vector<std::string>& argv) {
-  Args args = ParseArgs(argv);
+  const KeyValueArgs args(argv);
   Report report(args);
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
@@ -229,7 +204,7 @@ BLOCKSWAP_CHILD_ROLE("hog", RunHog);
 
 // Attaches, registers, creates a ring, says so, and idles until killed.
 int RunIdle(const std::vector<std::string>& argv) {
-  Args args = ParseArgs(argv);
+  const KeyValueArgs args(argv);
   Report report(args);
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/connection.h"
@@ -18,6 +17,7 @@
 #include "client/ring.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
 
 namespace blockswap::testing {
 namespace {
@@ -60,15 +60,9 @@ v1::LoadRequest Request(uint64_t ring, uint32_t slot, const std::string& model, 
 }
 
 int RunRogue(const std::vector<std::string>& argv) {
-  std::map<std::string, std::string> args;
-  for (const std::string& arg : argv) {
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      args[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
-    }
-  }
-  const std::string name = args["case"];
-  const std::string socket = args["socket"];
+  const KeyValueArgs args(argv);
+  const std::string name = args.Str("case");
+  const std::string socket = args.Str("socket");
 
   if (name == "denied-uid") {
     // Drop to nobody before connecting: the access policy must refuse it.

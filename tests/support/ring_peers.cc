@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shared/backend.h"
@@ -21,6 +20,7 @@
 #include "shared/ring.h"
 #include "shared/ring_wire.h"
 #include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
 
 namespace blockswap::testing {
 
@@ -55,25 +55,6 @@ struct PeerMessage {
   uint32_t block;
 };
 
-// --key=value arguments.
-std::map<std::string, std::string> ParseArgs(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> parsed;
-  for (const std::string& arg : args) {
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) continue;
-    parsed[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
-  }
-  return parsed;
-}
-
-int64_t IntArg(const std::map<std::string, std::string>& args, const std::string& key,
-               int64_t fallback) {
-  auto it = args.find(key);
-  int64_t value = fallback;
-  if (it != args.end() && !absl::SimpleAtoi(it->second, &value)) value = fallback;
-  return value;
-}
-
 // Block b: size and content derived from (seed, b), so both peers agree
 // without exchanging the data.
 size_t BlockBytes(uint64_t slot_bytes, uint32_t block) {
@@ -98,20 +79,16 @@ absl::StatusOr<Mapping> PageAlignedBuffer(size_t bytes) {
   return shm->Map(Access::kReadWrite);
 }
 
-absl::Status ApplySkips(const std::map<std::string, std::string>& args) {
-  auto it = args.find("skip");
-  if (it == args.end()) return absl::OkStatus();
-  absl::StatusOr<ProtocolStep> step = ParseProtocolStep(it->second);
+absl::Status ApplySkips(const KeyValueArgs& args) {
+  if (!args.Has("skip")) return absl::OkStatus();
+  absl::StatusOr<ProtocolStep> step = ParseProtocolStep(args.Str("skip"));
   if (!step.ok()) return step.status();
   SkipProtocolStepForTesting(*step);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> OpenPeerBackend(
-    const std::map<std::string, std::string>& args) {
-  auto it = args.find("backend");
-  absl::StatusOr<BackendChoice> choice =
-      ParseBackendChoice(it == args.end() ? "host" : it->second);
+absl::StatusOr<std::unique_ptr<Backend>> OpenPeerBackend(const KeyValueArgs& args) {
+  absl::StatusOr<BackendChoice> choice = ParseBackendChoice(args.Str("backend", "host"));
   if (!choice.ok()) return choice.status();
   return OpenBackend(*choice, HostBackendOptions::FromEnvironment());
 }
@@ -124,12 +101,12 @@ int Fail(const char* role, const absl::Status& status, int code) {
 // ---------------------------------------------------------------------------
 
 int RunProducer(const std::vector<std::string>& argv) {
-  auto args = ParseArgs(argv);
-  const uint64_t seed = IntArg(args, "seed", 1);
-  const uint32_t blocks = static_cast<uint32_t>(IntArg(args, "blocks", 7));
-  const RingShape shape{static_cast<uint32_t>(IntArg(args, "slots", 2)),
-                        static_cast<uint64_t>(IntArg(args, "slot-bytes", 64 * 1024))};
-  const absl::Duration max_call = absl::Milliseconds(IntArg(args, "max-call-ms", 0));
+  const KeyValueArgs args(argv);
+  const uint64_t seed = args.Int("seed", 1);
+  const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 7));
+  const RingShape shape{static_cast<uint32_t>(args.Int("slots", 2)),
+                        static_cast<uint64_t>(args.Int("slot-bytes", 64 * 1024))};
+  const absl::Duration max_call = absl::Milliseconds(args.Int("max-call-ms", 0));
   if (auto s = ApplySkips(args); !s.ok()) return Fail("producer", s, kPeerSetupFailed);
   UniqueFd socket(kPeerSocketFd);
 
@@ -216,15 +193,15 @@ int RunProducer(const std::vector<std::string>& argv) {
 // ---------------------------------------------------------------------------
 
 int RunConsumer(const std::vector<std::string>& argv) {
-  auto args = ParseArgs(argv);
-  const uint64_t seed = IntArg(args, "seed", 1);
-  const uint32_t blocks = static_cast<uint32_t>(IntArg(args, "blocks", 7));
-  const int64_t generations = IntArg(args, "generations", 1000);
-  const int64_t stall_every = IntArg(args, "stall-every", 0);
-  const absl::Duration stall = absl::Milliseconds(IntArg(args, "stall-ms", 0));
-  const int64_t rogue_after = IntArg(args, "rogue-request-after", -1);
+  const KeyValueArgs args(argv);
+  const uint64_t seed = args.Int("seed", 1);
+  const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 7));
+  const int64_t generations = args.Int("generations", 1000);
+  const int64_t stall_every = args.Int("stall-every", 0);
+  const absl::Duration stall = absl::Milliseconds(args.Int("stall-ms", 0));
+  const int64_t rogue_after = args.Int("rogue-request-after", -1);
   ConsumerOptions options;
-  options.wait_timeout = absl::Milliseconds(IntArg(args, "timeout-ms", 5000));
+  options.wait_timeout = absl::Milliseconds(args.Int("timeout-ms", 5000));
   if (auto s = ApplySkips(args); !s.ok()) return Fail("consumer", s, kPeerSetupFailed);
   UniqueFd socket(kPeerSocketFd);
 
