@@ -91,13 +91,8 @@ class LoadReactor final : public grpc::ServerBidiReactor<v1::LoadRequest, v1::Lo
     }
     absl::Status submitted = sessions_.SubmitLoad(*session_, request_, sink_);
     if (!submitted.ok()) {
-      v1::LoadEvent event;
-      event.set_ring_id(request_.ring_id());
-      event.set_slot(request_.slot());
-      event.set_generation(request_.generation());
-      event.set_error_code(static_cast<int>(submitted.code()));
-      event.set_error_message(std::string(submitted.message()));
-      Enqueue(std::move(event));
+      Enqueue(LoadErrorEvent(request_.ring_id(), request_.slot(), request_.generation(),
+                             submitted));
     }
     StartRead(&request_);
   }

@@ -58,6 +58,17 @@ struct DeviceWorker::CopyClock {
   }
 };
 
+v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
+                             const absl::Status& error) {
+  v1::LoadEvent event;
+  event.set_ring_id(ring_id);
+  event.set_slot(slot);
+  event.set_generation(generation);
+  event.set_error_code(static_cast<int>(error.code()));
+  event.set_error_message(std::string(error.message()));
+  return event;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device,
                                                                   uint64_t boot_id) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
@@ -162,14 +173,10 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
     auto it = rings_.find(task.ring_id);
     if (it == rings_.end()) {
       if (task.sink != nullptr) {
-        v1::LoadEvent event;
-        event.set_ring_id(task.ring_id);
-        event.set_slot(task.slot);
-        event.set_generation(task.generation);
-        event.set_error_code(static_cast<int>(absl::StatusCode::kNotFound));
-        event.set_error_message(absl::StrCat("ring ", task.ring_id, " no longer exists on ",
-                                             device_.info().uuid));
-        task.sink->Send(std::move(event));
+        task.sink->Send(LoadErrorEvent(
+            task.ring_id, task.slot, task.generation,
+            absl::NotFoundError(absl::StrCat("ring ", task.ring_id, " no longer exists on ",
+                                             device_.info().uuid))));
       }
       continue;
     }
@@ -266,13 +273,7 @@ void DeviceWorker::FreeRetiredRings() {
 void DeviceWorker::Report(RingState& ring, const absl::Status& error, uint32_t slot,
                           uint32_t generation, const std::shared_ptr<LoadEventSink>& sink) {
   if (sink == nullptr) return;
-  v1::LoadEvent event;
-  event.set_ring_id(ring.ring_id);
-  event.set_slot(slot);
-  event.set_generation(generation);
-  event.set_error_code(static_cast<int>(error.code()));
-  event.set_error_message(std::string(error.message()));
-  sink->Send(std::move(event));
+  sink->Send(LoadErrorEvent(ring.ring_id, slot, generation, error));
 }
 
 std::vector<RingSnapshot> DeviceWorker::Snapshot() const {

@@ -35,6 +35,10 @@ class LoadEventSink {
   virtual void Send(v1::LoadEvent event) = 0;
 };
 
+// The event that reports `error` for a load request to its client.
+v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
+                             const absl::Status& error);
+
 // One validated load request.
 struct LoadTask {
   uint64_t ring_id = 0;
