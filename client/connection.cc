@@ -113,6 +113,7 @@ absl::Status Connection::SendLoad(v1::LoadRequest request) {
   request.set_session_token(token_);
   absl::MutexLock lock(&load_mu_);
   BLOCKSWAP_RETURN_IF_ERROR(load_stream_error_);
+  BLOCKSWAP_RETURN_IF_ERROR(EndedError());
   if (load_stream_ == nullptr) BLOCKSWAP_RETURN_IF_ERROR(OpenLoadStream());
   if (!load_stream_->Write(request)) {
     load_stream_error_ = absl::UnavailableError("the Load stream to blockswapd broke");
@@ -142,15 +143,18 @@ void Connection::ReadLoadEvents() {
     ended_error_ = error;
   }
   load_stream_ended_.store(true, std::memory_order_release);
-  absl::MutexLock lock(&load_mu_);
-  load_stream_error_ = error;
+}
+
+absl::Status Connection::EndedError() const {
+  if (!load_stream_ended_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&errors_mu_);
+  return ended_error_;
 }
 
 absl::Status Connection::Liveness() const {
-  if (!load_stream_ended_.load(std::memory_order_acquire)) return absl::OkStatus();
-  absl::MutexLock lock(&errors_mu_);
-  return absl::UnavailableError(
-      absl::StrCat("lost blockswapd: ", ended_error_.message()));
+  absl::Status ended = EndedError();
+  if (ended.ok()) return ended;
+  return absl::UnavailableError(absl::StrCat("lost blockswapd: ", ended.message()));
 }
 
 absl::Status Connection::RingError(uint64_t ring_id) const {

@@ -67,6 +67,8 @@ class Connection {
  private:
   Connection() = default;
   absl::Status OpenLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // How the Load stream ended, once it has (OK before).
+  absl::Status EndedError() const;
   void ReadLoadEvents();
 
   std::shared_ptr<grpc::Channel> channel_;
@@ -81,6 +83,7 @@ class Connection {
   std::unique_ptr<grpc::ClientContext> load_context_ ABSL_GUARDED_BY(load_mu_);
   std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadEvent>> load_stream_
       ABSL_GUARDED_BY(load_mu_);
+  // A failed Write; how the stream ended is ended_error_.
   absl::Status load_stream_error_ ABSL_GUARDED_BY(load_mu_);
   std::atomic<bool> load_stream_ended_{false};
   std::thread load_reader_;
