@@ -33,10 +33,10 @@ int MaybeRunChildRole(int argc, char** argv);
       ::blockswap::testing::RegisterChildRole(name, function)
 
 struct SpawnOptions {
-  std::vector<std::string> args;
+  std::vector<std::string> args = {};
   // (descriptor in this process, number it gets in the child).
-  std::vector<std::pair<int, int>> inherit;
-  std::map<std::string, std::string> env;  // added to this process's environment
+  std::vector<std::pair<int, int>> inherit = {};
+  std::map<std::string, std::string> env = {};  // added to this process's environment
 };
 
 // A spawned child; killed (SIGKILL) and reaped if still running on

@@ -37,8 +37,8 @@ class ScratchDirs {
 };
 
 struct DaemonFlags {
-  std::vector<std::string> extra_args;        // e.g. --max-pinned-bytes=...
-  std::map<std::string, std::string> env;     // e.g. BLOCKSWAP_HOST_JITTER_US
+  std::vector<std::string> extra_args = {};   // e.g. --max-pinned-bytes=...
+  std::map<std::string, std::string> env = {};  // e.g. BLOCKSWAP_HOST_JITTER_US
   // When set, the daemon's stdout and stderr go to this file (created or
   // truncated, mode 0600) instead of the test's, e.g. to check its log.
   std::string output_path = {};
