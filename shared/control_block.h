@@ -9,6 +9,8 @@
 #ifndef BLOCKSWAP_SHARED_CONTROL_BLOCK_H_
 #define BLOCKSWAP_SHARED_CONTROL_BLOCK_H_
 
+#include <time.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -63,8 +65,13 @@ static_assert(sizeof(DaemonControlBlock) <= kControlBlockBytes);
 static_assert(sizeof(ClientControlBlock) <= kControlBlockBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
-// CLOCK_MONOTONIC in milliseconds.
-uint64_t MonotonicMillis();
+// CLOCK_MONOTONIC in milliseconds: one clock for every process of the host,
+// so a heartbeat written by the daemon can be aged by a client.
+inline uint64_t MonotonicMillis() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
 
 }  // namespace blockswap
 

@@ -1,17 +1,9 @@
 #include "shared/ring.h"
 
-#include <time.h>
-
 #include "absl/strings/str_cat.h"
 #include "shared/status.h"
 
 namespace blockswap {
-
-uint64_t MonotonicMillis() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
 
 absl::Status ValidateRingShape(const RingShape& shape) {
   if (shape.slot_count == 0 || shape.slot_count > kMaxRingSlots) {
