@@ -21,6 +21,7 @@ debian_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
   libssl-dev libsystemd-dev
+  patchelf
   python3 python3-venv
 )
 # Python side: PyPI packages, installed into the reused environment.

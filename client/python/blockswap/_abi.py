@@ -1,0 +1,176 @@
+"""The client library's C ABI (client/include/blockswap/blockswap.h) through ctypes.
+
+ABI mode only: nothing is compiled, so one package serves every Python and torch
+version. `ctypes.CDLL` releases the GIL around every foreign call, so a blocking
+wait (bs_scheduler_wait_for_block, bs_ring_wait) never stalls other Python threads;
+the bind callback re-acquires it while it runs.
+
+The library is found, in order, at
+  1. $BLOCKSWAP_LIBRARY (a path to libblockswap.so),
+  2. blockswap/_lib/libblockswap.so.1 inside this package (the bundle built by
+     `cmake --build build --target blockswap_python_bundle`, with its gRPC,
+     protobuf and abseil libraries beside it and an $ORIGIN rpath),
+  3. the system's library path (libblockswap.so.1, e.g. after `cmake --install`).
+"""
+import ctypes
+import os
+import threading
+
+ABI_VERSION = 1
+LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
+_SONAME = "libblockswap.so.1"
+_BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
+
+BS_BACKEND_HOST = 1
+BS_BACKEND_CUDA = 2
+BS_FORWARD = 1
+BS_BACKWARD = 2
+
+# google.rpc.Code names, for messages.
+_CODE_NAMES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
+    13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+
+class BlockSwapError(RuntimeError):
+    """A call into the client library failed; `code` is the google.rpc.Code."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.code_name = _CODE_NAMES.get(code, str(code))
+        super().__init__(f"{message} ({self.code_name})")
+
+
+class TensorDesc(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(ctypes.c_uint64)), ("ndim", ctypes.c_uint32),
+                ("data", ctypes.c_void_p)]
+
+
+class BlockDesc(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.POINTER(TensorDesc)), ("tensor_count", ctypes.c_uint32)]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(ctypes.c_uint64)), ("ndim", ctypes.c_uint32),
+                ("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+
+
+class SchedulerConfig(ctypes.Structure):
+    _fields_ = [("num_blocks", ctypes.c_uint32), ("blocks_to_swap", ctypes.c_uint32),
+                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int)]
+
+
+class PassStats(ctypes.Structure):
+    _fields_ = [("direction", ctypes.c_int), ("stall_seconds", ctypes.c_double),
+                ("copy_seconds", ctypes.c_double), ("waits", ctypes.c_uint64),
+                ("not_ready_waits", ctypes.c_uint64), ("self_heals", ctypes.c_uint64),
+                ("loads", ctypes.c_uint64), ("rebinds", ctypes.c_uint64)]
+
+
+BIND_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int)
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_U32 = ctypes.c_uint32
+_U64 = ctypes.c_uint64
+_INT = ctypes.c_int
+_STR = ctypes.c_char_p
+
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    "bs_abi_version": (_U32, []),
+    "bs_last_error": (_STR, []),
+    "bs_connect": (_INT, [_STR, _STR, _PP]),
+    "bs_disconnect": (None, [_P]),
+    "bs_client_backend": (_INT, [_P]),
+    "bs_client_device_count": (_U32, [_P]),
+    "bs_client_device_uuid": (_STR, [_P, _U32]),
+    "bs_model_register": (_INT, [_P, _STR, ctypes.POINTER(BlockDesc), _U32, _PP]),
+    "bs_model_open": (_INT, [_P, _STR, _PP]),
+    "bs_model_close": (None, [_P]),
+    "bs_model_id": (_STR, [_P]),
+    "bs_model_block_count": (_U32, [_P]),
+    "bs_model_block_bytes": (_U64, [_P, _U32]),
+    "bs_model_tensor_count": (_U32, [_P, _U32]),
+    "bs_model_tensor": (_INT, [_P, _U32, _U32, ctypes.POINTER(TensorInfo)]),
+    "bs_model_master": (_P, [_P, _U32]),
+    "bs_ring_create": (_INT, [_P, _STR, _U32, _U64, _PP]),
+    "bs_ring_destroy": (None, [_P]),
+    "bs_ring_slot_count": (_U32, [_P]),
+    "bs_ring_slot_bytes": (_U64, [_P]),
+    "bs_ring_slot": (_P, [_P, _U32]),
+    "bs_scheduler_create": (_INT, [_P, _P, _P, ctypes.POINTER(SchedulerConfig), _P, BIND_FN,
+                                   _P, _PP]),
+    "bs_scheduler_destroy": (None, [_P]),
+    "bs_scheduler_ring_slots": (_U32, [_P]),
+    "bs_scheduler_streaming_count": (_U32, [_P]),
+    "bs_scheduler_streaming_block": (_U32, [_P, _U32]),
+    "bs_scheduler_prepare": (_INT, [_P]),
+    "bs_scheduler_wait_for_block": (_INT, [_P, _U32]),
+    "bs_scheduler_after_forward": (_INT, [_P, _U32]),
+    "bs_scheduler_after_backward": (_INT, [_P, _U32]),
+    "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
+    "bs_scheduler_finish_pass": (_INT, [_P]),
+    "bs_scheduler_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    explicit = os.environ.get(LIBRARY_ENV)
+    if explicit:
+        return [(explicit, f"${LIBRARY_ENV}")]
+    found = [(_BUNDLED, "the bundled copy")] if os.path.exists(_BUNDLED) else []
+    return found + [(_SONAME, "the system library path")]
+
+
+def library():
+    """The loaded client library (loaded and checked on first use)."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path, where in _candidates():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as error:
+                tried.append(f"{path} ({where}): {error}")
+                continue
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                function = getattr(lib, name)
+                function.restype = restype
+                function.argtypes = argtypes
+            version = lib.bs_abi_version()
+            if version != ABI_VERSION:
+                raise ImportError(f"{path} ({where}) has blockswap C ABI version {version}; this "
+                                  f"package needs version {ABI_VERSION}: install matching versions")
+            _lib, _lib_path = lib, path
+            return lib
+        raise ImportError(
+            "blockswap: cannot load the client library libblockswap.so; tried "
+            + "; ".join(tried)
+            + f". Set {LIBRARY_ENV} to its path (e.g. build/lib/libblockswap.so), install the "
+            "bundled package (cmake --build build --target blockswap_python_bundle, then "
+            "pip install build/python), or install the library system-wide")
+
+
+def library_path():
+    """Where the client library was loaded from."""
+    library()
+    return _lib_path
+
+
+def check(code, what):
+    """Raises BlockSwapError for a non-zero return of the C ABI."""
+    if code != 0:
+        message = library().bs_last_error().decode(errors="replace")
+        raise BlockSwapError(code, f"{what}: {message}")

@@ -1,0 +1,489 @@
+"""The drop-in for the reference trainer's `create_offloader` (DESIGN §5).
+
+The frozen weights of S evenly placed "streaming" blocks live once per node, in
+blockswapd's masters; a ring of B slots on the trainer's device holds the blocks
+about to run. Which block goes into which slot and when (placement, prefetch
+ahead in forward and behind in backward, self-heal, wrap-around in inference,
+no-op rebinds) is decided by the client library's scheduler (bs_scheduler_*);
+this module only turns its decisions into tensors: every binding it reports
+rebinds the block's streamed tensors to views of the slot, and the block that
+held the slot before back to views of its read-only master.
+"""
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+
+from . import _abi
+from ._memory import device_bytes, host_bytes, safetensors_dtype, typed_view
+
+SOCKET_ENV = "BLOCKSWAP_SOCKET"
+
+
+def default_swap_tensor_selector(block):
+    """The weight of every ``*Linear`` module, as ``(module, attribute)`` pairs.
+
+    A selector may return several tensors per module (a quantized weight and
+    its scales); each attribute must be a parameter or a registered buffer.
+    """
+    return [(module, "weight") for _, module in block.named_modules()
+            if module.__class__.__name__.endswith("Linear")
+            and getattr(module, "weight", None) is not None]
+
+
+@dataclass
+class BlockSwapConfig:
+    """The reference's construction policy plus where blockswapd listens.
+
+    `use_pinned_memory` and `h2d_only` are accepted for compatibility only:
+    blockswapd always keeps one pinned master per node and streams host to
+    device. Training (`supports_backward`) needs gradient checkpointing: set
+    `gradient_checkpointing=True` once the trainer checkpoints its blocks.
+    """
+    device: torch.device
+    supports_backward: bool
+    use_pinned_memory: bool = False
+    h2d_only: bool = False
+    ring_size: int = 2
+    debug: bool = False
+    socket: Optional[str] = None  # None: $BLOCKSWAP_SOCKET, else /run/blockswap/blockswapd.sock
+    gradient_checkpointing: bool = False
+    swap_tensor_selector: Optional[Callable] = None
+    client_name: Optional[str] = None
+
+    @classmethod
+    def from_args(cls, args, device, supports_backward):
+        """From a parsed-args namespace, tolerating parsers without the optional knobs."""
+        return cls(device=device, supports_backward=supports_backward,
+                   use_pinned_memory=getattr(args, "use_pinned_memory_for_block_swap", False),
+                   h2d_only=getattr(args, "block_swap_h2d_only", False),
+                   ring_size=getattr(args, "block_swap_ring_size", 2),
+                   socket=getattr(args, "blockswap_socket", None),
+                   gradient_checkpointing=getattr(args, "gradient_checkpointing", False))
+
+
+def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
+    """The offloader for one block list (the reference's signature)."""
+    return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
+
+
+def _streaming_blocks(num_blocks, blocks_to_swap):
+    """DESIGN §5's placement, needed before the scheduler exists (to register
+    the backward hooks); checked against the scheduler's once it does."""
+    if blocks_to_swap <= 0:
+        return []
+    return sorted({((2 * i + 1) * num_blocks) // (2 * blocks_to_swap)
+                   for i in range(blocks_to_swap)})
+
+
+class _Job:
+    """One streamed tensor: module attribute, its name relative to the block."""
+    __slots__ = ("module", "attr", "is_param", "name")
+
+    def __init__(self, module, attr, is_param, name):
+        self.module, self.attr, self.is_param, self.name = module, attr, is_param, name
+
+
+class StreamOffloader:
+    """The reference offloader's interface over blockswapd.
+
+    Call order, as in the reference trainer: `prepare_block_devices_before_forward`
+    before a forward pass (once, and again after anything that ran the blocks
+    differently, e.g. sampling during training), then per block i of the forward
+    loop `wait_for_block(i)`, the block, `submit_move_blocks_forward(blocks, i)`.
+    Backward needs nothing: full backward hooks on the blocks drive it. Blocks must
+    receive their activation input positionally (`block(x, ...)`).
+    """
+
+    def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, config):
+        if len(blocks) != num_blocks:
+            raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
+        if config.ring_size < 1:
+            raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
+        if blocks_to_swap < 0:
+            raise ValueError(f"blocks_to_swap must be >= 0 (got {blocks_to_swap})")
+        if config.supports_backward and blocks_to_swap > 0 and not config.gradient_checkpointing:
+            raise ValueError(
+                "blockswap: training (supports_backward=True) requires gradient checkpointing. "
+                "Streamed weights share a few ring slots that are overwritten while autograd may "
+                "still hold them; checkpointing re-reads them at recompute time. Enable gradient "
+                "checkpointing in the trainer (e.g. --gradient_checkpointing) and pass "
+                "BlockSwapConfig(..., gradient_checkpointing=True), or use "
+                "supports_backward=False for inference.")
+        self.block_type = block_type
+        self.num_blocks = num_blocks
+        self.blocks_to_swap = blocks_to_swap
+        self.device = torch.device(config.device)
+        self.supports_backward = config.supports_backward
+        self.forward_only = not config.supports_backward
+        self.debug = config.debug
+        self._config = config
+        self._blocks = blocks
+        self._selector = config.swap_tensor_selector or default_swap_tensor_selector
+        self.stream_idx = _streaming_blocks(num_blocks, blocks_to_swap)
+        self.S = len(self.stream_idx)
+        self.B = min(config.ring_size, self.S)
+        self.rank = {block: rank for rank, block in enumerate(self.stream_idx)}
+        self.is_stream = [block in self.rank for block in range(num_blocks)]
+        self._jobs = {block: self._select(block) for block in self.stream_idx}
+        self._check_frozen()
+
+        self._lib = None
+        self._client = None
+        self._model = None
+        self._ring = None
+        self._scheduler = None
+        self._bind_fn = None
+        self._stream = None
+        self._callback_error = None
+        self._master_views = {}  # block -> [tensor or Parameter per job]
+        self._slot_views = {}    # block -> the same over its ring slot
+        self._slot_flat = []     # slot -> uint8 tensor over the slot
+        self._slot_owner = []    # slot -> block bound to it (or None)
+        self.remove_handles = []
+        if self.S == 0:
+            return
+        self._lib = _abi.library()
+        self._connect()
+        if self.supports_backward:
+            for i, block in enumerate(blocks):
+                if self.is_stream[i] or (i > 0 and self.is_stream[i - 1]):
+                    self.remove_handles.append(
+                        block.register_full_backward_hook(self._backward_hook(i)))
+                    self.remove_handles.append(block.register_forward_pre_hook(
+                        self._positional_input_guard(i), with_kwargs=True))
+        if self.debug:
+            print(f"blockswap[{block_type}]: {self.S} streaming / {num_blocks} blocks, "
+                  f"ring={self.B}, streaming indices: {self.stream_idx}")
+
+    # ------------------------------------------------------------------ set-up
+
+    def _select(self, block_idx):
+        block = self._blocks[block_idx]
+        names = {id(module): name for name, module in block.named_modules()}
+        jobs = []
+        for module, attr in self._selector(block):
+            if attr in module._parameters:
+                is_param = True
+            elif attr in module._buffers:
+                is_param = False
+            else:
+                raise ValueError(
+                    f"swap tensor selector returned {attr!r}, which is neither a parameter nor a "
+                    f"registered buffer of {module.__class__.__name__} (block {block_idx})")
+            if id(module) not in names:
+                raise ValueError(f"swap tensor selector returned a module that is not part of "
+                                 f"block {block_idx}")
+            prefix = names[id(module)]
+            jobs.append(_Job(module, attr, is_param, f"{prefix}.{attr}" if prefix else attr))
+        return jobs
+
+    def _check_frozen(self):
+        for block in self.stream_idx:
+            for job in self._jobs[block]:
+                tensor = getattr(job.module, job.attr)
+                if job.is_param and tensor.requires_grad:
+                    raise ValueError(
+                        f"blockswap streams frozen weights only, but {job.name} of "
+                        f"{self.block_type} block {block} requires grad. Freeze the base "
+                        f"weights (e.g. block.requires_grad_(False) before adding LoRA "
+                        f"adapters), or leave this tensor out with a swap_tensor_selector.")
+
+    def _connect(self):
+        socket = self._config.socket or os.environ.get(SOCKET_ENV)
+        name = self._config.client_name or f"python:{self.block_type}:{os.getpid()}"
+        client = ctypes.c_void_p()
+        _abi.check(self._lib.bs_connect(socket.encode() if socket else None, name.encode(),
+                                        ctypes.byref(client)),
+                   f"connecting to blockswapd at {socket or 'the default socket'}")
+        self._client = client
+        backend = self._lib.bs_client_backend(client)
+        uuids = [self._lib.bs_client_device_uuid(client, i).decode()
+                 for i in range(self._lib.bs_client_device_count(client))]
+        if backend == _abi.BS_BACKEND_HOST:
+            if self.device.type != "cpu":
+                raise ValueError(f"blockswapd at {socket or 'the default socket'} runs the host "
+                                 f"backend (devices {uuids}); it cannot stream to {self.device}. "
+                                 f"Use device='cpu' or a blockswapd with the cuda backend.")
+            self._device_uuid = uuids[0]
+        else:
+            if self.device.type != "cuda":
+                raise ValueError(f"blockswapd runs the cuda backend (devices {uuids}); it streams "
+                                 f"to cuda devices, not {self.device}")
+            index = self.device.index if self.device.index is not None \
+                else torch.cuda.current_device()
+            self.device = torch.device("cuda", index)
+            uuid = "GPU-" + str(torch.cuda.get_device_properties(index).uuid)
+            if uuid not in uuids:
+                raise ValueError(f"{self.device} ({uuid}) is not one of the devices blockswapd "
+                                 f"drives: {uuids}")
+            self._device_uuid = uuid
+
+    def _register(self):
+        """Uploads the streamed tensors (block r of the model = streaming rank r)
+        and opens views of their masters."""
+        keep = []  # the bytes must stay alive during bs_model_register
+        descs = (_abi.BlockDesc * self.S)()
+        for rank, block in enumerate(self.stream_idx):
+            jobs = self._jobs[block]
+            tensors = (_abi.TensorDesc * len(jobs))()
+            for k, job in enumerate(jobs):
+                t = getattr(job.module, job.attr).detach()
+                what = f"{job.name} of {self.block_type} block {block}"
+                host = t.to("cpu").contiguous()
+                shape = (ctypes.c_uint64 * max(1, host.dim()))(*host.shape)
+                keep += [host, shape]
+                tensors[k] = _abi.TensorDesc(job.name.encode(),
+                                             safetensors_dtype(host.dtype, what).encode(),
+                                             shape, host.dim(), host.data_ptr())
+            keep.append(tensors)
+            descs[rank] = _abi.BlockDesc(tensors, len(jobs))
+        model = ctypes.c_void_p()
+        _abi.check(self._lib.bs_model_register(self._client, self.block_type.encode(), descs,
+                                               self.S, ctypes.byref(model)),
+                   f"registering the {self.S} streaming blocks of {self.block_type}")
+        self._model = model
+        for rank, block in enumerate(self.stream_idx):
+            nbytes = self._lib.bs_model_block_bytes(model, rank)
+            master = host_bytes(self._lib.bs_model_master(model, rank), nbytes)
+            self._master_views[block] = self._views(rank, block, master, device_side=False)
+
+    def _layout(self, rank, block):
+        """Byte offset of each job's tensor in model block `rank`."""
+        info = _abi.TensorInfo()
+        offsets = {}
+        for k in range(self._lib.bs_model_tensor_count(self._model, rank)):
+            _abi.check(self._lib.bs_model_tensor(self._model, rank, k, ctypes.byref(info)),
+                       f"reading the layout of block {block}")
+            offsets[info.name.decode()] = info.offset
+        return [offsets[job.name] for job in self._jobs[block]]
+
+    def _views(self, rank, block, flat, device_side):
+        views = []
+        for job, offset in zip(self._jobs[block], self._layout(rank, block)):
+            template = getattr(job.module, job.attr)
+            view = typed_view(flat, offset, template.dtype, template.shape)
+            views.append(nn.Parameter(view, requires_grad=False) if job.is_param else view)
+        return views
+
+    def _create_ring(self):
+        slot_bytes = max(self._lib.bs_model_block_bytes(self._model, r) for r in range(self.S))
+        ring = ctypes.c_void_p()
+        _abi.check(self._lib.bs_ring_create(self._client, self._device_uuid.encode(), self.B,
+                                            slot_bytes, ctypes.byref(ring)),
+                   f"creating a ring of {self.B} slots of {slot_bytes} bytes on "
+                   f"{self._device_uuid}")
+        self._ring = ring
+        self._slot_bytes = slot_bytes
+        self._slot_flat = [device_bytes(self._lib.bs_ring_slot(ring, s), slot_bytes, self.device)
+                           for s in range(self.B)]
+        self._slot_owner = [None] * self.B
+        for rank, block in enumerate(self.stream_idx):
+            self._slot_views[block] = self._views(rank, block, self._slot_flat[rank % self.B],
+                                                  device_side=True)
+
+    def _create_scheduler(self):
+        config = _abi.SchedulerConfig(self.num_blocks, self.blocks_to_swap, self._config.ring_size,
+                                      int(self.forward_only))
+        if self.device.type == "cuda":
+            self._stream = torch.cuda.current_stream(self.device)
+            handle = ctypes.c_void_p(self._stream.cuda_stream)
+        else:
+            handle = None
+        self._bind_fn = _abi.BIND_FN(self._on_bind)
+        scheduler = ctypes.c_void_p()
+        _abi.check(self._lib.bs_scheduler_create(self._client, self._ring, self._model,
+                                                 ctypes.byref(config), handle, self._bind_fn,
+                                                 None, ctypes.byref(scheduler)),
+                   "creating the stream scheduler")
+        self._scheduler = scheduler
+        placed = [self._lib.bs_scheduler_streaming_block(scheduler, r)
+                  for r in range(self._lib.bs_scheduler_streaming_count(scheduler))]
+        if placed != self.stream_idx or self._lib.bs_scheduler_ring_slots(scheduler) != self.B:
+            raise RuntimeError(f"blockswap: the scheduler placed {placed} with "
+                               f"{self._lib.bs_scheduler_ring_slots(scheduler)} slots, this "
+                               f"package expected {self.stream_idx} with {self.B}: the package "
+                               f"and libblockswap.so do not match")
+
+    def _first_prepare(self):
+        self._register()
+        for i, block in enumerate(self._blocks):
+            if not self.is_stream[i]:
+                block.to(self.device)
+                continue
+            # Detach the streamed tensors so that moving the rest of the block
+            # to the device neither copies them nor moves their masters.
+            for job in self._jobs[i]:
+                current = getattr(job.module, job.attr)
+                empty = torch.empty(0, dtype=current.dtype)
+                setattr(job.module, job.attr,
+                        nn.Parameter(empty, requires_grad=False) if job.is_param else empty)
+            block.to(self.device)
+            self._bind(i, self._master_views[i])
+        self._create_ring()
+        self._create_scheduler()
+
+    # ------------------------------------------------------------------ bindings
+
+    def _bind(self, block, tensors):
+        for job, tensor in zip(self._jobs[block], tensors):
+            setattr(job.module, job.attr, tensor)
+
+    def _on_bind(self, _user_data, block, slot, loaded):
+        # Runs inside a scheduler call (on the caller's thread); an exception
+        # cannot cross the C ABI, so it is kept and raised when the call returns.
+        try:
+            previous = self._slot_owner[slot]
+            if previous is not None and previous != block:
+                self._bind(previous, self._master_views[previous])  # eviction is free
+            self._bind(block, self._slot_views[block])
+            self._slot_owner[slot] = block
+            if loaded:
+                # The daemon's copy bumps no version counter: do it here, so that
+                # autograd refuses a tensor saved for backward from the slot's
+                # previous content instead of computing with the new one.
+                torch.autograd.graph.increment_version(self._slot_flat[slot])
+        except BaseException as error:  # noqa: BLE001 (re-raised by _call)
+            self._callback_error = error
+
+    def _call(self, function, *args, what):
+        if self.device.type == "cuda":
+            current = torch.cuda.current_stream(self.device)
+            if current != self._stream:
+                raise RuntimeError(
+                    f"blockswap orders its loads against the CUDA stream that was current at the "
+                    f"first prepare ({self._stream}), but {what} runs on {current}: run the "
+                    f"blocks on one stream, or prepare under the stream they run on")
+        code = function(self._scheduler, *args)
+        error, self._callback_error = self._callback_error, None
+        if error is not None:
+            raise error
+        _abi.check(code, what)
+
+    # ------------------------------------------------------------------ the reference's interface
+
+    def prepare_block_devices_before_forward(self, blocks=None):
+        if self.S == 0:
+            return
+        if self._scheduler is None:
+            self._first_prepare()
+        self._call(self._lib.bs_scheduler_prepare, what="prepare_block_devices_before_forward")
+
+    def wait_for_block(self, block_idx):
+        if self.S == 0 or not self.is_stream[block_idx]:
+            return
+        self._require_prepared("wait_for_block")
+        self._call(self._lib.bs_scheduler_wait_for_block, block_idx,
+                   what=f"wait_for_block({block_idx})")
+
+    def submit_move_blocks_forward(self, blocks, block_idx):
+        if self.S == 0 or not self.is_stream[block_idx]:
+            return
+        self._require_prepared("submit_move_blocks_forward")
+        self._call(self._lib.bs_scheduler_after_forward, block_idx,
+                   what=f"submit_move_blocks_forward({block_idx})")
+
+    def set_forward_only(self, forward_only):
+        self.forward_only = bool(forward_only)
+        if self._scheduler is not None:
+            self._call(self._lib.bs_scheduler_set_forward_only, int(self.forward_only),
+                       what="set_forward_only")
+
+    def _require_prepared(self, what):
+        if self._scheduler is None:
+            raise RuntimeError(f"blockswap: {what} before prepare_block_devices_before_forward: "
+                               f"call offloader.prepare_block_devices_before_forward(blocks) "
+                               f"before the first forward pass")
+
+    def _backward_hook(self, block_idx):
+        def hook(module, grad_input, grad_output):
+            if not any(g is not None for g in grad_input):
+                # No positional input requires grad: PyTorch fired the hook before the
+                # block's own backward (the first block of the backward pass with LoRA
+                # on later blocks only); nothing ran after it to free or prefetch for.
+                return None
+            if self._scheduler is not None:
+                self._call(self._lib.bs_scheduler_after_backward, block_idx,
+                           what=f"the backward hook of block {block_idx}")
+            return None
+        return hook
+
+    def _positional_input_guard(self, block_idx):
+        def hook(module, args, kwargs):
+            if self.forward_only or not torch.is_grad_enabled():
+                return None
+            if not any(isinstance(a, torch.Tensor) for a in args) and \
+                    any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+                raise ValueError(
+                    f"blockswap: {self.block_type} block {block_idx} was called with its tensor "
+                    f"inputs as keyword arguments only ({', '.join(kwargs)}). Its backward hook "
+                    f"fires at the right time only when the activation input is positional: "
+                    f"call block(x, ...) instead of block(x=x, ...).")
+            return None
+        return hook
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def model_id(self):
+        return self._lib.bs_model_id(self._model).decode() if self._model else None
+
+    def slot_address_ranges(self):
+        """[(start, end)] of each ring slot's memory, for checks that a tensor lives there."""
+        return [(flat.data_ptr(), flat.data_ptr() + self._slot_bytes) for flat in self._slot_flat]
+
+    def stats(self, finish_pass=True):
+        """Placement and the last finished pass's statistics per direction."""
+        result = {"block_type": self.block_type, "model_id": self.model_id,
+                  "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
+                  "forward": None, "backward": None}
+        if self._scheduler is None:
+            return result
+        if finish_pass:
+            self._call(self._lib.bs_scheduler_finish_pass, what="stats")
+        for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):
+            out = _abi.PassStats()
+            if self._lib.bs_scheduler_last_pass(self._scheduler, direction, ctypes.byref(out)):
+                continue  # no pass in that direction yet
+            result[key] = {name: getattr(out, name) for name, _ in _abi.PassStats._fields_
+                           if name != "direction"}
+        return result
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self):
+        """Gives every streamed tensor a private copy of its bytes (so the
+        blocks stay usable) and releases the scheduler, ring, model and session."""
+        for handle in self.remove_handles:
+            handle.remove()
+        self.remove_handles = []
+        lib = self._lib
+        if lib is None:
+            return
+        for block, views in self._master_views.items():
+            self._bind(block, [nn.Parameter(v.detach().clone(), requires_grad=False)
+                               if isinstance(v, nn.Parameter) else v.clone() for v in views])
+        self._master_views, self._slot_views, self._slot_flat = {}, {}, []
+        for attr, destroy in (("_scheduler", lib.bs_scheduler_destroy),
+                              ("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
+                              ("_client", lib.bs_disconnect)):
+            handle = getattr(self, attr)
+            if handle:
+                setattr(self, attr, None)
+                destroy(handle)
+        self._lib = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass

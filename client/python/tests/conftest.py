@@ -1,0 +1,79 @@
+"""A real blockswapd (host backend) per test, always stopped.
+
+Finds blockswapd and blockswapctl in $BLOCKSWAP_BIN_DIR (default: build/bin of
+this checkout) and the client library through $BLOCKSWAP_LIBRARY (the ctest
+sets both; default build/lib/libblockswap.so).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+os.environ.setdefault("BLOCKSWAP_LIBRARY", os.path.join(REPO, "build", "lib", "libblockswap.so"))
+BIN_DIR = os.environ.get("BLOCKSWAP_BIN_DIR", os.path.join(REPO, "build", "bin"))
+
+
+class Daemon:
+    def __init__(self, socket, process, log_path):
+        self.socket = socket
+        self.process = process
+        self.log_path = log_path
+
+    def ctl(self, *args):
+        """`blockswapctl --json ARGS` as a dict."""
+        out = subprocess.run([os.path.join(BIN_DIR, "blockswapctl"), "--socket", self.socket,
+                              "--timeout", "5", "--json", *args],
+                             check=True, capture_output=True, text=True, timeout=20)
+        return json.loads(out.stdout)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+
+@pytest.fixture
+def daemon():
+    scratch = tempfile.mkdtemp(prefix="blockswap-pytest.")
+    # Masters live on a tmpfs, in a directory of this test's own.
+    shm = f"/dev/shm/blockswap-pytest-{uuid.uuid4().hex[:12]}"
+    socket = os.path.join(scratch, "blockswapd.sock")
+    log_path = os.path.join(scratch, "blockswapd.log")
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([os.path.join(BIN_DIR, "blockswapd"), "--backend=host",
+                                    f"--socket={socket}", f"--shm-prefix={shm}",
+                                    "--shutdown-grace=2"],
+                                   stdout=log, stderr=subprocess.STDOUT)
+    running = Daemon(socket, process, log_path)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"blockswapd exited at start-up:\n{running.log()}")
+            health = subprocess.run([os.path.join(BIN_DIR, "blockswapctl"), "--socket", socket,
+                                     "--timeout", "2", "health"], capture_output=True)
+            if health.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"blockswapd did not answer within 20 s:\n{running.log()}")
+            time.sleep(0.1)
+        yield running
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)

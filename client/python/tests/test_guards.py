@@ -1,0 +1,86 @@
+"""Misuse fails early, with a message that says what to do."""
+import pytest
+import torch
+
+import blockswap
+from tiny_transformer import TinyTransformer, batches, train
+
+
+def config(daemon, **overrides):
+    fields = dict(device=torch.device("cpu"), supports_backward=True, socket=daemon.socket,
+                  gradient_checkpointing=True)
+    fields.update(overrides)
+    return blockswap.BlockSwapConfig(**fields)
+
+
+def create(model, cfg, swap=4):
+    return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), swap, cfg)
+
+
+def test_trainable_streamed_weight_is_refused(daemon):
+    model = TinyTransformer(6)
+    model.blocks[2].proj.weight.requires_grad_(True)
+    with pytest.raises(ValueError, match=r"proj\.weight of blocks block 2 requires grad.*Freeze"):
+        create(model, config(daemon))
+
+
+def test_training_without_gradient_checkpointing_is_refused(daemon):
+    with pytest.raises(ValueError, match=r"requires gradient checkpointing.*"
+                                         r"gradient_checkpointing=True"):
+        create(TinyTransformer(6), config(daemon, gradient_checkpointing=False))
+
+
+def test_from_args_reads_the_trainer_flags(daemon):
+    class Args:
+        gradient_checkpointing = True
+        block_swap_ring_size = 3
+        blockswap_socket = daemon.socket
+
+    cfg = blockswap.BlockSwapConfig.from_args(Args(), torch.device("cpu"), True)
+    assert (cfg.ring_size, cfg.socket, cfg.gradient_checkpointing) == (3, daemon.socket, True)
+    offloader = create(TinyTransformer(6), cfg)
+    assert offloader.B == 3
+    offloader.close()
+
+
+def test_keyword_only_block_input_is_refused_in_training(daemon):
+    model = TinyTransformer(6)
+    offloader = create(model, config(daemon))
+    offloader.prepare_block_devices_before_forward(model.blocks)
+    x = torch.randn(2, 8, 32, requires_grad=True)
+    offloader.wait_for_block(0)
+    with pytest.raises(ValueError, match=r"keyword arguments only \(x\).*block\(x, \.\.\.\)"):
+        model.blocks[0](x=x)
+    offloader.close()
+
+
+def test_unprepared_offloader_says_to_prepare(daemon):
+    model = TinyTransformer(6)
+    offloader = create(model, config(daemon))
+    with pytest.raises(RuntimeError, match="prepare_block_devices_before_forward"):
+        offloader.wait_for_block(0)
+    offloader.close()
+
+
+def test_device_the_daemon_cannot_drive_is_refused(daemon):
+    with pytest.raises(ValueError, match=r"host backend.*cannot stream to cuda"):
+        create(TinyTransformer(6), config(daemon, device=torch.device("cuda")))
+
+
+def test_missing_daemon_names_the_socket(tmp_path):
+    socket = str(tmp_path / "nobody.sock")
+    with pytest.raises(blockswap.BlockSwapError, match=f"connecting to blockswapd at {socket}"):
+        create(TinyTransformer(6), blockswap.BlockSwapConfig(
+            device=torch.device("cpu"), supports_backward=False, socket=socket))
+
+
+def test_a_slot_overwritten_under_saved_weights_fails_loudly(daemon):
+    """Without checkpointing, autograd saves the streamed weights; the next
+    load into their slot must bump their version so that backward refuses
+    them instead of computing with another block's weights."""
+    model = TinyTransformer(6)
+    model.gradient_checkpointing = False  # but claimed in the config
+    model.offloader = create(model, config(daemon))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        train(model, batches(1))
+    model.offloader.close()

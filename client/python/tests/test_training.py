@@ -1,0 +1,99 @@
+"""Training and inference through a real blockswapd (host backend) give the
+same numbers as without the offloader, computing on weights in ring slots."""
+import torch
+
+import blockswap
+from tiny_transformer import TinyTransformer, batches, train
+
+NUM_BLOCKS, SWAP, RING = 6, 4, 2
+
+
+def offload(model, daemon, supports_backward=True, ring_size=RING, swap=SWAP):
+    config = blockswap.BlockSwapConfig(device=torch.device("cpu"),
+                                       supports_backward=supports_backward, ring_size=ring_size,
+                                       socket=daemon.socket,
+                                       gradient_checkpointing=supports_backward)
+    model.offloader = blockswap.create_offloader("blocks", model.blocks, len(model.blocks), swap,
+                                                 config)
+    return model.offloader
+
+
+def record_weight_addresses(model):
+    """Per streamed Linear call: (block index, weight data_ptr)."""
+    seen = []
+    for i, block in enumerate(model.blocks):
+        for module in block.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_pre_hook(
+                    lambda m, args, i=i: seen.append((i, m.weight.data_ptr())))
+    return seen
+
+
+def in_ranges(address, ranges):
+    return any(start <= address < end for start, end in ranges)
+
+
+def test_lora_training_matches_and_computes_on_ring_slots(daemon):
+    data = batches(3)
+    reference = TinyTransformer(NUM_BLOCKS)
+    expected_losses, expected_grads = train(reference, data)
+
+    model = TinyTransformer(NUM_BLOCKS)
+    offloader = offload(model, daemon)
+    seen = record_weight_addresses(model)
+    losses, grads = train(model, data)
+
+    assert offloader.stream_idx == [0, 2, 3, 5]
+    for step, (got, want) in enumerate(zip(losses, expected_losses)):
+        assert torch.equal(got, want), f"step {step}: loss {got} != {want}"
+    for step, (got, want) in enumerate(zip(grads, expected_grads)):
+        assert got.keys() == want.keys()
+        for name in want:
+            assert torch.equal(got[name], want[name]), f"step {step}: gradient of {name} differs"
+
+    slots = offloader.slot_address_ranges()
+    assert len(slots) == RING
+    streamed = [(i, ptr) for i, ptr in seen if offloader.is_stream[i]]
+    resident = [(i, ptr) for i, ptr in seen if not offloader.is_stream[i]]
+    # Forward and the checkpoint recompute in backward, every step.
+    assert len(streamed) == 3 * 2 * 4 * 4  # steps, passes, blocks, Linears
+    for i, ptr in streamed:
+        start, end = slots[offloader.rank[i] % RING]
+        assert start <= ptr < end, f"block {i} computed on {ptr:#x}, not in its slot"
+    assert resident and not any(in_ranges(ptr, slots) for _, ptr in resident)
+
+    stats = offloader.stats()
+    assert stats["model_id"] and len(stats["model_id"]) == 64
+    # The last step: 4 forward loads (2 in prepare, rebinds after the first
+    # step's backward), 2 backward loads.
+    assert stats["backward"]["loads"] == 2
+    assert stats["forward"]["waits"] == 4 and stats["forward"]["self_heals"] == 0
+    offloader.close()
+    # The blocks stay usable with private copies of their weights.
+    x, _ = data[0]
+    with torch.no_grad():
+        model.offloader = None
+        reference.offloader = None
+        assert torch.allclose(model(x), reference(x))
+
+
+def test_inference_wraps_around(daemon):
+    x = batches(1)[0][0]
+    reference = TinyTransformer(NUM_BLOCKS, lora=False)
+    with torch.no_grad():
+        expected = reference(x)
+
+    model = TinyTransformer(NUM_BLOCKS, lora=False)
+    offloader = offload(model, daemon, supports_backward=False)
+    offloader.prepare_block_devices_before_forward(model.blocks)
+    with torch.no_grad():
+        for npass in range(3):
+            assert torch.equal(model(x), expected)
+            stats = offloader.stats()
+            # Ranks 2 and 3, then the wrap-around preloads ranks 0 and 1 for
+            # the next pass, which therefore never loads on demand (the first
+            # pass also counts prepare's loads of ranks 0 and 1).
+            assert stats["forward"]["loads"] == (6 if npass == 0 else 4)
+            assert stats["forward"]["self_heals"] == 0
+            assert stats["forward"]["waits"] == 4
+    offloader.close()

@@ -1,0 +1,92 @@
+"""A small pre-norm transformer with a frozen base and LoRA adapters, whose
+forward loop drives an offloader the way the reference trainers do."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+class LoRALinear(nn.Module):
+    """A frozen Linear plus a trainable low-rank update (not itself a *Linear
+    with a weight, so the default selector streams only `base.weight`)."""
+
+    def __init__(self, base, rank=4):
+        super().__init__()
+        self.base = base
+        self.lora_down = nn.Parameter(torch.randn(rank, base.in_features) * 0.1)
+        self.lora_up = nn.Parameter(torch.randn(base.out_features, rank) * 0.1)
+
+    def forward(self, x):
+        return self.base(x) + F.linear(F.linear(x, self.lora_down), self.lora_up)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                              v.transpose(1, 2))
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, num_blocks=6, dim=32, heads=4, seed=0, lora=True):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(num_blocks))
+        self.head = nn.Linear(dim, dim)
+        self.requires_grad_(False)
+        if lora:
+            for block in self.blocks:
+                for name in ("qkv", "fc2"):
+                    setattr(block, name, LoRALinear(getattr(block, name)))
+        self.offloader = None
+        self.gradient_checkpointing = lora
+
+    def forward(self, x):
+        for i, block in enumerate(self.blocks):
+            if self.offloader is not None:
+                self.offloader.wait_for_block(i)
+            if self.gradient_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+            if self.offloader is not None:
+                self.offloader.submit_move_blocks_forward(self.blocks, i)
+        return self.head(x)
+
+    def lora_parameters(self):
+        return [(n, p) for n, p in self.named_parameters() if "lora_" in n]
+
+
+def batches(steps, seed=1, batch=2, tokens=8, dim=32):
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(batch, tokens, dim, generator=generator),
+             torch.randn(batch, tokens, dim, generator=generator)) for _ in range(steps)]
+
+
+def train(model, data, lr=0.05):
+    """Runs SGD steps; returns the losses and each step's LoRA gradients."""
+    optimizer = torch.optim.SGD([p for _, p in model.lora_parameters()], lr=lr)
+    losses, grads = [], []
+    for x, target in data:
+        if model.offloader is not None:
+            model.offloader.prepare_block_devices_before_forward(model.blocks)
+        loss = F.mse_loss(model(x), target)
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append({n: p.grad.detach().clone() for n, p in model.lora_parameters()})
+        optimizer.step()
+    return losses, grads
