@@ -40,8 +40,31 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
+class ReentrantCheckpoint(torch.autograd.Function):
+    """Gradient checkpointing in the reentrant style of the reference trainers'
+    own checkpointers: forward without a graph, recompute in backward. (Also
+    cheaper to start than torch.utils.checkpoint, which imports torch._dynamo:
+    seconds per child process on a loaded machine.)"""
+
+    @staticmethod
+    def forward(ctx, block, x):
+        ctx.block = block
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return block(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = ctx.block(x)
+        torch.autograd.backward(out, grad)
+        return None, x.grad
+
+
 class TinyTransformer(nn.Module):
-    def __init__(self, num_blocks=6, dim=32, heads=4, seed=0, lora=True):
+    def __init__(self, num_blocks=6, dim=32, heads=4, seed=0, lora=True, reentrant=False):
         super().__init__()
         torch.manual_seed(seed)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(num_blocks))
@@ -53,13 +76,18 @@ class TinyTransformer(nn.Module):
                     setattr(block, name, LoRALinear(getattr(block, name)))
         self.offloader = None
         self.gradient_checkpointing = lora
+        self.reentrant = reentrant
 
     def forward(self, x):
+        if self.reentrant and torch.is_grad_enabled() and not x.requires_grad:
+            # A reentrant checkpoint's output needs an input that requires grad.
+            x = x.detach().requires_grad_(True)
         for i, block in enumerate(self.blocks):
             if self.offloader is not None:
                 self.offloader.wait_for_block(i)
             if self.gradient_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)
+                x = ReentrantCheckpoint.apply(block, x) if self.reentrant else \
+                    checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
             if self.offloader is not None:
@@ -76,17 +104,19 @@ def batches(steps, seed=1, batch=2, tokens=8, dim=32):
              torch.randn(batch, tokens, dim, generator=generator)) for _ in range(steps)]
 
 
-def train(model, data, lr=0.05):
-    """Runs SGD steps; returns the losses and each step's LoRA gradients."""
-    optimizer = torch.optim.SGD([p for _, p in model.lora_parameters()], lr=lr)
+def train(model, data, lr=0.05, wrapper=None):
+    """Runs SGD steps (through `wrapper`, e.g. DDP, when given); returns the
+    losses and each step's LoRA gradients."""
     losses, grads = [], []
     for x, target in data:
         if model.offloader is not None:
             model.offloader.prepare_block_devices_before_forward(model.blocks)
-        loss = F.mse_loss(model(x), target)
-        optimizer.zero_grad()
+        loss = F.mse_loss((wrapper or model)(x), target)
         loss.backward()
         losses.append(loss.detach().clone())
         grads.append({n: p.grad.detach().clone() for n, p in model.lora_parameters()})
-        optimizer.step()
+        with torch.no_grad():  # plain SGD (torch.optim would import torch._dynamo)
+            for _, p in model.lora_parameters():
+                p -= lr * p.grad
+                p.grad = None
     return losses, grads
