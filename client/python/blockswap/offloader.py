@@ -216,11 +216,13 @@ class StreamOffloader:
             index = self.device.index if self.device.index is not None \
                 else torch.cuda.current_device()
             self.device = torch.device("cuda", index)
-            uuid = "GPU-" + str(torch.cuda.get_device_properties(index).uuid)
-            if uuid not in uuids:
-                raise ValueError(f"{self.device} ({uuid}) is not one of the devices blockswapd "
-                                 f"drives: {uuids}")
-            self._device_uuid = uuid
+            # torch spells the UUID without nvidia-smi's "GPU-" prefix.
+            uuid = str(torch.cuda.get_device_properties(index).uuid).lower()
+            matches = [u for u in uuids if u.lower().removeprefix("gpu-") == uuid]
+            if not matches:
+                raise ValueError(f"{self.device} (GPU-{uuid}) is not one of the devices "
+                                 f"blockswapd drives: {uuids}")
+            self._device_uuid = matches[0]
 
     def _register(self):
         """Uploads the streamed tensors (block r of the model = streaming rank r)
@@ -249,7 +251,7 @@ class StreamOffloader:
         for rank, block in enumerate(self.stream_idx):
             nbytes = self._lib.bs_model_block_bytes(model, rank)
             master = host_bytes(self._lib.bs_model_master(model, rank), nbytes)
-            self._master_views[block] = self._views(rank, block, master, device_side=False)
+            self._master_views[block] = self._views(rank, block, master)
 
     def _layout(self, rank, block):
         """Byte offset of each job's tensor in model block `rank`."""
@@ -261,7 +263,7 @@ class StreamOffloader:
             offsets[info.name.decode()] = info.offset
         return [offsets[job.name] for job in self._jobs[block]]
 
-    def _views(self, rank, block, flat, device_side):
+    def _views(self, rank, block, flat):
         views = []
         for job, offset in zip(self._jobs[block], self._layout(rank, block)):
             template = getattr(job.module, job.attr)
@@ -282,8 +284,7 @@ class StreamOffloader:
                            for s in range(self.B)]
         self._slot_owner = [None] * self.B
         for rank, block in enumerate(self.stream_idx):
-            self._slot_views[block] = self._views(rank, block, self._slot_flat[rank % self.B],
-                                                  device_side=True)
+            self._slot_views[block] = self._views(rank, block, self._slot_flat[rank % self.B])
 
     def _create_scheduler(self):
         config = _abi.SchedulerConfig(self.num_blocks, self.blocks_to_swap, self._config.ring_size,
@@ -309,6 +310,7 @@ class StreamOffloader:
                                f"and libblockswap.so do not match")
 
     def _first_prepare(self):
+        self._check_frozen()  # again: the trainer may have changed its mind since
         self._register()
         for i, block in enumerate(self._blocks):
             if not self.is_stream[i]:
@@ -464,8 +466,9 @@ class StreamOffloader:
         if lib is None:
             return
         for block, views in self._master_views.items():
-            self._bind(block, [nn.Parameter(v.detach().clone(), requires_grad=False)
-                               if isinstance(v, nn.Parameter) else v.clone() for v in views])
+            copies = [v.detach().to(self.device, copy=True) for v in views]
+            self._bind(block, [nn.Parameter(c, requires_grad=False) if isinstance(v, nn.Parameter)
+                               else c for v, c in zip(views, copies)])
         self._master_views, self._slot_views, self._slot_flat = {}, {}, []
         for attr, destroy in (("_scheduler", lib.bs_scheduler_destroy),
                               ("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),

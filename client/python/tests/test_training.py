@@ -97,3 +97,28 @@ def test_inference_wraps_around(daemon):
             assert stats["forward"]["self_heals"] == 0
             assert stats["forward"]["waits"] == 4
     offloader.close()
+
+
+def test_sampling_between_training_steps(daemon):
+    """set_forward_only around an inference pass, as trainers sample
+    mid-training; training then goes on with the same numbers."""
+    data = batches(2)
+    x_sample = batches(1, seed=5)[0][0]
+    reference = TinyTransformer(NUM_BLOCKS)
+    model = TinyTransformer(NUM_BLOCKS)
+    offloader = offload(model, daemon)
+    for net in (reference, model):
+        losses = [train(net, data[:1])[0][0]]
+        if net.offloader is not None:
+            net.offloader.set_forward_only(True)
+            net.offloader.prepare_block_devices_before_forward(net.blocks)
+        with torch.no_grad():
+            losses.append(net(x_sample).sum())
+        if net.offloader is not None:
+            net.offloader.set_forward_only(False)
+        losses.append(train(net, data[1:])[0][0])
+        net.results = losses
+    assert all(torch.equal(a, b) for a, b in zip(reference.results, model.results))
+    stats = offloader.stats()
+    assert stats["forward"]["self_heals"] == 0
+    offloader.close()
