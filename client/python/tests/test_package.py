@@ -77,3 +77,16 @@ def test_readme_example_runs_as_written(daemon, tmp_path):
                                   PYTHONPATH=os.path.join(REPO, "client", "python")))
     assert out.returncode == 0, out.stderr
     assert re.search(r"^step 2: loss \d", out.stdout, re.M), out.stdout
+
+
+def test_blocking_calls_release_the_gil():
+    """Through ctypes.CDLL (never PyDLL), every call into the library, the
+    blocking waits included, runs without the GIL."""
+    import ctypes
+
+    from blockswap import _abi
+    lib = _abi.library()
+    assert type(lib) is ctypes.CDLL
+    for name in ("bs_scheduler_wait_for_block", "bs_scheduler_after_backward",
+                 "bs_scheduler_prepare", "bs_ring_destroy"):
+        assert not getattr(lib, name)._flags_ & ctypes._FUNCFLAG_PYTHONAPI, name
