@@ -4,9 +4,11 @@ Finds blockswapd and blockswapctl in $BLOCKSWAP_BIN_DIR (default: build/bin of
 this checkout) and the client library through $BLOCKSWAP_LIBRARY (the ctest
 sets both; default build/lib/libblockswap.so).
 """
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,8 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
-os.environ.setdefault("BLOCKSWAP_LIBRARY", os.path.join(REPO, "build", "lib", "libblockswap.so"))
-BIN_DIR = os.environ.get("BLOCKSWAP_BIN_DIR", os.path.join(REPO, "build", "bin"))
+# Absolute: the tests' child processes run in other directories.
+os.environ["BLOCKSWAP_LIBRARY"] = os.path.abspath(
+    os.environ.get("BLOCKSWAP_LIBRARY", os.path.join(REPO, "build", "lib", "libblockswap.so")))
+BIN_DIR = os.path.abspath(os.environ.get("BLOCKSWAP_BIN_DIR", os.path.join(REPO, "build", "bin")))
 
 
 class Daemon:
@@ -41,6 +45,13 @@ class Daemon:
             return f.read()
 
 
+def _die_with_parent():
+    """In the daemon's child before exec: SIGTERM it if pytest itself is killed
+    (a ctest timeout), when the fixture's `finally` cannot run."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @pytest.fixture
 def daemon():
     scratch = tempfile.mkdtemp(prefix="blockswap-pytest.")
@@ -52,7 +63,8 @@ def daemon():
         process = subprocess.Popen([os.path.join(BIN_DIR, "blockswapd"), "--backend=host",
                                     f"--socket={socket}", f"--shm-prefix={shm}",
                                     "--shutdown-grace=2"],
-                                   stdout=log, stderr=subprocess.STDOUT)
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=_die_with_parent)
     running = Daemon(socket, process, log_path)
     try:
         deadline = time.monotonic() + 20

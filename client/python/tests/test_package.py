@@ -8,7 +8,8 @@ import pytest
 
 from conftest import REPO
 
-BUNDLE = os.environ.get("BLOCKSWAP_PYTHON_BUNDLE", os.path.join(REPO, "build", "python"))
+BUNDLE = os.path.abspath(os.environ.get("BLOCKSWAP_PYTHON_BUNDLE",
+                                        os.path.join(REPO, "build", "python")))
 
 # Run in a fresh interpreter: loads the package, streams an inference pass
 # through the daemon, and reports where the libraries came from.
