@@ -1,34 +1,35 @@
 #!/usr/bin/env bash
-# The GPU check, in one device call. GPU machines are lent rarely and
-# briefly, and lack gRPC, protobuf and Boost, so everything is built and
-# packed here first:
+# The GPU check, in one device call (docs/gpu.md). GPU machines are lent
+# rarely and briefly, and lack gRPC, protobuf and Boost, so every program is
+# built and packed here first:
 #
 #   tests/gpu/device-check.sh pack        # here: build configuration A, pack
 #                                         # the programs and their libraries
 #                                         # into .device/ (git-ignored)
-#   tests/gpu/device-check.sh run OUT     # there (carry .device): run every
-#                                         # GPU check, logs and a summary in OUT
+#   tests/gpu/device-check.sh run OUT     # there (carry .device): every GPU
+#                                         # check, logs and a summary in OUT
 #
-# `run` never stops at the first failure: each check's result is one line of
-# OUT/summary.txt ("PASS name", "FAIL name (exit N)"), and it exits non-zero
-# when any check failed. Everything the checks print goes to OUT/log.txt
-# (a device call brings back at most 8 files), the Admin views to
-# OUT/admin.txt, the protocol tests' results to OUT/protocol.xml. It runs:
-#   - nvidia-smi, and blockswapd --list-devices --backend=cuda (GPUs by UUID);
-#   - the cuda cases of shared_test: the load protocol across two processes
-#     on a real GPU (1000 generations through 2 and 4 slots, a slow consumer,
-#     a consumer that requests without releasing);
-#   - blockswapd --backend=cuda with two blockswap-demo trainers sharing one
-#     model (every block checked on the GPU stream before and after its
-#     compute), blockswapctl residency/stats during and after, SIGTERM.
+# `run` takes at most ~4 minutes. It starts with a probe (≤ 30 s: the driver,
+# the bundled libraries loading, CUDA IPC between two processes) and stops
+# there, saying what failed, when the basics do not work. Then it runs every
+# check whatever the others did: each check is one line of OUT/summary.txt
+# ("PASS name  12s", "FAIL name (exit N)  12s"), and `run` exits non-zero when
+# any failed. Files in OUT (a device call brings back at most 8):
+#   summary.txt  one line per check
+#   log.txt      everything the checks printed
+#   gpu.xml      the GPU tests (tests/gpu/gpu_test.cc), GoogleTest XML
+#   protocol.xml the load protocol's cuda cases (shared_test), XML
+#   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory
+#   admin.txt    blockswapctl views during and after two demos
 #
-# BLOCKSWAP_DEVICE_CHECK_BACKEND=host runs the same demos on the host backend,
-# to dry-run the script on a machine without a GPU.
+# BLOCKSWAP_DEVICE_CHECK_BACKEND=host runs everything that can on the host
+# backend: a dry run of the script on a machine without a GPU.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 pack_dir=${root}/.device
-programs=(blockswapd blockswapctl blockswap-demo shared_test)
+programs=(blockswapd blockswapctl blockswap-demo shared_test gpu_test blockswap-bench-h2d)
+backend=${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}
 
 pack() {
   BLOCKSWAP_CONFIGS=A "${root}/tests/run.sh" >/dev/null || {
@@ -49,57 +50,145 @@ run() {
   mkdir -p "${out}"
   # shellcheck source=/dev/null
   . "${pack_dir}/env.sh"
-  local summary=${out}/summary.txt failed=0
+  summary=${out}/summary.txt
+  log=${out}/log.txt
+  failed=0
   : >"${summary}"
-  : >"${out}/log.txt"
-  check() {  # check NAME COMMAND...: runs it, its output into OUT/log.txt
-    local name=$1
-    shift
-    echo "===== ${name}: $*" >>"${out}/log.txt"
-    "$@" >>"${out}/log.txt" 2>&1
-    local code=$?
-    if ((code == 0)); then
-      echo "PASS ${name}" >>"${summary}"
-    else
-      echo "FAIL ${name} (exit ${code})" >>"${summary}"
-      failed=1
-    fi
-  }
+  : >"${log}"
 
-  check nvidia-smi nvidia-smi -L
-  check list-devices blockswapd --list-devices --backend=cuda
-  check protocol protocol_on_cuda "${out}"
-  check demos demos_on_cuda "${out}"
+  # --- probe: stop early when the basics fail -----------------------------
+  check probe.driver probe_driver
+  check probe.libraries probe_libraries
+  check probe.cuda-ipc probe_cuda_ipc "${out}"
+  if ((failed)); then
+    echo "STOP the probe failed: the checks below were not run (see log.txt)" >>"${summary}"
+    cat "${summary}"
+    return 1
+  fi
+
+  # --- the checks -----------------------------------------------------------
+  check list-devices blockswapd --list-devices --backend="${backend}"
+  check protocol protocol_on_gpu "${out}"
+  check gpu-tests gpu_tests "${out}"
+  check compute-sanitizer sanitizer_on_gpu
+  check demos demos_on_gpu "${out}"
+  check bench-h2d bench_h2d "${out}"
   cat "${summary}"
   return "${failed}"
 }
 
-# The cuda cases of shared_test. They skip without a usable GPU, which on
-# the GPU machine is a failure of this check.
-protocol_on_cuda() {
-  local out=$1
-  shared_test --gtest_filter='*cuda*' --gtest_output="xml:${out}/protocol.xml" || return 1
-  if grep -q 'result="skipped"' "${out}/protocol.xml"; then
-    echo "device-check: cuda cases skipped: no usable GPU" >&2
-    return 1
+# check NAME COMMAND...: runs it, its output into log.txt, a line into
+# summary.txt.
+check() {
+  local name=$1 start=${SECONDS}
+  shift
+  echo "===== ${name}: $*" >>"${log}"
+  "$@" >>"${log}" 2>&1
+  local code=$?
+  local took=$((SECONDS - start))
+  if ((code == 0)); then
+    echo "PASS ${name}  ${took}s" >>"${summary}"
+  else
+    echo "FAIL ${name} (exit ${code})  ${took}s" >>"${summary}"
+    failed=1
   fi
 }
 
-# Two demos sharing one model on a cuda daemon; 64 MiB blocks so that copies
+probe_driver() {
+  if [[ ${backend} == host ]]; then
+    echo "dry run: no driver to probe"
+    return 0
+  fi
+  timeout 20 nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,compute_mode,mig.mode.current \
+    --format=csv
+}
+
+# Every bundled program finds every library it needs.
+probe_libraries() {
+  local missing
+  missing=$(for program in "${programs[@]}"; do ldd "${pack_dir}/bin/${program}"; done |
+    grep 'not found' | sort -u)
+  if [[ -n ${missing} ]]; then
+    echo "missing libraries: ${missing}"
+    return 1
+  fi
+  echo "all ${#programs[@]} programs resolve their libraries"
+}
+
+# The load protocol through CUDA IPC between two processes, 2 slots: the
+# smallest thing that proves memory and event handles cross processes.
+probe_cuda_ipc() {
+  local out=$1
+  if [[ ${backend} == host ]]; then
+    timeout 30 shared_test --gtest_filter='*Streaming*host_2slots'
+    return
+  fi
+  timeout 30 shared_test --gtest_filter='*Streaming*cuda_2*' --gtest_output="xml:${out}/probe.xml" ||
+    return 1
+  if grep -q 'result="skipped"' "${out}/probe.xml"; then
+    echo "device-check: the cuda case skipped: this process sees no usable GPU"
+    return 1
+  fi
+  rm -f "${out}/probe.xml"
+}
+
+# The cuda cases of shared_test (they skip without a usable GPU, which here
+# is a failure).
+protocol_on_gpu() {
+  local out=$1
+  [[ ${backend} == host ]] && { echo "dry run: cuda-only"; return 0; }
+  timeout 120 shared_test --gtest_filter='*cuda*' --gtest_output="xml:${out}/protocol.xml" || return 1
+  ! grep -q 'result="skipped"' "${out}/protocol.xml"
+}
+
+# tests/gpu/gpu_test.cc: byte-exact streaming with kernels, a slow consumer,
+# every protocol mutation, a client killed during a kernel, a daemon killed
+# under a client.
+gpu_tests() {
+  local out=$1
+  BLOCKSWAP_GPU_TEST_BACKEND=${backend} timeout 150 gpu_test --gtest_output="xml:${out}/gpu.xml" ||
+    return 1
+  ! grep -q 'result="skipped"' "${out}/gpu.xml"
+}
+
+# compute-sanitizer (memcheck) over the slow-consumer test: the daemon and
+# the client processes, each kernel and copy checked.
+sanitizer_on_gpu() {
+  [[ ${backend} == host ]] && { echo "dry run: cuda-only"; return 0; }
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [[ ! -x ${sanitizer} ]]; then
+    echo "compute-sanitizer not found on this machine: not run"
+    return 0
+  fi
+  timeout 90 "${sanitizer}" --tool memcheck --target-processes all --error-exitcode 99 \
+    gpu_test --gtest_filter='GpuTest.SlowKernelConsumerNeverReadsAStaleSlot'
+}
+
+bench_h2d() {
+  local out=$1
+  local args=(--backend="${backend}")
+  [[ ${backend} == host ]] && args+=(--sizes-mib=1,64 --clients=2 --gigabytes=0.2)
+  [[ ${backend} == cuda ]] && args+=(--gigabytes=8)
+  timeout 150 blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+# Two demos sharing one model on the daemon; 64 MiB blocks so that copies
 # take measurable time on the GPU.
-demos_on_cuda() {
+demos_on_gpu() {
   local out=$1 dir
   dir=$(mktemp -d /tmp/blockswap-gpu.XXXXXX)
   local socket=${dir}/blockswapd.sock shm=/dev/shm/blockswap-gpu-$$
-  blockswapd --backend="${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}" --socket="${socket}" --shm-prefix="${shm}" \
+  blockswapd --backend="${backend}" --socket="${socket}" --shm-prefix="${shm}" \
     >"${dir}/blockswapd.log" 2>&1 &
   local daemon=$!
   for _ in $(seq 100); do [[ -S ${socket} ]] && break; sleep 0.1; done
   local args=(--socket "${socket}" --blocks 8 --swap 4 --ring 2 --block-bytes 67108864
               --steps 5 --compute-us 2000)
-  blockswap-demo "${args[@]}" >"${dir}/demo1.log" 2>&1 &
+  timeout 90 blockswap-demo "${args[@]}" >"${dir}/demo1.log" 2>&1 &
   local demo1=$!
-  blockswap-demo "${args[@]}" >"${dir}/demo2.log" 2>&1 &
+  timeout 90 blockswap-demo "${args[@]}" >"${dir}/demo2.log" 2>&1 &
   local demo2=$!
   sleep 2
   {

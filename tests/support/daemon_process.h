@@ -42,11 +42,12 @@ struct DaemonFlags {
   // When set, the daemon's stdout and stderr go to this file (created or
   // truncated, mode 0600) instead of the test's, e.g. to check its log.
   std::string output_path = {};
+  std::string backend = "host";  // --backend: host or cuda
 };
 
 class DaemonProcess {
  public:
-  // Starts blockswapd --backend host on `dirs` (socket dirs.socket_path(),
+  // Starts blockswapd --backend=flags.backend on `dirs` (socket dirs.socket_path(),
   // masters in dirs.shm_dir()) and waits until it accepts connections (at
   // most 10 s).
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const ScratchDirs& dirs,

@@ -1,0 +1,183 @@
+#include "tests/gpu/device_compute.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "shared/cuda_check.h"
+#include "shared/status.h"
+#include "tests/gpu/gpu_kernels.h"
+
+namespace blockswap::gpu_testing {
+namespace {
+
+// --- cuda -------------------------------------------------------------------
+
+absl::StatusOr<int> CudaOrdinal(absl::string_view uuid) {
+  int count = 0;
+  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaGetDeviceCount(&count)));
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    cudaDeviceProp prop{};
+    BLOCKSWAP_RETURN_IF_ERROR(
+        BLOCKSWAP_CUDA_STATUS(nullptr, cudaGetDeviceProperties(&prop, ordinal)));
+    if (cuda_internal::FormatGpuUuid(prop.uuid) == uuid) return ordinal;
+  }
+  return absl::NotFoundError(absl::StrCat("no visible GPU has UUID ", uuid));
+}
+
+// Device memory owned by this test process.
+struct CudaFree {
+  void operator()(void* p) const { (void)cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, CudaFree>;
+
+absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaMalloc(&p, bytes)));
+  return DeviceBuffer(p);
+}
+
+class CudaCompute final : public DeviceCompute {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(Device& device, size_t checks) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(int ordinal, CudaOrdinal(device.info().uuid));
+    // A test client drives one device: make it this thread's for good.
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaSetDevice(ordinal)));
+    auto compute = std::unique_ptr<CudaCompute>(new CudaCompute());
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
+        nullptr, cudaStreamCreateWithFlags(&compute->native_, cudaStreamNonBlocking)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(compute->stream_, device.WrapStream(compute->native_));
+    const size_t flag_bytes = std::max<size_t>(checks, 1) * sizeof(unsigned int);
+    BLOCKSWAP_ASSIGN_OR_RETURN(compute->flags_, DeviceAlloc(flag_bytes));
+    BLOCKSWAP_RETURN_IF_ERROR(
+        BLOCKSWAP_CUDA_STATUS(nullptr, cudaMemset(compute->flags_.get(), 0, flag_bytes)));
+    compute->checks_ = checks;
+    return compute;
+  }
+
+  ~CudaCompute() override {
+    if (native_ == nullptr) return;
+    (void)cudaStreamSynchronize(native_);
+    stream_.reset();
+    (void)cudaStreamDestroy(native_);
+  }
+
+  Stream& stream() override { return *stream_; }
+
+  absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceAlloc(std::max<size_t>(bytes.size(), 1)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
+        nullptr, cudaMemcpy(copy.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice)));
+    kept_.push_back(std::move(copy));
+    return kept_.back().get();
+  }
+
+  absl::Status Spin(absl::Duration duration) override {
+    return BLOCKSWAP_CUDA_STATUS(
+        nullptr, LaunchSpin(native_, static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration))));
+  }
+
+  absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
+    if (check >= checks_) return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", checks_));
+    auto* flags = static_cast<unsigned int*>(flags_.get());
+    return BLOCKSWAP_CUDA_STATUS(nullptr,
+                                 LaunchCompare(native_, slot, kept, bytes, flags + check));
+  }
+
+  absl::StatusOr<uint64_t> CountMismatches() override {
+    BLOCKSWAP_RETURN_IF_ERROR(Synchronize());
+    std::vector<unsigned int> flags(checks_);
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
+        nullptr, cudaMemcpy(flags.data(), flags_.get(), checks_ * sizeof(unsigned int),
+                            cudaMemcpyDeviceToHost)));
+    uint64_t mismatches = 0;
+    for (unsigned int flag : flags) mismatches += flag != 0;
+    return mismatches;
+  }
+
+  absl::Status Synchronize() override {
+    return BLOCKSWAP_CUDA_STATUS(nullptr, cudaStreamSynchronize(native_));
+  }
+
+ private:
+  CudaCompute() = default;
+  cudaStream_t native_ = nullptr;
+  std::unique_ptr<Stream> stream_;  // wraps native_; destroyed before it
+  DeviceBuffer flags_;
+  size_t checks_ = 0;
+  std::vector<DeviceBuffer> kept_;
+};
+
+// --- host (dry run) ---------------------------------------------------------
+
+class HostCompute final : public DeviceCompute {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(Device& device, size_t checks) {
+    auto compute = std::unique_ptr<HostCompute>(new HostCompute(checks));
+    BLOCKSWAP_ASSIGN_OR_RETURN(compute->stream_, device.CreateStream());
+    return compute;
+  }
+
+  Stream& stream() override { return *stream_; }
+
+  absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
+    kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
+    return kept_.back()->data();
+  }
+
+  absl::Status Spin(absl::Duration duration) override {
+    return stream_->LaunchHostFunc([duration] { absl::SleepFor(duration); });
+  }
+
+  absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
+    if (check >= flags_.size()) {
+      return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", flags_.size()));
+    }
+    // Read through the stream, as a device kernel would: after its waits.
+    return stream_->LaunchHostFunc([this, slot, kept, bytes, check] {
+      if (std::memcmp(slot, kept, bytes) != 0) flags_[check] = 1;
+    });
+  }
+
+  absl::StatusOr<uint64_t> CountMismatches() override {
+    BLOCKSWAP_RETURN_IF_ERROR(Synchronize());
+    uint64_t mismatches = 0;
+    for (uint8_t flag : flags_) mismatches += flag;
+    return mismatches;
+  }
+
+  absl::Status Synchronize() override { return stream_->Synchronize(); }
+
+ private:
+  explicit HostCompute(size_t checks) : flags_(checks, 0) {}
+  std::vector<uint8_t> flags_;  // written by the stream's thread, read after Synchronize
+  std::vector<std::unique_ptr<std::vector<std::byte>>> kept_;
+  // Declared last, so destroyed first: its host functions use the above.
+  std::unique_ptr<Stream> stream_;
+};
+
+}  // namespace
+
+absl::Status DeviceCompute::SynchronizeWithin(absl::Duration timeout) {
+  // A marker behind everything queued; it runs only once the stream drained.
+  auto drained = std::make_shared<absl::Notification>();
+  BLOCKSWAP_RETURN_IF_ERROR(stream().LaunchHostFunc([drained] { drained->Notify(); }));
+  if (!drained->WaitForNotificationWithTimeout(timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the stream had not drained ", absl::FormatDuration(timeout), " later"));
+  }
+  return Synchronize();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCompute>> DeviceCompute::Create(BackendKind kind,
+                                                                     Device& device,
+                                                                     size_t checks) {
+  if (kind == BackendKind::kCuda) return CudaCompute::Create(device, checks);
+  return HostCompute::Create(device, checks);
+}
+
+}  // namespace blockswap::gpu_testing

@@ -1,0 +1,244 @@
+// Client processes of the GPU tests (gpu_test.cc), spawned from the test
+// binary. Each attaches to a real blockswapd through the client library,
+// registers a model of pseudo-random blocks (content from --seed, so that
+// clients with one seed share one model), and consumes every loaded slot
+// with real kernels on a stream of its own: an optional spin (the block's
+// compute), then a byte comparison against a device copy of what the block
+// must hold. The comparison runs after the spin, so a slot overwritten while
+// the "compute" ran is caught. Results go to --report=FILE
+// (tests/support/role_report.h); the exit code is a ClientExit.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/connection.h"
+#include "client/model.h"
+#include "client/ring.h"
+#include "shared/status.h"
+#include "tests/gpu/device_compute.h"
+#include "tests/gpu/gpu_roles.h"
+#include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
+#include "tests/support/role_report.h"
+
+namespace blockswap::gpu_testing {
+namespace {
+
+using testing::KeyValueArgs;
+using testing::RoleReport;
+
+// Block b of a model: `max_bytes` minus a per-block amount, so that sizes
+// differ (and tails are not word-aligned); content from (seed, b).
+std::vector<std::byte> BlockContent(uint64_t seed, uint64_t max_bytes, uint32_t b) {
+  std::vector<std::byte> bytes(max_bytes - (b * 4099ull) % (max_bytes / 2));
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + b + 1;
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
+  }
+  return bytes;
+}
+
+[[noreturn]] void Exit(const absl::Status& status, const RoleReport& report,
+                       DeviceCompute* compute) {
+  std::cerr << "gpu client " << ::getpid() << ": " << status << "\n";
+  report.Add("error", absl::StrCat(static_cast<int>(status.code()), " ", status.message()));
+  if (compute != nullptr) {
+    // Whatever went wrong with the daemon, this process's own stream must
+    // still be sound: no kernel faulted on memory that went away. Whether
+    // it drains at all after the daemon died (its last wait is on the
+    // daemon's event) is reported as observed: "busy: ...".
+    absl::Status sync = compute->SynchronizeWithin(absl::Seconds(5));
+    report.Add("sync", sync.ok()                         ? "ok"
+                       : absl::IsDeadlineExceeded(sync) ? absl::StrCat("busy: ", sync.message())
+                                                        : absl::StrCat("fault: ", sync.message()));
+  }
+  // Ends the process here: unwinding would wait for the stream, the ring and
+  // the connection, which may never drain after the daemon died.
+  std::_Exit(absl::IsDeadlineExceeded(status) ? kGpuClientTimedOut : kGpuClientFailed);
+}
+
+struct Client {
+  std::unique_ptr<client::Connection> connection;
+  std::unique_ptr<client::Model> model;
+  std::unique_ptr<client::Ring> ring;
+  std::unique_ptr<DeviceCompute> compute;
+  std::vector<const void*> kept;         // per block: its bytes on the device
+  std::vector<uint64_t> tensor_offset;   // per block: where its bytes sit in a slot
+  std::vector<uint64_t> tensor_bytes;
+};
+
+absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t checks,
+                   Client& client) {
+  const uint64_t seed = args.Int("seed", 1);
+  const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 12));
+  const uint64_t max_bytes = args.Int("block-bytes", 4 << 20);
+  BLOCKSWAP_ASSIGN_OR_RETURN(client.connection,
+                             client::Connection::Connect(args.Str("socket"),
+                                                         args.Str("name", "gpu-test")));
+  std::vector<std::vector<std::byte>> content;
+  std::vector<std::vector<client::TensorUpload>> uploads(blocks);
+  for (uint32_t b = 0; b < blocks; ++b) content.push_back(BlockContent(seed, max_bytes, b));
+  for (uint32_t b = 0; b < blocks; ++b) {
+    client::TensorUpload upload;
+    upload.spec.name = "weight";
+    upload.spec.dtype = "U8";
+    upload.spec.shape = {content[b].size()};
+    upload.data = content[b].data();
+    uploads[b].push_back(std::move(upload));
+  }
+  // --model-id: open what an earlier client registered (no upload).
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      client.model, args.Str("model-id").empty()
+                        ? client::Model::Register(*client.connection, "gpu-test", uploads)
+                        : client::Model::Open(*client.connection, args.Str("model-id")));
+  report.Add("model", client.model->id());
+  uint64_t slot_bytes = 0;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const BlockSpec& block = client.model->layout().blocks[b];
+    slot_bytes = std::max<uint64_t>(slot_bytes, block.bytes);
+    client.tensor_offset.push_back(block.tensors.front().offset);
+    client.tensor_bytes.push_back(block.tensors.front().length);
+  }
+  const auto& devices = client.connection->device_uuids();
+  const std::string& uuid = devices[args.Int("device", 0) % devices.size()];
+  report.Add("device", uuid);
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      client.ring, client::Ring::Create(*client.connection, uuid,
+                                        static_cast<uint32_t>(args.Int("slots", 2)), slot_bytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      client.compute,
+      DeviceCompute::Create(client.connection->backend_kind(), client.ring->device(), checks));
+  for (uint32_t b = 0; b < blocks; ++b) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(const void* kept, client.compute->Keep(content[b]));
+    client.kept.push_back(kept);
+  }
+  return absl::OkStatus();
+}
+
+// Streams --loads pseudo-random blocks through the ring, loads running
+// ahead by the ring size. Every --slow-every'th block's compute is a
+// --slow-ms kernel, the others --compute-us. Reports loads, wrong (slots
+// whose bytes differed when the kernels read them), seconds, GB/s, the
+// longest host-side wait for a fill (max_wait_ms), and the wall-clock
+// start/end of the streaming (Unix seconds, to add up concurrent clients).
+// For the benchmark: --verify=0 skips the comparisons, --compute-only=1
+// runs the same kernels with no loads at all (the step time without
+// streaming).
+int RunGpuStream(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  const int64_t total = args.Int("loads", 600);
+  const int64_t slow_every = args.Int("slow-every", 0);
+  const absl::Duration slow = absl::Milliseconds(args.Int("slow-ms", 0));
+  const absl::Duration compute_time = absl::Microseconds(args.Int("compute-us", 0));
+  const absl::Duration timeout = absl::Milliseconds(args.Int("timeout-ms", 10000));
+  const bool verify = args.Int("verify", 1) != 0;
+  const bool compute_only = args.Int("compute-only", 0) != 0;
+  Client client;
+  if (absl::Status s = Setup(args, report, static_cast<size_t>(total), client); !s.ok()) {
+    Exit(s, report, client.compute.get());
+  }
+  client::Ring& ring = *client.ring;
+  DeviceCompute& compute = *client.compute;
+  const uint32_t slots = ring.shape().slot_count;
+  const uint32_t blocks = client.model->block_count();
+  std::vector<uint32_t> order(total);
+  uint64_t choice = args.Int("seed", 1) + 17;
+  for (int64_t k = 0; k < total; ++k) {
+    choice = choice * 6364136223846793005ull + 1442695040888963407ull;
+    order[k] = static_cast<uint32_t>((choice >> 33) % blocks);
+  }
+  auto load = [&](int64_t k) {
+    if (compute_only) return absl::OkStatus();
+    return ring.Load(static_cast<uint32_t>(k % slots), *client.model, order[k], compute.stream());
+  };
+  uint64_t bytes = 0;
+  absl::Duration max_wait;
+  const absl::Time start = absl::Now();
+  for (int64_t k = 0; k < slots && k < total; ++k) {
+    if (absl::Status s = load(k); !s.ok()) Exit(s, report, &compute);
+  }
+  for (int64_t k = 0; k < total; ++k) {
+    const uint32_t slot = static_cast<uint32_t>(k % slots);
+    const uint32_t block = order[k];
+    const absl::Time wait_start = absl::Now();
+    if (absl::Status s = compute_only ? absl::OkStatus() : ring.Wait(slot, compute.stream(), timeout);
+        !s.ok()) {
+      Exit(s, report, &compute);
+    }
+    max_wait = std::max(max_wait, absl::Now() - wait_start);
+    absl::Status queued;
+    if (slow_every > 0 && k % slow_every == slow_every - 1) {
+      queued = compute.Spin(slow);
+    } else if (compute_time > absl::ZeroDuration()) {
+      queued = compute.Spin(compute_time);
+    }
+    if (queued.ok() && verify && !compute_only) {
+      const auto* slot_bytes = static_cast<const std::byte*>(ring.slot(slot));
+      queued = compute.Compare(slot_bytes + client.tensor_offset[block], client.kept[block],
+                               client.tensor_bytes[block], static_cast<size_t>(k));
+    }
+    if (!queued.ok()) Exit(queued, report, &compute);
+    bytes += client.model->layout().blocks[block].bytes;
+    if (k == blocks - 1) report.Add("streaming", "1");
+    if (k + slots < total) {
+      if (absl::Status s = load(k + slots); !s.ok()) Exit(s, report, &compute);
+    }
+  }
+  if (absl::Status s = ring.Drain(timeout); !s.ok()) Exit(s, report, &compute);
+  absl::StatusOr<uint64_t> wrong = compute.CountMismatches();
+  if (!wrong.ok()) Exit(wrong.status(), report, &compute);
+  const absl::Time end = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(end - start);
+  report.Add("loads", absl::StrCat(total));
+  report.Add("wrong", absl::StrCat(*wrong));
+  report.Add("seconds", absl::StrCat(seconds));
+  report.Add("gbps", absl::StrCat(static_cast<double>(bytes) / seconds / 1e9));
+  report.Add("max_wait_ms", absl::StrCat(absl::ToDoubleMilliseconds(max_wait)));
+  report.Add("start", absl::StrFormat("%.6f", absl::ToDoubleSeconds(start - absl::UnixEpoch())));
+  report.Add("end", absl::StrFormat("%.6f", absl::ToDoubleSeconds(end - absl::UnixEpoch())));
+  if (*wrong > 0) {
+    std::cerr << "gpu client " << ::getpid() << ": " << *wrong << " of " << total
+              << " loads had wrong bytes when the kernels read them\n";
+    return kGpuClientWrongBytes;
+  }
+  return kGpuClientOk;
+}
+BLOCKSWAP_CHILD_ROLE("gpu-stream", RunGpuStream);
+
+// Loads block 0 into slot 0, starts a --hold-ms kernel on it and asks for
+// the slot's next block behind that kernel (so `free` is recorded after
+// it), says "holding" and sleeps: the test kills it while the kernel runs.
+int RunGpuHold(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  Client client;
+  if (absl::Status s = Setup(args, report, 1, client); !s.ok()) {
+    Exit(s, report, client.compute.get());
+  }
+  client::Ring& ring = *client.ring;
+  DeviceCompute& compute = *client.compute;
+  absl::Status s = ring.Load(0, *client.model, 0, compute.stream());
+  if (s.ok()) s = ring.Wait(0, compute.stream(), absl::Seconds(10));
+  if (s.ok()) s = compute.Spin(absl::Milliseconds(args.Int("hold-ms", 2000)));
+  if (s.ok()) s = ring.Load(0, *client.model, 1, compute.stream());
+  if (!s.ok()) Exit(s, report, &compute);
+  report.Add("holding", "1");
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+BLOCKSWAP_CHILD_ROLE("gpu-hold", RunGpuHold);
+
+}  // namespace
+}  // namespace blockswap::gpu_testing
