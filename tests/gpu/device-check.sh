@@ -21,6 +21,8 @@
 #   protocol.xml the load protocol's cuda cases (shared_test), XML
 #   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory
 #   admin.txt    blockswapctl views during and after two demos
+# It also runs the Python package (client/python) on the GPU in the machine's
+# own torch (tests/gpu/python_on_gpu.py).
 #
 # BLOCKSWAP_DEVICE_CHECK_BACKEND=host runs everything that can on the host
 # backend: a dry run of the script on a machine without a GPU.
@@ -28,8 +30,11 @@ set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 pack_dir=${root}/.device
-programs=(blockswapd blockswapctl blockswap-demo shared_test gpu_test blockswap-bench-h2d)
+programs=(blockswapd blockswapctl blockswap-demo shared_test gpu_test blockswap-bench-h2d
+          libblockswap.so.1)
 backend=${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}
+# The GPU machine's Python with its torch (the dry run passes the venv's).
+python=${BLOCKSWAP_DEVICE_CHECK_PYTHON:-python3}
 
 pack() {
   BLOCKSWAP_CONFIGS=A "${root}/tests/run.sh" >/dev/null || {
@@ -38,7 +43,13 @@ pack() {
   }
   rm -rf "${pack_dir}"
   local files=()
-  for program in "${programs[@]}"; do files+=("${root}/build/bin/${program}"); done
+  for program in "${programs[@]}"; do
+    if [[ ${program} == *.so* ]]; then
+      files+=("${root}/build/lib/${program}")
+    else
+      files+=("${root}/build/bin/${program}")
+    fi
+  done
   "${root}/../shared/device/pack.sh" "${pack_dir}" "${files[@]}"
   # Debug information would not fit the 64 MiB a device call carries.
   strip --strip-debug "${pack_dir}"/bin/* "${pack_dir}"/lib/*
@@ -72,6 +83,7 @@ run() {
   check gpu-tests gpu_tests "${out}"
   check compute-sanitizer sanitizer_on_gpu
   check demos demos_on_gpu "${out}"
+  check python python_on_gpu
   check bench-h2d bench_h2d "${out}"
   cat "${summary}"
   return "${failed}"
@@ -174,16 +186,45 @@ bench_h2d() {
   return "${PIPESTATUS[0]}"
 }
 
+# start_daemon DIR: a blockswapd on DIR/blockswapd.sock, masters in
+# /dev/shm/blockswap-gpu-<pid>, its log in DIR/blockswapd.log; sets
+# `daemon` (its pid), `socket` and `shm`.
+start_daemon() {
+  local dir=$1
+  socket=${dir}/blockswapd.sock
+  shm=/dev/shm/blockswap-gpu-$$-${RANDOM}
+  blockswapd --backend="${backend}" --socket="${socket}" --shm-prefix="${shm}" \
+    >"${dir}/blockswapd.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [[ -S ${socket} ]] && break; sleep 0.1; done
+}
+
+# The Python package (the repository's client/python over the bundled
+# libblockswap.so.1) in the GPU machine's own torch: training and inference
+# through a cuda daemon give the resident results, weights in ring slots.
+python_on_gpu() {
+  local dir code=0
+  dir=$(mktemp -d /tmp/blockswap-gpu.XXXXXX)
+  start_daemon "${dir}"
+  local device=cuda
+  [[ ${backend} == host ]] && device=cpu
+  BLOCKSWAP_LIBRARY=${pack_dir}/bin/libblockswap.so.1 PYTHONPATH=${root}/client/python \
+    timeout 120 "${python}" "${root}/tests/gpu/python_on_gpu.py" --socket "${socket}" \
+    --device "${device}" || code=1
+  kill -TERM "${daemon}"
+  wait "${daemon}" || code=1
+  echo "----- blockswapd"
+  cat "${dir}/blockswapd.log"
+  rm -rf "${dir}" "${shm}"
+  return "${code}"
+}
+
 # Two demos sharing one model on the daemon; 64 MiB blocks so that copies
 # take measurable time on the GPU.
 demos_on_gpu() {
   local out=$1 dir
   dir=$(mktemp -d /tmp/blockswap-gpu.XXXXXX)
-  local socket=${dir}/blockswapd.sock shm=/dev/shm/blockswap-gpu-$$
-  blockswapd --backend="${backend}" --socket="${socket}" --shm-prefix="${shm}" \
-    >"${dir}/blockswapd.log" 2>&1 &
-  local daemon=$!
-  for _ in $(seq 100); do [[ -S ${socket} ]] && break; sleep 0.1; done
+  start_daemon "${dir}"
   local args=(--socket "${socket}" --blocks 8 --swap 4 --ring 2 --block-bytes 67108864
               --steps 5 --compute-us 2000)
   timeout 90 blockswap-demo "${args[@]}" >"${dir}/demo1.log" 2>&1 &
@@ -206,9 +247,10 @@ demos_on_gpu() {
   } >>"${out}/admin.txt" 2>&1
   kill -TERM "${daemon}"
   wait "${daemon}" || code=1
-  for log in blockswapd demo1 demo2; do
-    echo "----- ${log}"
-    cat "${dir}/${log}.log"
+  local name
+  for name in blockswapd demo1 demo2; do
+    echo "----- ${name}"
+    cat "${dir}/${name}.log"
   done
   rm -rf "${dir}" "${shm}"
   return "${code}"
