@@ -143,10 +143,12 @@ class MisbehavingConsumerTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MisbehavingConsumerTest, SlowConsumerNeverBlocksTheProducerOrLosesBytes) {
   std::string why;
   if (!BackendAvailable(GetParam(), &why)) GTEST_SKIP() << why;
-  // Every 25th load the consumer's stream stalls 100 ms while it still reads
+  // Every 25th load the consumer's stream stalls 300 ms while it still reads
   // the slot; the producer must hold the next copy back without blocking.
-  auto result = RunPeers(GetParam(), {"--slots=2", "--max-call-ms=20"},
-                         {"--generations=150", "--stall-every=25", "--stall-ms=100"});
+  // A producer that blocked would spend ~300 ms in one call; the 150 ms
+  // limit leaves room for a loaded 2-core machine's scheduling delays.
+  auto result = RunPeers(GetParam(), {"--slots=2", "--max-call-ms=150"},
+                         {"--generations=150", "--stall-every=25", "--stall-ms=300"});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->producer, testing::kPeerOk) << result->Describe();
   EXPECT_EQ(result->consumer, testing::kPeerOk) << result->Describe();
@@ -159,7 +161,7 @@ TEST_P(MisbehavingConsumerTest, RequestWithoutReleasingTheSlotIsAProtocolError) 
   // publishing consumed_seq. The producer rejects it at once (never blocks,
   // never overwrites), the consumer sees the error in the status word and
   // finds the slot's bytes intact.
-  auto result = RunPeers(GetParam(), {"--slots=3", "--max-call-ms=20"},
+  auto result = RunPeers(GetParam(), {"--slots=3", "--max-call-ms=150"},
                          {"--generations=100", "--rogue-request-after=40"});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->producer, testing::kPeerRingFailed) << result->Describe();
