@@ -19,8 +19,8 @@ debian_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
-  libssl-dev libsystemd-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
+  libssl-dev libsystemd-dev yamllint python3-yaml systemd
   python3 python3-venv
 )
 # Python side: PyPI packages, installed into the reused environment.
