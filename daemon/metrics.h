@@ -16,16 +16,16 @@
 namespace blockswap::daemon {
 
 struct DeviceMetrics {
-  std::string uuid;
-  std::string name;
+  std::string uuid = {};
+  std::string name = {};
   uint64_t total_memory_bytes = 0;
-  std::string error;  // empty: healthy
-  DeviceStats stats;
+  std::string error = {};  // empty: healthy
+  DeviceStats stats = {};
 };
 
 struct ClientMetrics {
   uint64_t session_id = 0;
-  std::string client_name;
+  std::string client_name = {};
   uint32_t pid = 0;
   uint32_t uid = 0;
   uint32_t rings = 0;
