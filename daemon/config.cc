@@ -63,13 +63,13 @@ const char* BackendName(BackendChoice choice) {
   return "auto";
 }
 
-// host:port with a numeric port 1..65535, or empty (off).
+// host:port with a numeric port (0: any free one), or empty (off).
 absl::Status ValidateListenAddress(absl::string_view text) {
   if (text.empty()) return absl::OkStatus();
   size_t colon = text.rfind(':');
   uint32_t port = 0;
   if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(text.substr(colon + 1), &port) || port == 0 || port > 65535) {
+      !absl::SimpleAtoi(text.substr(colon + 1), &port) || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expected HOST:PORT (for example 127.0.0.1:9464) or \"\" for off, got '", text, "'"));
   }

@@ -64,6 +64,7 @@ MetricsSnapshot CollectMetrics(const AdminSources& sources) {
   snapshot.pinned_bytes = status.pinned_bytes();
   snapshot.models = sources.store->List().size();
   snapshot.draining = sources.sessions->draining();
+  snapshot.quotas = sources.sessions->quotas().Get();
   std::map<uint64_t, uint64_t> bytes_by_session;
   for (const auto& device : sources.backend->devices()) {
     DeviceMetrics out;
@@ -116,6 +117,13 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "models", "gauge", "sealed models on this node").Sample("", s.models);
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
 
+  {
+    Family f(&out, "client_quota", "gauge",
+             "per-client quota in force, by its config key (0: unlimited)");
+    f.Sample("quota=\"max_rings_per_client\"", s.quotas.max_rings);
+    f.Sample("quota=\"max_device_bytes_per_client\"", s.quotas.max_device_bytes);
+    f.Sample("quota=\"max_staging_bytes_per_client\"", s.quotas.max_staging_bytes);
+  }
   {
     Family f(&out, "device_info", "gauge", "a device blockswapd drives (value 1)");
     for (const DeviceMetrics& d : s.devices) {

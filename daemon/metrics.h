@@ -12,6 +12,7 @@
 
 #include "daemon/admin_service.h"
 #include "daemon/device_worker.h"
+#include "daemon/quota.h"
 
 namespace blockswap::daemon {
 
@@ -45,6 +46,7 @@ struct MetricsSnapshot {
   uint64_t pinned_bytes = 0;
   uint64_t models = 0;
   bool draining = false;
+  ClientQuotas quotas;  // in force now (0: unlimited)
   std::vector<DeviceMetrics> devices;
   std::vector<ClientMetrics> clients;
 };

@@ -77,6 +77,7 @@ class SessionManager final : public SideChannelAcceptor {
   void EndAll();
   // The per-client quotas; Set may be called at any time (SIGHUP).
   QuotaPolicy& quotas() { return quotas_; }
+  const QuotaPolicy& quotas() const { return quotas_; }
 
  private:
   void EndSession(uint64_t session_id, bool process_alive);
