@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   blockswap::daemon::Log(blockswap::daemon::LogLevel::kInfo,
                          absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT",
                                       ": shutting down"));
-  Notify(absl::StrCat("STOPPING=1\nSTATUS=draining: ", (*daemon)->Describe()));
+  Notify(absl::StrCat("STOPPING=1\nSTATUS=shutting down (", (*daemon)->Describe(), ")"));
   (*daemon)->Shutdown();
   return 0;
 }
