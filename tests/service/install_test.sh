@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cmake --install into a temporary prefix, then check what an operator and a
-# trainer get: the systemd unit passes `systemd-analyze verify` (its
+# cmake --install into a temporary prefix (and deploy/install.sh into a
+# staging directory), then check what an operator and a trainer get: the systemd unit passes `systemd-analyze verify` (its
 # ExecStart is the installed binary), the installed config passes
 # --check-config, and a project that only does find_package(blockswap)
 # builds against the installed library and runs.
@@ -40,6 +40,24 @@ fi
 grep -q '^socket_group = "blockswap"$' "${tmp}/effective.toml" ||
   { echo "FAIL: --check-config of the installed config:"; cat "${tmp}/effective.toml"; exit 1; }
 echo "ok: the installed config passes --check-config"
+
+# A second install keeps the operator's config and puts the default beside it.
+echo "# edited by the operator" >>"${config}"
+cmake --install "${build}" --prefix "${prefix}" >"${tmp}/install2.log"
+grep -q "^# edited by the operator$" "${config}" || { echo "FAIL: a reinstall replaced the config"; exit 1; }
+cmp -s "${source}/deploy/blockswapd.toml" "${config}.default" ||
+  { echo "FAIL: the shipped default is not beside the kept config"; exit 1; }
+echo "ok: a reinstall keeps the config"
+
+# deploy/install.sh, staged: the unit runs /usr/local/bin/blockswapd with /etc/blockswap.
+stage=${tmp}/stage
+"${source}/deploy/install.sh" --skip-build --build-dir "${build}" --destdir "${stage}" >"${tmp}/stage.log"
+grep -q "^ExecStart=/usr/local/bin/blockswapd --config /etc/blockswap/blockswapd.toml$" \
+  "${stage}/usr/local/lib/systemd/system/blockswapd.service" ||
+  { echo "FAIL: deploy/install.sh staged a unit with the wrong paths"; exit 1; }
+[[ -x ${stage}/usr/local/bin/blockswapd && -f ${stage}/etc/blockswap/blockswapd.toml ]] ||
+  { echo "FAIL: deploy/install.sh did not stage the binary and the config"; exit 1; }
+echo "ok: deploy/install.sh --destdir"
 
 cmake -S "${source}/tests/service/consumer" -B "${tmp}/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_BUILD_TYPE=Release >"${tmp}/consumer.log" 2>&1 ||
