@@ -146,11 +146,12 @@ int WatchStats(const Options& options, double seconds) {
   while (true) {
     absl::StatusOr<v1::StatsReply> reply = caller.Call(&v1::Admin::Stub::Stats);
     if (!reply.ok()) {
-      std::cerr << "blockswapctl: stats: " << DescribeCallFailure(options.socket_path, reply.status())
-                << "\n";
+      std::cerr << "blockswapctl: stats: "
+                << DescribeCallFailure(options.socket_path, reply.status()) << "\n";
       return kExitFailure;
     }
-    std::cout << "\033[H\033[J" << "blockswapctl stats --watch " << seconds << "  "
+    std::cout << "\033[H\033[J"
+              << "blockswapctl stats --watch " << seconds << "  "
               << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()) << "\n\n";
     if (options.json) {
       PrintJson(StatsJson(*reply));
@@ -174,9 +175,10 @@ int Health(const Options& options) {
     // The standard gRPC health service turns NOT_SERVING once a drain begins.
     absl::StatusOr<bool> serving = caller.Serving();
     if (!serving.ok()) {
-      verdict = {.healthy = false,
-                 .reason = absl::StrCat("gRPC health check: ",
-                                        DescribeCallFailure(options.socket_path, serving.status()))};
+      verdict = {
+          .healthy = false,
+          .reason = absl::StrCat("gRPC health check: ",
+                                 DescribeCallFailure(options.socket_path, serving.status()))};
     } else if (!*serving) {
       verdict = {.healthy = false,
                  .reason = "blockswapd is not serving (gRPC health: shutting down)"};

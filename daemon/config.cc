@@ -1,10 +1,10 @@
 #include "daemon/config.h"
 
+#include <toml++/toml.h>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
-
-#include <toml++/toml.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -22,11 +22,16 @@ enum class Kind { kText, kCount, kBytes, kSeconds, kIdList };
 
 const char* KindName(Kind kind) {
   switch (kind) {
-    case Kind::kText: return "a string";
-    case Kind::kCount: return "a non-negative integer";
-    case Kind::kBytes: return "a byte count (an integer, or a string such as \"8GiB\")";
-    case Kind::kSeconds: return "a number of seconds";
-    case Kind::kIdList: return "an array of non-negative integers";
+    case Kind::kText:
+      return "a string";
+    case Kind::kCount:
+      return "a non-negative integer";
+    case Kind::kBytes:
+      return "a byte count (an integer, or a string such as \"8GiB\")";
+    case Kind::kSeconds:
+      return "a number of seconds";
+    case Kind::kIdList:
+      return "an array of non-negative integers";
   }
   return "a value";
 }
@@ -56,9 +61,12 @@ absl::StatusOr<uint64_t> ParseCount(absl::string_view text, uint64_t max) {
 
 const char* BackendName(BackendChoice choice) {
   switch (choice) {
-    case BackendChoice::kAuto: return "auto";
-    case BackendChoice::kHost: return "host";
-    case BackendChoice::kCuda: return "cuda";
+    case BackendChoice::kAuto:
+      return "auto";
+    case BackendChoice::kHost:
+      return "host";
+    case BackendChoice::kCuda:
+      return "cuda";
   }
   return "auto";
 }
@@ -131,76 +139,72 @@ std::vector<FieldSpec> MakeFields() {
                      },
                      nullptr, [](const O& o) { return Quoted(BackendName(o.backend)); }},
                     Kind::kText});
-  fields.push_back({{"host_devices", "--host-devices", "simulated devices of the host backend",
-                     false,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<uint64_t> n = ParseCount(v, 64);
-                       if (!n.ok()) return n.status();
-                       if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
-                       o.host.device_count = static_cast<int>(*n);
-                       return absl::OkStatus();
-                     },
-                     nullptr, [](const O& o) { return absl::StrCat(o.host.device_count); }},
-                    Kind::kCount});
+  fields.push_back(
+      {{"host_devices", "--host-devices", "simulated devices of the host backend", false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, 64);
+          if (!n.ok()) return n.status();
+          if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
+          o.host.device_count = static_cast<int>(*n);
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return absl::StrCat(o.host.device_count); }},
+       Kind::kCount});
   text("shm_prefix", "--shm-prefix", "directory of the master files (mode 0700, on a tmpfs)",
        &O::shm_prefix, [](absl::string_view v) {
-         return absl::StartsWith(v, "/")
-                    ? absl::OkStatus()
-                    : absl::InvalidArgumentError(
-                          absl::StrCat("must be an absolute path, got '", v, "'"));
+         return absl::StartsWith(v, "/") ? absl::OkStatus()
+                                         : absl::InvalidArgumentError(absl::StrCat(
+                                               "must be an absolute path, got '", v, "'"));
        });
   bytes("max_pinned_bytes", "--max-pinned-bytes",
         "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
         [](O& o) -> uint64_t& { return o.max_pinned_bytes; });
-  fields.push_back({{"allow_uids", "--allow-uid",
-                     "also allow this uid (default: the daemon's uid, root, the socket's group)",
-                     true,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
-                       if (!n.ok()) return n.status();
-                       o.allow_uids.push_back(static_cast<uid_t>(*n));
-                       return absl::OkStatus();
-                     },
-                     [](O& o) { o.allow_uids.clear(); },
-                     [](const O& o) { return ShowIds(o.allow_uids); }},
-                    Kind::kIdList});
-  fields.push_back({{"allow_gids", "--allow-gid", "also allow this gid", true,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
-                       if (!n.ok()) return n.status();
-                       o.allow_gids.push_back(static_cast<gid_t>(*n));
-                       return absl::OkStatus();
-                     },
-                     [](O& o) { o.allow_gids.clear(); },
-                     [](const O& o) { return ShowIds(o.allow_gids); }},
-                    Kind::kIdList});
-  fields.push_back({{"shutdown_grace", "--shutdown-grace",
-                     "seconds attached clients get to detach on SIGTERM", false,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       double seconds = 0;
-                       if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) ||
-                           seconds < 0 || seconds > 3600) {
-                         return absl::InvalidArgumentError(absl::StrCat(
-                             "expected seconds between 0 and 3600, got '", v, "'"));
-                       }
-                       o.shutdown_grace = absl::Seconds(seconds);
-                       return absl::OkStatus();
-                     },
-                     nullptr,
-                     [](const O& o) {
-                       return absl::StrCat(absl::ToDoubleSeconds(o.shutdown_grace));
-                     }},
-                    Kind::kSeconds});
-  fields.push_back({{"log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)",
-                     false,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<LogLevel> level = ParseLogLevel(v);
-                       if (!level.ok()) return level.status();
-                       o.log_level = *level;
-                       return absl::OkStatus();
-                     },
-                     nullptr, [](const O& o) { return Quoted(LogLevelName(o.log_level)); }},
-                    Kind::kText});
+  fields.push_back(
+      {{"allow_uids", "--allow-uid",
+        "also allow this uid (default: the daemon's uid, root, the socket's group)", true,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
+          if (!n.ok()) return n.status();
+          o.allow_uids.push_back(static_cast<uid_t>(*n));
+          return absl::OkStatus();
+        },
+        [](O& o) { o.allow_uids.clear(); }, [](const O& o) { return ShowIds(o.allow_uids); }},
+       Kind::kIdList});
+  fields.push_back(
+      {{"allow_gids", "--allow-gid", "also allow this gid", true,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
+          if (!n.ok()) return n.status();
+          o.allow_gids.push_back(static_cast<gid_t>(*n));
+          return absl::OkStatus();
+        },
+        [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
+       Kind::kIdList});
+  fields.push_back(
+      {{"shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
+        false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          double seconds = 0;
+          if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
+              seconds > 3600) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("expected seconds between 0 and 3600, got '", v, "'"));
+          }
+          o.shutdown_grace = absl::Seconds(seconds);
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.shutdown_grace)); }},
+       Kind::kSeconds});
+  fields.push_back(
+      {{"log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)", false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<LogLevel> level = ParseLogLevel(v);
+          if (!level.ok()) return level.status();
+          o.log_level = *level;
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return Quoted(LogLevelName(o.log_level)); }},
+       Kind::kText});
   text("metrics_listen", "--metrics-listen",
        "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
        &O::metrics_listen, ValidateListenAddress);
@@ -249,7 +253,8 @@ absl::StatusOr<std::string> ScalarText(const toml::node& node, Kind kind) {
   }
   std::ostringstream shown;
   shown << node.type();
-  return absl::InvalidArgumentError(absl::StrCat("expected ", KindName(kind), ", got ", shown.str()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected ", KindName(kind), ", got ", shown.str()));
 }
 
 }  // namespace
@@ -291,8 +296,8 @@ absl::StatusOr<uint64_t> ParseByteCount(absl::string_view text) {
     }
     return number * scale;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown unit '", unit, "' in '", text, "' (B, K, M, G, T, KiB, MiB, GiB or TiB)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown unit '", unit, "' in '", text,
+                                                 "' (B, K, M, G, T, KiB, MiB, GiB or TiB)"));
 }
 
 absl::Status ApplyConfigText(absl::string_view text, absl::string_view source,
@@ -309,7 +314,8 @@ absl::Status ApplyConfigText(absl::string_view text, absl::string_view source,
     const std::string name(key.str());
     const auto line = node.source().begin.line;
     auto fail = [&](const absl::Status& why) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", name, ": ", why.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line, ": ", name, ": ", why.message()));
     };
     const FieldSpec* spec = nullptr;
     for (const FieldSpec& candidate : Specs()) {

@@ -1,10 +1,10 @@
 #include "daemon/config.h"
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
@@ -24,10 +24,10 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
     EXPECT_EQ(field.list ? from_flag + "s" : from_flag, field.key);
     EXPECT_TRUE(keys.insert(field.key).second) << field.key << " twice";
   }
-  for (const char* key : {"socket", "socket_group", "backend", "host_devices", "shm_prefix",
-                          "max_pinned_bytes", "allow_uids", "allow_gids", "shutdown_grace",
-                          "log_level", "metrics_listen", "max_rings_per_client",
-                          "max_device_bytes_per_client", "max_staging_bytes_per_client"}) {
+  for (const char* key :
+       {"socket", "socket_group", "backend", "host_devices", "shm_prefix", "max_pinned_bytes",
+        "allow_uids", "allow_gids", "shutdown_grace", "log_level", "metrics_listen",
+        "max_rings_per_client", "max_device_bytes_per_client", "max_staging_bytes_per_client"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
 }
@@ -70,8 +70,8 @@ max_staging_bytes_per_client = "1MiB"
 
 TEST(Config, PrintedConfigReadsBackToTheSameOptions) {
   DaemonOptions o;
-  ASSERT_TRUE(Apply("allow_uids = [7, 8]\nmax_pinned_bytes = \"3K\"\nsocket = \"/a \\\"b\\\"\"\n", o)
-                  .ok());
+  ASSERT_TRUE(
+      Apply("allow_uids = [7, 8]\nmax_pinned_bytes = \"3K\"\nsocket = \"/a \\\"b\\\"\"\n", o).ok());
   const std::string printed = FormatConfig(o);
   DaemonOptions again;
   ASSERT_TRUE(Apply(printed, again).ok()) << printed;
@@ -92,14 +92,15 @@ TEST(Config, UnknownKeyNamesTheLineTheKeyAndTheKnownKeys) {
 TEST(Config, WrongTypeNamesTheKeyAndWhatItExpects) {
   DaemonOptions o;
   absl::Status s = Apply("host_devices = \"two\"\n", o);
-  EXPECT_TRUE(absl::StrContains(s.message(),
-                                "test.toml:1: host_devices: expected a non-negative integer, got string"))
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "test.toml:1: host_devices: expected a non-negative integer, got string"))
       << s;
   s = Apply("allow_uids = 5\n", o);
   EXPECT_TRUE(absl::StrContains(s.message(), "allow_uids: expected an array")) << s;
   s = Apply("allow_gids = [1, \"wheel\"]\n", o);
-  EXPECT_TRUE(absl::StrContains(s.message(), "allow_gids: expected an array of non-negative "
-                                             "integers, got string"))
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "allow_gids: expected an array of non-negative "
+                                "integers, got string"))
       << s;
 }
 

@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <iostream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/metrics.h"
 #include "daemon/random_token.h"
@@ -24,14 +24,13 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
   gid_t gid = 0;
   if (absl::SimpleAtoi(group, &gid)) return gid;
   std::vector<char> buffer(16384);
-  struct group entry{};
+  struct group entry {};
   struct group* found = nullptr;
   int error = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (error != 0) return ErrnoStatus(error, absl::StrCat("looking up group '", group, "'"));
   if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "socket group '", group,
-        "' does not exist (create it: groupadd --system ", group, ")"));
+        "socket group '", group, "' does not exist (create it: groupadd --system ", group, ")"));
   }
   return found->gr_gid;
 }
@@ -50,6 +49,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->backend_, OpenBackend(o.backend, o.host));
   const auto& devices = daemon->backend_->devices();
   if (devices.empty()) return absl::FailedPreconditionError("the backend has no devices");
+  if (daemon->backend_->kind() == BackendKind::kCuda) {
+    for (const auto& device : devices) {
+      const std::string& uuid = device->info().uuid;
+      GpuModes modes = ProbeGpuModes(uuid);
+      daemon->Log(absl::StrCat("device ", uuid, ": compute mode ", modes.compute_mode, ", MIG ",
+                               modes.mig, modes.error.empty() ? "" : " (", modes.error,
+                               modes.error.empty() ? "" : ")"));
+      if (std::string warning = GpuModesWarning(uuid, modes); !warning.empty()) {
+        blockswap::daemon::Log(LogLevel::kWarning, warning);
+      }
+      daemon->gpu_modes_[uuid] = std::move(modes);
+    }
+  }
 
   // cudaHostRegisterPortable makes one pinning valid for every device.
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -70,9 +82,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->sources_ = AdminSources{daemon->backend_.get(), daemon->store_.get(),
-                                  daemon->sessions_.get(), admin_workers, daemon->boot_id_,
-                                  absl::Now()};
+  daemon->sources_ =
+      AdminSources{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                   admin_workers,          daemon->boot_id_,     absl::Now()};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->sources_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.
@@ -101,9 +113,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 
   if (!o.metrics_listen.empty()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
-        daemon->metrics_,
-        MetricsServer::Start(o.metrics_listen, [d = daemon.get()] {
-          return FormatMetrics(CollectMetrics(d->sources_));
+        daemon->metrics_, MetricsServer::Start(o.metrics_listen, [d = daemon.get()] {
+          MetricsSnapshot snapshot = CollectMetrics(d->sources_);
+          for (DeviceMetrics& device : snapshot.devices) {
+            if (auto it = d->gpu_modes_.find(device.uuid); it != d->gpu_modes_.end()) {
+              device.compute_mode = it->second.compute_mode;
+              device.mig = it->second.mig;
+            }
+          }
+          return FormatMetrics(snapshot);
         }));
     daemon->Log(absl::StrCat("metrics on http://", o.metrics_listen, "/metrics (port ",
                              daemon->metrics_->port(), ")"));
@@ -171,16 +189,16 @@ void Daemon::Shutdown() {
 void Daemon::Reload(LogLevel log_level, const ClientQuotas& quotas) {
   SetLogLevel(log_level);
   if (sessions_ != nullptr) sessions_->quotas().Set(quotas);
-  Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level), ", quotas: ",
-                   quotas.max_rings, " rings, ", quotas.max_device_bytes, " device bytes, ",
-                   quotas.max_staging_bytes, " staging bytes per client (0: unlimited)"));
+  Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level), ", quotas: ", quotas.max_rings,
+                   " rings, ", quotas.max_device_bytes, " device bytes, ", quotas.max_staging_bytes,
+                   " staging bytes per client (0: unlimited)"));
 }
 
 std::string Daemon::Describe() const {
   if (sessions_ == nullptr) return "stopped";
-  return absl::StrCat(sessions_->draining() ? "draining: " : "serving: ",
-                      sessions_->session_count(), " clients, ", store_->List().size(),
-                      " models, ", store_->pinned_bytes(), " bytes pinned");
+  return absl::StrCat(
+      sessions_->draining() ? "draining: " : "serving: ", sessions_->session_count(), " clients, ",
+      store_->List().size(), " models, ", store_->pinned_bytes(), " bytes pinned");
 }
 
 void Daemon::Log(absl::string_view message) const {

@@ -4,6 +4,7 @@
 #ifndef BLOCKSWAP_DAEMON_DAEMON_H_
 #define BLOCKSWAP_DAEMON_DAEMON_H_
 
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -12,13 +13,12 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/admin_service.h"
 #include "daemon/blockswap_service.h"
 #include "daemon/device_worker.h"
+#include "daemon/gpu_modes.h"
 #include "daemon/listener.h"
 #include "daemon/logging.h"
 #include "daemon/metrics_server.h"
@@ -89,6 +89,7 @@ class Daemon {
   std::unique_ptr<WorkQueue> work_;
   PeerRegistry peers_;
   std::unique_ptr<BlockSwapService> blockswap_service_;
+  std::map<std::string, GpuModes> gpu_modes_;  // by device UUID; cuda backend only
   AdminSources sources_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<MetricsServer> metrics_;

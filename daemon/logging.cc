@@ -35,10 +35,14 @@ absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
 
 const char* LogLevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
   }
   return "info";
 }

@@ -11,12 +11,11 @@
 // log level and the per-client quotas from the config file.
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/config.h"
@@ -38,8 +37,8 @@ int ListDevices(blockswap::BackendChoice choice, const blockswap::HostBackendOpt
   std::cout << "backend " << blockswap::BackendKindName((*backend)->kind()) << "\n";
   for (const auto& device : (*backend)->devices()) {
     const auto& info = device->info();
-    std::cout << "device " << info.uuid << " \"" << info.name << "\" "
-              << info.total_memory_bytes << " bytes\n";
+    std::cout << "device " << info.uuid << " \"" << info.name << "\" " << info.total_memory_bytes
+              << " bytes\n";
   }
   return 0;
 }
@@ -84,8 +83,7 @@ void Notify(absl::string_view state) {
 int main(int argc, char** argv) {
   CommandLine line;
   CLI::App app{"blockswapd: one pinned copy of every frozen block per node, streamed to GPU rings"};
-  app.add_option("--config", line.config_path,
-                 "config file (TOML); options given here override it")
+  app.add_option("--config", line.config_path, "config file (TOML); options given here override it")
       ->capture_default_str();
   app.add_flag("--check-config", line.check_config,
                "validate the config file and options, print the effective config, exit");
@@ -148,15 +146,15 @@ int main(int argc, char** argv) {
     if (absl::StatusOr<DaemonOptions> again = Resolve(line); again.ok()) {
       (*daemon)->Reload(again->log_level, again->quotas);
     } else {
-      blockswap::daemon::Log(blockswap::daemon::LogLevel::kError,
-                             absl::StrCat("SIGHUP: the config was not reloaded: ",
-                                          again.status().message()));
+      blockswap::daemon::Log(
+          blockswap::daemon::LogLevel::kError,
+          absl::StrCat("SIGHUP: the config was not reloaded: ", again.status().message()));
     }
     Notify(absl::StrCat("READY=1\nSTATUS=", (*daemon)->Describe()));
   }
-  blockswap::daemon::Log(blockswap::daemon::LogLevel::kInfo,
-                         absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT",
-                                      ": shutting down"));
+  blockswap::daemon::Log(
+      blockswap::daemon::LogLevel::kInfo,
+      absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT", ": shutting down"));
   Notify(absl::StrCat("STOPPING=1\nSTATUS=shutting down (", (*daemon)->Describe(), ")"));
   (*daemon)->Shutdown();
   return 0;

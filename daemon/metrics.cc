@@ -11,15 +11,14 @@ namespace {
 // One metric family: HELP and TYPE once, then its samples.
 class Family {
  public:
-  Family(std::string* out, absl::string_view name, absl::string_view type,
-         absl::string_view help)
+  Family(std::string* out, absl::string_view name, absl::string_view type, absl::string_view help)
       : out_(out), name_(absl::StrCat("blockswap_", name)) {
     absl::StrAppend(out_, "# HELP ", name_, " ", help, "\n# TYPE ", name_, " ", type, "\n");
   }
   template <typename Number>
   void Sample(absl::string_view labels, Number value) {
-    absl::StrAppend(out_, name_, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}",
-                    " ", value, "\n");
+    absl::StrAppend(out_, name_, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}", " ",
+                    value, "\n");
   }
 
  private:
@@ -33,8 +32,8 @@ std::string DeviceLabels(const DeviceMetrics& device) {
 
 std::string ClientLabels(const ClientMetrics& client) {
   return absl::StrCat("session=\"", client.session_id, "\",client=\"",
-                      EscapeLabelValue(client.client_name), "\",pid=\"", client.pid,
-                      "\",uid=\"", client.uid, "\"");
+                      EscapeLabelValue(client.client_name), "\",pid=\"", client.pid, "\",uid=\"",
+                      client.uid, "\"");
 }
 
 }  // namespace
@@ -71,7 +70,8 @@ MetricsSnapshot CollectMetrics(const AdminSources& sources) {
     out.uuid = device->info().uuid;
     out.name = device->info().name;
     out.total_memory_bytes = device->info().total_memory_bytes;
-    if (absl::Status health = device->health(); !health.ok()) out.error = std::string(health.message());
+    if (absl::Status health = device->health(); !health.ok())
+      out.error = std::string(health.message());
     if (auto worker = sources.workers.find(out.uuid); worker != sources.workers.end()) {
       out.stats = worker->second->stats();
       for (const RingSnapshot& ring : worker->second->Snapshot()) {
@@ -125,9 +125,14 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
     f.Sample("quota=\"max_staging_bytes_per_client\"", s.quotas.max_staging_bytes);
   }
   {
-    Family f(&out, "device_info", "gauge", "a device blockswapd drives (value 1)");
+    Family f(&out, "device_info", "gauge",
+             "a device blockswapd drives (value 1), with its compute mode and MIG state "
+             "(CUDA IPC does not work under MIG: rings cannot be served there)");
     for (const DeviceMetrics& d : s.devices) {
-      f.Sample(absl::StrCat(DeviceLabels(d), ",name=\"", EscapeLabelValue(d.name), "\""), 1);
+      f.Sample(absl::StrCat(DeviceLabels(d), ",name=\"", EscapeLabelValue(d.name),
+                            "\",compute_mode=\"", EscapeLabelValue(d.compute_mode), "\",mig=\"",
+                            EscapeLabelValue(d.mig), "\""),
+               1);
     }
   }
   auto per_device = [&](absl::string_view name, absl::string_view type, absl::string_view help,

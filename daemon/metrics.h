@@ -20,7 +20,9 @@ struct DeviceMetrics {
   std::string uuid = {};
   std::string name = {};
   uint64_t total_memory_bytes = 0;
-  std::string error = {};  // empty: healthy
+  std::string error = {};            // empty: healthy
+  std::string compute_mode = "n/a";  // GpuModes; "n/a" on the host backend
+  std::string mig = "n/a";
   DeviceStats stats = {};
 };
 

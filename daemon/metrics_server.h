@@ -20,8 +20,8 @@ class MetricsServer {
   // Listens on `address` (HOST:PORT; port 0 picks a free one) and answers
   // GET /metrics with `render()`, called on civetweb's threads (so it must
   // be thread-safe). `render` must outlive the server.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& address, std::function<std::string()> render);
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& address,
+                                                              std::function<std::string()> render);
   ~MetricsServer();  // stops listening and waits for requests in progress
 
   int port() const { return port_; }

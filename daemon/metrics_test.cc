@@ -1,16 +1,15 @@
 #include "daemon/metrics.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <set>
-#include <vector>
 #include <string>
-
-#include <gtest/gtest.h>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,13 +29,29 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.models = 1;
   s.quotas = {.max_rings = 4, .max_device_bytes = 0, .max_staging_bytes = 1024};
   DeviceMetrics a{.uuid = "HOST-0", .name = "host device 0", .total_memory_bytes = 1 << 30};
-  a.stats = {.loads = 7, .bytes = 7000, .copy_seconds = 0.25, .queue_depth = 2,
-             .protocol_errors = 1, .rings = 1};
-  DeviceMetrics b{.uuid = "HOST-1", .name = "host device 1", .error = "sticky"};
+  a.stats = {.loads = 7,
+             .bytes = 7000,
+             .copy_seconds = 0.25,
+             .queue_depth = 2,
+             .protocol_errors = 1,
+             .rings = 1};
+  DeviceMetrics b{.uuid = "GPU-1",
+                  .name = "gpu 1",
+                  .error = "sticky",
+                  .compute_mode = "default",
+                  .mig = "enabled"};
   s.devices = {a, b};
-  s.clients.push_back({.session_id = 3, .client_name = "rank \"0\"", .pid = 42, .uid = 1000,
-                       .rings = 1, .ring_bytes = 8192, .staging_bytes = 0, .loads = 7,
-                       .rejected_loads = 1, .bytes = 7000, .stall_seconds = 1.5,
+  s.clients.push_back({.session_id = 3,
+                       .client_name = "rank \"0\"",
+                       .pid = 42,
+                       .uid = 1000,
+                       .rings = 1,
+                       .ring_bytes = 8192,
+                       .staging_bytes = 0,
+                       .loads = 7,
+                       .rejected_loads = 1,
+                       .bytes = 7000,
+                       .stall_seconds = 1.5,
                        .copy_seconds = 0.5});
   return s;
 }
@@ -56,8 +71,16 @@ TEST(Metrics, PerDeviceSamplesCarryTheDeviceLabel) {
   EXPECT_TRUE(HasLine(text, "blockswap_device_queue_depth{device=\"HOST-0\"} 2"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_protocol_errors_total{device=\"HOST-0\"} 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"HOST-0\"} 1"));
-  EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"HOST-1\"} 0"));
-  EXPECT_TRUE(HasLine(text, "blockswap_device_loads_total{device=\"HOST-1\"} 0"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"GPU-1\"} 0"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_loads_total{device=\"GPU-1\"} 0"));
+  EXPECT_TRUE(HasLine(text,
+                      "blockswap_device_info{device=\"HOST-0\",name=\"host device 0\","
+                      "compute_mode=\"n/a\",mig=\"n/a\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text,
+                      "blockswap_device_info{device=\"GPU-1\",name=\"gpu 1\","
+                      "compute_mode=\"default\",mig=\"enabled\"} 1"))
+      << text;
 }
 
 TEST(Metrics, PerClientSamplesCarryEscapedLabels) {

@@ -1,5 +1,6 @@
 #include "daemon/notify.h"
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -7,8 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "shared/unique_fd.h"

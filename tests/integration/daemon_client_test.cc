@@ -1,6 +1,7 @@
 // blockswapd and its clients as real processes: the daemon binary on the
 // host backend (with jitter), clients spawned from this binary
 // (client_roles.cc, rogue_roles.cc) through the client library.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -11,8 +12,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -249,9 +248,9 @@ TEST_F(DaemonClientTest, ASessionTokenWorksOnlyForItsOwnProcess) {
   // This test process holds a live session; the rogue tries its token.
   auto owner = client::Connection::Connect(dirs_->socket_path(), "token-owner");
   ASSERT_TRUE(owner.ok()) << owner.status();
-  EXPECT_EQ(Run("rogue", "rogue-stolen-token",
-                {"--case=stolen-token", "--token=" + (*owner)->token()}),
-            kClientOk);
+  EXPECT_EQ(
+      Run("rogue", "rogue-stolen-token", {"--case=stolen-token", "--token=" + (*owner)->token()}),
+      kClientOk);
   EXPECT_EQ(Run("rogue", "rogue-guessed-token", {"--case=guessed-token"}), kClientOk);
   EXPECT_EQ(Run("rogue", "rogue-foreign-destroy", {"--case=foreign-destroy"}), kClientOk);
 }

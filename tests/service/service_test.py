@@ -141,6 +141,20 @@ class ServiceTest(unittest.TestCase):
         self.assertRegex(stopping[-1], r"(?m)^STATUS=shutting down \(")
         self.assertEqual(daemon.stop(), 0)
 
+    def test_stats_watch_redraws_in_place_until_interrupted(self):
+        daemon = self.start()
+        self.assertTrue(daemon.messages(until="READY=1"))
+        watch = subprocess.Popen([os.path.join(BIN, "blockswapctl"), "--socket=" + daemon.socket_path,
+                                  "stats", "--watch", "0.2"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        watch.send_signal(signal.SIGINT)
+        out, _ = watch.communicate(timeout=10)
+        # Each refresh homes the cursor and clears the screen, then draws the table.
+        frames = out.split("\x1b[H\x1b[J")
+        self.assertGreaterEqual(len(frames) - 1, 3, out)
+        self.assertTrue(all("blockswapctl stats --watch" in frame for frame in frames[1:]), out)
+        self.assertEqual(daemon.stop(), 0)
+
     def test_socket_is_0660_and_belongs_to_the_configured_group(self):
         group = grp.getgrnam("daemon")  # exists on every Debian system
         daemon = self.start(["--socket-group=daemon"])

@@ -1,9 +1,9 @@
 // Uses the installed C ABI and C++ wrapper: prints the ABI version, then
 // connects to a socket where no daemon listens and prints the error.
-#include <cstdio>
-
 #include <blockswap/blockswap.h>
+
 #include <blockswap/blockswap.hpp>
+#include <cstdio>
 
 int main(int argc, char** argv) {
   std::printf("abi %u\n", bs_abi_version());
