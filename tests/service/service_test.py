@@ -35,8 +35,8 @@ class Daemon:
         self.log_path = os.path.join(tmp, "daemon.log")
         command = [os.path.join(BIN, "blockswapd"), "--backend=host",
                    "--socket=" + self.socket_path, "--shm-prefix=" + self.shm]
-        if config is not None:
-            command.append("--config=" + config)
+        # Never the machine's /etc/blockswap/blockswapd.toml.
+        command.append("--config=" + (config if config is not None else "/dev/null"))
         command += list(args)
         env = dict(os.environ, NOTIFY_SOCKET=self.notify_path)
         env.pop("JOURNAL_STREAM", None)
