@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
@@ -57,8 +58,43 @@ class AdminCaller {
   explicit AdminCaller(const Options& options) : options_(options) {
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    stub_ = v1::Admin::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("unix:", options.socket_path), grpc::InsecureChannelCredentials(), arguments));
+    channel_ = grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path),
+                                         grpc::InsecureChannelCredentials(), arguments);
+    stub_ = v1::Admin::NewStub(channel_);
+  }
+
+  // grpc.health.v1.Health/Check for the whole server (service ""): whether
+  // the daemon is SERVING. Called through the generic stub with the two
+  // messages written out (request: empty; reply: field 1, the enum), so that
+  // the health proto need not be compiled into the client.
+  absl::StatusOr<bool> Serving() {
+    grpc::GenericStub stub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(options_.timeout_seconds)));
+    grpc::CompletionQueue queue;
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1);
+    auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request, &queue);
+    call->StartCall();
+    grpc::ByteBuffer reply;
+    grpc::Status status;
+    call->Finish(&reply, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    queue.Next(&tag, &ok);
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+    if (!status.ok()) return FromGrpcStatus(status);
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) {
+        bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+      }
+    }
+    constexpr char kServing[] = {0x08, 0x01};  // status = SERVING
+    return bytes == std::string(kServing, 2);
   }
 
   // Calls one unary Admin method with the per-call deadline. Not waiting for
@@ -77,6 +113,7 @@ class AdminCaller {
 
  private:
   const Options& options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Admin::Stub> stub_;
 };
 
@@ -102,6 +139,30 @@ int Report(const Options& options, const std::string& command,
   return 0;
 }
 
+// `stats --watch S`: the table redrawn in place every S seconds (cursor home,
+// clear to the end of the screen) until interrupted or a call fails.
+int WatchStats(const Options& options, double seconds) {
+  AdminCaller caller(options);
+  while (true) {
+    absl::StatusOr<v1::StatsReply> reply = caller.Call(&v1::Admin::Stub::Stats);
+    if (!reply.ok()) {
+      std::cerr << "blockswapctl: stats: "
+                << DescribeCallFailure(options.socket_path, reply.status()) << "\n";
+      return kExitFailure;
+    }
+    std::cout << "\033[H\033[J"
+              << "blockswapctl stats --watch " << seconds << "  "
+              << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()) << "\n\n";
+    if (options.json) {
+      PrintJson(StatsJson(*reply));
+    } else {
+      std::cout << StatsText(*reply);
+    }
+    std::cout << std::flush;
+    absl::SleepFor(absl::Seconds(seconds));
+  }
+}
+
 int Health(const Options& options) {
   AdminCaller caller(options);
   absl::StatusOr<v1::StatusReply> reply = caller.Call(&v1::Admin::Stub::Status);
@@ -110,6 +171,19 @@ int Health(const Options& options) {
           ? JudgeHealth(*reply)
           : HealthVerdict{.healthy = false,
                           .reason = DescribeCallFailure(options.socket_path, reply.status())};
+  if (verdict.healthy) {
+    // The standard gRPC health service turns NOT_SERVING once a drain begins.
+    absl::StatusOr<bool> serving = caller.Serving();
+    if (!serving.ok()) {
+      verdict = {
+          .healthy = false,
+          .reason = absl::StrCat("gRPC health check: ",
+                                 DescribeCallFailure(options.socket_path, serving.status()))};
+    } else if (!*serving) {
+      verdict = {.healthy = false,
+                 .reason = "blockswapd is not serving (gRPC health: shutting down)"};
+    }
+  }
   if (options.json) {
     // The document goes to stdout either way: a machine reads one place.
     PrintJson(HealthJson(options.socket_path, verdict, reply.ok() ? &*reply : nullptr));
@@ -306,7 +380,15 @@ int Main(int argc, char** argv) {
   app.add_subcommand("clients", "attached sessions");
   app.add_subcommand("models", "registered models");
   app.add_subcommand("residency", "which block is in which slot of every ring");
-  app.add_subcommand("stats", "transfer statistics per device and per client");
+  CLI::App* stats_command =
+      app.add_subcommand("stats", "transfer statistics per device and per client");
+  double watch_seconds = 0;
+  stats_command
+      ->add_option("--watch", watch_seconds,
+                   "refresh in place every S seconds, like top, until interrupted")
+      ->expected(0, 1)
+      ->default_str("2")
+      ->check(CLI::PositiveNumber);
   app.add_subcommand("health", "exit 0 and print ok when blockswapd answers and no device failed");
   PlanOptions plan;
   CLI::App* plan_command = app.add_subcommand(
@@ -356,6 +438,7 @@ int Main(int argc, char** argv) {
     return Report(options, command, &v1::Admin::Stub::Residency, &ResidencyText, &ResidencyJson);
   }
   if (command == "stats") {
+    if (watch_seconds > 0) return WatchStats(options, watch_seconds);
     return Report(options, command, &v1::Admin::Stub::Stats, &StatsText, &StatsJson);
   }
   return Health(options);

@@ -1,9 +1,15 @@
 #include "daemon/daemon.h"
 
+#include <grp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <cerrno>
 #include <iostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/metrics.h"
 #include "daemon/random_token.h"
 #include "shared/status.h"
 
@@ -13,15 +19,49 @@ namespace {
 constexpr int kWorkThreads = 2;
 constexpr int kMaxMessageBytes = 64 << 20;  // layouts of models with many tensors
 
+// A group name or number.
+absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
+  gid_t gid = 0;
+  if (absl::SimpleAtoi(group, &gid)) return gid;
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  int error = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (error != 0) return ErrnoStatus(error, absl::StrCat("looking up group '", group, "'"));
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "socket group '", group, "' does not exist (create it: groupadd --system ", group, ")"));
+  }
+  return found->gr_gid;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
   const DaemonOptions& o = daemon->options_;
+  SetLogLevel(o.log_level);
+  gid_t socket_group = ListenerOptions::kKeepGroup;
+  if (!o.socket_group.empty()) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(socket_group, ResolveGroup(o.socket_group));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->boot_id_, RandomNonZero64());
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->backend_, OpenBackend(o.backend, o.host));
   const auto& devices = daemon->backend_->devices();
   if (devices.empty()) return absl::FailedPreconditionError("the backend has no devices");
+  if (daemon->backend_->kind() == BackendKind::kCuda) {
+    for (const auto& device : devices) {
+      const std::string& uuid = device->info().uuid;
+      GpuModes modes = ProbeGpuModes(uuid);
+      daemon->Log(absl::StrCat("device ", uuid, ": compute mode ", modes.compute_mode, ", MIG ",
+                               modes.mig, modes.error.empty() ? "" : " (", modes.error,
+                               modes.error.empty() ? "" : ")"));
+      if (std::string warning = GpuModesWarning(uuid, modes); !warning.empty()) {
+        blockswap::daemon::Log(LogLevel::kWarning, warning);
+      }
+      daemon->gpu_modes_[uuid] = std::move(modes);
+    }
+  }
 
   // cudaHostRegisterPortable makes one pinning valid for every device.
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -38,14 +78,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_,
                                                        workers, daemon->boot_id_);
+  daemon->sessions_->quotas().Set(o.quotas);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->admin_service_ = std::make_unique<AdminService>(
+  daemon->sources_ =
       AdminSources{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                   admin_workers, daemon->boot_id_, absl::Now()},
-      daemon->peers_);
+                   admin_workers,          daemon->boot_id_,     absl::Now()};
+  daemon->admin_service_ = std::make_unique<AdminService>(daemon->sources_, daemon->peers_);
 
+  // grpc.health.v1.Health: SERVING until shutdown begins.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // No listening port: the listener accepts connections itself and hands
   // them over, so that it knows every caller's credentials.
@@ -62,10 +105,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   ListenerOptions listener_options;
   listener_options.socket_path = o.socket_path;
   listener_options.policy = std::move(policy);
+  listener_options.group = socket_group;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };
   BLOCKSWAP_ASSIGN_OR_RETURN(
       daemon->listener_, Listener::Start(std::move(listener_options), daemon->server_.get(),
                                          &daemon->peers_, daemon->sessions_.get()));
+
+  if (!o.metrics_listen.empty()) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        daemon->metrics_, MetricsServer::Start(o.metrics_listen, [d = daemon.get()] {
+          MetricsSnapshot snapshot = CollectMetrics(d->sources_);
+          for (DeviceMetrics& device : snapshot.devices) {
+            if (auto it = d->gpu_modes_.find(device.uuid); it != d->gpu_modes_.end()) {
+              device.compute_mode = it->second.compute_mode;
+              device.mig = it->second.mig;
+            }
+          }
+          return FormatMetrics(snapshot);
+        }));
+    daemon->Log(absl::StrCat("metrics on http://", o.metrics_listen, "/metrics (port ",
+                             daemon->metrics_->port(), ")"));
+  }
+  if (auto* health = daemon->server_->GetHealthCheckService(); health != nullptr) {
+    health->SetServingStatus(true);
+  }
 
   std::vector<std::string> uuids;
   for (const auto& device : devices) uuids.push_back(device->info().uuid);
@@ -82,6 +145,11 @@ Daemon::~Daemon() { Shutdown(); }
 void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (server_ != nullptr) {
+    if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+      health->SetServingStatus(false);
+    }
+  }
   if (listener_ != nullptr) listener_->StopAccepting();
   if (sessions_ != nullptr) {
     sessions_->StopAttaching();
@@ -101,6 +169,7 @@ void Daemon::Shutdown() {
     }
     sessions_->EndAll();
   }
+  metrics_.reset();  // it reads the sessions
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   listener_.reset();
   server_.reset();
@@ -117,11 +186,26 @@ void Daemon::Shutdown() {
   Log("stopped");
 }
 
+void Daemon::Reload(LogLevel log_level, const ClientQuotas& quotas) {
+  SetLogLevel(log_level);
+  if (sessions_ != nullptr) sessions_->quotas().Set(quotas);
+  Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level), ", quotas: ", quotas.max_rings,
+                   " rings, ", quotas.max_device_bytes, " device bytes, ", quotas.max_staging_bytes,
+                   " staging bytes per client (0: unlimited)"));
+}
+
+std::string Daemon::Describe() const {
+  if (sessions_ == nullptr) return "stopped";
+  return absl::StrCat(
+      sessions_->draining() ? "draining: " : "serving: ", sessions_->session_count(), " clients, ",
+      store_->List().size(), " models, ", store_->pinned_bytes(), " bytes pinned");
+}
+
 void Daemon::Log(absl::string_view message) const {
   if (options_.log) {
     options_.log(message);
   } else {
-    std::cerr << "blockswapd: " << message << std::endl;
+    daemon::Log(LogLevel::kInfo, message);
   }
 }
 

@@ -152,6 +152,12 @@ absl::Status Listener::CreateSocket() {
   socket_inode_ = info.st_ino;
   socket_device_ = info.st_dev;
   listen_socket_ = std::move(socket);
+  if (options_.group != ListenerOptions::kKeepGroup) {
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), options_.group) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("giving ", path, " to group ", options_.group));
+    }
+    info.st_gid = options_.group;
+  }
   options_.policy.ResolveSocketGroup(info.st_gid);
 
   // Until chmod the file has the umask's mode; a peer that connects in that

@@ -50,6 +50,9 @@ namespace blockswap::daemon {
 struct ListenerOptions {
   std::string socket_path;  // its directory must exist
   mode_t mode = 0660;       // of the socket file
+  // Group of the socket file; kKeepGroup: the daemon's (the file's default).
+  static constexpr gid_t kKeepGroup = static_cast<gid_t>(-1);
+  gid_t group = kKeepGroup;
   AccessPolicy policy;      // default: the daemon's euid, root, the socket's group
   // A connection that has not sent its first 4 bytes (a side channel: its
   // whole 48-byte hello) by then is closed.

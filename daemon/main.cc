@@ -1,22 +1,32 @@
 // blockswapd: the node-local block-swap daemon.
 //
-//   blockswapd [--socket PATH] [--backend auto|host|cuda] [--shm-prefix DIR]
-//              [--max-pinned-bytes N] [--allow-uid UID]... [--allow-gid GID]...
+//   blockswapd [--config FILE] [--socket PATH] [--backend auto|host|cuda] ...
+//   blockswapd --config FILE --check-config   validate, print the effective config
 //   blockswapd --list-devices [--backend ...]
 //
-// SIGTERM or SIGINT shut it down gracefully (Daemon::Shutdown); it exits 0.
+// Every option is also a key of the config file (daemon/config.h); the
+// command line overrides the file. Under systemd (Type=notify) it reports
+// READY=1 once serving, STATUS= lines, and STOPPING=1 on SIGTERM. SIGTERM or
+// SIGINT drain and shut down (Daemon::Shutdown), exit 0; SIGHUP reloads the
+// log level and the per-client quotas from the config file.
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "absl/strings/str_cat.h"
+#include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/logging.h"
+#include "daemon/notify.h"
 #include "shared/load_protocol.h"
 
 namespace {
+
+using blockswap::daemon::DaemonOptions;
 
 int ListDevices(blockswap::BackendChoice choice, const blockswap::HostBackendOptions& host) {
   auto backend = blockswap::OpenBackend(choice, host);
@@ -27,55 +37,84 @@ int ListDevices(blockswap::BackendChoice choice, const blockswap::HostBackendOpt
   std::cout << "backend " << blockswap::BackendKindName((*backend)->kind()) << "\n";
   for (const auto& device : (*backend)->devices()) {
     const auto& info = device->info();
-    std::cout << "device " << info.uuid << " \"" << info.name << "\" "
-              << info.total_memory_bytes << " bytes\n";
+    std::cout << "device " << info.uuid << " \"" << info.name << "\" " << info.total_memory_bytes
+              << " bytes\n";
   }
   return 0;
+}
+
+// The command line, kept as text per config key until the file is read.
+struct CommandLine {
+  std::string config_path = blockswap::daemon::kDefaultConfigPath;
+  bool config_given = false;
+  bool check_config = false;
+  bool list_devices = false;
+  std::map<std::string, std::vector<std::string>> values;  // by config key
+};
+
+// Defaults, then the config file, then the command line.
+absl::StatusOr<DaemonOptions> Resolve(const CommandLine& line) {
+  DaemonOptions options;
+  options.host = blockswap::HostBackendOptions::FromEnvironment();
+  absl::Status file = blockswap::daemon::ApplyConfigFile(line.config_path, options);
+  // The default path may be absent (a daemon run by hand); a named one may not.
+  if (!file.ok() && !(absl::IsNotFound(file) && !line.config_given)) return file;
+  for (const auto& field : blockswap::daemon::ConfigFields()) {
+    auto given = line.values.find(field.key);
+    if (given == line.values.end() || given->second.empty()) continue;
+    if (field.list) field.clear(options);
+    for (const std::string& value : given->second) {
+      if (absl::Status s = field.set(options, value); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(field.flag, ": ", s.message()));
+      }
+    }
+  }
+  return options;
+}
+
+void Notify(absl::string_view state) {
+  if (absl::Status sent = blockswap::daemon::NotifySystemd(state); !sent.ok()) {
+    blockswap::daemon::Log(blockswap::daemon::LogLevel::kWarning, sent.ToString());
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  blockswap::daemon::DaemonOptions options;
-  options.host = blockswap::HostBackendOptions::FromEnvironment();
-  std::string backend_name = "auto";
-  double grace_seconds = absl::ToDoubleSeconds(options.shutdown_grace);
-  bool list_devices = false;
-
+  CommandLine line;
   CLI::App app{"blockswapd: one pinned copy of every frozen block per node, streamed to GPU rings"};
-  app.add_option("--socket", options.socket_path, "control socket path")->capture_default_str();
-  app.add_option("--backend", backend_name, "auto, host or cuda")->capture_default_str();
-  app.add_option("--host-devices", options.host.device_count,
-                 "simulated devices of the host backend")
+  app.add_option("--config", line.config_path, "config file (TOML); options given here override it")
       ->capture_default_str();
-  app.add_option("--shm-prefix", options.shm_prefix,
-                 "directory of the master files (mode 0700, on a tmpfs)")
-      ->capture_default_str();
-  app.add_option("--max-pinned-bytes", options.max_pinned_bytes,
-                 "bytes of masters the daemon may hold pinned (0: the tmpfs decides)")
-      ->capture_default_str();
-  app.add_option("--allow-uid", options.allow_uids,
-                 "also allow this uid (default: the daemon's uid, root, the socket's group)");
-  app.add_option("--allow-gid", options.allow_gids, "also allow this gid");
-  app.add_option("--shutdown-grace", grace_seconds,
-                 "seconds attached clients get to detach on SIGTERM")
-      ->capture_default_str();
-  app.add_flag("--list-devices", list_devices, "print the backend and its devices, then exit");
+  app.add_flag("--check-config", line.check_config,
+               "validate the config file and options, print the effective config, exit");
+  app.add_flag("--list-devices", line.list_devices, "print the backend and its devices, then exit");
+  for (const auto& field : blockswap::daemon::ConfigFields()) {
+    CLI::Option* option = app.add_option(field.flag, line.values[field.key], field.help);
+    if (!field.list) option->expected(1);  // one value; given twice, the last counts
+    option->multi_option_policy(field.list ? CLI::MultiOptionPolicy::TakeAll
+                                           : CLI::MultiOptionPolicy::TakeLast);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     // --help exits 0; every usage error exits 2 (CLI11's own codes are 1xx).
     return app.exit(error) == 0 ? 0 : 2;
   }
+  line.config_given = app.count("--config") > 0;
 
-  auto choice = blockswap::ParseBackendChoice(backend_name);
-  if (!choice.ok()) {
-    std::cerr << "blockswapd: " << choice.status().message() << "\n";
+  absl::StatusOr<DaemonOptions> resolved = Resolve(line);
+  if (!resolved.ok()) {
+    std::cerr << "blockswapd: " << resolved.status().message() << "\n";
     return 2;
   }
-  options.backend = *choice;
-  options.shutdown_grace = absl::Seconds(grace_seconds);
-  if (list_devices) return ListDevices(options.backend, options.host);
+  DaemonOptions options = *std::move(resolved);
+  if (line.check_config) {
+    std::cout << "# blockswapd: the effective configuration (defaults, " << line.config_path
+              << " where it exists, then the command line)\n"
+              << blockswap::daemon::FormatConfig(options);
+    return 0;
+  }
+  if (line.list_devices) return ListDevices(options.backend, options.host);
   if (absl::Status skips = blockswap::SkipProtocolStepsFromEnvironment(); !skips.ok()) {
     std::cerr << "blockswapd: " << skips << "\n";
     return 2;
@@ -87,18 +126,36 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto daemon = blockswap::daemon::Daemon::Start(std::move(options));
+  auto daemon = blockswap::daemon::Daemon::Start(options);
   if (!daemon.ok()) {
     std::cerr << "blockswapd: " << daemon.status() << "\n";
+    Notify(absl::StrCat("STATUS=failed to start: ", daemon.status().message()));
     return 1;
   }
+  Notify(absl::StrCat("READY=1\nSTATUS=", (*daemon)->Describe()));
   int received = 0;
-  sigwait(&signals, &received);
-  std::cerr << "blockswapd: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
-            << ": shutting down\n";
+  while (true) {
+    sigwait(&signals, &received);
+    if (received != SIGHUP) break;
+    // Reload what can change without a restart; everything else needs one.
+    Notify("RELOADING=1");
+    if (absl::StatusOr<DaemonOptions> again = Resolve(line); again.ok()) {
+      (*daemon)->Reload(again->log_level, again->quotas);
+    } else {
+      blockswap::daemon::Log(
+          blockswap::daemon::LogLevel::kError,
+          absl::StrCat("SIGHUP: the config was not reloaded: ", again.status().message()));
+    }
+    Notify(absl::StrCat("READY=1\nSTATUS=", (*daemon)->Describe()));
+  }
+  blockswap::daemon::Log(
+      blockswap::daemon::LogLevel::kInfo,
+      absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT", ": shutting down"));
+  Notify(absl::StrCat("STOPPING=1\nSTATUS=shutting down (", (*daemon)->Describe(), ")"));
   (*daemon)->Shutdown();
   return 0;
 }

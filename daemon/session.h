@@ -68,6 +68,9 @@ class Session {
   std::vector<v1::PassStats> pass_stats ABSL_GUARDED_BY(mu);
   uint64_t loads ABSL_GUARDED_BY(mu) = 0;
   uint64_t rejected_loads ABSL_GUARDED_BY(mu) = 0;
+  // Sums over every pass the client reported (pass_stats keeps the last ones).
+  double reported_stall_seconds ABSL_GUARDED_BY(mu) = 0;
+  double reported_copy_seconds ABSL_GUARDED_BY(mu) = 0;
 
  private:
   const uint64_t id_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/random_token.h"
@@ -19,6 +20,17 @@ constexpr size_t kMaxPassStatsKept = 1024;
 
 v1::Backend BackendToProto(BackendKind kind) {
   return kind == BackendKind::kCuda ? v1::BACKEND_CUDA : v1::BACKEND_HOST;
+}
+
+// What `session` holds, for the quotas.
+ClientUsage UsageOf(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu) {
+  ClientUsage usage;
+  usage.rings = static_cast<uint32_t>(session.rings.size());
+  for (const auto& [id, ring] : session.rings) {
+    usage.device_bytes += uint64_t{ring.shape.slot_count} * ring.shape.slot_bytes;
+  }
+  for (const auto& [id, upload] : session.uploads) usage.staging_bytes += upload.staging.size();
+  return usage;
 }
 
 }  // namespace
@@ -185,6 +197,11 @@ void SessionManager::StopAttaching() {
   attaching_ = false;
 }
 
+bool SessionManager::draining() const {
+  absl::MutexLock lock(&mu_);
+  return !attaching_;
+}
+
 void SessionManager::EndAll() {
   for (const std::shared_ptr<Session>& session : Sessions()) {
     EndSession(session->id(), /*process_alive=*/true);
@@ -218,11 +235,19 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(layout));
   // Refuse now what could never be registered, before the client uploads.
   BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes));
+  {
+    absl::MutexLock lock(&session.mu);
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       SharedMemory staging,
       SharedMemory::Create(absl::StrCat("staging-session-", session.id()), placement.total_bytes));
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
+  // Again under the lock that inserts it: concurrent uploads count too.
+  BLOCKSWAP_RETURN_IF_ERROR(
+      CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {staging.fd().get()}));
   uint64_t upload_id = ++session.next_upload;
   v1::BeginUploadReply reply;
@@ -325,12 +350,18 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     return absl::FailedPreconditionError(
         absl::StrCat("device ", request.device_uuid(), " has no copy worker"));
   }
+  RingShape shape{request.slot_count(), request.slot_bytes()};
+  const uint64_t ring_bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
+  {
+    absl::MutexLock lock(&session.mu);
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes));
+  }
   uint64_t ring_id;
   {
     absl::MutexLock lock(&mu_);
     ring_id = ++next_ring_id_;
   }
-  RingShape shape{request.slot_count(), request.slot_bytes()};
   BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported,
                              worker->second->CreateRing(ring_id, session.id(), shape));
   RingOnWire wire;
@@ -339,6 +370,10 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     absl::MutexLock lock(&session.mu);
     if (session.ended) {
       sent = absl::UnauthenticatedError("the session has ended");
+    } else if (absl::Status quota =
+                   CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes);
+               !quota.ok()) {
+      sent = quota;  // a concurrent CreateRing of the session came first
     } else {
       uint64_t batch = ++session.next_batch;
       wire = RingToWire(std::move(exported), batch);
@@ -439,7 +474,16 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
 
 void SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {
   absl::MutexLock lock(&session.mu);
-  for (const v1::PassStats& pass : request.passes()) session.pass_stats.push_back(pass);
+  for (const v1::PassStats& pass : request.passes()) {
+    session.pass_stats.push_back(pass);
+    // Counters never go down, whatever a client reports.
+    if (std::isfinite(pass.stall_seconds()) && pass.stall_seconds() > 0) {
+      session.reported_stall_seconds += pass.stall_seconds();
+    }
+    if (std::isfinite(pass.copy_seconds()) && pass.copy_seconds() > 0) {
+      session.reported_copy_seconds += pass.copy_seconds();
+    }
+  }
   if (session.pass_stats.size() > kMaxPassStatsKept) {
     session.pass_stats.erase(session.pass_stats.begin(),
                              session.pass_stats.end() - kMaxPassStatsKept);

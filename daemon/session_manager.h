@@ -25,6 +25,7 @@
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device_worker.h"
 #include "daemon/model_store.h"
+#include "daemon/quota.h"
 #include "daemon/request_validation.h"
 #include "daemon/session.h"
 #include "daemon/side_channel.h"
@@ -71,8 +72,12 @@ class SessionManager final : public SideChannelAcceptor {
   size_t session_count() const;
   // Refuses new sessions from now on (shutdown).
   void StopAttaching();
+  bool draining() const;  // StopAttaching was called
   // Ends every session (shutdown).
   void EndAll();
+  // The per-client quotas; Set may be called at any time (SIGHUP).
+  QuotaPolicy& quotas() { return quotas_; }
+  const QuotaPolicy& quotas() const { return quotas_; }
 
  private:
   void EndSession(uint64_t session_id, bool process_alive);
@@ -91,6 +96,7 @@ class SessionManager final : public SideChannelAcceptor {
   const std::map<std::string, DeviceWorker*> workers_;
   const uint64_t boot_id_;
   const RequestLimits limits_;
+  QuotaPolicy quotas_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>, std::less<>> by_token_ ABSL_GUARDED_BY(mu_);

@@ -19,8 +19,8 @@ debian_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
-  libssl-dev libsystemd-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
+  libssl-dev libsystemd-dev yamllint python3-yaml systemd
   patchelf
   python3 python3-venv
 )

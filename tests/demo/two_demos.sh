@@ -59,7 +59,8 @@ show() {
   ctl models || true
 }
 
-"${bin}/blockswapd" --backend auto --socket "${socket}" --shm-prefix "${shm}" \
+# --config=/dev/null: not the machine's installed service config.
+"${bin}/blockswapd" --config=/dev/null --backend auto --socket "${socket}" --shm-prefix "${shm}" \
   >"${scratch}/blockswapd.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do

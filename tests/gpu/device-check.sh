@@ -193,7 +193,7 @@ start_daemon() {
   local dir=$1
   socket=${dir}/blockswapd.sock
   shm=/dev/shm/blockswap-gpu-$$-${RANDOM}
-  blockswapd --backend="${backend}" --socket="${socket}" --shm-prefix="${shm}" \
+  blockswapd --config=/dev/null --backend="${backend}" --socket="${socket}" --shm-prefix="${shm}" \
     >"${dir}/blockswapd.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [[ -S ${socket} ]] && break; sleep 0.1; done

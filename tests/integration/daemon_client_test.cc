@@ -1,6 +1,7 @@
 // blockswapd and its clients as real processes: the daemon binary on the
 // host backend (with jitter), clients spawned from this binary
 // (client_roles.cc, rogue_roles.cc) through the client library.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -12,12 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/connection.h"
 #include "shared/load_protocol.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
@@ -226,6 +226,33 @@ TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) 
   auto code = streamer.Wait(absl::Seconds(120));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+}
+
+TEST_F(DaemonClientTest, EveryClientQuotaIsEnforcedNamingItsKey) {
+  StartDaemon({.extra_args = {"--max-rings-per-client=2", "--max-device-bytes-per-client=1MiB",
+                              "--max-staging-bytes-per-client=1MiB"}});
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=200"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  for (const char* rogue : {"ring-quota", "device-bytes-quota", "staging-quota"}) {
+    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
+              kClientOk)
+        << "case " << rogue;
+  }
+  auto code = streamer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+}
+
+TEST_F(DaemonClientTest, ASessionTokenWorksOnlyForItsOwnProcess) {
+  StartDaemon();
+  // This test process holds a live session; the rogue tries its token.
+  auto owner = client::Connection::Connect(dirs_->socket_path(), "token-owner");
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  EXPECT_EQ(
+      Run("rogue", "rogue-stolen-token", {"--case=stolen-token", "--token=" + (*owner)->token()}),
+      kClientOk);
+  EXPECT_EQ(Run("rogue", "rogue-guessed-token", {"--case=guessed-token"}), kClientOk);
+  EXPECT_EQ(Run("rogue", "rogue-foreign-destroy", {"--case=foreign-destroy"}), kClientOk);
 }
 
 double LoadsPerSecond(const Report& report) {

@@ -15,6 +15,7 @@
 #include "client/connection.h"
 #include "client/model.h"
 #include "client/ring.h"
+#include "shared/grpc_status.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
@@ -59,6 +60,28 @@ v1::LoadRequest Request(uint64_t ring, uint32_t slot, const std::string& model, 
   return request;
 }
 
+// CreateRing / DestroyRing straight on the stub, with any token.
+absl::Status RawCreateRing(client::Connection& c, const std::string& token, uint32_t slots,
+                           uint64_t slot_bytes) {
+  v1::CreateRingRequest request;
+  request.set_session_token(token);
+  request.set_device_uuid(c.device_uuids().front());
+  request.set_slot_count(slots);
+  request.set_slot_bytes(slot_bytes);
+  v1::RingDescriptor reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().CreateRing(&context, request, &reply));
+}
+
+absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id) {
+  v1::DestroyRingRequest request;
+  request.set_session_token(c.token());
+  request.set_ring_id(ring_id);
+  v1::DestroyRingReply reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
+}
+
 int RunRogue(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const std::string name = args.Str("case");
@@ -79,6 +102,23 @@ int RunRogue(const std::vector<std::string>& argv) {
   if (!connection.ok()) return Check(name, connection.status(), {absl::StatusCode::kOk, ""});
   client::Connection& c = **connection;
 
+  if (name == "stolen-token") {
+    // The token of another process's live session, used on this process's
+    // connection: a token is good only for the process it was issued to.
+    return Check(name, RawCreateRing(c, args.Str("token"), 2, 4096),
+                 {absl::StatusCode::kPermissionDenied, "belongs to pid"});
+  }
+  if (name == "guessed-token") {
+    return Check(name, RawCreateRing(c, std::string(32, 'f'), 2, 4096),
+                 {absl::StatusCode::kUnauthenticated, "unknown session token"});
+  }
+  if (name == "staging-quota") {
+    // 4 blocks of about 384 KiB: more than --max-staging-bytes-per-client.
+    auto data = ModelTensorData(9, 4, uint64_t{1} << 16);
+    auto model = client::Model::Register(c, "staging-quota", ModelUploads(data, 4));
+    return Check(name, model.status(),
+                 {absl::StatusCode::kResourceExhausted, "max_staging_bytes_per_client = "});
+  }
   if (name == "too-big") {
     // 4 blocks of about 4 MiB: more than the daemon's --max-pinned-bytes.
     auto data = ModelTensorData(7, 4, uint64_t{1} << 20);
@@ -135,6 +175,24 @@ int RunRogue(const std::vector<std::string>& argv) {
     (void)c.SendLoad(Request((*other_ring)->id(), 0, model_id, 0, 1));
     return Check(name, AwaitRingError(c, (*other_ring)->id()),
                  {absl::StatusCode::kPermissionDenied, "belongs to another session"});
+  }
+  if (name == "ring-quota") {
+    // The second ring fits (--max-rings-per-client=2), the third does not.
+    if (auto s = RawCreateRing(c, c.token(), 2, slot_bytes); !s.ok()) return Check(name, s, {});
+    return Check(name, RawCreateRing(c, c.token(), 2, slot_bytes),
+                 {absl::StatusCode::kResourceExhausted, "max_rings_per_client = 2"});
+  }
+  if (name == "device-bytes-quota") {
+    return Check(name, RawCreateRing(c, c.token(), 2, uint64_t{1} << 20),
+                 {absl::StatusCode::kResourceExhausted, "max_device_bytes_per_client = "});
+  }
+  if (name == "foreign-destroy") {
+    auto other = client::Connection::Connect(socket, "rogue-other");
+    if (!other.ok()) return Check(name, other.status(), {});
+    auto other_ring = client::Ring::Create(**other, (*other)->device_uuids().front(), 2, 4096);
+    if (!other_ring.ok()) return Check(name, other_ring.status(), {});
+    return Check(name, RawDestroyRing(c, (*other_ring)->id()),
+                 {absl::StatusCode::kNotFound, absl::StrCat("no ring ", (*other_ring)->id())});
   }
   std::cerr << "rogue: unknown case '" << name << "'\n";
   return kClientSetupFailed;

@@ -71,7 +71,10 @@ bool Connectable(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const ScratchDirs& dirs,
                                                                     DaemonFlags flags) {
-  std::vector<std::string> args = {"--backend=" + flags.backend, "--socket=" + dirs.socket_path(),
+  // --config=/dev/null: a machine's /etc/blockswap/blockswapd.toml (an
+  // installed service) must not change a test's daemon.
+  std::vector<std::string> args = {"--config=/dev/null", "--backend=" + flags.backend,
+                                   "--socket=" + dirs.socket_path(),
                                    "--shm-prefix=" + dirs.shm_dir()};
   args.insert(args.end(), flags.extra_args.begin(), flags.extra_args.end());
   UniqueFd output;  // only the child keeps it open

@@ -60,8 +60,9 @@ def daemon():
     socket = os.path.join(scratch, "blockswapd.sock")
     log_path = os.path.join(scratch, "blockswapd.log")
     with open(log_path, "w") as log:
-        process = subprocess.Popen([os.path.join(BIN_DIR, "blockswapd"), "--backend=host",
-                                    f"--socket={socket}", f"--shm-prefix={shm}",
+        # --config=/dev/null: an installed service's config must not apply.
+        process = subprocess.Popen([os.path.join(BIN_DIR, "blockswapd"), "--config=/dev/null",
+                                    "--backend=host", f"--socket={socket}", f"--shm-prefix={shm}",
                                     "--shutdown-grace=2"],
                                    stdout=log, stderr=subprocess.STDOUT,
                                    preexec_fn=_die_with_parent)

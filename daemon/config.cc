@@ -1,0 +1,372 @@
+#include "daemon/config.h"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "daemon/logging.h"
+
+namespace blockswap::daemon {
+namespace {
+
+// What a field accepts in the file.
+enum class Kind { kText, kCount, kBytes, kSeconds, kIdList };
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kText:
+      return "a string";
+    case Kind::kCount:
+      return "a non-negative integer";
+    case Kind::kBytes:
+      return "a byte count (an integer, or a string such as \"8GiB\")";
+    case Kind::kSeconds:
+      return "a number of seconds";
+    case Kind::kIdList:
+      return "an array of non-negative integers";
+  }
+  return "a value";
+}
+
+std::string Quoted(absl::string_view text) {
+  // TOML basic string: escape the backslash and the quote.
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+absl::StatusOr<uint64_t> ParseCount(absl::string_view text, uint64_t max) {
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || absl::StartsWith(text, "-")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a non-negative integer, got '", text, "'"));
+  }
+  if (value > max) {
+    return absl::InvalidArgumentError(absl::StrCat(value, " is larger than ", max));
+  }
+  return value;
+}
+
+const char* BackendName(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::kAuto:
+      return "auto";
+    case BackendChoice::kHost:
+      return "host";
+    case BackendChoice::kCuda:
+      return "cuda";
+  }
+  return "auto";
+}
+
+// host:port with a numeric port (0: any free one), or empty (off).
+absl::Status ValidateListenAddress(absl::string_view text) {
+  if (text.empty()) return absl::OkStatus();
+  size_t colon = text.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected HOST:PORT (for example 127.0.0.1:9464) or \"\" for off, got '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Id>
+std::string ShowIds(const std::vector<Id>& ids) {
+  return absl::StrCat("[", absl::StrJoin(ids, ", "), "]");
+}
+
+struct FieldSpec {
+  ConfigField field;
+  Kind kind;
+};
+
+std::vector<FieldSpec> MakeFields() {
+  using O = DaemonOptions;
+  std::vector<FieldSpec> fields;
+  auto text = [&](const char* key, const char* flag, const char* help, std::string O::*member,
+                  std::function<absl::Status(absl::string_view)> check = nullptr) {
+    fields.push_back({{key, flag, help, false,
+                       [member, check](O& o, absl::string_view v) -> absl::Status {
+                         if (check) {
+                           if (absl::Status s = check(v); !s.ok()) return s;
+                         }
+                         o.*member = std::string(v);
+                         return absl::OkStatus();
+                       },
+                       nullptr, [member](const O& o) { return Quoted(o.*member); }},
+                      Kind::kText});
+  };
+  auto bytes = [&](const char* key, const char* flag, const char* help, auto get) {
+    fields.push_back({{key, flag, help, false,
+                       [get](O& o, absl::string_view v) -> absl::Status {
+                         absl::StatusOr<uint64_t> n = ParseByteCount(v);
+                         if (!n.ok()) return n.status();
+                         get(o) = *n;
+                         return absl::OkStatus();
+                       },
+                       nullptr, [get](const O& o) { return absl::StrCat(get(const_cast<O&>(o))); }},
+                      Kind::kBytes});
+  };
+
+  text("socket", "--socket", "control socket path", &O::socket_path, [](absl::string_view v) {
+    return v.empty() ? absl::InvalidArgumentError("the socket path must not be empty")
+                     : absl::OkStatus();
+  });
+  text("socket_group", "--socket-group",
+       "group (name or number) of the socket file, mode 0660; its members are allowed. "
+       "Empty: the daemon's group",
+       &O::socket_group);
+  fields.push_back({{"backend", "--backend", "auto, host or cuda", false,
+                     [](O& o, absl::string_view v) -> absl::Status {
+                       absl::StatusOr<BackendChoice> choice = ParseBackendChoice(v);
+                       if (!choice.ok()) return choice.status();
+                       o.backend = *choice;
+                       return absl::OkStatus();
+                     },
+                     nullptr, [](const O& o) { return Quoted(BackendName(o.backend)); }},
+                    Kind::kText});
+  fields.push_back(
+      {{"host_devices", "--host-devices", "simulated devices of the host backend", false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, 64);
+          if (!n.ok()) return n.status();
+          if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
+          o.host.device_count = static_cast<int>(*n);
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return absl::StrCat(o.host.device_count); }},
+       Kind::kCount});
+  text("shm_prefix", "--shm-prefix", "directory of the master files (mode 0700, on a tmpfs)",
+       &O::shm_prefix, [](absl::string_view v) {
+         return absl::StartsWith(v, "/") ? absl::OkStatus()
+                                         : absl::InvalidArgumentError(absl::StrCat(
+                                               "must be an absolute path, got '", v, "'"));
+       });
+  bytes("max_pinned_bytes", "--max-pinned-bytes",
+        "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
+        [](O& o) -> uint64_t& { return o.max_pinned_bytes; });
+  fields.push_back(
+      {{"allow_uids", "--allow-uid",
+        "also allow this uid (default: the daemon's uid, root, the socket's group)", true,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
+          if (!n.ok()) return n.status();
+          o.allow_uids.push_back(static_cast<uid_t>(*n));
+          return absl::OkStatus();
+        },
+        [](O& o) { o.allow_uids.clear(); }, [](const O& o) { return ShowIds(o.allow_uids); }},
+       Kind::kIdList});
+  fields.push_back(
+      {{"allow_gids", "--allow-gid", "also allow this gid", true,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
+          if (!n.ok()) return n.status();
+          o.allow_gids.push_back(static_cast<gid_t>(*n));
+          return absl::OkStatus();
+        },
+        [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
+       Kind::kIdList});
+  fields.push_back(
+      {{"shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
+        false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          double seconds = 0;
+          if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
+              seconds > 3600) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("expected seconds between 0 and 3600, got '", v, "'"));
+          }
+          o.shutdown_grace = absl::Seconds(seconds);
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.shutdown_grace)); }},
+       Kind::kSeconds});
+  fields.push_back(
+      {{"log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)", false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<LogLevel> level = ParseLogLevel(v);
+          if (!level.ok()) return level.status();
+          o.log_level = *level;
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return Quoted(LogLevelName(o.log_level)); }},
+       Kind::kText});
+  text("metrics_listen", "--metrics-listen",
+       "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
+       &O::metrics_listen, ValidateListenAddress);
+  fields.push_back({{"max_rings_per_client", "--max-rings-per-client",
+                     "rings one client may hold (0: unlimited; SIGHUP reloads it)", false,
+                     [](O& o, absl::string_view v) -> absl::Status {
+                       absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
+                       if (!n.ok()) return n.status();
+                       o.quotas.max_rings = static_cast<uint32_t>(*n);
+                       return absl::OkStatus();
+                     },
+                     nullptr, [](const O& o) { return absl::StrCat(o.quotas.max_rings); }},
+                    Kind::kCount});
+  bytes("max_device_bytes_per_client", "--max-device-bytes-per-client",
+        "bytes of ring memory one client may hold on the GPUs (0: unlimited; SIGHUP reloads it)",
+        [](O& o) -> uint64_t& { return o.quotas.max_device_bytes; });
+  bytes("max_staging_bytes_per_client", "--max-staging-bytes-per-client",
+        "bytes of upload staging memory one client may hold (0: unlimited; SIGHUP reloads it)",
+        [](O& o) -> uint64_t& { return o.quotas.max_staging_bytes; });
+  return fields;
+}
+
+const std::vector<FieldSpec>& Specs() {
+  static const std::vector<FieldSpec>* specs = new std::vector<FieldSpec>(MakeFields());
+  return *specs;
+}
+
+// The text of one scalar TOML value of the kind `kind` expects, or the error.
+absl::StatusOr<std::string> ScalarText(const toml::node& node, Kind kind) {
+  switch (kind) {
+    case Kind::kText:
+      if (auto v = node.value<std::string>(); v && node.is_string()) return *v;
+      break;
+    case Kind::kCount:
+    case Kind::kIdList:
+      if (node.is_integer()) return absl::StrCat(node.as_integer()->get());
+      break;
+    case Kind::kBytes:
+      if (node.is_integer()) return absl::StrCat(node.as_integer()->get());
+      if (node.is_string()) return node.as_string()->get();
+      break;
+    case Kind::kSeconds:
+      if (node.is_integer()) return absl::StrCat(node.as_integer()->get());
+      if (node.is_floating_point()) return absl::StrCat(node.as_floating_point()->get());
+      break;
+  }
+  std::ostringstream shown;
+  shown << node.type();
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected ", KindName(kind), ", got ", shown.str()));
+}
+
+}  // namespace
+
+const std::vector<ConfigField>& ConfigFields() {
+  static const std::vector<ConfigField>* fields = [] {
+    auto* out = new std::vector<ConfigField>;
+    for (const FieldSpec& spec : Specs()) out->push_back(spec.field);
+    return out;
+  }();
+  return *fields;
+}
+
+absl::StatusOr<uint64_t> ParseByteCount(absl::string_view text) {
+  absl::string_view rest = absl::StripAsciiWhitespace(text);
+  size_t digits = 0;
+  while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
+  uint64_t number = 0;
+  if (digits == 0 || !absl::SimpleAtoi(rest.substr(0, digits), &number)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected a byte count such as 1048576, \"512MiB\" or \"8GiB\", got '", text, "'"));
+  }
+  absl::string_view unit = absl::StripAsciiWhitespace(rest.substr(digits));
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"K", 1000},
+      {"M", 1000 * 1000},
+      {"G", 1000 * 1000 * 1000},
+      {"T", uint64_t{1000} * 1000 * 1000 * 1000},
+      {"KiB", uint64_t{1} << 10},
+      {"MiB", uint64_t{1} << 20},
+      {"GiB", uint64_t{1} << 30},
+      {"TiB", uint64_t{1} << 40}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    if (number > UINT64_MAX / scale) {
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' does not fit in 64 bits"));
+    }
+    return number * scale;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown unit '", unit, "' in '", text,
+                                                 "' (B, K, M, G, T, KiB, MiB, GiB or TiB)"));
+}
+
+absl::Status ApplyConfigText(absl::string_view text, absl::string_view source,
+                             DaemonOptions& options) {
+  toml::table table;
+  try {
+    table = toml::parse(std::string_view(text.data(), text.size()),
+                        std::string_view(source.data(), source.size()));
+  } catch (const toml::parse_error& error) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", error.source().begin.line, ": ",
+                                                   std::string(error.description())));
+  }
+  for (auto&& [key, node] : table) {
+    const std::string name(key.str());
+    const auto line = node.source().begin.line;
+    auto fail = [&](const absl::Status& why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line, ": ", name, ": ", why.message()));
+    };
+    const FieldSpec* spec = nullptr;
+    for (const FieldSpec& candidate : Specs()) {
+      if (name == candidate.field.key) spec = &candidate;
+    }
+    if (spec == nullptr) {
+      std::vector<std::string> known;
+      for (const FieldSpec& candidate : Specs()) known.push_back(candidate.field.key);
+      return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": unknown key '", name,
+                                                     "' (known keys: ", absl::StrJoin(known, ", "),
+                                                     ")"));
+    }
+    if (spec->field.list) {
+      const toml::array* array = node.as_array();
+      if (array == nullptr) {
+        std::ostringstream shown;
+        shown << node.type();
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("expected ", KindName(spec->kind), ", got ", shown.str())));
+      }
+      spec->field.clear(options);
+      for (const toml::node& element : *array) {
+        absl::StatusOr<std::string> value = ScalarText(element, spec->kind);
+        if (!value.ok()) return fail(value.status());
+        if (absl::Status s = spec->field.set(options, *value); !s.ok()) return fail(s);
+      }
+      continue;
+    }
+    absl::StatusOr<std::string> value = ScalarText(node, spec->kind);
+    if (!value.ok()) return fail(value.status());
+    if (absl::Status s = spec->field.set(options, *value); !s.ok()) return fail(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyConfigFile(const std::string& path, DaemonOptions& options) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the config file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ApplyConfigText(text.str(), path, options);
+}
+
+std::string FormatConfig(const DaemonOptions& options) {
+  std::string out;
+  for (const ConfigField& field : ConfigFields()) {
+    absl::StrAppend(&out, field.key, " = ", field.show(options), "\n");
+  }
+  return out;
+}
+
+}  // namespace blockswap::daemon

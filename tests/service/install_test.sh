@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# cmake --install into a temporary prefix (and deploy/install.sh into a
+# staging directory), then check what an operator and a trainer get: the systemd unit passes `systemd-analyze verify` (its
+# ExecStart is the installed binary), the installed config passes
+# --check-config, and a project that only does find_package(blockswap)
+# builds against the installed library and runs.
+#   install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+source=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "${tmp}"' EXIT
+prefix=${tmp}/prefix
+
+cmake --install "${build}" --prefix "${prefix}" >"${tmp}/install.log"
+unit=${prefix}/lib/systemd/system/blockswapd.service
+config=${prefix}/etc/blockswap/blockswapd.toml
+for f in "${prefix}/bin/blockswapd" "${prefix}/bin/blockswapctl" "${unit}" "${config}" \
+         "${prefix}/include/blockswap/blockswap.h" "${prefix}/include/blockswap/blockswap.hpp" \
+         "${prefix}/lib/cmake/blockswap/blockswapConfig.cmake"; do
+  [[ -e ${f} ]] || { echo "FAIL: ${f} was not installed"; exit 1; }
+done
+grep -q "^ExecStart=${prefix}/bin/blockswapd --config ${config}\$" "${unit}" ||
+  { echo "FAIL: ExecStart does not name the installed binary and config:"; grep ExecStart "${unit}"; exit 1; }
+
+if command -v systemd-analyze >/dev/null; then
+  # --man=no: the Documentation= lines are not checked against man pages.
+  if ! systemd-analyze verify --man=no "${unit}" 2>"${tmp}/verify.log"; then
+    echo "FAIL: systemd-analyze verify:"; cat "${tmp}/verify.log"; exit 1
+  fi
+  if [[ -s ${tmp}/verify.log ]]; then
+    echo "FAIL: systemd-analyze verify warned:"; cat "${tmp}/verify.log"; exit 1
+  fi
+  echo "ok: systemd-analyze verify ${unit}"
+else
+  echo "SKIP (systemd-analyze verify): systemd-analyze is not installed"
+fi
+
+"${prefix}/bin/blockswapd" --config "${config}" --check-config >"${tmp}/effective.toml"
+grep -q '^socket_group = "blockswap"$' "${tmp}/effective.toml" ||
+  { echo "FAIL: --check-config of the installed config:"; cat "${tmp}/effective.toml"; exit 1; }
+echo "ok: the installed config passes --check-config"
+
+# A second install keeps the operator's config and puts the default beside it.
+echo "# edited by the operator" >>"${config}"
+cmake --install "${build}" --prefix "${prefix}" >"${tmp}/install2.log"
+grep -q "^# edited by the operator$" "${config}" || { echo "FAIL: a reinstall replaced the config"; exit 1; }
+cmp -s "${source}/deploy/blockswapd.toml" "${config}.default" ||
+  { echo "FAIL: the shipped default is not beside the kept config"; exit 1; }
+echo "ok: a reinstall keeps the config"
+
+# deploy/install.sh, staged: the unit runs /usr/local/bin/blockswapd with /etc/blockswap.
+stage=${tmp}/stage
+"${source}/deploy/install.sh" --skip-build --build-dir "${build}" --destdir "${stage}" >"${tmp}/stage.log"
+grep -q "^ExecStart=/usr/local/bin/blockswapd --config /etc/blockswap/blockswapd.toml$" \
+  "${stage}/usr/local/lib/systemd/system/blockswapd.service" ||
+  { echo "FAIL: deploy/install.sh staged a unit with the wrong paths"; exit 1; }
+[[ -x ${stage}/usr/local/bin/blockswapd && -f ${stage}/etc/blockswap/blockswapd.toml ]] ||
+  { echo "FAIL: deploy/install.sh did not stage the binary and the config"; exit 1; }
+echo "ok: deploy/install.sh --destdir"
+
+cmake -S "${source}/tests/service/consumer" -B "${tmp}/consumer" -G Ninja \
+  -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_BUILD_TYPE=Release >"${tmp}/consumer.log" 2>&1 ||
+  { cat "${tmp}/consumer.log"; echo "FAIL: find_package(blockswap)"; exit 1; }
+cmake --build "${tmp}/consumer" >>"${tmp}/consumer.log" 2>&1 ||
+  { cat "${tmp}/consumer.log"; echo "FAIL: building against blockswap::blockswap"; exit 1; }
+out=$(LD_LIBRARY_PATH="${prefix}/lib" "${tmp}/consumer/consumer" "${tmp}/no-daemon.sock")
+echo "${out}"
+grep -q "^abi 1$" <<<"${out}" || { echo "FAIL: the consumer did not run"; exit 1; }
+grep -q "no-daemon.sock" <<<"${out}" || { echo "FAIL: the error does not name the socket"; exit 1; }
+echo "ok: find_package(blockswap) consumer built and ran"

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The Kubernetes manifests of deploy/k8s/: yamllint (when installed), then the
+fields a GPU node needs, and the ConfigMap's config through the real
+`blockswapd --check-config`.
+
+    k8s_test.py SOURCE_DIR BIN_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+
+SOURCE = BIN = None
+
+
+def load(name):
+    with open(os.path.join(SOURCE, "deploy", "k8s", name)) as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc]
+
+
+def one(docs, kind):
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, "%d %s documents" % (len(found), kind)
+    return found[0]
+
+
+def requests_gpu(container):
+    resources = container.get("resources", {})
+    return any("nvidia.com/gpu" in resources.get(part, {}) for part in ("requests", "limits"))
+
+
+class ManifestTest(unittest.TestCase):
+    def setUp(self):
+        self.daemon_docs = load("blockswapd-daemonset.yaml")
+        self.daemonset = one(self.daemon_docs, "DaemonSet")
+        self.pod = self.daemonset["spec"]["template"]["spec"]
+        self.container = self.pod["containers"][0]
+        self.config = one(self.daemon_docs, "ConfigMap")["data"]["blockswapd.toml"]
+        self.job = one(load("example-trainer-job.yaml"), "Job")
+        self.job_pod = self.job["spec"]["template"]["spec"]
+
+    def test_yamllint(self):
+        if shutil.which("yamllint") is None:
+            self.skipTest("yamllint is not installed (deploy/install-deps.sh installs it)")
+        rules = "{extends: default, rules: {line-length: {max: 100}, document-start: disable}}"
+        out = subprocess.run(["yamllint", "-s", "-d", rules,
+                              os.path.join(SOURCE, "deploy", "k8s")],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+    def test_daemonset_sees_every_gpu_without_requesting_one(self):
+        env = {e["name"]: e.get("value") for e in self.container["env"]}
+        self.assertEqual(env.get("NVIDIA_VISIBLE_DEVICES"), "all")
+        self.assertFalse(requests_gpu(self.container),
+                         "a nvidia.com/gpu request would take a GPU from the trainers")
+
+    def test_daemonset_shares_pid_and_ipc_namespaces_for_cuda_ipc(self):
+        self.assertIs(self.pod.get("hostPID"), True)
+        self.assertIs(self.pod.get("hostIPC"), True)
+
+    def test_socket_directory_and_dev_shm_come_from_the_node(self):
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in self.container["volumeMounts"]}
+        self.assertEqual(volumes[mounts["/run/blockswap"]]["hostPath"]["path"], "/run/blockswap")
+        self.assertEqual(volumes[mounts["/dev/shm"]]["hostPath"]["path"], "/dev/shm")
+        self.assertIn('socket = "/run/blockswap/blockswapd.sock"', self.config)
+
+    def test_probes_run_blockswapctl_health_on_the_socket(self):
+        for probe in ("readinessProbe", "livenessProbe"):
+            command = self.container[probe]["exec"]["command"]
+            self.assertEqual(command[0], "blockswapctl", probe)
+            self.assertEqual(command[-1], "health", probe)
+            self.assertIn("--socket=/run/blockswap/blockswapd.sock", command, probe)
+
+    def test_the_daemon_may_pin_and_drains_within_its_grace(self):
+        capabilities = self.container["securityContext"]["capabilities"]
+        self.assertIn("IPC_LOCK", capabilities["add"])
+        self.assertEqual(capabilities["drop"], ["ALL"])
+        self.assertGreater(self.pod["terminationGracePeriodSeconds"], 20)  # shutdown_grace
+
+    def test_configmap_config_passes_check_config(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(self.config)
+            f.flush()
+            out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=" + f.name,
+                                  "--check-config"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn('socket_group = "2000"', out.stdout)
+
+    def test_trainer_job_mounts_the_socket_and_joins_the_socket_group(self):
+        self.assertIs(self.job_pod.get("hostPID"), True)
+        self.assertIs(self.job_pod.get("hostIPC"), True)
+        container = self.job_pod["containers"][0]
+        volumes = {v["name"]: v for v in self.job_pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        self.assertEqual(volumes[mounts["/run/blockswap"]]["hostPath"]["path"], "/run/blockswap")
+        self.assertIn(2000, self.job_pod["securityContext"]["supplementalGroups"])
+        self.assertTrue(requests_gpu(container), "the trainer asks for its own GPU")
+
+
+if __name__ == "__main__":
+    SOURCE = os.path.abspath(sys.argv.pop(1))
+    BIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

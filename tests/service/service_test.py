@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""blockswapd as a service, end to end: the real binary with a fake systemd
+notification socket, the config file and SIGHUP, the socket's group and mode,
+the metrics endpoint and the drain on SIGTERM.
+
+    service_test.py BIN_DIR
+"""
+import grp
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+BIN = None
+
+
+class Daemon:
+    """A blockswapd on a private socket and master directory, with stderr in
+    a file and NOTIFY_SOCKET pointing at a datagram socket this test owns."""
+
+    def __init__(self, tmp, args=(), config=None):
+        self.tmp = tmp
+        self.socket_path = os.path.join(tmp, "blockswapd.sock")
+        self.shm = "/dev/shm/" + os.path.basename(tmp)
+        self.notify_path = os.path.join(tmp, "notify")
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(self.notify_path)
+        self.log_path = os.path.join(tmp, "daemon.log")
+        command = [os.path.join(BIN, "blockswapd"), "--backend=host",
+                   "--socket=" + self.socket_path, "--shm-prefix=" + self.shm]
+        # Never the machine's /etc/blockswap/blockswapd.toml.
+        command.append("--config=" + (config if config is not None else "/dev/null"))
+        command += list(args)
+        env = dict(os.environ, NOTIFY_SOCKET=self.notify_path)
+        env.pop("JOURNAL_STREAM", None)
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)
+
+    def messages(self, timeout=15.0, until=None):
+        """Notification datagrams until one contains `until` (or the timeout)."""
+        got = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.notify.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                got.append(self.notify.recv(4096).decode())
+            except socket.timeout:
+                break
+            if until is not None and until in got[-1]:
+                break
+        return got
+
+    def log_text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def await_log(self, pattern, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.log_text())
+            if match:
+                return match
+            time.sleep(0.02)
+        return None
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            self.close()
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.notify.close()
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.shm])
+
+
+def ctl(daemon, *args, timeout=30):
+    return subprocess.run([os.path.join(BIN, "blockswapctl"), "--socket=" + daemon.socket_path]
+                          + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+def metrics(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return reply.read().decode()
+
+
+def sample(text, name):
+    """The value of the sample line `name` (with its labels), or None."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split(" ")[-1])
+    return None
+
+
+class ServiceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="blockswap-service-")
+        self.daemons = []
+
+    def tearDown(self):
+        for daemon in self.daemons:
+            daemon.close()
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    def start(self, args=(), config=None):
+        daemon = Daemon(self.tmp, args, config)
+        self.daemons.append(daemon)
+        return daemon
+
+    def write_config(self, text):
+        path = os.path.join(self.tmp, "blockswapd.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_notify_ready_status_and_stopping_on_sigterm(self):
+        daemon = self.start()
+        ready = daemon.messages(until="READY=1")
+        self.assertTrue(ready and "READY=1" in ready[-1].split("\n"), ready)
+        self.assertRegex(ready[-1], r"(?m)^STATUS=serving: 0 clients, 0 models, 0 bytes pinned$")
+        # READY=1 comes only once the socket accepts.
+        self.assertTrue(stat.S_ISSOCK(os.stat(daemon.socket_path).st_mode))
+        self.assertEqual(ctl(daemon, "health").stdout, "ok\n")
+        daemon.process.send_signal(signal.SIGTERM)
+        stopping = daemon.messages(until="STOPPING=1")
+        self.assertTrue(stopping and "STOPPING=1" in stopping[-1].split("\n"), stopping)
+        self.assertRegex(stopping[-1], r"(?m)^STATUS=shutting down \(")
+        self.assertEqual(daemon.stop(), 0)
+
+    def test_stats_watch_redraws_in_place_until_interrupted(self):
+        daemon = self.start()
+        self.assertTrue(daemon.messages(until="READY=1"))
+        watch = subprocess.Popen([os.path.join(BIN, "blockswapctl"), "--socket=" + daemon.socket_path,
+                                  "stats", "--watch", "0.2"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        watch.send_signal(signal.SIGINT)
+        out, _ = watch.communicate(timeout=10)
+        # Each refresh homes the cursor and clears the screen, then draws the table.
+        frames = out.split("\x1b[H\x1b[J")
+        self.assertGreaterEqual(len(frames) - 1, 3, out)
+        self.assertTrue(all("blockswapctl stats --watch" in frame for frame in frames[1:]), out)
+        self.assertEqual(daemon.stop(), 0)
+
+    def test_socket_is_0660_and_belongs_to_the_configured_group(self):
+        group = grp.getgrnam("daemon")  # exists on every Debian system
+        daemon = self.start(["--socket-group=daemon"])
+        self.assertTrue(daemon.messages(until="READY=1"))
+        info = os.stat(daemon.socket_path)
+        self.assertEqual(stat.S_IMODE(info.st_mode), 0o660)
+        self.assertEqual(info.st_gid, group.gr_gid)
+        # The socket's group joins the allow list.
+        self.assertRegex(daemon.log_text(), r"allowed uids: [0-9, ]+; gids: [0-9, ]*\b%d\b"
+                         % group.gr_gid)
+        self.assertEqual(daemon.stop(), 0)
+
+    def test_unknown_socket_group_is_refused_naming_it(self):
+        daemon = self.start(["--socket-group=no-such-group-blockswap"])
+        self.assertEqual(daemon.process.wait(timeout=30), 1)
+        self.assertIn("socket group 'no-such-group-blockswap' does not exist", daemon.log_text())
+        self.assertIn("STATUS=failed to start", "".join(daemon.messages(timeout=1)))
+
+    def test_command_line_overrides_the_config_file(self):
+        config = self.write_config('socket = "/from/file.sock"\nlog_level = "warning"\n'
+                                   'max_rings_per_client = 3\n')
+        out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=" + config,
+                              "--check-config", "--log-level=debug"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn('\nsocket = "/from/file.sock"\n', out.stdout)
+        self.assertIn('\nlog_level = "debug"\n', out.stdout)
+        self.assertIn("\nmax_rings_per_client = 3\n", out.stdout)
+
+    def test_check_config_names_the_bad_key_and_exits_two(self):
+        config = self.write_config('socket = "/x.sock"\nmax_ring_per_client = 3\n')
+        out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=" + config,
+                              "--check-config"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("blockswapd.toml:2: unknown key 'max_ring_per_client'", out.stderr)
+        self.assertEqual(out.stdout, "")
+        out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=/nonexistent.toml",
+                              "--check-config"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("/nonexistent.toml", out.stderr)
+
+    def test_sighup_reloads_log_level_and_quotas_and_keeps_them_on_a_bad_file(self):
+        config = self.write_config('max_rings_per_client = 2\nmetrics_listen = "127.0.0.1:0"\n')
+        daemon = self.start(config=config)
+        self.assertTrue(daemon.messages(until="READY=1"))
+        port = int(daemon.await_log(r"metrics on \S+ \(port (\d+)\)").group(1))
+        quota = 'blockswap_client_quota{quota="max_rings_per_client"}'
+        self.assertEqual(sample(metrics(port), quota), 2)
+
+        self.write_config('max_rings_per_client = 5\nlog_level = "debug"\n'
+                          'metrics_listen = "127.0.0.1:0"\n')
+        daemon.process.send_signal(signal.SIGHUP)
+        reload = daemon.messages(until="READY=1")
+        self.assertIn("RELOADING=1", "".join(reload))
+        self.assertIn("READY=1", reload[-1])
+        self.assertTrue(daemon.await_log(r"reloaded: log level debug, quotas: 5 rings"))
+        self.assertEqual(sample(metrics(port), quota), 5)
+
+        self.write_config('max_rings_per_client = "many"\n')
+        daemon.process.send_signal(signal.SIGHUP)
+        self.assertTrue(daemon.messages(until="READY=1"))
+        self.assertTrue(daemon.await_log(
+            r"\[error\] SIGHUP: the config was not reloaded: .*blockswapd.toml:1: "
+            r"max_rings_per_client"))
+        self.assertEqual(sample(metrics(port), quota), 5)
+        self.assertEqual(daemon.stop(), 0)
+
+    def test_metrics_count_a_clients_loads_per_device(self):
+        daemon = self.start(["--metrics-listen=127.0.0.1:0"])
+        self.assertTrue(daemon.messages(until="READY=1"))
+        port = int(daemon.await_log(r"metrics on \S+ \(port (\d+)\)").group(1))
+        before = metrics(port)
+        self.assertEqual(sample(before, 'blockswap_device_loads_total{device="HOST-0"}'), 0)
+        self.assertEqual(sample(before, "blockswap_sessions"), 0)
+        demo = subprocess.run([os.path.join(BIN, "blockswap-demo"), "--socket=" + daemon.socket_path,
+                               "--blocks=6", "--swap=3", "--ring=2", "--block-bytes=65536",
+                               "--steps=3"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(demo.returncode, 0, demo.stdout + demo.stderr)
+        after = metrics(port)
+        loads = sample(after, 'blockswap_device_loads_total{device="HOST-0"}')
+        self.assertGreater(loads, 0)
+        self.assertGreaterEqual(sample(after, 'blockswap_device_bytes_total{device="HOST-0"}'),
+                                loads * 65536 * 0.9)
+        self.assertEqual(sample(after, "blockswap_models"), 1)
+        self.assertGreater(sample(after, "blockswap_pinned_bytes"), 0)
+        self.assertEqual(daemon.stop(), 0)
+
+    def test_sigterm_drains_a_streaming_client_within_the_grace(self):
+        daemon = self.start(["--shutdown-grace=1"])
+        self.assertTrue(daemon.messages(until="READY=1"))
+        demo = subprocess.Popen([os.path.join(BIN, "blockswap-demo"), "--name=drainer",
+                                 "--socket=" + daemon.socket_path, "--blocks=6", "--swap=3",
+                                 "--block-bytes=65536", "--steps=1000000", "--compute-us=200"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and "drainer" not in ctl(daemon, "clients").stdout:
+                time.sleep(0.05)
+            self.assertIn("drainer", ctl(daemon, "clients").stdout)
+            started = time.monotonic()
+            daemon.process.send_signal(signal.SIGTERM)
+            self.assertEqual(daemon.stop(timeout=30), 0)
+            # Bounded: the grace (1 s) plus the retirement of its rings.
+            self.assertLess(time.monotonic() - started, 10)
+            self.assertIn("waiting up to 1s for 1 attached clients to detach", daemon.log_text())
+            _, err = demo.communicate(timeout=30)
+            # The client fails with UNAVAILABLE (its ring's status word says
+            # "blockswapd is shutting down"; a call after the server stopped
+            # says the socket is gone) instead of hanging.
+            self.assertNotEqual(demo.returncode, 0)
+            self.assertIn("UNAVAILABLE", err[-2000:])
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait()
+
+
+if __name__ == "__main__":
+    BIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
