@@ -16,6 +16,9 @@
 #                        several client processes; the throughput comparison
 #                        and the P7 soak are left out (timing under TSan
 #                        says nothing)
+# Debian's abseil is not instrumented either, so TSan would not see our
+# absl::Mutex, CondVar and Notification synchronise anything: every process
+# runs with tests/sanitize/tsan_absl_sync.cc LD_PRELOADed, which tells it.
 # Every process built here (the daemon and the client roles included) writes
 # its reports to stderr; the script keeps the whole output in
 # build/tsan/tsan.log, prints how many reports it found and in which of our
@@ -33,6 +36,13 @@ cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF >/dev/null || exit 1
 cmake --build "${build}" -j "$(nproc)" --target \
   daemon_test shared_test daemon_client_test blockswapd blockswap_abi_client || exit 1
+
+# The abseil shim, built without TSan (its annotations bind to the runtime of
+# the instrumented executable that loads it).
+shim=${build}/libblockswap_tsan_absl_sync.so
+clang++-14 -std=c++20 -O1 -fPIC -shared "${root}/tests/sanitize/tsan_absl_sync.cc" -o "${shim}" -ldl ||
+  exit 1
+export LD_PRELOAD="${shim}"
 
 # exitcode=66: a process that printed a report fails, so the test that
 # spawned it fails too. halt_on_error=0: see every report of a run.
