@@ -142,10 +142,13 @@ int RunStream(const std::vector<std::string>& argv) {
   const absl::Duration compute = absl::Microseconds(args.Int("compute-us", 0));
   const uint32_t slots = ring.shape().slot_count;
   const uint32_t blocks = setup->model->block_count();
-  auto stream = ring.device().CreateStream();
-  if (!stream.ok()) return Exit(stream.status(), report);
   std::vector<std::vector<std::byte>> readback(slots, std::vector<std::byte>(ring.shape().slot_bytes));
   std::atomic<int64_t> wrong{0};
+  // After what its queued work touches, so destroyed (drained) first on
+  // every return, an early error's included (ThreadSanitizer found the
+  // readback buffers freed under a queued copy).
+  auto stream = ring.device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
   int64_t total = passes * blocks;
   const std::string stop_file = args.Str("stop-file");
   auto load = [&](int64_t k) {

@@ -174,6 +174,26 @@ TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout
   std::cerr << "without its daemon the trainer failed after " << took << ": " << error << "\n";
 }
 
+// Reconnection off (timeout 0): the daemon's loss fails the hook at once.
+TEST_F(ReliabilityTest, SchedulerWithReconnectionOffFailsAtOnce) {
+  StartDaemon();
+  ChildProcess trainer = SpawnAbiClient(
+      "no-reconnect", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
+                       "--reconnect-timeout-ms=0"});
+  ASSERT_TRUE(AwaitReport("no-reconnect", "streaming"));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  const absl::Time killed = absl::Now();
+  auto code = trainer.Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the trainer hung: " << code.status();
+  const std::string error = First(ReadReport(ReportPath("no-reconnect")), "error");
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE(absl::StartsWith(error, "14 ")) << "UNAVAILABLE expected: " << error;
+  EXPECT_FALSE(absl::StrContains(error, "could not bring the session back")) << error;
+  // At once: no reconnection attempt (30 s by default); 3 s leaves room for
+  // a sanitizer build on a loaded machine (about 0.1 s otherwise).
+  EXPECT_LE(absl::Now() - killed, absl::Seconds(3));
+}
+
 // Item 4: a whole session cycle — attach, register, ring, loads, ring
 // destroyed, detach — then SIGTERM. Built with AddressSanitizer
 // (configuration B), LeakSanitizer runs at the daemon's and the client's

@@ -12,11 +12,18 @@
 //
 // Duration and Time are passed as the trivially copyable 16-byte structs
 // they are (two integer registers), Condition by pointer.
+//
+// A Condition is evaluated inside the library, once it holds the lock and
+// possibly by the thread that unlocks (for a waiter), before the calls
+// below return: each Condition passed in is copied with its evaluator
+// replaced by one that acquires the mutex before and releases it after, so
+// that what the condition reads is ordered between the unlocks around it.
 #include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 extern "C" {
 __attribute__((weak)) void __tsan_acquire(void* addr);
@@ -48,6 +55,45 @@ F Real(const char* name) {
     std::abort();
   }
   return reinterpret_cast<F>(real);
+}
+
+// absl::Condition of 20220623: {eval_, function_, method_ (16 bytes), arg_}.
+constexpr size_t kConditionBytes = 40;
+using Eval = bool (*)(const void* condition);
+
+struct WrappedCondition {
+  unsigned char condition[kConditionBytes];  // a copy, eval_ replaced
+  Eval original;
+  void* mu;
+};
+
+bool AcquireThenEval(const void* condition) {
+  const auto* wrapped = static_cast<const WrappedCondition*>(condition);
+  Acquire(wrapped->mu);
+  // The original evaluator reads function_, method_ and arg_ at the same
+  // offsets of the copy.
+  const bool met = wrapped->original(condition);
+  // The evaluation ran under the lock, which the library may release
+  // without coming back here (the waiter sleeps): publish it now.
+  Release(wrapped->mu);
+  return met;
+}
+
+// Returns the condition to pass on: `cond` itself when it has no evaluator
+// (always true), else `storage` filled as its wrapper.
+const void* Wrap(const void* cond, void* mu, WrappedCondition& storage) {
+  if (cond == nullptr) return cond;
+  Eval original;
+  std::memcpy(&original, cond, sizeof(original));
+  // No evaluator, or already wrapped (the library calls its own entry
+  // points, e.g. Notification -> LockWhen, through the shim too).
+  if (original == nullptr || original == &AcquireThenEval) return cond;
+  std::memcpy(storage.condition, cond, kConditionBytes);
+  Eval replacement = &AcquireThenEval;
+  std::memcpy(storage.condition, &replacement, sizeof(replacement));
+  storage.original = original;
+  storage.mu = mu;
+  return &storage;
 }
 
 // A Notification is {Mutex mutex_; std::atomic<bool> notified_yet_;}: the
@@ -98,20 +144,23 @@ void _ZN4absl7debian35Mutex12ReaderUnlockEv(void* mu) {
 // Mutex: lock when a condition holds (the lock is held on return).
 void _ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE(void* mu, const void* cond) {
   BLOCKSWAP_REAL(void (*)(void*, const void*), "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
-  real(mu, cond);
+  WrappedCondition wrapped;
+  real(mu, Wrap(cond, mu, wrapped));
   Acquire(mu);
 }
 void _ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE(void* mu, const void* cond) {
   BLOCKSWAP_REAL(void (*)(void*, const void*),
                  "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(mu, cond);
+  WrappedCondition wrapped;
+  real(mu, Wrap(cond, mu, wrapped));
   Acquire(mu);
 }
 bool _ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE(
     void* mu, const void* cond, Duration timeout) {
   BLOCKSWAP_REAL(bool (*)(void*, const void*, Duration),
                  "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  bool met = real(mu, cond, timeout);
+  WrappedCondition wrapped;
+  bool met = real(mu, Wrap(cond, mu, wrapped), timeout);
   Acquire(mu);
   return met;
 }
@@ -120,7 +169,8 @@ bool _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(vo
                                                                                Time deadline) {
   BLOCKSWAP_REAL(bool (*)(void*, const void*, Time),
                  "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  bool met = real(mu, cond, deadline);
+  WrappedCondition wrapped;
+  bool met = real(mu, Wrap(cond, mu, wrapped), deadline);
   Acquire(mu);
   return met;
 }
@@ -129,7 +179,8 @@ bool _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE(vo
 void _ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE(void* mu, const void* cond) {
   BLOCKSWAP_REAL(void (*)(void*, const void*), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   Release(mu);
-  real(mu, cond);
+  WrappedCondition wrapped;
+  real(mu, Wrap(cond, mu, wrapped));
   Acquire(mu);
 }
 bool _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE(void* mu,
@@ -138,7 +189,8 @@ bool _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE(vo
   BLOCKSWAP_REAL(bool (*)(void*, const void*, Duration),
                  "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Release(mu);
-  bool met = real(mu, cond, timeout);
+  WrappedCondition wrapped;
+  bool met = real(mu, Wrap(cond, mu, wrapped), timeout);
   Acquire(mu);
   return met;
 }
@@ -148,7 +200,8 @@ bool _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE(void*
   BLOCKSWAP_REAL(bool (*)(void*, const void*, Time),
                  "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Release(mu);
-  bool met = real(mu, cond, deadline);
+  WrappedCondition wrapped;
+  bool met = real(mu, Wrap(cond, mu, wrapped), deadline);
   Acquire(mu);
   return met;
 }
