@@ -77,6 +77,13 @@ absl::Status Connection::OpenSideChannel() {
 absl::Status Connection::Reconnect(absl::Duration timeout) {
   CloseLoadStream();
   side_channel_.reset();
+  // Best effort: a daemon that is still there (shutting down, or stalled
+  // past the heartbeat limit) must not keep the old session while this
+  // process lives. A dead one fails this at once.
+  if (!token_.empty()) {
+    DetachSession(absl::Seconds(1));
+    token_.clear();
+  }
   const BackendKind kind = backend_->kind();
   const std::vector<std::string> devices = device_uuids_;
   // Until the new session is attached, Liveness() keeps reporting the loss.
@@ -124,10 +131,14 @@ void Connection::CloseLoadStream() {
 
 Connection::~Connection() {
   CloseLoadStream();
+  if (!token_.empty()) DetachSession(absl::Seconds(5));
+}
+
+void Connection::DetachSession(absl::Duration timeout) {
   v1::DetachRequest request;
   request.set_session_token(token_);
   v1::DetachReply reply;
-  auto context = Context(absl::Seconds(5));
+  auto context = Context(timeout);
   (void)stub_->Detach(context.get(), request, &reply);
 }
 

@@ -81,6 +81,8 @@ class Connection {
   absl::Status OpenSideChannel();
   // Ends the Load stream, if open, and joins its reader.
   void CloseLoadStream();
+  // Detaches the current session (token_), ignoring the outcome.
+  void DetachSession(absl::Duration timeout);
   absl::Status OpenLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   // How the Load stream ended, once it has (OK before).
   absl::Status EndedError() const;
