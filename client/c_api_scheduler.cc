@@ -7,11 +7,13 @@
 
 #include "client/c_api_internal.h"
 #include "client/ring_slot_driver.h"
+#include "client/session_recovery.h"
 #include "client/stream_scheduler.h"
 
 struct bs_scheduler {
   blockswap::client::Connection* connection = nullptr;
   std::unique_ptr<blockswap::Stream> stream;  // the caller's, wrapped
+  std::unique_ptr<blockswap::client::SessionRecovery> recovery;
   std::unique_ptr<blockswap::client::RingSlotDriver> driver;
   std::unique_ptr<blockswap::client::StreamScheduler> scheduler;
   std::map<int, blockswap::client::PassStats> last_pass;  // by bs_direction
@@ -59,8 +61,19 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
     auto wrapped = ring->ring->device().WrapStream(stream);
     if (!wrapped.ok()) return wrapped.status();
     scheduler->stream = *std::move(wrapped);
-    scheduler->driver = std::make_unique<RingSlotDriver>(
-        *ring->ring, *model->model, *scheduler->stream, MapByStreamingRank(*placement));
+    scheduler->recovery =
+        std::make_unique<SessionRecovery>(*client->connection, *model->model, *ring->ring);
+    RingSlotDriver::Options driver_options{.recovery = scheduler->recovery.get()};
+    if (on_bind != nullptr) {
+      // A reloaded block sits at the re-created ring's new address.
+      driver_options.on_reload = [on_bind, user_data](uint32_t block, uint32_t slot) {
+        on_bind(user_data, block, slot, 1);
+      };
+    }
+    scheduler->driver = std::make_unique<RingSlotDriver>(*ring->ring, *model->model,
+                                                         *scheduler->stream,
+                                                         MapByStreamingRank(*placement),
+                                                         std::move(driver_options));
     SchedulerCallbacks callbacks;
     if (on_bind != nullptr) {
       callbacks.on_bind = [on_bind, user_data](const SlotEvent& event) {
@@ -129,6 +142,14 @@ int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block) {
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_forward_only: NULL scheduler");
   scheduler->scheduler->SetForwardOnly(forward_only != 0);
+  return Report(absl::OkStatus());
+}
+
+int bs_scheduler_set_reconnect_timeout(bs_scheduler* scheduler, uint32_t timeout_ms) {
+  if (scheduler == nullptr) {
+    return InvalidArgument("bs_scheduler_set_reconnect_timeout: NULL scheduler");
+  }
+  scheduler->recovery->set_timeout(absl::Milliseconds(timeout_ms));
   return Report(absl::OkStatus());
 }
 

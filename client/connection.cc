@@ -1,6 +1,7 @@
 #include "client/connection.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "shared/grpc_status.h"
 #include "shared/load_protocol.h"
 #include "shared/status.h"
@@ -23,28 +24,10 @@ std::unique_ptr<grpc::ClientContext> Connection::Context(absl::Duration timeout)
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_view socket_path,
                                                                 absl::string_view client_name) {
   BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
-  std::string path = socket_path.empty() ? kDefaultSocketPath : std::string(socket_path);
   std::unique_ptr<Connection> connection(new Connection());
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-  connection->channel_ = grpc::CreateCustomChannel(
-      absl::StrCat("unix:", path), grpc::InsecureChannelCredentials(), arguments);
-  connection->stub_ = v1::BlockSwap::NewStub(connection->channel_);
-
-  v1::AttachRequest request;
-  request.set_client_name(std::string(client_name));
-  request.set_protocol_version(kProtocolVersion);
-  v1::AttachReply reply;
-  auto context = Context();
-  grpc::Status attached = connection->stub_->Attach(context.get(), request, &reply);
-  if (!attached.ok()) {
-    return Annotate(FromGrpcStatus(attached), absl::StrCat("attaching to blockswapd at ", path));
-  }
-  connection->token_ = reply.session_token();
-  connection->boot_id_ = reply.daemon_boot_id();
-  for (const v1::Device& device : reply.devices()) connection->device_uuids_.push_back(device.uuid());
-
+  connection->socket_path_ = socket_path.empty() ? kDefaultSocketPath : std::string(socket_path);
+  connection->client_name_ = std::string(client_name);
+  BLOCKSWAP_ASSIGN_OR_RETURN(v1::AttachReply reply, connection->Attach(kCallTimeout));
   // The same kind of backend as the daemon's: no silent fallback.
   if (reply.backend() == v1::BACKEND_CUDA) {
     BLOCKSWAP_ASSIGN_OR_RETURN(connection->backend_, OpenBackend(BackendChoice::kCuda));
@@ -53,15 +36,85 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
     host.device_count = reply.devices_size();
     connection->backend_ = OpenHostBackend(host);
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(SideChannelClient side_channel,
-                             SideChannelClient::Connect(path, connection->token_));
-  BLOCKSWAP_RETURN_IF_ERROR(Annotate(side_channel.AwaitAccepted(kSideChannelTimeout),
-                                     "opening the descriptor side channel"));
-  connection->side_channel_ = std::make_unique<SideChannelClient>(std::move(side_channel));
+  BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
   return connection;
 }
 
-Connection::~Connection() {
+absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  channel_ = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path_),
+                                       grpc::InsecureChannelCredentials(), arguments);
+  stub_ = v1::BlockSwap::NewStub(channel_);
+
+  v1::AttachRequest request;
+  request.set_client_name(client_name_);
+  request.set_protocol_version(kProtocolVersion);
+  v1::AttachReply reply;
+  auto context = Context(timeout);
+  grpc::Status attached = stub_->Attach(context.get(), request, &reply);
+  if (!attached.ok()) {
+    return Annotate(FromGrpcStatus(attached),
+                    absl::StrCat("attaching to blockswapd at ", socket_path_));
+  }
+  token_ = reply.session_token();
+  boot_id_ = reply.daemon_boot_id();
+  device_uuids_.clear();
+  for (const v1::Device& device : reply.devices()) device_uuids_.push_back(device.uuid());
+  return reply;
+}
+
+absl::Status Connection::OpenSideChannel() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(SideChannelClient side_channel,
+                             SideChannelClient::Connect(socket_path_, token_));
+  BLOCKSWAP_RETURN_IF_ERROR(Annotate(side_channel.AwaitAccepted(kSideChannelTimeout),
+                                     "opening the descriptor side channel"));
+  side_channel_ = std::make_unique<SideChannelClient>(std::move(side_channel));
+  return absl::OkStatus();
+}
+
+absl::Status Connection::Reconnect(absl::Duration timeout) {
+  CloseLoadStream();
+  side_channel_.reset();
+  // Best effort: a daemon that is still there (shutting down, or stalled
+  // past the heartbeat limit) must not keep the old session while this
+  // process lives. A dead one fails this at once.
+  if (!token_.empty()) {
+    DetachSession(absl::Seconds(1));
+    token_.clear();
+  }
+  const BackendKind kind = backend_->kind();
+  const std::vector<std::string> devices = device_uuids_;
+  // Until the new session is attached, Liveness() keeps reporting the loss.
+  absl::StatusOr<v1::AttachReply> reply = Attach(timeout);
+  if (!reply.ok()) {
+    device_uuids_ = devices;
+    return reply.status();
+  }
+  const bool cuda = reply->backend() == v1::BACKEND_CUDA;
+  if (cuda != (kind == BackendKind::kCuda) || device_uuids_ != devices) {
+    absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
+        "blockswapd at ", socket_path_, " came back with other devices (",
+        absl::StrJoin(device_uuids_, ", "), "; the session had ", absl::StrJoin(devices, ", "),
+        ")"));
+    device_uuids_ = devices;
+    return mismatch;
+  }
+  {
+    absl::MutexLock lock(&load_mu_);
+    load_stream_error_ = absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&errors_mu_);
+    ring_errors_.clear();
+    ended_error_ = absl::OkStatus();
+  }
+  load_stream_ended_.store(false, std::memory_order_release);
+  return OpenSideChannel();
+}
+
+void Connection::CloseLoadStream() {
   {
     absl::MutexLock lock(&load_mu_);
     if (load_stream_ != nullptr) {
@@ -70,10 +123,22 @@ Connection::~Connection() {
     }
   }
   if (load_reader_.joinable()) load_reader_.join();
+  // Once only: a second WritesDone on a stream is a gRPC API misuse (abort).
+  absl::MutexLock lock(&load_mu_);
+  load_stream_.reset();
+  load_context_.reset();
+}
+
+Connection::~Connection() {
+  CloseLoadStream();
+  if (!token_.empty()) DetachSession(absl::Seconds(5));
+}
+
+void Connection::DetachSession(absl::Duration timeout) {
   v1::DetachRequest request;
   request.set_session_token(token_);
   v1::DetachReply reply;
-  auto context = Context(absl::Seconds(5));
+  auto context = Context(timeout);
   (void)stub_->Detach(context.get(), request, &reply);
 }
 
@@ -98,6 +163,9 @@ absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
 }
 
 absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {
+  if (side_channel_ == nullptr) {
+    return absl::UnavailableError("no descriptor side channel: the session is being re-attached");
+  }
   return side_channel_->Receive(batch, kSideChannelTimeout);
 }
 

@@ -57,6 +57,16 @@ class Connection {
   // closed it); OK before. Cheap: waits poll it.
   absl::Status Liveness() const;
 
+  // Attaches a new session to the daemon on the same socket, after the old
+  // one was lost (the daemon died or restarted): a new channel, token, side
+  // channel and Load stream; the local backend (and every stream and
+  // mapping made from it) stays. The daemon must offer the same devices.
+  // Models and rings of the old session are not carried over (see
+  // client/session_recovery.h). Not thread-safe: no other call may use this
+  // connection, its models or its rings meanwhile.
+  absl::Status Reconnect(absl::Duration timeout);
+  const std::string& socket_path() const { return socket_path_; }
+
   // Sends per-pass statistics (a StreamScheduler's on_pass) to the daemon,
   // which keeps them per session for the Admin service (`blockswapctl stats`).
   absl::Status ReportStats(const std::vector<v1::PassStats>& passes);
@@ -66,11 +76,20 @@ class Connection {
 
  private:
   Connection() = default;
+  // A channel, stub and session on socket_path_ (devices, token, boot id).
+  absl::StatusOr<v1::AttachReply> Attach(absl::Duration timeout);
+  absl::Status OpenSideChannel();
+  // Ends the Load stream, if open, and joins its reader.
+  void CloseLoadStream();
+  // Detaches the current session (token_), ignoring the outcome.
+  void DetachSession(absl::Duration timeout);
   absl::Status OpenLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   // How the Load stream ended, once it has (OK before).
   absl::Status EndedError() const;
   void ReadLoadEvents();
 
+  std::string socket_path_;
+  std::string client_name_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::BlockSwap::Stub> stub_;
   std::string token_;

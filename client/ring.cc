@@ -1,5 +1,7 @@
 #include "client/ring.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "shared/grpc_status.h"
 #include "shared/ring_wire.h"
@@ -12,13 +14,12 @@ constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
-                                                   absl::string_view device_uuid,
-                                                   uint32_t slot_count, uint64_t slot_bytes) {
-  BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
+absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection, Device& device,
+                                                         uint32_t slot_count,
+                                                         uint64_t slot_bytes) {
   v1::CreateRingRequest request;
   request.set_session_token(connection.token());
-  request.set_device_uuid(std::string(device_uuid));
+  request.set_device_uuid(device.info().uuid);
   request.set_slot_count(slot_count);
   request.set_slot_bytes(slot_bytes);
   v1::RingDescriptor descriptor;
@@ -33,16 +34,33 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
   if (exported.boot_id != connection.boot_id()) {
     return absl::UnavailableError("the ring comes from a different daemon than the session's");
   }
+  return ClientRing::Import(device, std::move(exported));
+}
+
+absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
+                                                   absl::string_view device_uuid,
+                                                   uint32_t slot_count, uint64_t slot_bytes) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
-                             ClientRing::Import(*device, std::move(exported)));
+                             Import(connection, *device, slot_count, slot_bytes));
   return std::unique_ptr<Ring>(new Ring(connection, *device, std::move(ring)));
+}
+
+absl::Status Ring::Recreate() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      std::unique_ptr<ClientRing> ring,
+      Import(connection_, device_, ring_->shape().slot_count, ring_->shape().slot_bytes));
+  absl::MutexLock lock(&mu_);
+  consumer_ = NewConsumer(*ring);
+  retired_.push_back(std::exchange(ring_, std::move(ring)));
+  return absl::OkStatus();
 }
 
 Ring::~Ring() {
   if (!connection_.Liveness().ok()) return;  // the daemon is gone: nothing to drain or free
   {
     absl::MutexLock lock(&mu_);
-    (void)consumer_.Drain(kDestroyDrainTimeout);
+    (void)consumer_->Drain(kDestroyDrainTimeout);
   }
   v1::DestroyRingRequest request;
   request.set_session_token(connection_.token());
@@ -79,7 +97,7 @@ absl::Status Ring::Release(uint32_t slot, void* native_stream) {
 
 absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<uint32_t> generation = consumer_.BeginLoad(slot, stream);
+  absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
   if (!generation.ok()) return Explain(generation.status());
   v1::LoadRequest request;
   request.set_ring_id(ring_->ring_id());
@@ -92,25 +110,25 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
 
 absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  return Explain(consumer_.AwaitLoaded(slot, stream, timeout));
+  return Explain(consumer_->AwaitLoaded(slot, stream, timeout));
 }
 
 absl::Status Ring::Release(uint32_t slot, Stream& stream) {
   absl::MutexLock lock(&mu_);
-  return Explain(consumer_.Release(slot, stream));
+  return Explain(consumer_->Release(slot, stream));
 }
 
 bool Ring::Filled(uint32_t slot) {
   if (slot >= ring_->shape().slot_count) return false;
   absl::MutexLock lock(&mu_);
-  const uint32_t requested = consumer_.requested(slot);
+  const uint32_t requested = consumer_->requested(slot);
   return requested != 0 &&
          ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
 }
 
 absl::Status Ring::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  return Explain(consumer_.Drain(timeout));
+  return Explain(consumer_->Drain(timeout));
 }
 
 }  // namespace blockswap::client

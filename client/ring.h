@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -28,7 +30,16 @@ class Ring {
   // Drains outstanding loads (bounded) and asks the daemon to free the ring.
   ~Ring();
 
+  // Replaces the ring by a new one of the same shape on the same device, in
+  // the connection's current session (after Connection::Reconnect): every
+  // slot starts empty, slot() addresses change. The old ring's memory stays
+  // mapped until this Ring is destroyed (work already queued on a stream
+  // may still read it). Not thread-safe: no other call on this ring may run
+  // meanwhile.
+  absl::Status Recreate();
+
   uint64_t id() const { return ring_->ring_id(); }
+  const std::string& device_uuid() const { return device_.info().uuid; }
   const RingShape& shape() const { return ring_->shape(); }
   void* slot(uint32_t s) const { return ring_->slot(s); }
 
@@ -52,17 +63,26 @@ class Ring {
       : connection_(connection),
         device_(device),
         ring_(std::move(ring)),
-        consumer_(*ring_, ConsumerOptions{.liveness = [&connection] {
-                                            return connection.Liveness();
-                                          }}) {}
+        consumer_(NewConsumer(*ring_)) {}
+  // The CreateRing call and the import, in the connection's current session.
+  static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Connection& connection,
+                                                            Device& device, uint32_t slot_count,
+                                                            uint64_t slot_bytes);
+  std::unique_ptr<RingConsumer> NewConsumer(ClientRing& ring) {
+    return std::make_unique<RingConsumer>(
+        ring, ConsumerOptions{.liveness = [&connection = connection_] {
+          return connection.Liveness();
+        }});
+  }
   // A ring that failed says why: the daemon's own message where it sent one.
   absl::Status Explain(const absl::Status& status) const;
 
   Connection& connection_;
   Device& device_;
-  const std::unique_ptr<ClientRing> ring_;
+  std::unique_ptr<ClientRing> ring_;  // replaced only by Recreate()
+  std::vector<std::unique_ptr<ClientRing>> retired_;  // rings replaced by Recreate()
   absl::Mutex mu_;
-  RingConsumer consumer_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace blockswap::client

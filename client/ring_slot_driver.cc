@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "shared/status.h"
 
 namespace blockswap::client {
 
@@ -35,7 +36,55 @@ RingSlotDriver::RingSlotDriver(Ring& ring, const Model& model, Stream& stream, M
       stream_(stream),
       map_(std::move(map)),
       options_(options),
-      timing_(ring.shape().slot_count) {}
+      timing_(ring.shape().slot_count),
+      last_block_(ring.shape().slot_count) {}
+
+namespace {
+
+// Recoveries in one call before giving up: a daemon that dies again right
+// after each restart is not coming back usefully.
+constexpr int kMaxRecoveriesPerCall = 3;
+
+}  // namespace
+
+absl::Status RingSlotDriver::WithRecovery(std::optional<uint32_t> loading,
+                                          const std::function<absl::Status()>& call) {
+  absl::Status result = call();
+  SessionRecovery* recovery = options_.recovery;
+  for (int attempt = 0; attempt < kMaxRecoveriesPerCall && !result.ok() &&
+                        recovery != nullptr && recovery->enabled() &&
+                        SessionRecovery::IsDaemonLost(result);
+       ++attempt) {
+    // Recover() has used its whole timeout when it fails: that is the answer.
+    BLOCKSWAP_RETURN_IF_ERROR(recovery->Recover(result));
+    if (absl::Status reloaded = Reload(loading); !reloaded.ok()) {
+      if (!SessionRecovery::IsDaemonLost(reloaded)) return reloaded;
+      result = reloaded;  // lost again while reloading: recover once more
+      continue;
+    }
+    result = call();
+  }
+  return result;
+}
+
+absl::Status RingSlotDriver::Reload(std::optional<uint32_t> loading) {
+  std::vector<uint32_t> reloaded;
+  for (uint32_t slot = 0; slot < last_block_.size(); ++slot) {
+    if (!last_block_[slot] || slot == loading) continue;
+    std::optional<uint32_t> model_block = map_(*last_block_[slot]);
+    BLOCKSWAP_RETURN_IF_ERROR(ring_.Load(slot, model_, *model_block, stream_));
+    timing_[slot] = SlotTiming{};
+    reloaded.push_back(slot);
+  }
+  // The scheduler may read a slot it saw loaded without another wait (a
+  // block kept for the turn-around): every reload is complete, as seen by
+  // the stream, before the call runs again.
+  for (uint32_t slot : reloaded) {
+    BLOCKSWAP_RETURN_IF_ERROR(ring_.Wait(slot, stream_, options_.timeout));
+    if (options_.on_reload) options_.on_reload(*last_block_[slot], slot);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RingSlotDriver::Load(uint32_t slot, uint32_t block) {
   if (slot >= timing_.size()) {
@@ -49,9 +98,11 @@ absl::Status RingSlotDriver::Load(uint32_t slot, uint32_t block) {
                                                    " blocks)"));
   }
   const absl::Time requested = absl::Now();
-  absl::Status loaded = ring_.Load(slot, model_, *model_block, stream_);
+  absl::Status loaded =
+      WithRecovery(slot, [&] { return ring_.Load(slot, model_, *model_block, stream_); });
   if (!loaded.ok()) return loaded;
   timing_[slot] = SlotTiming{.requested = requested, .reported = false};
+  last_block_[slot] = block;
   return absl::OkStatus();
 }
 
@@ -61,8 +112,10 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
         absl::StrCat("slot ", slot, " out of range (the ring has ", timing_.size(), ")"));
   }
   WaitOutcome outcome;
-  outcome.was_ready = ring_.Filled(slot);
-  absl::Status waited = ring_.Wait(slot, stream_, options_.timeout);
+  absl::Status waited = WithRecovery(std::nullopt, [&] {
+    outcome.was_ready = ring_.Filled(slot);
+    return ring_.Wait(slot, stream_, options_.timeout);
+  });
   if (!waited.ok()) return waited;
   SlotTiming& timing = timing_[slot];
   if (!timing.reported) {
@@ -72,8 +125,12 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
   return outcome;
 }
 
-absl::Status RingSlotDriver::Release(uint32_t slot) { return ring_.Release(slot, stream_); }
+absl::Status RingSlotDriver::Release(uint32_t slot) {
+  return WithRecovery(std::nullopt, [&] { return ring_.Release(slot, stream_); });
+}
 
-absl::Status RingSlotDriver::Drain() { return ring_.Drain(options_.timeout); }
+absl::Status RingSlotDriver::Drain() {
+  return WithRecovery(std::nullopt, [&] { return ring_.Drain(options_.timeout); });
+}
 
 }  // namespace blockswap::client

@@ -16,6 +16,7 @@
 #include "blockswap/v1/blockswap.pb.h"
 #include "client/model.h"
 #include "client/ring.h"
+#include "client/session_recovery.h"
 #include "client/slot_driver.h"
 #include "client/stream_scheduler.h"
 #include "shared/backend.h"
@@ -44,6 +45,15 @@ class RingSlotDriver final : public SlotDriver {
   struct Options {
     // How long a Wait or Drain may block before failing DEADLINE_EXCEEDED.
     absl::Duration timeout = absl::Seconds(30);
+    // When set (and enabled), a call that fails because the daemon was lost
+    // brings the session back (SessionRecovery::Recover), reloads every
+    // slot's last block into the new ring, waits for those reloads on the
+    // stream, and runs the call again — the scheduler never notices. Must
+    // outlive the driver and be over the same ring and model.
+    SessionRecovery* recovery = nullptr;
+    // Told each reload after a recovery (transformer block, slot): the slot's
+    // address changed (Ring::slot), so an integration repoints its tensors.
+    std::function<void(uint32_t block, uint32_t slot)> on_reload = nullptr;
   };
 
   RingSlotDriver(Ring& ring, const Model& model, Stream& stream, ModelBlockMap map)
@@ -68,12 +78,21 @@ class RingSlotDriver final : public SlotDriver {
     bool reported = true;  // nothing to report until a load is requested
   };
 
+  // Runs `call`; while it fails because the daemon was lost and recovery is
+  // on, recovers (reloading every slot but `loading`, the slot the call
+  // itself loads, if any) and runs it again.
+  absl::Status WithRecovery(std::optional<uint32_t> loading,
+                            const std::function<absl::Status()>& call);
+  absl::Status Reload(std::optional<uint32_t> loading);
+
   Ring& ring_;
   const Model& model_;
   Stream& stream_;
   const ModelBlockMap map_;
   const Options options_;
   std::vector<SlotTiming> timing_;
+  // Per slot, the transformer block of its last successful load.
+  std::vector<std::optional<uint32_t>> last_block_;
 };
 
 }  // namespace blockswap::client

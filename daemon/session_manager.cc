@@ -159,7 +159,9 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
   session->ended = true;
   for (auto& [ring_id, ring] : session->rings) ring.worker->RetireRing(ring_id, process_alive);
   session->rings.clear();
-  session->uploads.clear();
+  // An upload being committed stays until its CommitUpload drops it: the
+  // commit reads its staging area without the lock.
+  std::erase_if(session->uploads, [](const auto& entry) { return !entry.second.committing; });
   session->models.clear();
   session->side_channel.Reset();
 }

@@ -2,6 +2,8 @@
 // queue drained by a worker thread, and an event is a pair of counters in
 // shared memory — with CUDA's semantics (backend.h), so that every hazard of
 // the load protocol exists here too and CI can catch it without a GPU.
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -34,11 +36,46 @@ constexpr absl::Duration kShutdownWaitGrace = absl::Milliseconds(200);
 // An event's shared state. record_count is bumped when a record is ISSUED,
 // completed_count set when the recording stream's worker REACHES it, so a
 // wait issued now snapshots "the most recent record" exactly as CUDA does.
+// creator_pid: the process that created the event (the daemon, for a ring's
+// events), which is the one that records what the importer waits for.
 struct HostEventState {
   uint32_t magic;
-  uint32_t reserved;
+  uint32_t creator_pid;
   std::atomic<uint32_t> record_count;
   std::atomic<uint32_t> completed_count;
+};
+
+// The creator of an imported event, watched through a pidfd, so that a wait
+// on a record the creator will never complete (it died) ends instead of
+// blocking for ever. Empty (never "dead") for an event of this process, or
+// when the pid cannot be opened: a creator in another pid namespace is not
+// watched (the host backend is the test backend; its daemon and clients
+// share one).
+class EventCreator {
+ public:
+  static std::shared_ptr<EventCreator> Watch(uint32_t pid) {
+    auto creator = std::make_shared<EventCreator>();
+    creator->pid_ = pid;
+    if (pid != 0 && pid != static_cast<uint32_t>(::getpid())) {
+      creator->pidfd_.Reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    }
+    return creator;
+  }
+  // True once the creator has exited (a pidfd is readable from then on).
+  bool Dead() const {
+    if (!pidfd_.valid()) return false;
+    pollfd pfd{pidfd_.get(), POLLIN, 0};
+    return ::poll(&pfd, 1, 0) > 0;
+  }
+  absl::Status DeadError() const {
+    return absl::UnavailableError(absl::StrCat(
+        "waited on an event whose recorder (pid ", pid_,
+        ") exited before completing it: what the wait guarded is not guaranteed"));
+  }
+
+ private:
+  uint32_t pid_ = 0;
+  UniqueFd pidfd_;
 };
 
 class HostEvent final : public Event {
@@ -48,7 +85,9 @@ class HostEvent final : public Event {
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
     auto* state = static_cast<HostEventState*>(mapping.data());
     state->magic = kEventMagic;
-    return std::unique_ptr<HostEvent>(new HostEvent(std::move(shm), std::move(mapping)));
+    state->creator_pid = static_cast<uint32_t>(::getpid());
+    return std::unique_ptr<HostEvent>(
+        new HostEvent(std::move(shm), std::move(mapping), EventCreator::Watch(0)));
   }
 
   static absl::StatusOr<std::unique_ptr<HostEvent>> Import(ExportedHandle handle) {
@@ -58,10 +97,13 @@ class HostEvent final : public Event {
     BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
                                SharedMemory::Adopt(std::move(handle.fd), kEventBytes));
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
-    if (static_cast<HostEventState*>(mapping.data())->magic != kEventMagic) {
+    const auto* state = static_cast<HostEventState*>(mapping.data());
+    if (state->magic != kEventMagic) {
       return absl::InvalidArgumentError("host-backend event handle has a bad magic number");
     }
-    return std::unique_ptr<HostEvent>(new HostEvent(std::move(shm), std::move(mapping)));
+    std::shared_ptr<EventCreator> creator = EventCreator::Watch(state->creator_pid);
+    return std::unique_ptr<HostEvent>(
+        new HostEvent(std::move(shm), std::move(mapping), std::move(creator)));
   }
 
   absl::StatusOr<bool> Query() override { return Reached(state(), WaitTarget()); }
@@ -91,12 +133,16 @@ class HostEvent final : public Event {
   // as CUDA keeps an event's resources until its work is done.
   std::shared_ptr<Mapping> mapping() const { return mapping_; }
   HostEventState* state() const { return static_cast<HostEventState*>(mapping_->data()); }
+  const std::shared_ptr<EventCreator>& creator() const { return creator_; }
 
  private:
-  HostEvent(SharedMemory shm, Mapping mapping)
-      : shm_(std::move(shm)), mapping_(std::make_shared<Mapping>(std::move(mapping))) {}
+  HostEvent(SharedMemory shm, Mapping mapping, std::shared_ptr<EventCreator> creator)
+      : shm_(std::move(shm)),
+        mapping_(std::make_shared<Mapping>(std::move(mapping))),
+        creator_(std::move(creator)) {}
   SharedMemory shm_;
   std::shared_ptr<Mapping> mapping_;
+  std::shared_ptr<EventCreator> creator_;
 };
 
 absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
@@ -122,6 +168,11 @@ class HostMemory final : public DeviceMemory {
   size_t size_;
 };
 
+// A failed stream (it waited on an event whose recorder died) behaves as a
+// CUDA stream after a sticky error: the work queued behind the failure is
+// skipped (it would read what the wait guarded), every later call returns
+// the error, and only records and synchronisations still complete, so that
+// nobody waits for ever on this stream.
 class HostStream final : public Stream {
  public:
   explicit HostStream(int64_t jitter_us)
@@ -136,21 +187,21 @@ class HostStream final : public Stream {
   }
 
   absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
-    Enqueue([=] { std::memcpy(dst, src, bytes); });
-    return absl::OkStatus();
+    return Enqueue([=] { std::memcpy(dst, src, bytes); });
   }
   absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
-    Enqueue([=] { std::memcpy(dst, src, bytes); });
-    return absl::OkStatus();
+    return Enqueue([=] { std::memcpy(dst, src, bytes); });
   }
 
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    BLOCKSWAP_RETURN_IF_ERROR(failure());
     uint32_t seq = host_event->IssueRecord();
-    Enqueue([state = host_event->state(), seq, keep = host_event->mapping()] {
-      HostEvent::CompleteRecord(state, seq);
-    });
-    return absl::OkStatus();
+    return Enqueue(
+        [state = host_event->state(), seq, keep = host_event->mapping()] {
+          HostEvent::CompleteRecord(state, seq);
+        },
+        /*even_after_failure=*/true);
   }
 
   absl::Status Wait(Event& event) override {
@@ -158,11 +209,16 @@ class HostStream final : public Stream {
     HostEventState* state = host_event->state();
     // The snapshot is what makes an early wait bind to the previous record.
     uint32_t target = host_event->WaitTarget();
-    Enqueue([this, state, target, keep = host_event->mapping()] {
+    return Enqueue([this, state, target, keep = host_event->mapping(),
+                    creator = host_event->creator()] {
       absl::Time abandon_at = absl::InfiniteFuture();
       while (true) {
         uint32_t done = state->completed_count.load(std::memory_order_acquire);
         if (HostEvent::Reached(state, target)) return;
+        if (creator->Dead()) {
+          Fail(creator->DeadError());
+          return;
+        }
         if (absl::Now() >= abandon_at) return;
         if (abandon_at == absl::InfiniteFuture() && Stopping()) {
           abandon_at = absl::Now() + kShutdownWaitGrace;
@@ -170,25 +226,39 @@ class HostStream final : public Stream {
         FutexWait(&state->completed_count, done, absl::Milliseconds(20));
       }
     });
-    return absl::OkStatus();
   }
 
   absl::Status LaunchHostFunc(std::function<void()> fn) override {
-    Enqueue(std::move(fn));
-    return absl::OkStatus();
+    return Enqueue(std::move(fn));
   }
 
   absl::Status Synchronize() override {
     auto done = std::make_shared<absl::Notification>();
-    Enqueue([done] { done->Notify(); });
+    BLOCKSWAP_RETURN_IF_ERROR(Enqueue([done] { done->Notify(); }, /*even_after_failure=*/true));
     done->WaitForNotification();
-    return absl::OkStatus();
+    return failure();
   }
 
  private:
-  void Enqueue(std::function<void()> op) {
+  struct Op {
+    std::function<void()> fn;
+    bool even_after_failure = false;
+  };
+
+  absl::Status Enqueue(std::function<void()> fn, bool even_after_failure = false) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(op));
+    if (!failure_.ok()) return failure_;
+    queue_.push_back(Op{std::move(fn), even_after_failure});
+    return absl::OkStatus();
+  }
+
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  void Fail(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = std::move(error);
   }
 
   bool Stopping() {
@@ -209,7 +279,8 @@ class HostStream final : public Stream {
 
   void Run() {
     while (true) {
-      std::function<void()> op;
+      Op op;
+      bool failed;
       {
         absl::MutexLock lock(&mu_);
         auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -219,17 +290,20 @@ class HostStream final : public Stream {
         if (queue_.empty()) return;  // stopping, and everything issued has run
         op = std::move(queue_.front());
         queue_.pop_front();
+        failed = !failure_.ok();
       }
+      if (failed && !op.even_after_failure) continue;
       Jitter();
-      op();
+      op.fn();
     }
   }
 
   const int64_t jitter_us_;
   std::mt19937_64 rng_;  // worker thread only
   absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::thread worker_;  // last: starts once the members above exist
 };
 
@@ -257,8 +331,13 @@ class InlineHostStream final : public Stream {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
     const HostEventState* state = host_event->state();
     uint32_t target = host_event->WaitTarget();
-    absl::Status waited = FutexAwait(&state->completed_count, wait_timeout_,
-                                     [&] { return HostEvent::Reached(state, target); });
+    const EventCreator& creator = *host_event->creator();
+    absl::Status waited =
+        FutexAwait(&state->completed_count, wait_timeout_, [&]() -> absl::StatusOr<bool> {
+          if (HostEvent::Reached(state, target)) return true;
+          if (creator.Dead()) return creator.DeadError();
+          return false;
+        });
     if (absl::IsDeadlineExceeded(waited)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "event not completed within ", absl::FormatDuration(wait_timeout_),

@@ -6,11 +6,15 @@
 //
 //   blockswap_abi_client --socket=PATH [--seed=N --blocks=N --elements=N
 //                        --slots=N --passes=N --report=FILE]
+//                        [--scheduler-blocks=N [--reconnect-timeout-ms=N --hook-sleep-us=N]]
 // Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
+#include <unistd.h>
+
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,9 +28,13 @@ namespace {
 // blocks, of which the model's blocks are the streaming ones (in rank
 // order), for `steps` training steps; checks each streamed block's bytes
 // whenever a block is about to run, forward and backward.
+// With --reconnect-timeout-ms the scheduler's reconnection timeout is set;
+// "streaming 1" is reported once the first step is through (so a test can
+// kill the daemon mid-run), and each hook may sleep --hook-sleep-us.
 int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::Ring& ring,
                  const std::vector<std::vector<uint8_t>>& expected, uint32_t num_blocks,
-                 uint32_t steps, std::ofstream& report) {
+                 uint32_t steps, const blockswap::testing::KeyValueArgs& args,
+                 std::ofstream& report) {
   struct Bindings {
     std::map<uint32_t, uint32_t> slot_of_block;
     uint64_t copies = 0;
@@ -44,6 +52,15 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
   blockswap::detail::Check(bs_scheduler_create(client.get(), ring.get(), model.get(), &config,
                                                nullptr, on_bind, &bindings, &scheduler),
                            "bs_scheduler_create");
+  // Destroyed on every path, an exception's included.
+  std::unique_ptr<bs_scheduler, void (*)(bs_scheduler*)> owned(scheduler, bs_scheduler_destroy);
+  if (args.Has("reconnect-timeout-ms")) {
+    blockswap::detail::Check(
+        bs_scheduler_set_reconnect_timeout(
+            scheduler, static_cast<uint32_t>(args.Int("reconnect-timeout-ms", 0))),
+        "bs_scheduler_set_reconnect_timeout");
+  }
+  const int64_t hook_sleep_us = args.Int("hook-sleep-us", 0);
   uint64_t wrong = 0;
   auto check = [&](uint32_t block) {
     if (!bs_scheduler_is_streaming(scheduler, block)) return;
@@ -55,7 +72,10 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
       ++wrong;
     }
   };
-  auto run = [&](int code, const char* what) { blockswap::detail::Check(code, what); };
+  auto run = [&](int code, const char* what) {
+    blockswap::detail::Check(code, what);
+    if (hook_sleep_us > 0) usleep(static_cast<useconds_t>(hook_sleep_us));
+  };
   for (uint32_t step = 0; step < steps; ++step) {
     run(bs_scheduler_prepare(scheduler), "prepare");
     for (uint32_t block = 0; block < num_blocks; ++block) {
@@ -68,11 +88,12 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
       run(bs_scheduler_after_backward(scheduler, block), "after_backward");
     }
     run(bs_scheduler_finish_pass(scheduler), "finish_pass");
+    if (step == 0) report << "streaming 1" << std::endl;
   }
   bs_pass_stats forward{}, backward{};
   run(bs_scheduler_last_pass(scheduler, BS_FORWARD, &forward), "last_pass forward");
   run(bs_scheduler_last_pass(scheduler, BS_BACKWARD, &backward), "last_pass backward");
-  bs_scheduler_destroy(scheduler);
+  owned.reset();
   report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
          << "\nbackward_loads " << backward.loads << "\nwrong " << wrong << "\n";
   if (wrong > 0) {
@@ -126,7 +147,7 @@ int main(int argc, char** argv) {
     if (args.Has("scheduler-blocks")) {
       return RunScheduler(client, model, ring, expected,
                           static_cast<uint32_t>(args.Int("scheduler-blocks", 0)),
-                          static_cast<uint32_t>(args.Int("passes", 3)), report);
+                          static_cast<uint32_t>(args.Int("passes", 3)), args, report);
     }
     const uint32_t slots = ring.slot_count();
     const uint64_t total = args.Int("passes", 3) * blocks;

@@ -126,7 +126,10 @@ absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, Report& report) {
 // Streams every block of the model `passes` times through the ring, as a
 // trainer on a GPU would: loads run ahead by the ring size, and each slot is
 // read on an asynchronous stream (a copy back, then a byte comparison in a
-// host function queued after it).
+// host function queued after it). A wrong block is reported at once
+// ("mismatch K"), so that a test sees it even if it kills the role later.
+// With --stop-file=PATH the role ends, cleanly, at the first pass boundary
+// after that file exists (--passes is then the most it streams).
 int RunStream(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   Report report(args);
@@ -139,11 +142,15 @@ int RunStream(const std::vector<std::string>& argv) {
   const absl::Duration compute = absl::Microseconds(args.Int("compute-us", 0));
   const uint32_t slots = ring.shape().slot_count;
   const uint32_t blocks = setup->model->block_count();
-  auto stream = ring.device().CreateStream();
-  if (!stream.ok()) return Exit(stream.status(), report);
   std::vector<std::vector<std::byte>> readback(slots, std::vector<std::byte>(ring.shape().slot_bytes));
   std::atomic<int64_t> wrong{0};
-  const int64_t total = passes * blocks;
+  // After what its queued work touches, so destroyed (drained) first on
+  // every return, an early error's included (ThreadSanitizer found the
+  // readback buffers freed under a queued copy).
+  auto stream = ring.device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
+  int64_t total = passes * blocks;
+  const std::string stop_file = args.Str("stop-file");
   auto load = [&](int64_t k) {
     return ring.Load(static_cast<uint32_t>(k % slots), *setup->model,
                      static_cast<uint32_t>(k % blocks), **stream);
@@ -158,11 +165,19 @@ int RunStream(const std::vector<std::string>& argv) {
     if (absl::Status s = ring.Wait(slot, **stream, timeout); !s.ok()) return Exit(s, report);
     std::byte* copy = readback[slot].data();
     (void)(*stream)->CopyDeviceToHost(copy, ring.slot(slot), want.size());
-    (void)(*stream)->LaunchHostFunc([&wrong, copy, &want, compute] {
-      if (std::memcmp(copy, want.data(), want.size()) != 0) wrong.fetch_add(1);
+    (void)(*stream)->LaunchHostFunc([&wrong, &report, copy, &want, compute, k] {
+      if (std::memcmp(copy, want.data(), want.size()) != 0) {
+        wrong.fetch_add(1);
+        report.Add("mismatch", absl::StrCat(k));
+      }
       if (compute > absl::ZeroDuration()) absl::SleepFor(compute);
     });
     if (k == blocks - 1) report.Add("streaming", "1");  // a whole pass is through
+    if (!stop_file.empty() && k % blocks == 0 && ::access(stop_file.c_str(), F_OK) == 0) {
+      // Stop at the end of a pass, after every load already requested.
+      const int64_t end = (k + slots + blocks - 1) / blocks * blocks;
+      total = std::min(total, end);
+    }
     if (k + slots < total) {
       if (absl::Status s = load(k + slots); !s.ok()) return Exit(s, report);
     }

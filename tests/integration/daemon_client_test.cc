@@ -20,116 +20,12 @@
 #include "client/connection.h"
 #include "shared/load_protocol.h"
 #include "tests/integration/client_roles.h"
+#include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 
 namespace blockswap::testing {
 namespace {
-
-constexpr char kJitterUs[] = "100";
-
-using Report = std::map<std::string, std::vector<std::string>>;
-
-Report ReadReport(const std::string& path) {
-  Report report;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t space = line.find(' ');
-    report[line.substr(0, space)].push_back(space == std::string::npos ? ""
-                                                                        : line.substr(space + 1));
-  }
-  return report;
-}
-
-std::string First(const Report& report, const std::string& key) {
-  auto it = report.find(key);
-  return it == report.end() || it->second.empty() ? "" : it->second.front();
-}
-
-class DaemonClientTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto dirs = ScratchDirs::Create();
-    ASSERT_TRUE(dirs.ok()) << dirs.status();
-    dirs_ = *std::move(dirs);
-  }
-
-  void StartDaemon(DaemonFlags flags = {}) {
-    if (!flags.env.contains("BLOCKSWAP_HOST_JITTER_US")) {
-      flags.env["BLOCKSWAP_HOST_JITTER_US"] = kJitterUs;
-    }
-    auto daemon = DaemonProcess::Start(*dirs_, std::move(flags));
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    daemon_ = *std::move(daemon);
-  }
-
-  std::string ReportPath(const std::string& name) const {
-    return dirs_->temp_dir() + "/" + name + ".report";
-  }
-
-  ChildProcess Spawn(const std::string& role, const std::string& name,
-                     std::vector<std::string> args,
-                     std::map<std::string, std::string> env = {}) {
-    args.push_back("--socket=" + dirs_->socket_path());
-    args.push_back("--report=" + ReportPath(name));
-    args.push_back("--name=" + name);
-    if (!env.contains("BLOCKSWAP_HOST_JITTER_US")) env["BLOCKSWAP_HOST_JITTER_US"] = kJitterUs;
-    auto child = ChildProcess::Spawn(role, {.args = args, .env = env});
-    EXPECT_TRUE(child.ok()) << child.status();
-    return *std::move(child);
-  }
-
-  // Runs a role to its end and returns its exit code.
-  int Run(const std::string& role, const std::string& name, std::vector<std::string> args,
-          std::map<std::string, std::string> env = {}) {
-    ChildProcess child = Spawn(role, name, std::move(args), std::move(env));
-    absl::StatusOr<int> code = child.Wait(absl::Seconds(120));
-    EXPECT_TRUE(code.ok()) << name << ": " << code.status();
-    return code.ok() ? *code : -1;
-  }
-
-  // Waits until the role's report has `key`.
-  bool AwaitReport(const std::string& name, const std::string& key,
-                   absl::Duration timeout = absl::Seconds(30)) {
-    for (absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
-      if (ReadReport(ReportPath(name)).contains(key)) return true;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
-  }
-
-  v1::ClientsReply Clients() {
-    v1::ClientsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Clients(&context, v1::ClientsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
-  }
-  v1::ModelsReply Models() {
-    v1::ModelsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Models(&context, v1::ModelsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
-  }
-  v1::ResidencyReply Residency() {
-    v1::ResidencyReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Residency(&context, v1::ResidencyRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
-  }
-
-  int CountShm(absl::string_view suffix) const {
-    int count = 0;
-    for (const std::string& name : dirs_->ShmEntries()) count += absl::EndsWith(name, suffix);
-    return count;
-  }
-
-  std::unique_ptr<ScratchDirs> dirs_;
-  std::unique_ptr<DaemonProcess> daemon_;
-};
 
 TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   StartDaemon();
@@ -171,42 +67,6 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   // Ground truth N=10 S=4 B=2: 2 loads in forward, 2 in backward per step.
   EXPECT_EQ(First(report, "forward_loads"), "2");
   EXPECT_EQ(First(report, "backward_loads"), "2");
-}
-
-TEST_F(DaemonClientTest, KilledClientIsReclaimedWithinOneSecondAndOthersFinish) {
-  StartDaemon();
-  std::vector<ChildProcess> others;
-  for (int i = 0; i < 3; ++i) {
-    others.push_back(Spawn("stream", absl::StrCat("other", i), {"--passes=150"}));
-  }
-  ChildProcess victim = Spawn("stream", "victim", {"--passes=1000000"});
-  ASSERT_TRUE(AwaitReport("victim", "streaming"));
-  const pid_t victim_pid = victim.pid();
-  victim.Kill(SIGKILL);
-  const absl::Time killed = absl::Now();
-  bool gone = false;
-  while (!gone && absl::Now() - killed < absl::Seconds(5)) {
-    gone = true;
-    const v1::ClientsReply clients = Clients();
-    for (const v1::ClientInfo& client : clients.clients()) {
-      gone = gone && client.pid() != static_cast<uint32_t>(victim_pid);
-    }
-    if (!gone) absl::SleepFor(absl::Milliseconds(5));
-  }
-  const absl::Duration reclaimed = absl::Now() - killed;
-  EXPECT_TRUE(gone);
-  EXPECT_LE(reclaimed, absl::Seconds(1)) << "session still listed after " << reclaimed;
-  std::cerr << "killed client's session gone from Admin after " << reclaimed << "\n";
-  std::string victim_ring = First(ReadReport(ReportPath("victim")), "ring");
-  const v1::ResidencyReply residency = Residency();
-  for (const v1::RingResidency& ring : residency.rings()) {
-    EXPECT_NE(absl::StrCat(ring.ring_id()), victim_ring) << "the dead client's ring remains";
-  }
-  for (size_t i = 0; i < others.size(); ++i) {
-    auto code = others[i].Wait(absl::Seconds(120));
-    ASSERT_TRUE(code.ok());
-    EXPECT_EQ(*code, kClientOk) << "client other" << i;
-  }
 }
 
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {

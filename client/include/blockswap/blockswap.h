@@ -196,6 +196,17 @@ int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only);
+/* When the daemon is lost (killed, crashed, restarted or shut down), a hook
+ * brings the scheduler's session back before it returns: it re-attaches on
+ * the same socket, reopens the model by id (a daemon restarted on the same
+ * --shm-prefix has adopted it: nothing is uploaded again), re-creates the
+ * ring and reloads what its slots held. The ring's slot addresses change
+ * (bs_ring_slot); on_bind is told every reloaded block again (loaded = 1).
+ * It keeps trying to re-attach for `timeout_ms` (default 30000), then the
+ * hook fails with BS_UNAVAILABLE and the reason; 0 turns reconnection off
+ * (the loss fails the hook at once). Other models and rings of the client
+ * are not brought back: they keep failing. */
+int bs_scheduler_set_reconnect_timeout(bs_scheduler* scheduler, uint32_t timeout_ms);
 /* Ends the current pass (reports it); the next hook starts a new one. */
 int bs_scheduler_finish_pass(bs_scheduler* scheduler);
 /* The statistics of the last finished pass in `direction`. */

@@ -1,0 +1,256 @@
+// Reliability (docs/reliability.md): whatever dies — a client at any point
+// of a pass, the daemon mid-pass — nothing is lost and nobody stalls; a full
+// session cycle leaves no leak; the P7 soak. Real blockswapd, real client
+// processes (the stream role of client_roles.cc, blockswap_abi_client).
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tests/integration/client_roles.h"
+#include "tests/integration/daemon_client_fixture.h"
+#include "tests/support/child_process.h"
+#include "tests/support/daemon_process.h"
+
+namespace blockswap::testing {
+namespace {
+
+class ReliabilityTest : public DaemonClientTest {
+ protected:
+  // Whether Admin still lists a session of `pid`.
+  bool Listed(pid_t pid) {
+    const v1::ClientsReply clients = Clients();
+    for (const v1::ClientInfo& client : clients.clients()) {
+      if (client.pid() == static_cast<uint32_t>(pid)) return true;
+    }
+    return false;
+  }
+  // How long until Admin stops listing `pid` (at most `limit`; InfiniteDuration if it never does).
+  absl::Duration TimeUntilGone(pid_t pid, absl::Time since, absl::Duration limit) {
+    while (absl::Now() - since < limit) {
+      if (!Listed(pid)) return absl::Now() - since;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::InfiniteDuration();
+  }
+  int Mismatches(const std::string& name) {
+    auto report = ReadReport(ReportPath(name));
+    auto it = report.find("mismatch");
+    return it == report.end() ? 0 : static_cast<int>(it->second.size());
+  }
+  ChildProcess SpawnAbiClient(const std::string& name, std::vector<std::string> args) {
+    args.push_back("--socket=" + dirs_->socket_path());
+    args.push_back("--report=" + ReportPath(name));
+    auto child = ChildProcess::SpawnProgram(BinaryDirectory() + "/blockswap_abi_client",
+                                            {.args = args,
+                                             .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+    EXPECT_TRUE(child.ok()) << child.status();
+    return *std::move(child);
+  }
+};
+
+// Item 1: 20 rounds; in each a random one of four streaming clients is
+// SIGKILLed at a random point of a pass while the three others stream with
+// every byte checked. The dead session must leave Admin within 1 s, its
+// ring must be gone, and no other client may see one wrong byte; at the end
+// the four clients left finish cleanly.
+TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
+  StartDaemon();
+  const std::string stop_file = dirs_->temp_dir() + "/stop";
+  std::mt19937 random(std::random_device{}());
+  std::vector<std::unique_ptr<ChildProcess>> pool;
+  std::vector<std::string> names;
+  int spawned = 0;
+  auto spawn = [&] {
+    std::string name = absl::StrCat("client", spawned++);
+    names.push_back(name);
+    return std::make_unique<ChildProcess>(
+        Spawn("stream", name, {"--passes=1000000", "--stop-file=" + stop_file}));
+  };
+  for (int i = 0; i < 4; ++i) pool.push_back(spawn());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(AwaitReport(names[i], "streaming")) << names[i];
+  std::vector<std::string> current = names;
+  absl::Duration worst = absl::ZeroDuration();
+  for (int round = 0; round < 20; ++round) {
+    const size_t victim = std::uniform_int_distribution<size_t>(0, 3)(random);
+    // A random point of a pass (a pass takes a few milliseconds here).
+    absl::SleepFor(absl::Microseconds(std::uniform_int_distribution<int>(0, 20000)(random)));
+    const pid_t pid = pool[victim]->pid();
+    ASSERT_FALSE(pool[victim]->TryWait().has_value()) << current[victim] << " exited early";
+    pool[victim]->Kill(SIGKILL);
+    const absl::Time killed = absl::Now();
+    const absl::Duration gone = TimeUntilGone(pid, killed, absl::Seconds(5));
+    EXPECT_LE(gone, absl::Seconds(1)) << "round " << round << ": session of pid " << pid
+                                      << " still listed";
+    worst = std::max(worst, gone);
+    const std::string ring = First(ReadReport(ReportPath(current[victim])), "ring");
+    const v1::ResidencyReply residency = Residency();
+    for (const v1::RingResidency& listed : residency.rings()) {
+      EXPECT_NE(absl::StrCat(listed.ring_id()), ring) << "round " << round << ": ring remains";
+    }
+    for (const std::string& name : names) {
+      EXPECT_EQ(Mismatches(name), 0) << "round " << round << ": " << name << " saw wrong bytes";
+    }
+    (void)pool[victim]->Wait(absl::Seconds(5));
+    pool[victim] = spawn();
+    current[victim] = names.back();
+    ASSERT_TRUE(AwaitReport(current[victim], "streaming")) << current[victim];
+  }
+  std::ofstream(stop_file) << "stop\n";
+  for (size_t i = 0; i < pool.size(); ++i) {
+    auto code = pool[i]->Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.ok()) << current[i] << ": " << code.status();
+    EXPECT_EQ(*code, kClientOk) << current[i] << ": "
+                                << First(ReadReport(ReportPath(current[i])), "error");
+    EXPECT_EQ(First(ReadReport(ReportPath(current[i])), "wrong"), "0") << current[i];
+  }
+  std::cerr << "20 client kills: the slowest session was gone from Admin after " << worst
+            << "\n";
+}
+
+// Item 2: the daemon is SIGKILLed while a host trainer (the C ABI's
+// scheduler, null stream) runs, and restarted on the same socket and master
+// directory. The scheduler re-attaches, reopens the model by id (adopted by
+// the new daemon: one masters file, nothing uploaded), re-creates its ring,
+// reloads, and finishes with every streamed block byte-exact.
+TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
+  StartDaemon();
+  ChildProcess trainer = SpawnAbiClient(
+      "trainer", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=400",
+                  "--hook-sleep-us=100"});
+  ASSERT_TRUE(AwaitReport("trainer", "streaming"));
+  const std::string model = First(ReadReport(ReportPath("trainer")), "model");
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  ASSERT_FALSE(trainer.TryWait().has_value()) << "the trainer ended before the daemon died";
+  absl::SleepFor(absl::Milliseconds(300));  // the trainer retries meanwhile
+  StartDaemon();
+  bool reattached = false;
+  for (absl::Time until = absl::Now() + absl::Seconds(10); !reattached && absl::Now() < until;) {
+    reattached = Listed(trainer.pid());
+    if (!reattached) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(reattached) << "the trainer did not attach to the restarted daemon";
+  auto code = trainer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status();
+  Report report = ReadReport(ReportPath("trainer"));
+  EXPECT_EQ(*code, 0) << First(report, "error");
+  EXPECT_EQ(First(report, "wrong"), "0");
+  v1::ModelsReply models = Models();
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).model_id(), model);
+  EXPECT_EQ(CountShm(".masters"), 1) << "the restarted daemon must adopt, not re-register";
+}
+
+// Item 2, no restart: the scheduler tries to re-attach for its configured
+// timeout (2 s here), then its hook fails UNAVAILABLE saying so.
+TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout) {
+  StartDaemon();
+  ChildProcess trainer = SpawnAbiClient(
+      "orphan", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
+                 "--reconnect-timeout-ms=2000"});
+  ASSERT_TRUE(AwaitReport("orphan", "streaming"));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  const absl::Time killed = absl::Now();
+  auto code = trainer.Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the trainer hung: " << code.status();
+  const absl::Duration took = absl::Now() - killed;
+  const std::string error = First(ReadReport(ReportPath("orphan")), "error");
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE(absl::StartsWith(error, "14 ")) << "UNAVAILABLE expected: " << error;
+  EXPECT_TRUE(absl::StrContains(error, "could not bring the session back within 2s")) << error;
+  EXPECT_GE(took, absl::Seconds(2));
+  EXPECT_LE(took, absl::Seconds(6));
+  std::cerr << "without its daemon the trainer failed after " << took << ": " << error << "\n";
+}
+
+// Reconnection off (timeout 0): the daemon's loss fails the hook at once.
+TEST_F(ReliabilityTest, SchedulerWithReconnectionOffFailsAtOnce) {
+  StartDaemon();
+  ChildProcess trainer = SpawnAbiClient(
+      "no-reconnect", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
+                       "--reconnect-timeout-ms=0"});
+  ASSERT_TRUE(AwaitReport("no-reconnect", "streaming"));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  const absl::Time killed = absl::Now();
+  auto code = trainer.Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the trainer hung: " << code.status();
+  const std::string error = First(ReadReport(ReportPath("no-reconnect")), "error");
+  EXPECT_EQ(*code, 1);
+  EXPECT_TRUE(absl::StartsWith(error, "14 ")) << "UNAVAILABLE expected: " << error;
+  EXPECT_FALSE(absl::StrContains(error, "could not bring the session back")) << error;
+  // At once: no reconnection attempt (30 s by default); 3 s leaves room for
+  // a sanitizer build on a loaded machine (about 0.1 s otherwise).
+  EXPECT_LE(absl::Now() - killed, absl::Seconds(3));
+}
+
+// Item 4: a whole session cycle — attach, register, ring, loads, ring
+// destroyed, detach — then SIGTERM. Built with AddressSanitizer
+// (configuration B), LeakSanitizer runs at the daemon's and the client's
+// exit: a leak makes the exit code non-zero and prints its report.
+TEST_F(ReliabilityTest, FullSessionCycleLeavesNoLeakAndTheDaemonExitsZero) {
+  const std::string log = dirs_->temp_dir() + "/daemon.log";
+  StartDaemon({.output_path = log});
+  EXPECT_EQ(Run("stream", "cycle", {"--passes=20"}), kClientOk);
+  EXPECT_EQ(Run("stream", "reopen", {"--passes=5", "--slots=3"}), kClientOk);
+  auto code = daemon_->Stop(SIGTERM);
+  ASSERT_TRUE(code.ok()) << code.status();
+  std::stringstream output;
+  output << std::ifstream(log).rdbuf();
+  EXPECT_EQ(*code, 0) << output.str();
+  EXPECT_FALSE(absl::StrContains(output.str(), "Sanitizer")) << output.str();
+}
+
+// Item 5: P7 — many clients, each streaming verified loads at once, no error.
+// CI runs 16 clients x 1000 loads; tests/bench/p7-soak.sh the full 64 x 10000
+// (BLOCKSWAP_P7_CLIENTS, BLOCKSWAP_P7_LOADS).
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  int64_t parsed = 0;
+  return value != nullptr && absl::SimpleAtoi(value, &parsed) && parsed > 0 ? parsed : fallback;
+}
+
+TEST_F(ReliabilityTest, P7SoakManyClientsVerifiedLoadsNoError) {
+  const int64_t clients = EnvInt("BLOCKSWAP_P7_CLIENTS", 16);
+  const int64_t loads = EnvInt("BLOCKSWAP_P7_LOADS", 1000);
+  constexpr int64_t kBlocks = 4;
+  StartDaemon({.env = {{"BLOCKSWAP_HOST_JITTER_US", "20"}}});
+  std::vector<ChildProcess> children;
+  for (int64_t i = 0; i < clients; ++i) {
+    children.push_back(Spawn("stream", absl::StrCat("soak", i),
+                             {absl::StrCat("--passes=", (loads + kBlocks - 1) / kBlocks),
+                              absl::StrCat("--blocks=", kBlocks), "--elements=1024"},
+                             {{"BLOCKSWAP_HOST_JITTER_US", "20"}}));
+  }
+  int64_t errors = 0, verified = 0;
+  for (int64_t i = 0; i < clients; ++i) {
+    auto code = children[i].Wait(absl::Minutes(30));
+    const Report report = ReadReport(ReportPath(absl::StrCat("soak", i)));
+    int64_t wrong = 0, done = 0;
+    const bool counted = absl::SimpleAtoi(First(report, "wrong"), &wrong) &&
+                         absl::SimpleAtoi(First(report, "loads"), &done);
+    verified += counted ? done : 0;
+    // A client that failed counts as one error besides its wrong loads.
+    errors += (counted ? wrong : 0) + (!code.ok() || *code != kClientOk || !counted ? 1 : 0);
+    EXPECT_TRUE(code.ok() && *code == kClientOk)
+        << "soak" << i << ": " << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString())
+        << " " << First(report, "error");
+  }
+  EXPECT_EQ(errors, 0);
+  EXPECT_EQ(verified, clients * ((loads + kBlocks - 1) / kBlocks) * kBlocks);
+  std::cout << "P7 scale (" << clients << " clients x " << loads << " verified loads) goal=0 errors measured="
+            << errors << " errors " << (errors == 0 ? "PASS" : "MISS") << std::endl;
+}
+
+}  // namespace
+}  // namespace blockswap::testing

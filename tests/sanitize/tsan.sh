@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the daemon's concurrency tests (docs/reliability.md).
+# Not part of tests/run.sh (a TSan build of the suite costs a build of its
+# own and runs 5-15x slower); run it by hand or from a nightly job:
+#
+#   tests/sanitize/tsan.sh [extra gtest filter, e.g. 'ReliabilityTest.*']
+#
+# Builds configuration T — clang-14, -fsanitize=thread, the CUDA toolkit
+# hidden, no LibTorch — into build/tsan (BLOCKSWAP_TSAN_BUILD_DIR overrides)
+# and runs, with tests/sanitize/tsan.supp:
+#   daemon_test          listener, peer registry, model store (concurrent
+#                        registrations coalescing), work queue, ...
+#   shared_test          the load protocol's two halves in two processes,
+#                        host backend streams and events, futexes
+#   daemon_client_test   the real blockswapd (built with TSan too) under
+#                        several client processes; the throughput comparison
+#                        and the P7 soak are left out (timing under TSan
+#                        says nothing)
+# Debian's abseil is not instrumented either, so TSan would not see our
+# absl::Mutex, CondVar and Notification synchronise anything: every process
+# runs with tests/sanitize/tsan_absl_sync.cc LD_PRELOADed, which tells it.
+# Every process built here (the daemon and the client roles included) writes
+# its reports to stderr; the script keeps the whole output in
+# build/tsan/tsan.log, prints how many reports it found and in which of our
+# functions, and exits non-zero when a test failed or a report was printed.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BLOCKSWAP_TSAN_BUILD_DIR:-${root}/build/tsan}
+filter=${1:-*}
+export CCACHE_BASEDIR="${root}" CCACHE_NOHASHDIR=true
+
+cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DBLOCKSWAP_SANITIZE=thread \
+  -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF >/dev/null || exit 1
+cmake --build "${build}" -j "$(nproc)" --target \
+  daemon_test shared_test daemon_client_test blockswapd blockswap_abi_client || exit 1
+
+# The abseil shim, built without TSan (its annotations bind to the runtime of
+# the instrumented executable that loads it).
+shim=${build}/libblockswap_tsan_absl_sync.so
+clang++-14 -std=c++20 -O1 -fPIC -shared "${root}/tests/sanitize/tsan_absl_sync.cc" -o "${shim}" -ldl ||
+  exit 1
+export LD_PRELOAD="${shim}"
+
+# exitcode=66: a process that printed a report fails, so the test that
+# spawned it fails too. halt_on_error=0: see every report of a run.
+export TSAN_OPTIONS="suppressions=${root}/tests/sanitize/tsan.supp halt_on_error=0 exitcode=66 second_deadlock_stack=1 history_size=4"
+log=${build}/tsan.log
+: >"${log}"
+failed=0
+run() {
+  local binary=$1 gtest_filter=$2
+  echo "=== ${binary} --gtest_filter=${gtest_filter}" | tee -a "${log}"
+  if ! "${build}/bin/${binary}" --gtest_filter="${gtest_filter}" >>"${log}" 2>&1; then
+    echo "    FAILED (see ${log})"
+    failed=1
+  fi
+  grep -E '^\[  (PASSED|FAILED)  \]|tests? from .* ran' "${log}" | tail -n 2 | sed 's/^/    /'
+}
+run daemon_test "${filter}"
+run shared_test "${filter}"
+run daemon_client_test "${filter}:-*ClientHoldingASlotDoesNotSlowAnother*:*P7Soak*"
+
+reports=$(grep -c 'WARNING: ThreadSanitizer' "${log}" || true)
+echo "=== ThreadSanitizer reports: ${reports} (full output: ${log})"
+if [[ ${reports} -gt 0 ]]; then
+  # The first frame of ours in each report.
+  grep -A40 'WARNING: ThreadSanitizer' "${log}" | grep -oE 'blockswap::[A-Za-z_:]+' |
+    sort | uniq -c | sort -rn | head -n 20
+  failed=1
+fi
+exit ${failed}
