@@ -58,11 +58,16 @@ std::vector<std::byte> BlockContent(uint64_t seed, uint64_t max_bytes, uint32_t 
     // Whatever went wrong with the daemon, this process's own stream must
     // still be sound: no kernel faulted on memory that went away. Whether
     // it drains at all after the daemon died (its last wait is on the
-    // daemon's event) is reported as observed: "busy: ...".
+    // daemon's event) is reported as observed: "busy" (still waiting 5 s
+    // later), "abandoned" (the backend gave the wait up: the host backend
+    // fails a stream waiting on a dead process's event), "ok" or "fault".
     absl::Status sync = compute->SynchronizeWithin(absl::Seconds(5));
-    report.Add("sync", sync.ok()                         ? "ok"
-                       : absl::IsDeadlineExceeded(sync) ? absl::StrCat("busy: ", sync.message())
-                                                        : absl::StrCat("fault: ", sync.message()));
+    std::string observed = sync.ok()                         ? "ok"
+                           : absl::IsDeadlineExceeded(sync) ? "busy: "
+                           : absl::IsUnavailable(sync)      ? "abandoned: "
+                                                            : "fault: ";
+    if (!sync.ok()) absl::StrAppend(&observed, sync.message());
+    report.Add("sync", observed);
   }
   // Ends the process here: unwinding would wait for the stream, the ring and
   // the connection, which may never drain after the daemon died.

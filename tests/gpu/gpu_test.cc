@@ -274,8 +274,8 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 // with UNAVAILABLE within its timeout, and its own stream stays sound (no
 // kernel faults on ring memory that went away with the daemon). Whether its
 // stream still drains is reported, not assumed: on the host backend a wait
-// on an event the dead daemon never completed stays pending; on cuda it is
-// what this test measures.
+// on an event the dead daemon never completed is abandoned (the stream
+// fails UNAVAILABLE); on cuda it is what this test measures.
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   StartDaemon();
   ChildProcess client = Spawn("gpu-stream", "orphan",

@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,24 +24,12 @@
 #include "client/ring.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
+#include "tests/support/role_report.h"
 
 namespace blockswap::testing {
 namespace {
 
-class Report {
- public:
-  explicit Report(const KeyValueArgs& args) : path_(args.Str("report")) {}
-  void Add(const std::string& key, const std::string& value) {
-    if (path_.empty()) return;
-    std::ofstream out(path_, std::ios::app);
-    out << key << " " << value << "\n";
-  }
-
- private:
-  std::string path_;
-};
-
-int Exit(const absl::Status& status, Report& report) {
+int Exit(const absl::Status& status, const RoleReport& report) {
   std::cerr << "client " << ::getpid() << ": " << status << "\n";
   report.Add("error", absl::StrCat(static_cast<int>(status.code()), " ", status.message()));
   if (absl::IsDeadlineExceeded(status)) return kClientTimedOut;
@@ -91,7 +78,7 @@ struct Setup {
   std::vector<std::vector<std::byte>> expected;
 };
 
-absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, Report& report) {
+absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report) {
   Setup setup;
   const uint64_t seed = args.Int("seed", 1);
   const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));
@@ -132,7 +119,7 @@ absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, Report& report) {
 // after that file exists (--passes is then the most it streams).
 int RunStream(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
-  Report report(args);
+  const RoleReport report(args.Str("report"));
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
   client::Ring& ring = *setup->ring;
@@ -201,7 +188,7 @@ BLOCKSWAP_CHILD_ROLE("stream", RunStream);
 // `free` never completes) while the role sleeps until it is killed.
 int RunHog(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
-  Report report(args);
+  const RoleReport report(args.Str("report"));
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
   client::Ring& ring = *setup->ring;
@@ -220,7 +207,7 @@ BLOCKSWAP_CHILD_ROLE("hog", RunHog);
 // Attaches, registers, creates a ring, says so, and idles until killed.
 int RunIdle(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
-  Report report(args);
+  const RoleReport report(args.Str("report"));
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
   report.Add("attached", "1");

@@ -5,7 +5,6 @@
 #ifndef BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 #define BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,29 +16,11 @@
 #include "absl/time/clock.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/role_report.h"
 
 namespace blockswap::testing {
 
 inline constexpr char kJitterUs[] = "100";
-
-using Report = std::map<std::string, std::vector<std::string>>;
-
-inline Report ReadReport(const std::string& path) {
-  Report report;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t space = line.find(' ');
-    report[line.substr(0, space)].push_back(space == std::string::npos ? ""
-                                                                        : line.substr(space + 1));
-  }
-  return report;
-}
-
-inline std::string First(const Report& report, const std::string& key) {
-  auto it = report.find(key);
-  return it == report.end() || it->second.empty() ? "" : it->second.front();
-}
 
 class DaemonClientTest : public ::testing::Test {
  protected:
@@ -87,7 +68,7 @@ class DaemonClientTest : public ::testing::Test {
   bool AwaitReport(const std::string& name, const std::string& key,
                    absl::Duration timeout = absl::Seconds(30)) {
     for (absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
-      if (ReadReport(ReportPath(name)).contains(key)) return true;
+      if (ReadRoleReport(ReportPath(name)).contains(key)) return true;
       absl::SleepFor(absl::Milliseconds(10));
     }
     return false;

@@ -41,8 +41,8 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   ASSERT_TRUE(async_code.ok() && abi_code.ok());
   EXPECT_EQ(*async_code, kClientOk);
   EXPECT_EQ(*abi_code, kClientOk);
-  std::string model = First(ReadReport(ReportPath("async")), "model");
-  EXPECT_EQ(model, First(ReadReport(ReportPath("abi")), "model"))
+  std::string model = FirstValue(ReadRoleReport(ReportPath("async")), "model");
+  EXPECT_EQ(model, FirstValue(ReadRoleReport(ReportPath("abi")), "model"))
       << "identical content must be one model";
   v1::ModelsReply models = Models();
   ASSERT_EQ(models.models_size(), 1);
@@ -62,11 +62,11 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   auto code = client->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
-  Report report = ReadReport(ReportPath("scheduler"));
-  EXPECT_EQ(First(report, "wrong"), "0");
+  ReportLines report = ReadRoleReport(ReportPath("scheduler"));
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
   // Ground truth N=10 S=4 B=2: 2 loads in forward, 2 in backward per step.
-  EXPECT_EQ(First(report, "forward_loads"), "2");
-  EXPECT_EQ(First(report, "backward_loads"), "2");
+  EXPECT_EQ(FirstValue(report, "forward_loads"), "2");
+  EXPECT_EQ(FirstValue(report, "backward_loads"), "2");
 }
 
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {
@@ -115,10 +115,10 @@ TEST_F(DaemonClientTest, ASessionTokenWorksOnlyForItsOwnProcess) {
   EXPECT_EQ(Run("rogue", "rogue-foreign-destroy", {"--case=foreign-destroy"}), kClientOk);
 }
 
-double LoadsPerSecond(const Report& report) {
+double LoadsPerSecond(const ReportLines& report) {
   double loads = 0, seconds = 0;
-  if (!absl::SimpleAtod(First(report, "loads"), &loads) ||
-      !absl::SimpleAtod(First(report, "seconds"), &seconds) || seconds <= 0) {
+  if (!absl::SimpleAtod(FirstValue(report, "loads"), &loads) ||
+      !absl::SimpleAtod(FirstValue(report, "seconds"), &seconds) || seconds <= 0) {
     return 0;
   }
   return loads / seconds;
@@ -134,7 +134,7 @@ TEST_F(DaemonClientTest, ClientHoldingASlotDoesNotSlowAnother) {
   // alternate five times; the medians are compared.
   auto rate = [&](const std::string& run) {
     EXPECT_EQ(Run("stream", run, {"--passes=300", "--compute-us=200"}, no_jitter), kClientOk);
-    return LoadsPerSecond(ReadReport(ReportPath(run)));
+    return LoadsPerSecond(ReadRoleReport(ReportPath(run)));
   };
   std::vector<double> solo_rates, hog_rates;
   for (int i = 0; i < 5; ++i) {
@@ -166,10 +166,10 @@ TEST_F(DaemonClientTest, ClientWhoseDaemonDiesGetsAnErrorWithinItsTimeout) {
   auto code = client.Wait(absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << "the client hung: " << code.status();
   EXPECT_TRUE(*code == kClientFailed || *code == kClientTimedOut)
-      << "exit " << *code << "; report: " << First(ReadReport(ReportPath("orphan")), "error");
+      << "exit " << *code << "; report: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error");
   EXPECT_LE(absl::Now() - killed, absl::Seconds(5));
   std::cerr << "client exited " << absl::Now() - killed << " after the daemon was killed\n";
-  std::cerr << "client reported: " << First(ReadReport(ReportPath("orphan")), "error") << "\n";
+  std::cerr << "client reported: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error") << "\n";
 }
 
 TEST_F(DaemonClientTest, SigtermWithClientsAttachedExitsZeroAndKeepsOnlySealedModels) {
@@ -192,7 +192,7 @@ TEST_F(DaemonClientTest, SigtermWithClientsAttachedExitsZeroAndKeepsOnlySealedMo
 TEST_F(DaemonClientTest, RestartedDaemonAdoptsSealedModels) {
   StartDaemon();
   ASSERT_EQ(Run("stream", "first", {"--passes=1"}), kClientOk);
-  std::string model = First(ReadReport(ReportPath("first")), "model");
+  std::string model = FirstValue(ReadRoleReport(ReportPath("first")), "model");
   ASSERT_EQ(model.size(), 64u);
   ASSERT_EQ(*daemon_->Stop(SIGTERM), 0);
   StartDaemon();
@@ -222,8 +222,8 @@ TEST_P(ProtocolMutationTest, SkippingTheStepFailsTheStream) {
                              : skip);
   EXPECT_NE(code, kClientOk) << "skipping " << step << " went unnoticed";
   std::cerr << "skipping " << step << ": client exit " << code << ", "
-            << First(ReadReport(ReportPath("mutant")), "error") << " wrong="
-            << First(ReadReport(ReportPath("mutant")), "wrong") << "\n";
+            << FirstValue(ReadRoleReport(ReportPath("mutant")), "error") << " wrong="
+            << FirstValue(ReadRoleReport(ReportPath("mutant")), "wrong") << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, ProtocolMutationTest, ::testing::ValuesIn(kAllProtocolSteps),

@@ -45,7 +45,7 @@ class ReliabilityTest : public DaemonClientTest {
     return absl::InfiniteDuration();
   }
   int Mismatches(const std::string& name) {
-    auto report = ReadReport(ReportPath(name));
+    auto report = ReadRoleReport(ReportPath(name));
     auto it = report.find("mismatch");
     return it == report.end() ? 0 : static_cast<int>(it->second.size());
   }
@@ -94,7 +94,7 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
     EXPECT_LE(gone, absl::Seconds(1)) << "round " << round << ": session of pid " << pid
                                       << " still listed";
     worst = std::max(worst, gone);
-    const std::string ring = First(ReadReport(ReportPath(current[victim])), "ring");
+    const std::string ring = FirstValue(ReadRoleReport(ReportPath(current[victim])), "ring");
     const v1::ResidencyReply residency = Residency();
     for (const v1::RingResidency& listed : residency.rings()) {
       EXPECT_NE(absl::StrCat(listed.ring_id()), ring) << "round " << round << ": ring remains";
@@ -112,8 +112,8 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
     auto code = pool[i]->Wait(absl::Seconds(60));
     ASSERT_TRUE(code.ok()) << current[i] << ": " << code.status();
     EXPECT_EQ(*code, kClientOk) << current[i] << ": "
-                                << First(ReadReport(ReportPath(current[i])), "error");
-    EXPECT_EQ(First(ReadReport(ReportPath(current[i])), "wrong"), "0") << current[i];
+                                << FirstValue(ReadRoleReport(ReportPath(current[i])), "error");
+    EXPECT_EQ(FirstValue(ReadRoleReport(ReportPath(current[i])), "wrong"), "0") << current[i];
   }
   std::cerr << "20 client kills: the slowest session was gone from Admin after " << worst
             << "\n";
@@ -130,7 +130,7 @@ TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
       "trainer", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=400",
                   "--hook-sleep-us=100"});
   ASSERT_TRUE(AwaitReport("trainer", "streaming"));
-  const std::string model = First(ReadReport(ReportPath("trainer")), "model");
+  const std::string model = FirstValue(ReadRoleReport(ReportPath("trainer")), "model");
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   ASSERT_FALSE(trainer.TryWait().has_value()) << "the trainer ended before the daemon died";
   absl::SleepFor(absl::Milliseconds(300));  // the trainer retries meanwhile
@@ -143,9 +143,9 @@ TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
   EXPECT_TRUE(reattached) << "the trainer did not attach to the restarted daemon";
   auto code = trainer.Wait(absl::Seconds(120));
   ASSERT_TRUE(code.ok()) << code.status();
-  Report report = ReadReport(ReportPath("trainer"));
-  EXPECT_EQ(*code, 0) << First(report, "error");
-  EXPECT_EQ(First(report, "wrong"), "0");
+  ReportLines report = ReadRoleReport(ReportPath("trainer"));
+  EXPECT_EQ(*code, 0) << FirstValue(report, "error");
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
   v1::ModelsReply models = Models();
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).model_id(), model);
@@ -165,7 +165,7 @@ TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout
   auto code = trainer.Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << "the trainer hung: " << code.status();
   const absl::Duration took = absl::Now() - killed;
-  const std::string error = First(ReadReport(ReportPath("orphan")), "error");
+  const std::string error = FirstValue(ReadRoleReport(ReportPath("orphan")), "error");
   EXPECT_EQ(*code, 1);
   EXPECT_TRUE(absl::StartsWith(error, "14 ")) << "UNAVAILABLE expected: " << error;
   EXPECT_TRUE(absl::StrContains(error, "could not bring the session back within 2s")) << error;
@@ -185,7 +185,7 @@ TEST_F(ReliabilityTest, SchedulerWithReconnectionOffFailsAtOnce) {
   const absl::Time killed = absl::Now();
   auto code = trainer.Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << "the trainer hung: " << code.status();
-  const std::string error = First(ReadReport(ReportPath("no-reconnect")), "error");
+  const std::string error = FirstValue(ReadRoleReport(ReportPath("no-reconnect")), "error");
   EXPECT_EQ(*code, 1);
   EXPECT_TRUE(absl::StartsWith(error, "14 ")) << "UNAVAILABLE expected: " << error;
   EXPECT_FALSE(absl::StrContains(error, "could not bring the session back")) << error;
@@ -235,16 +235,16 @@ TEST_F(ReliabilityTest, P7SoakManyClientsVerifiedLoadsNoError) {
   int64_t errors = 0, verified = 0;
   for (int64_t i = 0; i < clients; ++i) {
     auto code = children[i].Wait(absl::Minutes(30));
-    const Report report = ReadReport(ReportPath(absl::StrCat("soak", i)));
+    const ReportLines report = ReadRoleReport(ReportPath(absl::StrCat("soak", i)));
     int64_t wrong = 0, done = 0;
-    const bool counted = absl::SimpleAtoi(First(report, "wrong"), &wrong) &&
-                         absl::SimpleAtoi(First(report, "loads"), &done);
+    const bool counted = absl::SimpleAtoi(FirstValue(report, "wrong"), &wrong) &&
+                         absl::SimpleAtoi(FirstValue(report, "loads"), &done);
     verified += counted ? done : 0;
     // A client that failed counts as one error besides its wrong loads.
     errors += (counted ? wrong : 0) + (!code.ok() || *code != kClientOk || !counted ? 1 : 0);
     EXPECT_TRUE(code.ok() && *code == kClientOk)
         << "soak" << i << ": " << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString())
-        << " " << First(report, "error");
+        << " " << FirstValue(report, "error");
   }
   EXPECT_EQ(errors, 0);
   EXPECT_EQ(verified, clients * ((loads + kBlocks - 1) / kBlocks) * kBlocks);
