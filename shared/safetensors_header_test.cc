@@ -117,7 +117,7 @@ TEST(SafetensorsHeaderTest, RefusesShapeTimesDtypeNotMatchingTheBytes) {
               HasSubstr("12 bits, not a whole number of bytes"));
   EXPECT_THAT(Refusal(SafetensorsFileBytesRaw(
                   R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", "a")),
-              HasSubstr("dimension 0 is number -1, not an unsigned integer"));
+              HasSubstr("dimension 0 is number '-1', not an unsigned integer"));
 }
 
 TEST(SafetensorsHeaderTest, RefusesDuplicateNames) {
