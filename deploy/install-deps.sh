@@ -20,7 +20,7 @@ debian_packages=(
   libabsl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev
-  libssl-dev libsystemd-dev
+  libssl-dev libsystemd-dev libre2-dev
   python3 python3-venv
 )
 # Python side: PyPI packages, installed into the reused environment.
