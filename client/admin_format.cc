@@ -197,11 +197,7 @@ std::string StatusText(const v1::StatusReply& reply) {
                                {"backend", BackendName(reply.backend())},
                                {"boot id", BootIdHex(reply.boot_id())},
                                {"uptime", HumanDuration(reply.uptime_seconds())},
-                               {"pinned", HumanBytes(reply.pinned_bytes())},
-                               {"file reads", absl::StrCat(reply.file_reads(), " (",
-                                                           HumanBytes(reply.file_bytes_read()),
-                                                           ")")},
-                               {"evictions", absl::StrCat(reply.evictions())}});
+                               {"pinned", HumanBytes(reply.pinned_bytes())}});
   out += "\n";
   if (reply.devices().empty()) return out + "no devices\n";
   TextTable devices({"DEVICE", "NAME", "MEMORY", "HEALTH"});
@@ -263,12 +259,12 @@ json ClientsJson(const v1::ClientsReply& reply) {
 
 std::string ModelsText(const v1::ModelsReply& reply) {
   if (reply.models().empty()) return "no models registered\n";
-  TextTable table({"ID", "NAME", "SOURCE", "BLOCKS", "BYTES", "PINNED", "OPEN", "REFS"});
+  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "SOURCE"});
   for (const v1::ModelInfo& model : reply.models()) {
     table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
-                  OneLine(OrDash(model.source())), absl::StrCat(model.block_count()),
-                  HumanBytes(model.bytes()), model.pinned() ? "yes" : "no",
-                  absl::StrCat(model.open_sessions()), absl::StrCat(model.references())});
+                  absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
+                  absl::StrCat(model.open_sessions()), absl::StrCat(model.references()),
+                  model.pinned() ? "yes" : "no", OneLine(OrDash(model.source()))});
   }
   return table.Render();
 }

@@ -348,12 +348,10 @@ v1::ModelsReply SampleModels() {
 TEST(ModelsText, ShortensTheIdInTheTable) {
   std::vector<std::string> lines = Lines(ModelsText(SampleModels()));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0],
-            "ID                 NAME      SOURCE                             BLOCKS  BYTES     "
-            "PINNED  OPEN  REFS");
+  EXPECT_EQ(lines[0], "ID                 NAME      BLOCKS  BYTES     OPEN  REFS  PINNED  SOURCE");
   EXPECT_EQ(lines[1],
-            "0123456789abcdef\xE2\x80\xA6  flux-dev  file /models/flux-dev.safetensors  57      "
-            "22.1 GiB  yes     2     3");
+            "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2     3     yes     "
+            "file /models/flux-dev.safetensors");
   EXPECT_EQ(ModelsText(v1::ModelsReply()), "no models registered\n");
 }
 
