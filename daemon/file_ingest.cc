@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -19,9 +20,9 @@
 namespace blockswap::daemon {
 namespace {
 
-// One preadv reads at most this much, so the block's hash runs on bytes
-// still in cache.
-constexpr uint64_t kReadRunBytes = uint64_t{8} << 20;
+// One preadv reads at most this much (a thread's bounce buffer), so the
+// block's hash runs on bytes still in the core's cache.
+constexpr uint64_t kReadRunBytes = uint64_t{1} << 20;
 constexpr size_t kMaxIovecs = 1024;  // IOV_MAX on Linux
 
 absl::Status PreadAll(int fd, std::vector<iovec> iov, uint64_t position, absl::string_view path) {
@@ -59,17 +60,21 @@ absl::StatusOr<std::string> PreadString(int fd, uint64_t position, uint64_t byte
   return out;
 }
 
-// Reads the tensors of one block (sources[t] -> block + spec.tensors[t].offset)
-// in runs of adjacent bytes and hashes the block front to back behind them.
+// Reads the tensors of block b (sources[t] -> spec.tensors[t].offset) in runs
+// of bytes adjacent in the file: each run lands in `bounce` as the block's
+// flat image (tensors at their offsets, zero padding between them), is hashed
+// there while in cache, and is written into the master with one pwrite.
 absl::StatusOr<Sha256Digest> FillBlock(const std::vector<int>& fds,
                                        const std::vector<std::string>& paths,
                                        const BlockSpec& spec,
-                                       const std::vector<TensorSource>& sources, std::byte* block,
-                                       uint64_t* bytes_read) {
+                                       const std::vector<TensorSource>& sources,
+                                       const MasterDraft& draft, size_t b,
+                                       std::vector<std::byte>& bounce, uint64_t* bytes_read) {
+  static const std::byte kZeros[kTensorAlignment] = {};
   Sha256 hash;
-  uint64_t hashed = 0;
+  uint64_t hashed = 0;  // the block is hashed (and written) up to here
   size_t t = 0;
-  uint64_t done = 0;  // of tensor t
+  uint64_t done = 0;    // of tensor t
   while (t < sources.size()) {
     if (sources[t].bytes == 0) {
       ++t;
@@ -77,33 +82,38 @@ absl::StatusOr<Sha256Digest> FillBlock(const std::vector<int>& fds,
     }
     const size_t shard = sources[t].shard;
     const uint64_t start = sources[t].file_offset + done;
+    const uint64_t image_start = hashed;  // padding before the first tensor is in the image
     uint64_t next = start;
-    uint64_t budget = kReadRunBytes;
-    uint64_t end_in_block = 0;
+    uint64_t image_end = image_start;
     std::vector<iovec> iov;
-    while (t < sources.size() && budget > 0 && iov.size() < kMaxIovecs) {
+    while (t < sources.size() && iov.size() < kMaxIovecs) {
       const TensorSource& source = sources[t];
       if (source.bytes == 0) {
         ++t;
         continue;
       }
       if (source.shard != shard || source.file_offset + done != next) break;
-      uint64_t take = std::min(source.bytes - done, budget);
-      std::byte* to = block + spec.tensors[t].offset + done;
-      iov.push_back(iovec{to, static_cast<size_t>(take)});
-      end_in_block = spec.tensors[t].offset + done + take;
-      budget -= take;
+      const uint64_t at = spec.tensors[t].offset + done;  // in the block
+      if (at - image_start >= bounce.size()) break;
+      uint64_t take = std::min(source.bytes - done, bounce.size() - (at - image_start));
+      std::memset(bounce.data() + (image_end - image_start), 0, at - image_end);  // padding
+      iov.push_back(iovec{bounce.data() + (at - image_start), static_cast<size_t>(take)});
+      image_end = at + take;
       done += take;
       next += take;
       if (done == source.bytes) ++t, done = 0;
     }
     BLOCKSWAP_RETURN_IF_ERROR(PreadAll(fds[shard], std::move(iov), start, paths[shard]));
     *bytes_read += next - start;
-    // Padding between tensors is zero in the freshly allocated master.
-    hash.Update(block + hashed, end_in_block - hashed);
-    hashed = end_in_block;
+    hash.Update(bounce.data(), image_end - image_start);
+    BLOCKSWAP_RETURN_IF_ERROR(
+        draft.Write(b, image_start, bounce.data(), image_end - image_start));
+    hashed = image_end;
   }
-  hash.Update(block + hashed, spec.bytes - hashed);
+  // Trailing padding: zero, left as a hole that CommitDraft reserves.
+  for (; hashed < spec.bytes; hashed += std::min<uint64_t>(sizeof(kZeros), spec.bytes - hashed)) {
+    hash.Update(kZeros, std::min<uint64_t>(sizeof(kZeros), spec.bytes - hashed));
+  }
   return hash.Finish();
 }
 
@@ -239,11 +249,12 @@ absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files
   std::vector<uint64_t> bytes_read(units.size(), 0);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(units.size(), [&](size_t u) -> absl::Status {
     const Unit& unit = units[u];
-    BLOCKSWAP_RETURN_IF_ERROR(unit.draft->Allocate(unit.block));
+    thread_local std::vector<std::byte> bounce;
+    bounce.resize(kReadRunBytes);
     BLOCKSWAP_ASSIGN_OR_RETURN(
         Sha256Digest digest,
         FillBlock(fds, paths, unit.draft->layout().blocks[unit.block], *unit.sources,
-                  unit.draft->block(unit.block), &bytes_read[u]));
+                  *unit.draft, unit.block, bounce, &bytes_read[u]));
     (unit.draft == draft.get() ? hashes[unit.block] : extras_hashes[0]) = digest;
     return absl::OkStatus();
   }));

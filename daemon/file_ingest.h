@@ -8,11 +8,13 @@
 // file, so the daemon reads exactly what the client could. A descriptor must
 // be a regular file opened for reading (not O_PATH, not write-only).
 //
-// Reading: the header with two preads, then per block a few large preadv
-// calls (up to 8 MiB and 1024 tensors each, the tensors adjacent in the file)
-// straight into the block's place in the master, the block hashed behind the
-// reads while the bytes are still in cache; blocks run on up to
-// kMaxWorkerThreads threads in the order of their bytes in the file. No mmap
+// Reading: the header with two preads, then per block runs of up to 1 MiB
+// (and 1024 tensors) adjacent in the file: one preadv lays a run out in a
+// per-thread buffer as the block's flat image (zero padding between
+// tensors), the block's SHA-256 is updated from it while it is in the core's
+// cache, and one pwrite puts it into the master (tmpfs pages are allocated by
+// the write, not zeroed first). Blocks run on up to kMaxWorkerThreads threads
+// in the order of their bytes in the file, so the pass is sequential. No mmap
 // of the client's file: a file truncated meanwhile is a DATA_LOSS error, not
 // a SIGBUS in the daemon.
 //

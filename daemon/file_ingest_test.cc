@@ -136,6 +136,38 @@ TEST_F(FileIngestTest, AFileAndAnUploadOfTheSameBlocksAreOneModelId) {
   EXPECT_EQ(extras.blocks[0].tensors.size(), 4u * 2 + 2);
 }
 
+TEST_F(FileIngestTest, TensorsLargerThanOneReadAndOddSizesMatchAnUpload) {
+  // Runs of the reader split inside a tensor (1 MiB pieces), padding of every
+  // length, a block whose tensors are all small.
+  std::vector<testing::WriterTensor> tensors = {
+      {"blocks.0.big", "F32", {700001}},  {"blocks.0.odd", "U8", {3}},
+      {"blocks.0.f4", "F4", {10}},        {"blocks.0.huge", "F16", {1500007}},
+      {"blocks.1.scalar", "BF16", {}},    {"blocks.1.b", "BOOL", {5}},
+      {"blocks.1.c", "C64", {3, 3}},      {"tail", "F8_E4M3", {7}}};
+  std::string path = file_dir_ + "/odd.safetensors";
+  ASSERT_TRUE(testing::WriteSafetensorsFile(path, tensors, kSeed).ok());
+  FileIngest ingest(Store());
+  auto result = ingest.Register(Files(path), {.block_pattern = R"(^blocks\.(\d+)\.)"}, "");
+  ASSERT_TRUE(result.ok()) << result.status();
+  const ModelLayout& layout = result->model->layout();
+  ASSERT_EQ(layout.blocks.size(), 2u);
+  auto content = UploadContent(layout, [](size_t b, const TensorSpec& t) {
+    return absl::StrCat("blocks.", b, ".", t.name);
+  });
+  BlockPlacement staging = *StagingOffsets(layout);
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    EXPECT_EQ(std::memcmp(result->model->block(b), content.data() + staging.offsets[b],
+                          layout.blocks[b].bytes),
+              0)
+        << "block " << b;
+  }
+  auto upload_store = ModelStore::Open({.directory = store_dir_ + "-upload"}, nullptr);
+  ASSERT_TRUE(upload_store.ok()) << upload_store.status();
+  auto uploaded = (*upload_store)->Register("upload", layout, content.data(), content.size());
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_EQ(uploaded->model->id(), result->model->id());
+}
+
 TEST_F(FileIngestTest, RegisteringTheSameFileAgainReadsNothing) {
   FileIngest ingest(Store());
   auto first = ingest.Register(Files(file_), kWeights, "");

@@ -753,25 +753,24 @@ MasterDraft::~MasterDraft() {
 
 const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
 
-std::byte* MasterDraft::block(size_t b) const {
-  return static_cast<std::byte*>(model_->mapping_.data()) + model_->master_offsets_[b];
-}
-
-absl::Status MasterDraft::Allocate(size_t b) const {
-  uint64_t offset = model_->master_offsets_[b];
-  uint64_t bytes = RoundUp(model_->layout_.blocks[b].bytes, kBlockPlacementAlignment);
-  int rc = ::posix_fallocate(model_->fd_.get(), static_cast<off_t>(offset),
-                             static_cast<off_t>(bytes));
-  if (rc != 0) {
-    return ErrnoStatus(rc, absl::StrCat("reserving the ", bytes, " bytes of block ", b, " in ",
-                                        store_->PathOf(temp_name_)));
+absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data,
+                               size_t bytes) const {
+  const auto* from = static_cast<const char*>(data);
+  auto at = static_cast<off_t>(model_->master_offsets_[b] + offset);
+  while (bytes > 0) {
+    ssize_t wrote = ::pwrite(model_->fd_.get(), from, bytes, at);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      int error = wrote < 0 ? errno : ENOSPC;
+      absl::Status status = ErrnoStatus(error, absl::StrCat("writing block ", b, " into ",
+                                                            store_->PathOf(temp_name_)));
+      if (error == ENOSPC) return absl::ResourceExhaustedError(status.message());
+      return status;
+    }
+    from += wrote;
+    at += wrote;
+    bytes -= static_cast<size_t>(wrote);
   }
-  // Maps the pages in at once (Linux 5.14+); older kernels fault them in
-  // while the block is written.
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-  ::madvise(block(b), bytes, MADV_POPULATE_WRITE);
   return absl::OkStatus();
 }
 
@@ -810,6 +809,15 @@ absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDra
   if (hashes.size() != model.block_count()) {
     return absl::InvalidArgumentError(absl::StrCat(hashes.size(), " block hashes for ",
                                                    model.block_count(), " blocks"));
+  }
+  // The padding the writer left as holes is reserved now, before anyone maps
+  // the master: a full tmpfs is this error, never a SIGBUS later.
+  if (int rc = ::posix_fallocate(model.fd_.get(), 0, static_cast<off_t>(model.masters_bytes_));
+      rc != 0) {
+    absl::Status status = ErrnoStatus(rc, absl::StrCat("reserving ", model.masters_bytes_,
+                                                       " bytes for ", PathOf(draft->temp_name_)));
+    if (rc == ENOSPC) return absl::ResourceExhaustedError(status.message());
+    return status;
   }
   std::string id = ModelId(model.layout_, hashes);
   std::shared_ptr<const Model> existing;

@@ -141,11 +141,13 @@ class ModelStore;
 
 // A master file being written for content whose id is not known yet (a model
 // read from a file: the id needs the hashes of the bytes). Created by
-// ModelStore::BeginDraft, which has reserved its budget; the writer allocates
-// and fills each block, hashes it, then hands the draft to CommitDraft.
-// Destroying an uncommitted draft removes its temporary file and returns the
-// reservation, so a failed registration leaves nothing behind. Block(b) may
-// be written from several threads at once for different blocks.
+// ModelStore::BeginDraft, which has checked the room and reserved the budget;
+// the writer writes each block's bytes with Write (pwrite: the tmpfs pages
+// are allocated by the copy itself, never zeroed first), hashes them, then
+// hands the draft to CommitDraft, which reserves whatever is still a hole
+// (padding) before sealing. Destroying an uncommitted draft removes its
+// temporary file and returns the reservation, so a failed registration
+// leaves nothing behind. Thread-safe for writes to different ranges.
 class MasterDraft {
  public:
   ~MasterDraft();
@@ -153,12 +155,9 @@ class MasterDraft {
   MasterDraft& operator=(const MasterDraft&) = delete;
 
   const ModelLayout& layout() const;
-  // Block b's bytes in the draft's writable mapping (layout().blocks[b].bytes).
-  std::byte* block(size_t b) const;
-  // Reserves block b's pages on the tmpfs (fallocate) and maps them in, so
-  // that a full /dev/shm is this error, not a SIGBUS while writing. Call once
-  // per block before writing it; thread-safe for different blocks.
-  absl::Status Allocate(size_t b) const;
+  // Writes `bytes` at `offset` of block b (pwrite into the master file). A
+  // full tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
+  absl::Status Write(size_t b, uint64_t offset, const void* data, size_t bytes) const;
 
  private:
   friend class ModelStore;

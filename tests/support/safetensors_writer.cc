@@ -28,11 +28,20 @@ uint64_t NameSeed(absl::string_view name, uint64_t seed) {
 }
 
 void FillContent(uint64_t state, uint64_t from, char* out, size_t bytes) {
-  // Word w of the tensor is Mix(state + w): any slice can be made alone.
-  for (size_t i = 0; i < bytes; ++i) {
+  // Word w of the tensor is Mix(state + w), little-endian: any slice can be
+  // made alone.
+  size_t i = 0;
+  for (; i < bytes && (from + i) % 8 != 0; ++i) {
     uint64_t position = from + i;
-    uint64_t word = Mix(state + position / 8);
-    out[i] = static_cast<char>(word >> (8 * (position % 8)));
+    out[i] = static_cast<char>(Mix(state + position / 8) >> (8 * (position % 8)));
+  }
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t word = Mix(state + (from + i) / 8);
+    for (int k = 0; k < 8; ++k) out[i + k] = static_cast<char>(word >> (8 * k));
+  }
+  for (; i < bytes; ++i) {
+    uint64_t position = from + i;
+    out[i] = static_cast<char>(Mix(state + position / 8) >> (8 * (position % 8)));
   }
 }
 
