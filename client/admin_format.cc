@@ -216,6 +216,9 @@ json StatusJson(const v1::StatusReply& reply) {
           {"boot_id", BootIdHex(reply.boot_id())},
           {"uptime_seconds", reply.uptime_seconds()},
           {"pinned_bytes", reply.pinned_bytes()},
+          {"file_reads", reply.file_reads()},
+          {"file_bytes_read", reply.file_bytes_read()},
+          {"evictions", reply.evictions()},
           {"devices", std::move(devices)}};
 }
 
@@ -256,11 +259,12 @@ json ClientsJson(const v1::ClientsReply& reply) {
 
 std::string ModelsText(const v1::ModelsReply& reply) {
   if (reply.models().empty()) return "no models registered\n";
-  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN"});
+  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "SOURCE"});
   for (const v1::ModelInfo& model : reply.models()) {
     table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
                   absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
-                  absl::StrCat(model.open_sessions())});
+                  absl::StrCat(model.open_sessions()), absl::StrCat(model.references()),
+                  model.pinned() ? "yes" : "no", OneLine(OrDash(model.source()))});
   }
   return table.Render();
 }
@@ -272,7 +276,10 @@ json ModelsJson(const v1::ModelsReply& reply) {
                       {"name", model.name()},
                       {"block_count", model.block_count()},
                       {"bytes", model.bytes()},
-                      {"open_sessions", model.open_sessions()}});
+                      {"open_sessions", model.open_sessions()},
+                      {"source", model.source()},
+                      {"pinned", model.pinned()},
+                      {"references", model.references()}});
   }
   return {{"models", std::move(models)}};
 }

@@ -339,14 +339,19 @@ v1::ModelsReply SampleModels() {
   model->set_block_count(57);
   model->set_bytes(uint64_t{23729694310});
   model->set_open_sessions(2);
+  model->set_source("file /models/flux-dev.safetensors");
+  model->set_pinned(true);
+  model->set_references(3);
   return reply;
 }
 
 TEST(ModelsText, ShortensTheIdInTheTable) {
   std::vector<std::string> lines = Lines(ModelsText(SampleModels()));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "ID                 NAME      BLOCKS  BYTES     OPEN");
-  EXPECT_EQ(lines[1], "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2");
+  EXPECT_EQ(lines[0], "ID                 NAME      BLOCKS  BYTES     OPEN  REFS  PINNED  SOURCE");
+  EXPECT_EQ(lines[1],
+            "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2     3     yes     "
+            "file /models/flux-dev.safetensors");
   EXPECT_EQ(ModelsText(v1::ModelsReply()), "no models registered\n");
 }
 
@@ -358,6 +363,9 @@ TEST(ModelsJson, KeepsTheFullId) {
   EXPECT_EQ(json["models"][0]["block_count"], 57);
   EXPECT_EQ(json["models"][0]["bytes"], uint64_t{23729694310});
   EXPECT_EQ(json["models"][0]["open_sessions"], 2);
+  EXPECT_EQ(json["models"][0]["source"], "file /models/flux-dev.safetensors");
+  EXPECT_EQ(json["models"][0]["pinned"], true);
+  EXPECT_EQ(json["models"][0]["references"], 3);
 }
 
 // --- residency ---------------------------------------------------------------------

@@ -2,6 +2,9 @@
 //
 //   blockswapctl [--socket PATH] [--json] [--timeout SECONDS]
 //                status|clients|models|residency|stats|health
+//   blockswapctl register FILE --block-pattern REGEX [--select REGEX]
+//                [--select-rank N] [--name NAME]      (prints the model id)
+//   blockswapctl verify MODEL | evict MODEL
 //   blockswapctl plan --blocks N --swap S [--ring B] --script STEP,STEP,...
 //                [--trace] [--block-bytes BYTES [--bandwidth GB/S]]
 //
@@ -35,6 +38,7 @@
 #include "blockswap/v1/blockswap.grpc.pb.h"
 #include "client/admin_format.h"
 #include "client/connection.h"
+#include "client/file_model.h"
 #include "client/stream_scheduler.h"
 #include "shared/grpc_status.h"
 
@@ -102,11 +106,12 @@ class AdminCaller {
   // at once (UNAVAILABLE) instead of after the deadline.
   template <typename Request, typename Reply>
   absl::StatusOr<Reply> Call(grpc::Status (v1::Admin::Stub::*method)(grpc::ClientContext*,
-                                                                     const Request&, Reply*)) {
+                                                                     const Request&, Reply*),
+                             const Request& request = Request()) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(options_.timeout_seconds)));
     Reply reply;
-    grpc::Status status = ((*stub_).*method)(&context, Request(), &reply);
+    grpc::Status status = ((*stub_).*method)(&context, request, &reply);
     if (!status.ok()) return FromGrpcStatus(status);
     return reply;
   }
@@ -364,6 +369,74 @@ int Plan(const Options& options, const PlanOptions& plan) {
   return 0;
 }
 
+// `blockswapctl register`: this process opens the file and offers it to the
+// daemon (which reads only what its client can), then detaches; the model
+// stays registered, unreferenced, until its room is needed or it is evicted.
+int Register(const Options& options, const std::string& file,
+             const FileRegistrationOptions& registration) {
+  auto fail = [&](const absl::Status& status) {
+    std::cerr << "blockswapctl: register: " << DescribeCallFailure(options.socket_path, status)
+              << "\n";
+    return kExitFailure;
+  };
+  auto connection = Connection::Connect(options.socket_path, "blockswapctl register");
+  if (!connection.ok()) return fail(connection.status());
+  auto registered = RegisterFile(**connection, file, registration);
+  if (!registered.ok()) return fail(registered.status());
+  const Model& model = *registered->model;
+  uint64_t bytes = 0;
+  for (const BlockSpec& block : model.layout().blocks) bytes += block.bytes;
+  if (options.json) {
+    PrintJson({{"model_id", model.id()},
+               {"extras_model_id",
+                registered->extras ? nlohmann::json(registered->extras->id()) : nlohmann::json()},
+               {"block_count", model.block_count()},
+               {"bytes", bytes},
+               {"read_file", registered->read_file}});
+  } else {
+    std::cout << model.id() << "\n";
+    std::cerr << "blockswapctl: " << model.block_count() << " blocks, " << bytes << " bytes"
+              << (registered->read_file ? ", read from the file" : ", known already");
+    if (registered->extras) std::cerr << "; extras model " << registered->extras->id();
+    std::cerr << "\n";
+  }
+  return 0;
+}
+
+int Verify(const Options& options, const std::string& model_id) {
+  AdminCaller caller(options);
+  v1::VerifyModelRequest request;
+  request.set_model_id(model_id);
+  auto reply = caller.Call(&v1::Admin::Stub::VerifyModel, request);
+  if (!reply.ok()) {
+    std::cerr << "blockswapctl: verify: " << DescribeCallFailure(options.socket_path, reply.status())
+              << "\n";
+    return kExitFailure;
+  }
+  if (options.json) {
+    PrintJson({{"model_id", model_id}, {"blocks", reply->blocks()}, {"bytes", reply->bytes()}});
+  } else {
+    std::cout << "ok: " << reply->blocks() << " blocks (" << reply->bytes()
+              << " bytes) match their hashes\n";
+  }
+  return 0;
+}
+
+int Evict(const Options& options, const std::string& model_id) {
+  AdminCaller caller(options);
+  v1::EvictModelRequest request;
+  request.set_model_id(model_id);
+  auto reply = caller.Call(&v1::Admin::Stub::EvictModel, request);
+  if (!reply.ok()) {
+    std::cerr << "blockswapctl: evict: " << DescribeCallFailure(options.socket_path, reply.status())
+              << "\n";
+    return kExitFailure;
+  }
+  if (!options.json) std::cout << "evicted " << model_id << "\n";
+  if (options.json) PrintJson({{"model_id", model_id}, {"evicted", true}});
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options options;
   CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd"};
@@ -390,6 +463,29 @@ int Main(int argc, char** argv) {
       ->default_str("2")
       ->check(CLI::PositiveNumber);
   app.add_subcommand("health", "exit 0 and print ok when blockswapd answers and no device failed");
+  std::string file;
+  std::string model_id;
+  FileRegistrationOptions registration;
+  CLI::App* register_command = app.add_subcommand(
+      "register", "register a model from a safetensors file (or *.index.json); prints its id");
+  register_command->add_option("FILE", file, "the .safetensors file or index JSON")->required();
+  register_command
+      ->add_option("--block-pattern", registration.block_pattern,
+                   "regex with one capture group, the block index, e.g. "
+                   "'^transformer_blocks\\.(\\d+)\\.'")
+      ->required();
+  register_command->add_option("--select", registration.select,
+                               "regex of the tensors of a block to stream (default: all)");
+  register_command->add_option("--select-rank", registration.select_rank,
+                               "stream only tensors of this many dimensions (default: any)");
+  register_command->add_option("--name", registration.name, "informational model name");
+  for (const char* name : {"verify", "evict"}) {
+    app.add_subcommand(name, std::string(name) == "verify"
+                                 ? "re-hash a model's masters against its manifest"
+                                 : "remove a model no session holds")
+        ->add_option("MODEL", model_id, "the model id (64 hex digits)")
+        ->required();
+  }
   PlanOptions plan;
   CLI::App* plan_command = app.add_subcommand(
       "plan", "offline: the schedule of loads the client's StreamScheduler would run");
@@ -414,7 +510,7 @@ int Main(int argc, char** argv) {
     // the word it did not know instead.
     if (app.get_subcommands().empty() && app.remaining_size() > 0) {
       std::cerr << "blockswapctl: unknown command '" << app.remaining().front()
-                << "' (status, clients, models, residency, stats, health or plan)\n";
+                << "' (status, clients, models, residency, stats, health, register, verify, evict or plan)\n";
       return kExitUsage;
     }
     // CLI11 prints the message (or the help) and returns its own codes
@@ -425,6 +521,9 @@ int Main(int argc, char** argv) {
 
   const std::string command = app.get_subcommands().front()->get_name();
   if (command == "plan") return Plan(options, plan);
+  if (command == "register") return Register(options, file, registration);
+  if (command == "verify") return Verify(options, model_id);
+  if (command == "evict") return Evict(options, model_id);
   if (command == "status") {
     return Report(options, command, &v1::Admin::Stub::Status, &StatusText, &StatusJson);
   }

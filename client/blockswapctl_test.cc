@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@
 #include "shared/unique_fd.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/safetensors_writer.h"
 
 namespace blockswap::client {
 namespace {
@@ -414,6 +416,148 @@ TEST_F(BlockswapctlTest, DaemonExitsZeroOnSigterm) {
   CommandResult after = Ctl({"health"});
   EXPECT_EQ(after.exit_code, 1) << after;
   EXPECT_TRUE(Contains(after.err, socket_path_));
+}
+
+// --- models from safetensors files ----------------------------------------------
+
+constexpr char kBlockPattern[] = R"(^transformer_blocks\.(\d+)\.)";
+constexpr char kWeights[] = R"(\.weight$)";
+constexpr uint64_t kFileSeed = 5;
+
+std::string WriteModelFile(const ScratchDirs& dirs, const std::string& name) {
+  std::string path = dirs.temp_dir() + "/" + name;
+  absl::Status written =
+      blockswap::testing::WriteSafetensorsFile(path, blockswap::testing::TransformerTensors(4, 2, 16),
+                                               kFileSeed);
+  EXPECT_TRUE(written.ok()) << written;
+  return path;
+}
+
+TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
+  std::string file = WriteModelFile(*dirs_, "model.safetensors");
+  CommandResult registered =
+      Ctl({"register", file, "--block-pattern", kBlockPattern, "--select", kWeights});
+  ASSERT_EQ(registered.exit_code, 0) << registered;
+  ASSERT_EQ(registered.out.size(), 65u) << registered;  // the id and a newline
+  const std::string id = registered.out.substr(0, 64);
+  EXPECT_TRUE(Contains(registered.err, "4 blocks"));
+
+  // A client uploads the same blocks (the weights, packed in the layout's
+  // order): the same model, nothing copied.
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      Connection::Connect(socket_path_, "uploader");
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  std::vector<std::string> bytes;
+  std::vector<std::vector<TensorUpload>> blocks(4);
+  bytes.reserve(8);
+  for (int b = 0; b < 4; ++b) {
+    for (int w = 0; w < 2; ++w) {
+      std::string full = absl::StrCat("transformer_blocks.", b, ".attn.w", w, ".weight");
+      bytes.push_back(blockswap::testing::TensorContent(full, 16 * 64 * 4, kFileSeed));
+      blocks[b].push_back(TensorUpload{
+          .spec = {.name = absl::StrCat("attn.w", w, ".weight"), .dtype = "F32", .shape = {16, 64}},
+          .data = bytes.back().data()});
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Model>> uploaded = Model::Register(**connection, "upload", blocks);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_EQ((*uploaded)->id(), id);
+
+  nlohmann::json models = CtlJson({"models"});
+  ASSERT_EQ(models["models"].size(), 2u) << models;  // the blocks and the extras
+  for (const nlohmann::json& model : models["models"]) {
+    EXPECT_EQ(model["source"], "file " + file);
+    EXPECT_EQ(model["pinned"], false);  // the host backend pins nothing
+    if (model["model_id"] == id) {
+      EXPECT_EQ(model["block_count"], 4);
+      EXPECT_EQ(model["open_sessions"], 1);
+      EXPECT_GE(model["references"].get<uint64_t>(), 1u);
+    }
+  }
+  CommandResult verified = Ctl({"verify", id});
+  EXPECT_EQ(verified.exit_code, 0) << verified;
+  EXPECT_TRUE(Contains(verified.out, "ok: 4 blocks"));
+
+  CommandResult held = Ctl({"evict", id});
+  EXPECT_EQ(held.exit_code, 1) << held;
+  EXPECT_TRUE(Contains(held.err, "still referenced"));
+  uploaded->reset();
+  connection->reset();  // detaches: no session holds the model any more
+  CommandResult evicted = Ctl({"evict", id});
+  EXPECT_EQ(evicted.exit_code, 0) << evicted;
+  models = CtlJson({"models"});
+  ASSERT_EQ(models["models"].size(), 1u) << models;
+  EXPECT_NE(models["models"][0]["model_id"], id);
+  EXPECT_EQ(Ctl({"verify", id}).exit_code, 1);
+}
+
+TEST_F(BlockswapctlTest, EightConcurrentRegistrationsReadTheFileOnce) {
+  std::string file = WriteModelFile(*dirs_, "shared.safetensors");
+  std::vector<CommandResult> results(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Ctl({"register", file, "--block-pattern", kBlockPattern, "--select", kWeights});
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const CommandResult& result : results) {
+    ASSERT_EQ(result.exit_code, 0) << result;
+    EXPECT_EQ(result.out, results[0].out);
+  }
+  nlohmann::json status = CtlJson({"status"});
+  EXPECT_EQ(status["file_reads"], 1) << status;
+  EXPECT_EQ(status["file_bytes_read"], 16u * 64 * 4 * 2 * 4 + (16 * 64 * 2 + 4 * 2 * 16 * 4 + 2))
+      << status;
+  // And once more later: known, nothing read.
+  CommandResult again =
+      Ctl({"register", file, "--block-pattern", kBlockPattern, "--select", kWeights});
+  ASSERT_EQ(again.exit_code, 0) << again;
+  EXPECT_TRUE(Contains(again.err, "known already"));
+  EXPECT_EQ(CtlJson({"status"})["file_reads"], 1);
+}
+
+TEST_F(BlockswapctlTest, RegisteringOverTheBudgetIsResourceExhaustedAndLeavesNothing) {
+  absl::StatusOr<std::unique_ptr<ScratchDirs>> dirs = ScratchDirs::Create();
+  ASSERT_TRUE(dirs.ok()) << dirs.status();
+  testing::DaemonFlags flags;
+  flags.extra_args = {"--max-pinned-bytes=20000"};
+  flags.output_path = (*dirs)->temp_dir() + "/small.log";
+  auto small = DaemonProcess::Start(**dirs, flags);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::string file = WriteModelFile(**dirs, "big.safetensors");
+  CommandResult refused = CtlOn((*dirs)->socket_path(), {"register", file, "--block-pattern",
+                                                          kBlockPattern, "--select", kWeights});
+  EXPECT_EQ(refused.exit_code, 1) << refused;
+  EXPECT_TRUE(Contains(refused.err,
+                       "model of 32768 bytes would exceed --max-pinned-bytes=20000 (0 already "
+                       "pinned)"));
+  EXPECT_EQ((*dirs)->ShmEntries(), std::vector<std::string>{".lock"});
+  EXPECT_EQ(CtlOn((*dirs)->socket_path(), {"models"}).out, "no models registered\n");
+  EXPECT_EQ((*small)->Stop(SIGTERM).value_or(-1), 0);
+}
+
+TEST_F(BlockswapctlTest, RegisterNamesWhatIsWrongWithTheFile) {
+  std::string file = WriteModelFile(*dirs_, "model.safetensors");
+  CommandResult nothing = Ctl({"register", file, "--block-pattern", R"(^layers\.(\d+)\.)"});
+  EXPECT_EQ(nothing.exit_code, 1) << nothing;
+  EXPECT_TRUE(Contains(nothing.err, "matches none of the 18 tensors of " + file));
+  std::string bad = dirs_->temp_dir() + "/bad.safetensors";
+  ASSERT_TRUE(blockswap::testing::WriteFileBytes(
+                  bad, blockswap::testing::SafetensorsFileBytesRaw(
+                           R"({"transformer_blocks.0.w":{"dtype":"F12","shape":[1],)"
+                           R"("data_offsets":[0,2]}})",
+                           "ab"))
+                  .ok());
+  CommandResult unknown = Ctl({"register", bad, "--block-pattern", kBlockPattern});
+  EXPECT_EQ(unknown.exit_code, 1) << unknown;
+  EXPECT_TRUE(Contains(unknown.err, "unknown dtype 'F12'"));
+  CommandResult missing = Ctl({"register", dirs_->temp_dir() + "/none.safetensors",
+                               "--block-pattern", kBlockPattern});
+  EXPECT_EQ(missing.exit_code, 1) << missing;
+  EXPECT_TRUE(Contains(missing.err, "none.safetensors"));
+  EXPECT_EQ(Ctl({"register", file}).exit_code, 2);  // --block-pattern is required
+  EXPECT_EQ(Ctl({"models"}).out, "no models registered\n");
 }
 
 }  // namespace

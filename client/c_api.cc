@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "blockswap/blockswap.h"
 #include "client/c_api_internal.h"
+#include "client/file_model.h"
 
 using blockswap::client::c_api::Guard;
 using blockswap::client::c_api::InvalidArgument;
@@ -94,6 +95,32 @@ int bs_model_register(bs_client* client, const char* name, const bs_block_desc* 
                                                     name == nullptr ? "" : name, uploads);
     if (!model.ok()) return model.status();
     *out = new bs_model{*std::move(model)};
+    return absl::OkStatus();
+  });
+}
+
+int bs_model_register_file(bs_client* client, const char* path, const bs_file_options* options,
+                           bs_model** model, bs_model** extras) {
+  if (client == nullptr || path == nullptr || options == nullptr ||
+      options->block_pattern == nullptr || model == nullptr) {
+    return InvalidArgument(
+        "bs_model_register_file: client, path, options, options->block_pattern and model must "
+        "not be NULL");
+  }
+  *model = nullptr;
+  if (extras != nullptr) *extras = nullptr;
+  return Guard([&]() -> absl::Status {
+    blockswap::client::FileRegistrationOptions file_options;
+    file_options.block_pattern = options->block_pattern;
+    file_options.select = options->select == nullptr ? "" : options->select;
+    file_options.select_rank = options->select_rank;
+    file_options.name = options->name == nullptr ? "" : options->name;
+    auto registered = blockswap::client::RegisterFile(*client->connection, path, file_options);
+    if (!registered.ok()) return registered.status();
+    *model = new bs_model{std::move(registered->model)};
+    if (extras != nullptr && registered->extras != nullptr) {
+      *extras = new bs_model{std::move(registered->extras)};
+    }
     return absl::OkStatus();
   });
 }

@@ -169,6 +169,12 @@ absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {
   return side_channel_->Receive(batch, kSideChannelTimeout);
 }
 
+absl::StatusOr<uint64_t> Connection::OfferFile(const UniqueFd& file) {
+  uint64_t offer = next_offer_.fetch_add(1);
+  BLOCKSWAP_RETURN_IF_ERROR(side_channel_->SendFileOffer(offer, file));
+  return offer;
+}
+
 absl::Status Connection::OpenLoadStream() {
   load_context_ = std::make_unique<grpc::ClientContext>();
   load_stream_ = stub_->Load(load_context_.get());

@@ -48,6 +48,10 @@ class Connection {
   v1::BlockSwap::Stub& stub() { return *stub_; }
   // The descriptors of a reply's batch.
   absl::StatusOr<std::vector<UniqueFd>> ReceiveFds(uint64_t batch);
+  // Offers an open file to the daemon on the side channel (a file offer of
+  // shared/side_channel_wire.h); the returned id goes into a
+  // RegisterFileRequest sent after this returns.
+  absl::StatusOr<uint64_t> OfferFile(const UniqueFd& file);
 
   // Sends a load request on the session's Load stream (opened on first use).
   absl::Status SendLoad(v1::LoadRequest request);
@@ -97,6 +101,7 @@ class Connection {
   std::vector<std::string> device_uuids_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SideChannelClient> side_channel_;
+  std::atomic<uint64_t> next_offer_{1};
 
   absl::Mutex load_mu_;  // one writer on the Load stream at a time
   std::unique_ptr<grpc::ClientContext> load_context_ ABSL_GUARDED_BY(load_mu_);

@@ -39,10 +39,12 @@ class Model {
   // The master bytes of a block (read-only).
   const std::byte* master(uint32_t block) const;
 
- private:
-  Model() = default;
+  // The model a daemon reply names (maps its masters read-only).
   static absl::StatusOr<std::unique_ptr<Model>> FromReply(Connection& connection,
                                                           const v1::ModelReply& reply);
+
+ private:
+  Model() = default;
 
   std::string id_;
   ModelLayout layout_;

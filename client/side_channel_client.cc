@@ -155,4 +155,15 @@ absl::StatusOr<std::vector<UniqueFd>> SideChannelClient::Receive(uint64_t batch,
   }
 }
 
+absl::Status SideChannelClient::SendFileOffer(uint64_t offer, const UniqueFd& file) {
+  FileOfferHeader header{};
+  std::memcpy(header.magic, kFileOfferMagic, sizeof(header.magic));
+  header.fd_count = 1;
+  header.offer = offer;
+  absl::MutexLock lock(&state_->send_mu);
+  return SendWithFds(state_->socket,
+                     absl::string_view(reinterpret_cast<const char*>(&header), sizeof(header)),
+                     {file.get()});
+}
+
 }  // namespace blockswap::client

@@ -52,6 +52,10 @@ class SideChannelClient {
   // can still be taken).
   absl::StatusOr<std::vector<UniqueFd>> Receive(uint64_t batch, absl::Duration timeout);
 
+  // Sends `file` to the daemon as file offer `offer` (one FileOfferHeader
+  // with the descriptor attached). Thread-safe; may run beside Receive.
+  absl::Status SendFileOffer(uint64_t offer, const UniqueFd& file);
+
  private:
   struct Batch {
     uint64_t batch = 0;
@@ -65,6 +69,7 @@ class SideChannelClient {
     bool reading ABSL_GUARDED_BY(mu) = false;  // one thread at a time reads the socket
     std::map<uint64_t, std::vector<UniqueFd>> kept ABSL_GUARDED_BY(mu);
     absl::Status failure ABSL_GUARDED_BY(mu);
+    absl::Mutex send_mu;  // one offer at a time, so none is interleaved
   };
 
   explicit SideChannelClient(std::unique_ptr<State> state) : state_(std::move(state)) {}

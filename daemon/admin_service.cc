@@ -30,6 +30,10 @@ v1::StatusReply BuildStatus(const AdminSources& sources) {
   reply.set_boot_id(sources.boot_id);
   reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - sources.started_at));
   reply.set_pinned_bytes(sources.store->pinned_bytes());
+  FileIngestStats files = sources.sessions->file_ingest().stats();
+  reply.set_file_reads(files.reads);
+  reply.set_file_bytes_read(files.bytes_read);
+  reply.set_evictions(sources.store->stats().evicted);
   return reply;
 }
 
@@ -60,8 +64,13 @@ v1::ModelsReply BuildModels(const AdminSources& sources) {
     for (const auto& [id, model] : session->models) ++open_in[id];
   }
   v1::ModelsReply reply;
+  // A pinned store pins every model (cudaHostRegister on the cuda backend).
+  bool pinned = sources.backend->kind() == BackendKind::kCuda;
   for (const auto& model : sources.store->List()) {
     v1::ModelInfo* info = reply.add_models();
+    info->set_source(model->source());
+    info->set_pinned(pinned);
+    info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
     info->set_model_id(model->id());
     info->set_name(model->name());
     info->set_block_count(static_cast<uint32_t>(model->block_count()));
@@ -154,6 +163,44 @@ grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
                                               const v1::StatsRequest*, v1::StatsReply* reply) {
   return Answer(context, reply, &BuildStats);
+}
+
+grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext* context,
+                                                    const v1::VerifyModelRequest* request,
+                                                    v1::VerifyModelReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, context).status();
+  if (status.ok() && (sources_.models == nullptr || sources_.work == nullptr)) {
+    status = absl::UnimplementedError("this blockswapd cannot verify models");
+  }
+  if (status.ok()) status = ValidateModelId(request->model_id());
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  sources_.work->Post([this, reactor, request, reply] {
+    auto verified = sources_.models->Verify(request->model_id());
+    if (verified.ok()) {
+      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+      reply->set_bytes(verified->bytes);
+    }
+    reactor->Finish(ToGrpcStatus(verified.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* context,
+                                                   const v1::EvictModelRequest* request,
+                                                   v1::EvictModelReply*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, context).status();
+  if (status.ok() && sources_.models == nullptr) {
+    status = absl::UnimplementedError("this blockswapd cannot evict models");
+  }
+  if (status.ok()) status = ValidateModelId(request->model_id());
+  if (status.ok()) status = sources_.models->Evict(request->model_id());
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 }  // namespace blockswap::daemon

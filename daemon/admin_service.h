@@ -15,6 +15,7 @@
 #include "daemon/model_store.h"
 #include "daemon/peer_registry.h"
 #include "daemon/session_manager.h"
+#include "daemon/work_queue.h"
 #include "shared/backend.h"
 
 namespace blockswap::daemon {
@@ -27,6 +28,10 @@ struct AdminSources {
   std::map<std::string, const DeviceWorker*> workers;  // by device UUID
   uint64_t boot_id = 0;
   absl::Time started_at;
+  // For EvictModel and VerifyModel (which re-hashes on `work`, off the
+  // reactor); both answer UNIMPLEMENTED when these are null.
+  ModelStore* models = nullptr;
+  WorkQueue* work = nullptr;
 };
 
 // The replies, built without gRPC so that tests can call them directly.
@@ -56,6 +61,12 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsReply* reply) override;
+  grpc::ServerUnaryReactor* VerifyModel(grpc::CallbackServerContext* context,
+                                        const v1::VerifyModelRequest* request,
+                                        v1::VerifyModelReply* reply) override;
+  grpc::ServerUnaryReactor* EvictModel(grpc::CallbackServerContext* context,
+                                       const v1::EvictModelRequest* request,
+                                       v1::EvictModelReply* reply) override;
 
  private:
   template <typename Reply>

@@ -267,6 +267,17 @@ grpc::ServerUnaryReactor* BlockSwapService::ReportStats(grpc::CallbackServerCont
   return Fail(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* BlockSwapService::RegisterFile(grpc::CallbackServerContext* context,
+                                                         const v1::RegisterFileRequest* request,
+                                                         v1::RegisterFileReply* reply) {
+  auto session = SessionOf(context, request->session_token());
+  if (!session.ok()) return Fail(context, session.status());
+  // Reads and hashes the whole file (or waits for a concurrent read of it).
+  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
+    return sessions_.RegisterFile(*session, *request);
+  });
+}
+
 grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadEvent>* BlockSwapService::Load(
     grpc::CallbackServerContext* context) {
   return new LoadReactor(context, sessions_, peers_);

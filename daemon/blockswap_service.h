@@ -52,6 +52,9 @@ class BlockSwapService final : public v1::BlockSwap::CallbackService {
   grpc::ServerUnaryReactor* ReportStats(grpc::CallbackServerContext* context,
                                         const v1::ReportStatsRequest* request,
                                         v1::ReportStatsReply* reply) override;
+  grpc::ServerUnaryReactor* RegisterFile(grpc::CallbackServerContext* context,
+                                         const v1::RegisterFileRequest* request,
+                                         v1::RegisterFileReply* reply) override;
   grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadEvent>* Load(
       grpc::CallbackServerContext* context) override;
 

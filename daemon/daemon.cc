@@ -84,7 +84,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       *daemon->sessions_, daemon->peers_, *daemon->work_);
   daemon->sources_ =
       AdminSources{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                   admin_workers,          daemon->boot_id_,     absl::Now()};
+                   admin_workers,          daemon->boot_id_,     absl::Now(),
+                   daemon->store_.get(),   daemon->work_.get()};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->sources_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/parallel_for.h"
 #include "shared/status.h"
 
 namespace blockswap::daemon {
@@ -40,40 +42,11 @@ constexpr size_t kModelNameLimitBytes = 1024;
 // Bounds placement arithmetic far below 2^64 (ValidateLayout caps a model at
 // 2^46 bytes; padding adds at most one piece per block).
 constexpr uint64_t kMaxAreaBytes = uint64_t{1} << 62;
-// Hashing and copying run on up to this many threads, one block at a time
-// each: a 24 GB model hashes in seconds instead of tens of seconds.
-constexpr unsigned kMaxWorkerThreads = 8;
 
 std::string OctalMode(mode_t mode) {
   char text[8];
   std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
   return text;
-}
-
-// Runs fn(0) .. fn(count - 1) on a few threads and returns the error of the
-// lowest index that failed (so the message does not depend on scheduling).
-absl::Status ParallelFor(size_t count, const std::function<absl::Status(size_t)>& fn) {
-  std::vector<absl::Status> results(count);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < count;) results[i] = fn(i);
-  };
-  unsigned threads = std::min<size_t>(
-      {count, std::max(1u, std::thread::hardware_concurrency()), kMaxWorkerThreads});
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // out of threads: the ones started (and this one) do the work
-    }
-  }
-  work();
-  for (std::thread& thread : pool) thread.join();
-  for (absl::Status& status : results) {
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<BlockPlacement> Place(const ModelLayout& layout, bool avoid_piece_boundaries) {
@@ -107,6 +80,7 @@ absl::StatusOr<BlockPlacement> Place(const ModelLayout& layout, bool avoid_piece
 struct Manifest {
   std::string id;
   std::string name;
+  std::string source;
   ModelLayout layout;
   std::vector<Sha256Digest> block_hashes;
   std::vector<uint64_t> master_offsets;
@@ -134,6 +108,7 @@ std::string ManifestJson(const Model& model) {
                    {"version", kManifestVersion},
                    {"id", model.id()},
                    {"name", model.name()},
+                   {"source", model.source()},
                    {"masters_bytes", model.masters_bytes()},
                    {"blocks", std::move(blocks)}};
   // Tensor names are valid UTF-8 (ValidateLayout); a model name that is not
@@ -165,6 +140,8 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
     Manifest manifest;
     manifest.id = String(json, "id");
     manifest.name = String(json, "name");
+    // Manifests written before models had a source have none.
+    manifest.source = json.contains("source") ? String(json, "source") : "upload";
     manifest.masters_bytes = U64(json, "masters_bytes");
     for (const Json& block_json : json.at("blocks")) {
       BlockSpec& block = manifest.layout.blocks.emplace_back();
@@ -390,12 +367,9 @@ absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
   return absl::OkStatus();
 }
 
-absl::Status ModelStore::CheckCapacity(uint64_t bytes) const {
-  {
-    absl::MutexLock lock(&mu_);
-    BLOCKSWAP_RETURN_IF_ERROR(CheckBudget(bytes));
-  }
-  return CheckFreeSpace(bytes);
+absl::Status ModelStore::CheckCapacity(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  return MakeRoomLocked(bytes);
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string& id) const {
@@ -453,6 +427,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string&
                                                            Access::kReadWrite, /*populate=*/true));
   model->id_ = id;
   model->name_ = std::move(manifest.name);
+  model->source_ = std::move(manifest.source);
   model->layout_ = std::move(manifest.layout);
   model->block_hashes_ = std::move(manifest.block_hashes);
   model->master_offsets_ = std::move(manifest.master_offsets);
@@ -495,60 +470,55 @@ absl::Status ModelStore::AdoptAll() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelStore::WriteMaster(std::unique_ptr<Model> model,
-                                                               const std::byte* content,
-                                                               const BlockPlacement& staging) {
-  const std::string masters_name = absl::StrCat(model->id_, kMastersSuffix);
-  const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
-  const std::string masters_temp = absl::StrCat(masters_name, kTempSuffix);
-  const std::string manifest_temp = absl::StrCat(manifest_name, kTempSuffix);
-  const int dir = directory_fd_.get();
-  const uint64_t size = model->masters_bytes_;
-
-  auto write = [&]() -> absl::Status {
-    BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(size));
-    int raw = ::openat(dir, masters_temp.c_str(),
-                       O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(masters_temp)));
-    model->fd_ = UniqueFd(raw);
-    // The adoption check wants exactly 0600, whatever the umask.
-    if (::fchmod(model->fd_.get(), 0600) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(masters_temp)));
-    }
+absl::Status ModelStore::CreateMasterFile(Model& model, const std::string& temp,
+                                          bool allocate) const {
+  const uint64_t size = model.masters_bytes_;
+  int raw = ::openat(directory_fd_.get(), temp.c_str(),
+                     O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(temp)));
+  model.fd_ = UniqueFd(raw);
+  // The adoption check wants exactly 0600, whatever the umask.
+  if (::fchmod(model.fd_.get(), 0600) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(temp)));
+  }
+  if (allocate) {
     // Reserves the tmpfs pages now: a full /dev/shm is this error, not a
     // SIGBUS in the middle of the copy.
-    int rc = ::posix_fallocate(model->fd_.get(), 0, static_cast<off_t>(size));
+    int rc = ::posix_fallocate(model.fd_.get(), 0, static_cast<off_t>(size));
     if (rc != 0) {
-      return ErrnoStatus(rc, absl::StrCat("reserving ", size, " bytes for ", PathOf(masters_temp)));
+      return ErrnoStatus(rc, absl::StrCat("reserving ", size, " bytes for ", PathOf(temp)));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(model->mapping_, Mapping::Map(model->fd_, size, Access::kReadWrite,
-                                                             /*populate=*/true));
-    auto* master = static_cast<std::byte*>(model->mapping_.data());
-    BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(model->block_count(), [&](size_t b) {
-      std::memcpy(master + model->master_offsets_[b], content + staging.offsets[b],
-                  model->layout_.blocks[b].bytes);
-      return absl::OkStatus();
-    }));
-    if (::fsync(model->fd_.get()) != 0) {
+  } else if (::ftruncate(model.fd_.get(), static_cast<off_t>(size)) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("sizing ", PathOf(temp), " to ", size, " bytes"));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(model.mapping_,
+                             Mapping::Map(model.fd_, size, Access::kReadWrite, allocate));
+  return absl::OkStatus();
+}
+
+absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_temp) const {
+  const std::string masters_name = absl::StrCat(model.id_, kMastersSuffix);
+  const std::string manifest_name = absl::StrCat(model.id_, kManifestSuffix);
+  const std::string manifest_temp = absl::StrCat(manifest_name, kTempSuffix);
+  const int dir = directory_fd_.get();
+  auto seal = [&]() -> absl::Status {
+    if (::fsync(model.fd_.get()) != 0) {
       return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(masters_temp)));
     }
-
-    raw = ::openat(dir, manifest_temp.c_str(),
-                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int raw = ::openat(dir, manifest_temp.c_str(),
+                       O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(manifest_temp)));
     UniqueFd manifest(raw);
     if (::fchmod(manifest.get(), 0600) != 0) {
       return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(manifest_temp)));
     }
-    BLOCKSWAP_RETURN_IF_ERROR(
-        WriteAll(manifest.get(), ManifestJson(*model), PathOf(manifest_temp)));
+    BLOCKSWAP_RETURN_IF_ERROR(WriteAll(manifest.get(), ManifestJson(model), PathOf(manifest_temp)));
     if (::fsync(manifest.get()) != 0) {
       return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(manifest_temp)));
     }
-
     // Pinned before the commit, so that a model that cannot be pinned leaves
     // only temporary files to remove.
-    BLOCKSWAP_RETURN_IF_ERROR(Pin(*model));
+    BLOCKSWAP_RETURN_IF_ERROR(Pin(model));
     if (::renameat(dir, masters_temp.c_str(), dir, masters_name.c_str()) != 0) {
       return ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(masters_temp)));
     }
@@ -562,13 +532,35 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::WriteMaster(std::unique_ptr<M
     ::fsync(dir);
     return absl::OkStatus();
   };
+  absl::Status status = seal();
+  if (!status.ok()) {
+    model.registration_.reset();
+    RemoveQuietly(masters_temp);
+    RemoveQuietly(manifest_temp);
+  }
+  return status;
+}
 
+absl::StatusOr<std::unique_ptr<Model>> ModelStore::WriteMaster(std::unique_ptr<Model> model,
+                                                               const std::byte* content,
+                                                               const BlockPlacement& staging) {
+  const std::string masters_temp = absl::StrCat(model->id_, kMastersSuffix, kTempSuffix);
+  auto write = [&]() -> absl::Status {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(model->masters_bytes_));
+    BLOCKSWAP_RETURN_IF_ERROR(CreateMasterFile(*model, masters_temp, /*allocate=*/true));
+    auto* master = static_cast<std::byte*>(model->mapping_.data());
+    return ParallelFor(model->block_count(), [&](size_t b) {
+      std::memcpy(master + model->master_offsets_[b], content + staging.offsets[b],
+                  model->layout_.blocks[b].bytes);
+      return absl::OkStatus();
+    });
+  };
   absl::Status status = write();
   if (!status.ok()) {
     RemoveQuietly(masters_temp);
-    RemoveQuietly(manifest_temp);
     return status;
   }
+  BLOCKSWAP_RETURN_IF_ERROR(SealMaster(*model, masters_temp));
   return model;
 }
 
@@ -603,6 +595,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
     absl::MutexLock lock(&mu_);
     while (true) {
       if (auto it = models_.find(id); it != models_.end()) {
+        TouchLocked(id);
         return RegisterResult{.model = it->second, .already_present = true};
       }
       // A registration of the same content elsewhere: its result is ours. If
@@ -610,7 +603,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
       if (!in_progress_.contains(id)) break;
       registration_done_.Wait(&mu_);
     }
-    BLOCKSWAP_RETURN_IF_ERROR(CheckBudget(master.total_bytes));
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
     in_progress_.insert(id);
     reserved_bytes_ += master.total_bytes;
   }
@@ -629,17 +622,16 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   reserved_bytes_ -= master.total_bytes;
   registration_done_.SignalAll();
   if (!written.ok()) return written.status();
-  std::shared_ptr<const Model> sealed = std::move(written).value();
-  models_.emplace(id, sealed);
-  pinned_bytes_ += sealed->masters_bytes();
-  ++stats_.copies;
-  return RegisterResult{.model = std::move(sealed), .already_present = false};
+  return RegisterResult{.model = PublishLocked(std::move(written).value()),
+                        .already_present = false};
 }
 
 std::shared_ptr<const Model> ModelStore::Find(absl::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(id);
-  return it == models_.end() ? nullptr : it->second;
+  if (it == models_.end()) return nullptr;
+  TouchLocked(it->first);
+  return it->second;
 }
 
 std::vector<std::shared_ptr<const Model>> ModelStore::List() const {
@@ -658,6 +650,207 @@ uint64_t ModelStore::pinned_bytes() const {
 ModelStoreStats ModelStore::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
+}
+
+uint64_t ModelStore::References(const std::shared_ptr<const Model>& model) {
+  long count = model.use_count();
+  return count > 1 ? static_cast<uint64_t>(count - 1) : 0;
+}
+
+void ModelStore::TouchLocked(const std::string& id) const { last_use_[id] = ++use_clock_; }
+
+std::shared_ptr<const Model> ModelStore::PublishLocked(std::unique_ptr<Model> model) {
+  std::shared_ptr<const Model> sealed = std::move(model);
+  models_.emplace(sealed->id(), sealed);
+  TouchLocked(sealed->id());
+  pinned_bytes_ += sealed->masters_bytes();
+  ++stats_.copies;
+  return sealed;
+}
+
+void ModelStore::EvictLocked(const std::string& id) {
+  auto it = models_.find(id);
+  if (it == models_.end()) return;
+  // The manifest first: without it a restarted daemon adopts nothing.
+  RemoveQuietly(absl::StrCat(id, kManifestSuffix));
+  RemoveQuietly(absl::StrCat(id, kMastersSuffix));
+  pinned_bytes_ -= it->second->masters_bytes();
+  ++stats_.evicted;
+  last_use_.erase(id);
+  models_.erase(it);  // unpins and unmaps: nobody else holds it
+}
+
+absl::Status ModelStore::MakeRoomLocked(uint64_t bytes) {
+  while (true) {
+    absl::Status fits = CheckBudget(bytes);
+    if (fits.ok()) fits = CheckFreeSpace(bytes);
+    if (fits.ok()) return fits;
+    const std::string* victim = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [id, model] : models_) {
+      if (References(model) != 0) continue;
+      auto use = last_use_.find(id);
+      uint64_t tick = use == last_use_.end() ? 0 : use->second;
+      if (victim == nullptr || tick < oldest) victim = &id, oldest = tick;
+    }
+    if (victim == nullptr) return fits;
+    std::string id = *victim;
+    EvictLocked(id);
+  }
+}
+
+void ModelStore::ReleaseReservation(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  reserved_bytes_ -= bytes;
+}
+
+absl::Status ModelStore::Evict(absl::string_view id) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(id);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
+  }
+  if (uint64_t refs = References(it->second); refs != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", it->first, " is still referenced ", refs,
+                     " time(s) (open in sessions or loads in flight); it can be evicted once "
+                     "no session holds it"));
+  }
+  EvictLocked(it->first);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VerifyResult> ModelStore::Verify(absl::string_view id) const {
+  std::shared_ptr<const Model> model = Find(id);
+  if (model == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
+  }
+  std::vector<char> bad(model->block_count(), 0);
+  BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(model->block_count(), [&](size_t b) {
+    bad[b] = Sha256Of(model->block(b), model->block_bytes(b)) != model->block_hashes()[b];
+    return absl::OkStatus();
+  }));
+  std::string listed;
+  for (size_t b = 0; b < bad.size(); ++b) {
+    if (bad[b]) absl::StrAppend(&listed, listed.empty() ? "" : ", ", b);
+  }
+  if (!listed.empty()) {
+    return absl::DataLossError(absl::StrCat("model ", model->id(), ": block(s) ", listed, " of ",
+                                            bad.size(), " no longer match their hashes"));
+  }
+  VerifyResult result;
+  result.blocks = model->block_count();
+  for (size_t b = 0; b < model->block_count(); ++b) result.bytes += model->block_bytes(b);
+  return result;
+}
+
+MasterDraft::~MasterDraft() {
+  model_.reset();  // unmaps and closes
+  if (store_ == nullptr) return;
+  if (!temp_name_.empty()) store_->RemoveQuietly(temp_name_);
+  if (reserved_ != 0) store_->ReleaseReservation(reserved_);
+}
+
+const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
+
+absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data,
+                               size_t bytes) const {
+  const auto* from = static_cast<const char*>(data);
+  auto at = static_cast<off_t>(model_->master_offsets_[b] + offset);
+  while (bytes > 0) {
+    ssize_t wrote = ::pwrite(model_->fd_.get(), from, bytes, at);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      int error = wrote < 0 ? errno : ENOSPC;
+      absl::Status status = ErrnoStatus(error, absl::StrCat("writing block ", b, " into ",
+                                                            store_->PathOf(temp_name_)));
+      if (error == ENOSPC) return absl::ResourceExhaustedError(status.message());
+      return status;
+    }
+    from += wrote;
+    at += wrote;
+    bytes -= static_cast<size_t>(wrote);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
+                                                                     absl::string_view name,
+                                                                     absl::string_view source) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (name.size() > kModelNameLimitBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name has ", name.size(), " bytes (limit ", kModelNameLimitBytes, ")"));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
+  auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
+    reserved_bytes_ += master.total_bytes;
+    draft->store_ = this;
+    draft->reserved_ = master.total_bytes;
+    draft->temp_name_ = absl::StrCat("draft-", next_draft_++, kMastersSuffix, kTempSuffix);
+  }
+  draft->model_ = std::unique_ptr<Model>(new Model());
+  Model& model = *draft->model_;
+  model.name_ = std::string(name);
+  model.source_ = std::string(source);
+  model.layout_ = layout;
+  model.master_offsets_ = std::move(master.offsets);
+  model.masters_bytes_ = master.total_bytes;
+  BLOCKSWAP_RETURN_IF_ERROR(CreateMasterFile(model, draft->temp_name_, /*allocate=*/false));
+  return draft;
+}
+
+absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDraft> draft,
+                                                       std::vector<Sha256Digest> hashes) {
+  Model& model = *draft->model_;
+  if (hashes.size() != model.block_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(hashes.size(), " block hashes for ",
+                                                   model.block_count(), " blocks"));
+  }
+  // The padding the writer left as holes is reserved now, before anyone maps
+  // the master: a full tmpfs is this error, never a SIGBUS later.
+  if (int rc = ::posix_fallocate(model.fd_.get(), 0, static_cast<off_t>(model.masters_bytes_));
+      rc != 0) {
+    absl::Status status = ErrnoStatus(rc, absl::StrCat("reserving ", model.masters_bytes_,
+                                                       " bytes for ", PathOf(draft->temp_name_)));
+    if (rc == ENOSPC) return absl::ResourceExhaustedError(status.message());
+    return status;
+  }
+  std::string id = ModelId(model.layout_, hashes);
+  std::shared_ptr<const Model> existing;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (auto it = models_.find(id); it != models_.end()) {
+        TouchLocked(id);
+        existing = it->second;
+        break;
+      }
+      if (!in_progress_.contains(id)) break;
+      registration_done_.Wait(&mu_);
+    }
+    if (existing == nullptr) in_progress_.insert(id);
+  }
+  if (existing != nullptr) {
+    draft.reset();  // outside the lock: it takes it to return its reservation
+    return RegisterResult{.model = std::move(existing), .already_present = true};
+  }
+  model.id_ = id;
+  model.block_hashes_ = std::move(hashes);
+  absl::Status sealed = SealMaster(model, draft->temp_name_);
+  draft->temp_name_.clear();  // renamed, or removed by SealMaster
+  uint64_t reserved = std::exchange(draft->reserved_, 0);
+  std::unique_ptr<Model> owned = std::move(draft->model_);
+  draft.reset();
+  absl::MutexLock lock(&mu_);
+  in_progress_.erase(id);
+  reserved_bytes_ -= reserved;
+  registration_done_.SignalAll();
+  if (!sealed.ok()) return sealed;
+  return RegisterResult{.model = PublishLocked(std::move(owned)), .already_present = false};
 }
 
 }  // namespace blockswap::daemon

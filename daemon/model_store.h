@@ -85,6 +85,9 @@ class Model {
 
   const std::string& id() const { return id_; }
   const std::string& name() const { return name_; }  // informational
+  // Where the content came from: "upload", or "file <path>[, <path>...]"
+  // (the daemon's view of the registered descriptors). Informational.
+  const std::string& source() const { return source_; }
   const ModelLayout& layout() const { return layout_; }
   const std::vector<Sha256Digest>& block_hashes() const { return block_hashes_; }
   size_t block_count() const { return layout_.blocks.size(); }
@@ -103,10 +106,12 @@ class Model {
 
  private:
   friend class ModelStore;
+  friend class MasterDraft;
   Model() = default;
 
   std::string id_;
   std::string name_;
+  std::string source_ = "upload";
   ModelLayout layout_;
   std::vector<Sha256Digest> block_hashes_;
   std::vector<uint64_t> master_offsets_;
@@ -129,6 +134,45 @@ struct ModelStoreStats {
   uint64_t adopted = 0;  // sealed models taken over at Open
   uint64_t removed = 0;  // other directory entries removed at Open
   uint64_t copies = 0;   // registrations that copied content into a master
+  uint64_t evicted = 0;  // models removed by Evict or to make room
+};
+
+class ModelStore;
+
+// A master file being written for content whose id is not known yet (a model
+// read from a file: the id needs the hashes of the bytes). Created by
+// ModelStore::BeginDraft, which has checked the room and reserved the budget;
+// the writer writes each block's bytes with Write (pwrite: the tmpfs pages
+// are allocated by the copy itself, never zeroed first), hashes them, then
+// hands the draft to CommitDraft, which reserves whatever is still a hole
+// (padding) before sealing. Destroying an uncommitted draft removes its
+// temporary file and returns the reservation, so a failed registration
+// leaves nothing behind. Thread-safe for writes to different ranges.
+class MasterDraft {
+ public:
+  ~MasterDraft();
+  MasterDraft(const MasterDraft&) = delete;
+  MasterDraft& operator=(const MasterDraft&) = delete;
+
+  const ModelLayout& layout() const;
+  // Writes `bytes` at `offset` of block b (pwrite into the master file). A
+  // full tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
+  absl::Status Write(size_t b, uint64_t offset, const void* data, size_t bytes) const;
+
+ private:
+  friend class ModelStore;
+  MasterDraft() = default;
+
+  ModelStore* store_ = nullptr;
+  std::unique_ptr<Model> model_;
+  std::string temp_name_;
+  uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
+};
+
+// What `blockswapctl verify` reports.
+struct VerifyResult {
+  size_t blocks = 0;
+  uint64_t bytes = 0;
 };
 
 // Thread-safe. Register may block (hashing, copying, waiting for a concurrent
@@ -136,6 +180,7 @@ struct ModelStoreStats {
 // only once no call is running; the models it handed out stay valid after it
 // (each owns its file, mapping and pinning), but the directory lock is gone.
 class ModelStore {
+  friend class MasterDraft;
  public:
   // Creates `options.directory` (mode 0700) or checks the existing one (a
   // directory, not a link, owned by geteuid(), no group/other permission),
@@ -162,14 +207,41 @@ class ModelStore {
   absl::StatusOr<RegisterResult> Register(absl::string_view name, const ModelLayout& layout,
                                           const std::byte* content, size_t content_bytes);
 
+  // Capacity: when the model would exceed max_pinned_bytes or the directory's
+  // free space, sealed models no session holds are evicted, least recently
+  // used first, until it fits (or nothing more can go).
+  //
   // Whether a model whose masters take `bytes` could be registered now, so
   // that an upload can be refused before the client fills a staging area:
   // RESOURCE_EXHAUSTED with Register's messages otherwise. Advisory (a
   // concurrent registration may take the room meanwhile) and pessimistic for
   // content that turns out to be registered already, which needs no room.
-  absl::Status CheckCapacity(uint64_t bytes) const;
+  absl::Status CheckCapacity(uint64_t bytes);
 
-  // The sealed model with this id, or nullptr.
+  // A master file for `layout` (see MasterDraft): checks the capacity (making
+  // room as Register does), reserves the budget and creates the temporary
+  // file. `name` and `source` are informational.
+  absl::StatusOr<std::unique_ptr<MasterDraft>> BeginDraft(const ModelLayout& layout,
+                                                          absl::string_view name,
+                                                          absl::string_view source);
+  // Seals a filled draft whose block hashes are `hashes`: computes the id and
+  // either returns the sealed model of that id (already_present; the draft
+  // is dropped) or commits the draft under it as Register does.
+  absl::StatusOr<RegisterResult> CommitDraft(std::unique_ptr<MasterDraft> draft,
+                                             std::vector<Sha256Digest> hashes);
+
+  // Removes a sealed model that no session holds: FAILED_PRECONDITION naming
+  // how many references remain otherwise, NOT_FOUND for an unknown id.
+  absl::Status Evict(absl::string_view id);
+  // Re-hashes every block of the master and compares it with the manifest's
+  // hash: DATA_LOSS naming the blocks that differ.
+  absl::StatusOr<VerifyResult> Verify(absl::string_view id) const;
+  // References to `model` besides the store's own (sessions, loads in
+  // flight): 0 means it is kept only until its room is needed.
+  static uint64_t References(const std::shared_ptr<const Model>& model);
+
+  // The sealed model with this id, or nullptr. Counts as a use for the LRU
+  // order of eviction.
   std::shared_ptr<const Model> Find(absl::string_view id) const;
   // Every sealed model, by id.
   std::vector<std::shared_ptr<const Model>> List() const;
@@ -193,6 +265,23 @@ class ModelStore {
                                                      const std::byte* content,
                                                      const BlockPlacement& staging);
   absl::Status Pin(Model& model) const;
+  // Creates `temp` (mode 0600) of model.masters_bytes_ in model.fd_ and maps
+  // it read-write; `allocate`: reserves every page (posix_fallocate) and
+  // populates the mapping.
+  absl::Status CreateMasterFile(Model& model, const std::string& temp, bool allocate) const;
+  // Writes the manifest, pins, and renames `masters_temp` and the manifest
+  // into place (the commit point). Removes what it wrote on failure.
+  absl::Status SealMaster(Model& model, const std::string& masters_temp) const;
+  // Publishes a sealed model (mu_ held).
+  std::shared_ptr<const Model> PublishLocked(std::unique_ptr<Model> model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts unreferenced models, least recently used first, until `bytes` more
+  // fit the budget and the free space; the error of the check that still
+  // fails otherwise.
+  absl::Status MakeRoomLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseReservation(uint64_t bytes);
   absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes) const;
   void RemoveQuietly(const std::string& name) const;
@@ -209,6 +298,10 @@ class ModelStore {
   std::set<std::string, std::less<>> in_progress_ ABSL_GUARDED_BY(mu_);
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
+  uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
+  // LRU order: the tick of each model's last use.
+  mutable uint64_t use_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::map<std::string, uint64_t, std::less<>> last_use_ ABSL_GUARDED_BY(mu_);
   ModelStoreStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,8 @@
 #include "daemon/request_validation.h"
 
+#include <set>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "shared/status.h"
 
@@ -81,6 +84,40 @@ absl::Status ValidateLoad(const v1::LoadRequest& request, const LoadTarget& targ
   }
   if (request.generation() == 0) {
     return absl::InvalidArgumentError("generation 0 is never loaded (generations start at 1)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request) {
+  constexpr int kMaxOffers = 4096;
+  if (request.file_offers_size() == 0 || request.file_offers_size() > kMaxOffers) {
+    return absl::InvalidArgumentError(absl::StrCat("a file registration names ",
+                                                   request.file_offers_size(),
+                                                   " file offers (1..", kMaxOffers, ")"));
+  }
+  std::set<uint64_t> offers(request.file_offers().begin(), request.file_offers().end());
+  if (offers.size() != static_cast<size_t>(request.file_offers_size())) {
+    return absl::InvalidArgumentError("a file registration names one file offer twice");
+  }
+  if (request.block_pattern().empty()) {
+    return absl::InvalidArgumentError(
+        "a file registration needs a block pattern (a regex with one capture group for the "
+        "block index)");
+  }
+  for (const auto& [what, text] : {std::pair{"block pattern", &request.block_pattern()},
+                                   std::pair{"selector", &request.select()}}) {
+    if (text->size() > kMaxPatternBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has ", text->size(),
+                                                     " bytes (limit ", kMaxPatternBytes, ")"));
+    }
+  }
+  if (request.select_rank() > kMaxSelectRank) {
+    return absl::InvalidArgumentError(absl::StrCat("select_rank ", request.select_rank(),
+                                                   " is over the limit of ", kMaxSelectRank));
+  }
+  if (request.name().size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model name has ", request.name().size(),
+                                                   " bytes (limit ", kMaxModelNameBytes, ")"));
   }
   return absl::OkStatus();
 }

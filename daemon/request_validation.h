@@ -46,6 +46,15 @@ struct LoadTarget {
 };
 absl::Status ValidateLoad(const v1::LoadRequest& request, const LoadTarget& target);
 
+// Bounds of a file registration's strings (the patterns are compiled by RE2,
+// whose cost is linear in them).
+inline constexpr size_t kMaxPatternBytes = 4096;
+inline constexpr uint32_t kMaxSelectRank = 64;
+// 1..4096 distinct offers, a non-empty block pattern and a selector of at
+// most kMaxPatternBytes, a rank of at most kMaxSelectRank, a name of at most
+// kMaxModelNameBytes.
+absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request);
+
 }  // namespace blockswap::daemon
 
 #endif  // BLOCKSWAP_DAEMON_REQUEST_VALIDATION_H_

@@ -65,6 +65,9 @@ class Session {
   std::map<uint64_t, SessionRing> rings ABSL_GUARDED_BY(mu);
   std::map<uint64_t, Upload> uploads ABSL_GUARDED_BY(mu);
   std::map<std::string, std::shared_ptr<const Model>> models ABSL_GUARDED_BY(mu);
+  // Descriptors of files offered on the side channel, by offer id, until a
+  // RegisterFile names them (daemon/file_offers.h).
+  std::map<uint64_t, UniqueFd> file_offers ABSL_GUARDED_BY(mu);
   std::vector<v1::PassStats> pass_stats ABSL_GUARDED_BY(mu);
   uint64_t loads ABSL_GUARDED_BY(mu) = 0;
   uint64_t rejected_loads ABSL_GUARDED_BY(mu) = 0;

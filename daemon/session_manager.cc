@@ -1,5 +1,7 @@
 #include "daemon/session_manager.h"
 
+#include "daemon/file_offers.h"
+
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -336,6 +338,45 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(
   reply.mutable_masters()->set_index(0);
   for (uint64_t offset : model->master_offsets()) reply.add_master_offsets(offset);
   reply.set_masters_bytes(model->masters_bytes());
+  return reply;
+}
+
+absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
+    Session& session, const v1::RegisterFileRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateRegisterFile(request));
+  std::vector<UniqueFd> files;
+  {
+    absl::MutexLock lock(&session.mu);
+    if (session.ended) return absl::UnauthenticatedError("the session has ended");
+    if (!session.side_channel.valid()) {
+      return absl::FailedPreconditionError("the session has no side channel to offer files on");
+    }
+    absl::Status drained = DrainFileOffers(session.side_channel, &session.file_offers);
+    if (!drained.ok()) {
+      session.side_channel.Reset();  // its message boundaries may be lost
+      return drained;
+    }
+    for (uint64_t offer : request.file_offers()) {
+      auto it = session.file_offers.find(offer);
+      if (it == session.file_offers.end()) {
+        return absl::NotFoundError(absl::StrCat(
+            "file offer ", offer, " did not arrive on the side channel (send it before the call)"));
+      }
+      files.push_back(std::move(it->second));
+      session.file_offers.erase(it);
+    }
+  }
+  IngestSpec spec{request.block_pattern(), request.select(), request.select_rank()};
+  BLOCKSWAP_ASSIGN_OR_RETURN(IngestResult result,
+                             file_ingest_.Register(std::move(files), spec, request.name()));
+  v1::RegisterFileReply reply;
+  reply.set_read_file(result.read_file);
+  BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_model(),
+                             ModelReply(session, result.model, !result.read_file));
+  if (result.extras != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_extras(),
+                               ModelReply(session, result.extras, !result.read_file));
+  }
   return reply;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device_worker.h"
+#include "daemon/file_ingest.h"
 #include "daemon/model_store.h"
 #include "daemon/quota.h"
 #include "daemon/request_validation.h"
@@ -64,6 +65,12 @@ class SessionManager final : public SideChannelAcceptor {
   absl::Status SubmitLoad(Session& session, const v1::LoadRequest& request,
                           std::shared_ptr<LoadEventSink> sink);
   void ReportStats(Session& session, const v1::ReportStatsRequest& request);
+  // Registers a model from files the client offered on its side channel
+  // (daemon/file_ingest.h) and opens it (and its extras) in the session.
+  // Slow (reads and hashes the file): never call it on a reactor thread.
+  absl::StatusOr<v1::RegisterFileReply> RegisterFile(Session& session,
+                                                     const v1::RegisterFileRequest& request);
+  const FileIngest& file_ingest() const { return file_ingest_; }
 
   absl::Status AcceptSideChannel(absl::string_view token, const Peer& peer,
                                  UniqueFd socket) override;
@@ -97,6 +104,7 @@ class SessionManager final : public SideChannelAcceptor {
   const uint64_t boot_id_;
   const RequestLimits limits_;
   QuotaPolicy quotas_;
+  FileIngest file_ingest_{store_};
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>, std::less<>> by_token_ ABSL_GUARDED_BY(mu_);

@@ -20,7 +20,7 @@ debian_packages=(
   libabsl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
-  libssl-dev libsystemd-dev yamllint python3-yaml systemd
+  libssl-dev libsystemd-dev yamllint python3-yaml systemd libre2-dev
   patchelf
   python3 python3-venv
 )

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "shared/dtype.h"
 
 // OpenSSL's digest context, owned by Sha256 (kept out of this header).
 struct evp_md_ctx_st;
@@ -67,18 +68,6 @@ struct LayoutLimits {
   uint64_t max_rank = 64;                        // dimensions of one tensor
   uint64_t max_total_bytes = uint64_t{1} << 46;  // sum of block sizes
 };
-
-// Bits per element of a safetensors dtype: F64 F32 F16 BF16, F8_E4M3 F8_E5M2
-// F8_E8M0 F8_E4M3FNUZ F8_E5M2FNUZ, F6_E2M3 F6_E3M2 (6), F4 (4), I64 I32 I16
-// I8, U64 U32 U16 U8, C64 (64), BOOL (8). Spelling is exact (upper case).
-// INVALID_ARGUMENT naming any other.
-absl::StatusOr<uint32_t> DtypeBits(absl::string_view dtype);
-
-// Bytes of a dense tensor: elements (1 for a scalar) x bits / 8. Sub-byte
-// dtypes are packed, so the bit count must be a whole number of bytes (an F4
-// tensor needs an even element count); INVALID_ARGUMENT otherwise or on
-// overflow.
-absl::StatusOr<uint64_t> TensorBytes(absl::string_view dtype, absl::Span<const uint64_t> shape);
 
 // Packs `tensors` (name, dtype and shape set; offset and length ignored) in
 // the given order: each at the next kTensorAlignment-aligned offset after the

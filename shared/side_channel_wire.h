@@ -52,6 +52,20 @@ struct FdBatchHeader {
 };
 static_assert(sizeof(FdBatchHeader) == 16, "a batch header is 16 bytes on the wire");
 
+// A file offer: the client opens a file it wants registered and sends its
+// descriptor to the daemon on the side channel with this header (the one
+// message a client writes after its hello), then names `offer` in
+// RegisterFileRequest.file_offers. The daemon takes the offers waiting on the
+// channel when that call arrives, so the client sends each offer before the
+// call that names it.
+inline constexpr char kFileOfferMagic[4] = {'B', 'S', 'F', 'O'};
+struct FileOfferHeader {
+  char magic[4];      // kFileOfferMagic
+  uint32_t fd_count;  // always 1
+  uint64_t offer;     // chosen by the client, unique within its session
+};
+static_assert(sizeof(FileOfferHeader) == 16, "a file offer header is 16 bytes on the wire");
+
 inline bool IsValidSessionToken(absl::string_view token) {
   if (token.size() != kSessionTokenBytes) return false;
   for (char c : token) {

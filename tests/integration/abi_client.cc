@@ -7,9 +7,15 @@
 //   blockswap_abi_client --socket=PATH [--seed=N --blocks=N --elements=N
 //                        --slots=N --passes=N --report=FILE]
 //                        [--scheduler-blocks=N [--reconnect-timeout-ms=N --hook-sleep-us=N]]
+//   blockswap_abi_client --socket=PATH --file=F.safetensors --block-pattern=RE
+//                        [--select=RE] [--report=FILE]
+// The second form registers the file (bs_model_register_file), reports the
+// model, its extras and its layout, and streams every block once, comparing
+// each slot with the master view.
 // Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -103,6 +109,36 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
   return 0;
 }
 
+// The --file form.
+int RunFile(blockswap::Client& client, const blockswap::testing::KeyValueArgs& args,
+            std::ofstream& report) {
+  std::unique_ptr<blockswap::Model> extras;
+  blockswap::Model model = client.RegisterFile(args.Str("file"), args.Str("block-pattern"),
+                                               args.Str("select", ""), 0, &extras);
+  report << "model " << model.id() << "\n";
+  report << "extras " << (extras ? extras->id() : "none") << "\n";
+  report << "blocks " << model.block_count() << "\n";
+  uint64_t slot_bytes = 0;
+  for (uint32_t b = 0; b < model.block_count(); ++b) {
+    slot_bytes = std::max<uint64_t>(slot_bytes, model.block_bytes(b));
+    for (uint32_t t = 0; t < model.tensor_count(b); ++t) {
+      bs_tensor_info info = model.tensor(b, t);
+      report << "tensor " << b << " " << info.name << " " << info.dtype << " " << info.offset
+             << "\n";
+    }
+  }
+  blockswap::Ring ring = client.CreateRing(client.devices().front(), 1, slot_bytes);
+  uint64_t wrong = 0;
+  for (uint32_t b = 0; b < model.block_count(); ++b) {
+    ring.Load(0, model, b);
+    ring.Wait(0);
+    wrong += std::memcmp(ring.slot(0), model.master(b), model.block_bytes(b)) != 0;
+    ring.Release(0);
+  }
+  report << "wrong " << wrong << "\n";
+  return wrong == 0 ? 0 : 10;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,6 +153,7 @@ int main(int argc, char** argv) {
   std::ofstream report(args.Str("report", "/dev/null"), std::ios::app);
   try {
     blockswap::Client client(args.Str("socket"), "abi-client");
+    if (args.Has("file")) return RunFile(client, args, report);
     std::vector<blockswap::Block> model_blocks(blocks);
     for (uint32_t b = 0; b < blocks; ++b) {
       for (int t = 0; t < kTensorsPerBlock; ++t) {

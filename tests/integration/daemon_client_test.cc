@@ -23,6 +23,9 @@
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/safetensors_writer.h"
+#include "client/connection.h"
+#include "client/model.h"
 
 namespace blockswap::testing {
 namespace {
@@ -48,6 +51,50 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).model_id(), model);
   EXPECT_EQ(CountShm(".masters"), 1) << "one set of masters";
+}
+
+TEST_F(DaemonClientTest, AFileRegisteredThroughTheCAbiIsTheModelAnUploadGets) {
+  StartDaemon();
+  const std::string file = dirs_->temp_dir() + "/abi.safetensors";
+  ASSERT_TRUE(blockswap::testing::WriteSafetensorsFile(
+                  file, blockswap::testing::TransformerTensors(3, 2, 8), /*seed=*/9)
+                  .ok());
+  auto abi_client = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswap_abi_client",
+      {.args = {"--socket=" + dirs_->socket_path(), "--file=" + file,
+                R"(--block-pattern=^transformer_blocks\.(\d+)\.)", R"(--select=\.weight$)",
+                "--report=" + ReportPath("file")},
+       .env = {}});
+  ASSERT_TRUE(abi_client.ok()) << abi_client.status();
+  auto code = abi_client->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, kClientOk);
+  ReportLines report = ReadRoleReport(ReportPath("file"));
+  EXPECT_EQ(FirstValue(report, "blocks"), "3");
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
+  EXPECT_NE(FirstValue(report, "extras"), "none");
+  ASSERT_EQ(report["tensor"].size(), 6u);
+  EXPECT_EQ(report["tensor"][1], "0 attn.w1.weight F32 2048");
+
+  // This process uploads the same weights: the same model.
+  auto connection = client::Connection::Connect(dirs_->socket_path(), "uploader");
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  std::vector<std::string> bytes;
+  bytes.reserve(6);
+  std::vector<std::vector<client::TensorUpload>> blocks(3);
+  for (int b = 0; b < 3; ++b) {
+    for (int w = 0; w < 2; ++w) {
+      bytes.push_back(blockswap::testing::TensorContent(
+          absl::StrCat("transformer_blocks.", b, ".attn.w", w, ".weight"), 8 * 64 * 4, 9));
+      blocks[b].push_back({.spec = {.name = absl::StrCat("attn.w", w, ".weight"),
+                                    .dtype = "F32",
+                                    .shape = {8, 64}},
+                           .data = bytes.back().data()});
+    }
+  }
+  auto uploaded = client::Model::Register(**connection, "upload", blocks);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_EQ((*uploaded)->id(), FirstValue(report, "model"));
 }
 
 TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {

@@ -100,6 +100,29 @@ typedef struct bs_block_desc {
  * same content registered by any process is one model (same id). */
 int bs_model_register(bs_client* client, const char* name, const bs_block_desc* blocks,
                       uint32_t block_count, bs_model** out);
+/* Registration straight from safetensors files: the daemon reads the file
+ * once per node (this process never holds the weights), groups tensors into
+ * blocks by `block_pattern` and packs each block in the file's order. */
+typedef struct bs_file_options {
+  const char* block_pattern; /* RE2 with one capture group, the block index,
+                                e.g. "^transformer_blocks\\.(\\d+)\\."; the
+                                tensor's name in the block is what follows */
+  const char* select;        /* RE2 searched in the full name, e.g. "\\.weight$";
+                                NULL or "": every tensor of a block */
+  uint32_t select_rank;      /* only tensors of this many dimensions; 0: any */
+  const char* name;          /* informational; NULL: the file's name */
+} bs_file_options;
+/* Registers the model of `path` (a .safetensors file, or a sharded
+ * checkpoint's *.index.json) and opens it; this process opens the files (the
+ * daemon reads only what its client can) and passes them to the daemon. The
+ * id is the one bs_model_register gives the same blocks; registering an
+ * unchanged file again reads nothing. `*extras` (when `extras` is not NULL)
+ * receives the tensors not streamed (outside every block or not selected),
+ * one block under their full names, or NULL when there are none. NOT_FOUND
+ * when the pattern or selector matches nothing; INVALID_ARGUMENT for a bad
+ * file; RESOURCE_EXHAUSTED when the daemon has no room. */
+int bs_model_register_file(bs_client* client, const char* path, const bs_file_options* options,
+                           bs_model** model, bs_model** extras);
 /* Opens a model registered before, by its id (64 hex digits). */
 int bs_model_open(bs_client* client, const char* model_id, bs_model** out);
 void bs_model_close(bs_model* model);

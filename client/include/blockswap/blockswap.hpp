@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,6 +153,24 @@ class Client {
                                     static_cast<uint32_t>(descs.size()), &model),
                   "bs_model_register");
     return Model(model);
+  }
+
+  // A model read by the daemon from a safetensors file (bs_model_register_file);
+  // `extras`, when given, receives the tensors not streamed (empty when none).
+  Model RegisterFile(const std::string& path, const std::string& block_pattern,
+                     const std::string& select = "", uint32_t select_rank = 0,
+                     std::unique_ptr<Model>* extras = nullptr) {
+    bs_file_options options{block_pattern.c_str(), select.c_str(), select_rank, nullptr};
+    bs_model* model = nullptr;
+    bs_model* extras_model = nullptr;
+    detail::Check(bs_model_register_file(handle_.ptr, path.c_str(), &options, &model,
+                                         extras == nullptr ? nullptr : &extras_model),
+                  "bs_model_register_file");
+    Model result(model);
+    if (extras != nullptr) {
+      extras->reset(extras_model == nullptr ? nullptr : new Model(extras_model));
+    }
+    return result;
   }
 
   Model Open(const std::string& model_id) {
