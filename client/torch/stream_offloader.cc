@@ -151,6 +151,49 @@ std::string FormatPassStats(const PassStats& s) {
   return line;
 }
 
+c10::IValue ToDevice(const c10::IValue& value, const c10::Device& device, bool non_blocking) {
+  if (value.isTensor()) return value.toTensor().to(device, non_blocking);
+  if (value.isTensorList()) {
+    c10::List<Tensor> moved;
+    for (const Tensor& t : value.toTensorList()) moved.push_back(t.to(device, non_blocking));
+    return moved;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList moved(value.toList().elementType());
+    for (const c10::IValue& element : value.toList()) {
+      moved.push_back(ToDevice(element, device, non_blocking));
+    }
+    return moved;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> moved;
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      moved.push_back(ToDevice(element, device, non_blocking));
+    }
+    return c10::ivalue::Tuple::create(std::move(moved));
+  }
+  if (value.isGenericDict()) {
+    const c10::impl::GenericDict dict = value.toGenericDict();
+    c10::impl::GenericDict moved(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) {
+      moved.insert(entry.key(), ToDevice(entry.value(), device, non_blocking));
+    }
+    return moved;
+  }
+  return value;
+}
+
+c10::IValue ToCpu(const c10::IValue& value) { return ToDevice(value, c10::Device(c10::kCPU)); }
+
+BlockFnList CpuOffloadingWrapper(BlockFnList fn, const c10::Device& device) {
+  return [fn = std::move(fn), device](const Tensors& inputs) {
+    Tensors on_device, on_cpu;
+    for (const Tensor& input : inputs) on_device.push_back(input.to(device));
+    for (const Tensor& output : fn(on_device)) on_cpu.push_back(output.cpu());
+    return on_cpu;
+  };
+}
+
 struct StreamOffloader::Impl {
   // One streamed tensor of a streaming block.
   struct Streamed {
@@ -159,7 +202,7 @@ struct StreamOffloader::Impl {
     std::vector<int64_t> sizes;
     at::ScalarType dtype;
     uint64_t offset = 0;  // in the model block / ring slot
-    Tensor master;        // view of the daemon's read-only master
+    Tensor master = {};   // view of the daemon's read-only master
   };
 
   BlockSwapConfig config;
@@ -309,7 +352,17 @@ struct CheckpointState : ::torch::CustomClassHolder {
   uint32_t block = 0;
   BlockFnList fn;
   std::vector<bool> requires_grad;  // per real input (the anchor excluded)
+  // offload_activations: the first input lives on the host until backward.
+  std::optional<c10::Device> offloaded_from;
 };
+
+// A host copy of `x`, made asynchronously (pinned memory) from a cuda tensor.
+Tensor HostCopy(const Tensor& x) {
+  if (!x.is_cuda()) return x.to(at::kCPU);
+  Tensor host = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(x, /*non_blocking=*/true);
+  return host;
+}
 
 // The block as a gradient checkpoint: forward without a graph, backward
 // recomputes it with the weights bound now, backpropagates through it, then
@@ -322,7 +375,9 @@ class BlockCheckpoint : public ::torch::autograd::Function<BlockCheckpoint> {
                          c10::IValue state) {
     auto* s = static_cast<CheckpointState*>(state.toCapsule().get());
     ctx->saved_data["state"] = state;
-    ctx->save_for_backward(inputs.vec());
+    Tensors saved = inputs.vec();
+    if (s->offloaded_from.has_value()) saved[0] = HostCopy(saved[0]);
+    ctx->save_for_backward(saved);
     at::NoGradGuard no_grad;
     return s->fn(Tensors(inputs.begin(), inputs.begin() + s->requires_grad.size()));
   }
@@ -330,7 +385,10 @@ class BlockCheckpoint : public ::torch::autograd::Function<BlockCheckpoint> {
   static Tensors backward(::torch::autograd::AutogradContext* ctx, Tensors grad_outputs) {
     auto state = ctx->saved_data["state"].toCapsule();
     auto* s = static_cast<CheckpointState*>(state.get());
-    const Tensors saved = ctx->get_saved_variables();
+    Tensors saved = ctx->get_saved_variables();
+    if (s->offloaded_from.has_value()) {
+      saved[0] = saved[0].to(*s->offloaded_from, /*non_blocking=*/true);
+    }
     const size_t real = s->requires_grad.size();
     Tensors inputs;
     for (size_t i = 0; i < real; ++i) {
@@ -572,6 +630,9 @@ Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const
   state->offloader = this;
   state->block = block;
   state->fn = fn;
+  if (m.config.offload_activations && !inputs.empty() && inputs[0].defined()) {
+    state->offloaded_from = inputs[0].device();
+  }
   bool any = false;
   for (const Tensor& input : inputs) {
     state->requires_grad.push_back(input.defined() && input.requires_grad());

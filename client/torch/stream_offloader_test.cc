@@ -316,6 +316,52 @@ TEST_F(TorchLayerTest, TheSelectorMayStreamSeveralTensorsPerModule) {
   EXPECT_TRUE(bias >= slot && bias < slot + offloader.slot_bytes());
 }
 
+TEST_F(TorchLayerTest, OffloadedActivationsTrainIdentically) {
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const Trained expected = Train(resident, nullptr);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(3, 2);
+  config.offload_activations = true;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  const Trained got = Train(blocks, &offloader);
+  EXPECT_EQ(got.losses, expected.losses);
+  for (size_t p = 0; p < expected.grads.back().size(); ++p) {
+    EXPECT_TRUE(::torch::equal(got.grads.back()[p], expected.grads.back()[p])) << "adapter " << p;
+  }
+}
+
+TEST(TorchContainersTest, NestedContainersMoveEveryTensorAndKeepTheRest) {
+  // The meta device stands in for an accelerator: a move is visible without one.
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  dict.insert("scale", ::torch::ones({2}));
+  c10::List<at::Tensor> list({::torch::zeros({1}), ::torch::zeros({3})});
+  const c10::IValue nested = c10::ivalue::Tuple::create(
+      {c10::IValue(::torch::ones({4})), c10::IValue(list), c10::IValue(dict), c10::IValue(7)});
+  const c10::IValue moved = ToDevice(nested, c10::Device(c10::kMeta));
+  const auto& elements = moved.toTupleRef().elements();
+  ASSERT_EQ(elements.size(), 4u);
+  EXPECT_TRUE(elements[0].toTensor().is_meta());
+  const c10::List<at::Tensor> moved_list = elements[1].toTensorList();
+  ASSERT_EQ(moved_list.size(), 2u);
+  EXPECT_TRUE(moved_list.get(1).is_meta());
+  EXPECT_EQ(moved_list.get(1).sizes(), at::IntArrayRef({3}));
+  EXPECT_TRUE(elements[2].toGenericDict().at("scale").toTensor().is_meta());
+  EXPECT_EQ(elements[3].toInt(), 7);
+  EXPECT_TRUE(ToCpu(nested).toTupleRef().elements()[0].toTensor().is_cpu());
+
+  std::vector<bool> inputs_on_meta;
+  BlockFnList wrapped = CpuOffloadingWrapper(
+      [&inputs_on_meta](const std::vector<at::Tensor>& inputs) {
+        for (const at::Tensor& t : inputs) inputs_on_meta.push_back(t.is_meta());
+        return std::vector<at::Tensor>{::torch::ones(inputs[0].sizes())};
+      },
+      c10::Device(c10::kMeta));
+  const std::vector<at::Tensor> out = wrapped({::torch::ones({2, 2}), ::torch::ones({1})});
+  EXPECT_EQ(inputs_on_meta, std::vector<bool>({true, true}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].is_cpu());
+}
+
 TEST_F(TorchLayerTest, IdenticalContentIsOneModel) {
   const std::vector<blockswap_lora::Block> first = blockswap_lora::MakeStack(SmallStack());
   const std::vector<blockswap_lora::Block> second = blockswap_lora::MakeStack(SmallStack());

@@ -33,6 +33,7 @@
 #define BLOCKSWAP_TORCH_H_
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 #include <torch/nn/module.h>
@@ -84,6 +85,10 @@ struct BlockSwapConfig {
   // Test mode: fill a slot with 0xFF bytes (NaN for floats) right before it
   // is handed back for its next load, so a stale read cannot pass.
   bool poison_released_slots = false;
+  // The reference's offloaded checkpoint: the checkpoint keeps its first
+  // input (the hidden states) on the host, copied asynchronously (pinned
+  // memory on cuda), and brings it back for the recompute.
+  bool offload_activations = false;
 };
 
 enum class Direction { kForward = 1, kBackward = 2 };
@@ -103,6 +108,16 @@ std::string FormatPassStats(const PassStats& stats);
 
 using BlockFn = std::function<at::Tensor(const at::Tensor&)>;
 using BlockFnList = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+// The reference's to_device / to_cpu: every tensor of a nested container
+// (lists, tuples, dicts as IValues, to any depth) moved to `device`; other
+// values come back unchanged.
+c10::IValue ToDevice(const c10::IValue& value, const c10::Device& device,
+                     bool non_blocking = false);
+c10::IValue ToCpu(const c10::IValue& value);
+// The reference's create_cpu_offloading_wrapper: `fn` with its inputs moved
+// to `device` before it runs and its outputs moved to the CPU after.
+BlockFnList CpuOffloadingWrapper(BlockFnList fn, const c10::Device& device);
 
 class StreamOffloader {
  public:
