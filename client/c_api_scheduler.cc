@@ -34,6 +34,26 @@ int Direction(blockswap::client::Phase phase) {
 
 extern "C" {
 
+int bs_place_blocks(uint32_t num_blocks, uint32_t blocks_to_swap, uint32_t ring_size,
+                    uint32_t* streaming, uint32_t capacity, uint32_t* count, uint32_t* ring_slots) {
+  if (streaming == nullptr && capacity != 0) {
+    return InvalidArgument("bs_place_blocks: streaming is NULL but capacity is not 0");
+  }
+  return Guard([&]() -> absl::Status {
+    auto placement = blockswap::client::PlaceBlocks(num_blocks, blocks_to_swap, ring_size);
+    if (!placement.ok()) return placement.status();
+    const auto& blocks = placement->streaming;
+    if (streaming != nullptr && blocks.size() > capacity) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(blocks.size(), " blocks stream but `streaming` has room for ", capacity));
+    }
+    for (size_t r = 0; streaming != nullptr && r < blocks.size(); ++r) streaming[r] = blocks[r];
+    if (count != nullptr) *count = static_cast<uint32_t>(blocks.size());
+    if (ring_slots != nullptr) *ring_slots = placement->ring_slots;
+    return absl::OkStatus();
+  });
+}
+
 int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
                         const bs_scheduler_config* config, void* stream, bs_bind_fn on_bind,
                         void* user_data, bs_scheduler** out) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# two_demos.sh BIN_DIR [BLOCKSWAP_DEMO_ARGS...]
+# [BLOCKSWAP_DEMO=PROGRAM] two_demos.sh BIN_DIR [DEMO_ARGS...]
 #
 # Starts blockswapd (BIN_DIR/blockswapd, --backend auto: the host backend
 # where there is no GPU) on a temporary socket and master directory, runs two
-# blockswap-demo processes at once with the same arguments (so they share one
+# demo processes (BIN_DIR/$BLOCKSWAP_DEMO, default blockswap-demo; also
+# blockswap-torch-demo) at once with the same arguments (so they share one
 # model), shows `blockswapctl residency`, `stats` and `models` while they run
 # and after, then stops the daemon with SIGTERM. Used by ctest (tests/demo/)
 # and deploy/quickstart.sh.
@@ -20,7 +21,8 @@ if [[ $# -lt 1 ]]; then
 fi
 bin=$(cd "$1" && pwd)
 shift
-for tool in blockswapd blockswapctl blockswap-demo; do
+demo=${BLOCKSWAP_DEMO:-blockswap-demo}
+for tool in blockswapd blockswapctl "${demo}"; do
   if [[ ! -x ${bin}/${tool} ]]; then
     echo "two_demos: ${bin}/${tool} is missing (build it first)" >&2
     exit 2
@@ -75,7 +77,7 @@ done
 ctl health >/dev/null
 
 for i in 1 2; do
-  "${bin}/blockswap-demo" --socket "${socket}" --name "demo-${i}" "$@" \
+  "${bin}/${demo}" --socket "${socket}" --name "demo-${i}" "$@" \
     >"${scratch}/demo-${i}.log" 2>&1 &
   demo_pids+=($!)
 done

@@ -14,8 +14,6 @@
 #include <filesystem>
 #include <utility>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
 #include "shared/status.h"
 #include "shared/unique_fd.h"
@@ -108,11 +106,6 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
 absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
   process_.Kill(signal);
   return process_.Wait(timeout);
-}
-
-std::unique_ptr<v1::Admin::Stub> DaemonProcess::Admin() const {
-  return v1::Admin::NewStub(
-      grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()));
 }
 
 }  // namespace blockswap::testing

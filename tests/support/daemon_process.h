@@ -57,6 +57,8 @@ class DaemonProcess {
   absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(20));
 
   // An Admin stub on the daemon's socket (the test process is root: allowed).
+  // Defined in daemon_process_admin.cc: only in blockswap_daemon_process, not
+  // in blockswap_daemon_launcher (for binaries that link libblockswap.so).
   std::unique_ptr<v1::Admin::Stub> Admin() const;
 
  private:

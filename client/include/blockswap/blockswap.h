@@ -203,6 +203,15 @@ typedef struct bs_pass_stats {
   uint64_t rebinds;
 } bs_pass_stats;
 
+/* The placement a scheduler with this configuration uses, without a daemon:
+ * the streaming block indices, ascending (rank r is streaming[r]), into
+ * `streaming` (room for `capacity`; NULL with capacity 0 asks only for the
+ * count), their number into *count and the ring size after the clamp into
+ * *ring_slots (either may be NULL). An integration calls it to know which
+ * blocks to register before it creates the scheduler. */
+int bs_place_blocks(uint32_t num_blocks, uint32_t blocks_to_swap, uint32_t ring_size,
+                    uint32_t* streaming, uint32_t capacity, uint32_t* count, uint32_t* ring_slots);
+
 int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
                         const bs_scheduler_config* config, void* stream, bs_bind_fn on_bind,
                         void* user_data, bs_scheduler** out);

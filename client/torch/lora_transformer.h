@@ -1,0 +1,113 @@
+// A small transformer stack with LoRA adapters: frozen base (attention + MLP
+// blocks whose Linears stream), trainable low-rank adapters beside each
+// Linear. Shared by blockswap-torch-demo and the layer's tests; header-only. Not in
+// namespace blockswap: there `torch` would name blockswap::torch, which
+// LibTorch's macros (TORCH_MODULE) do not expect.
+#ifndef BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_
+#define BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace blockswap_lora {
+
+// base(x) + up(down(x)): `base` is a frozen torch::nn::Linear (what the
+// default selector streams); the adapter's matrices are plain parameters.
+struct LoRALinearImpl : ::torch::nn::Module {
+  LoRALinearImpl(int64_t in, int64_t out, int64_t rank)
+      : base(register_module("base", ::torch::nn::Linear(in, out))),
+        down(register_parameter("lora_down", ::torch::randn({rank, in}) * 0.05)),
+        up(register_parameter("lora_up", ::torch::randn({out, rank}) * 0.05)) {
+    for (at::Tensor& p : base->parameters()) p.requires_grad_(false);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return base(x) + ::torch::linear(::torch::linear(x, down), up);
+  }
+  ::torch::nn::Linear base;
+  at::Tensor down, up;
+};
+TORCH_MODULE(LoRALinear);
+
+// Pre-norm block: causal multi-head self-attention, then a GELU MLP.
+struct BlockImpl : ::torch::nn::Module {
+  BlockImpl(int64_t dim, int64_t heads, int64_t rank)
+      : heads(heads),
+        ln1(register_module("ln1", ::torch::nn::LayerNorm(::torch::nn::LayerNormOptions({dim})))),
+        ln2(register_module("ln2", ::torch::nn::LayerNorm(::torch::nn::LayerNormOptions({dim})))),
+        qkv(register_module("qkv", LoRALinear(dim, 3 * dim, rank))),
+        proj(register_module("proj", LoRALinear(dim, dim, rank))),
+        fc1(register_module("fc1", LoRALinear(dim, 4 * dim, rank))),
+        fc2(register_module("fc2", LoRALinear(4 * dim, dim, rank))) {
+    for (at::Tensor& p : ln1->parameters()) p.requires_grad_(false);
+    for (at::Tensor& p : ln2->parameters()) p.requires_grad_(false);
+  }
+  at::Tensor forward(const at::Tensor& x) {  // [batch, seq, dim]
+    const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / heads;
+    std::vector<at::Tensor> qkv_parts = qkv(ln1(x)).chunk(3, -1);
+    auto split = [&](const at::Tensor& y) { return y.reshape({b, t, heads, hd}).transpose(1, 2); };
+    at::Tensor scores =
+        ::torch::matmul(split(qkv_parts[0]), split(qkv_parts[1]).transpose(-2, -1)) /
+        std::sqrt(static_cast<double>(hd));
+    at::Tensor mask = ::torch::full({t, t}, -INFINITY, x.options()).triu(1);
+    at::Tensor attn = ::torch::softmax(scores + mask, -1);
+    at::Tensor h =
+        x + proj(::torch::matmul(attn, split(qkv_parts[2])).transpose(1, 2).reshape({b, t, d}));
+    return h + fc2(::torch::gelu(fc1(ln2(h))));
+  }
+  int64_t heads;
+  ::torch::nn::LayerNorm ln1, ln2;
+  LoRALinear qkv, proj, fc1, fc2;
+};
+TORCH_MODULE(Block);
+
+struct StackOptions {
+  int64_t blocks = 12;
+  int64_t dim = 64;
+  int64_t heads = 4;
+  int64_t rank = 4;
+  uint64_t seed = 1;
+};
+
+// The same options give the same weights (and so the same model id).
+inline std::vector<Block> MakeStack(const StackOptions& options) {
+  ::torch::manual_seed(options.seed);
+  std::vector<Block> blocks;
+  for (int64_t i = 0; i < options.blocks; ++i) {
+    blocks.emplace_back(options.dim, options.heads, options.rank);
+  }
+  return blocks;
+}
+
+inline std::vector<std::shared_ptr<::torch::nn::Module>> Modules(const std::vector<Block>& blocks) {
+  std::vector<std::shared_ptr<::torch::nn::Module>> modules;
+  for (const Block& block : blocks) modules.push_back(block.ptr());
+  return modules;
+}
+
+// The adapters' parameters, block by block.
+inline std::vector<at::Tensor> LoraParameters(const std::vector<Block>& blocks) {
+  std::vector<at::Tensor> params;
+  for (const Block& block : blocks) {
+    for (const at::Tensor& p : block->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+  }
+  return params;
+}
+
+// One plain SGD step on the adapters, then their gradients cleared.
+inline void SgdStep(const std::vector<at::Tensor>& params, double lr) {
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    p.sub_(p.grad() * lr);
+    p.mutable_grad().zero_();
+  }
+}
+
+}  // namespace blockswap_lora
+
+#endif  // BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_

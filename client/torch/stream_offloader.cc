@@ -1,0 +1,680 @@
+// blockswap::torch::StreamOffloader (include/blockswap/torch.h): tensors
+// rebound on every binding the scheduler of the C ABI reports, and the
+// checkpoint that carries the backward-side scheduling.
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/modules/linear.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "blockswap/blockswap.hpp"
+#include "blockswap/torch.h"
+
+#if BLOCKSWAP_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace blockswap::torch {
+namespace {
+
+using at::Tensor;
+using Tensors = std::vector<at::Tensor>;
+
+// safetensors dtype names (shared/model_layout.cc lists what the daemon takes).
+std::string DtypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "F32";
+    case at::kDouble:
+      return "F64";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kFloat8_e4m3fn:
+      return "F8_E4M3";
+    case at::kFloat8_e5m2:
+      return "F8_E5M2";
+    case at::kFloat8_e4m3fnuz:
+      return "F8_E4M3FNUZ";
+    case at::kFloat8_e5m2fnuz:
+      return "F8_E5M2FNUZ";
+    case at::kBool:
+      return "BOOL";
+    case at::kByte:
+      return "U8";
+    case at::kChar:
+      return "I8";
+    case at::kShort:
+      return "I16";
+    case at::kInt:
+      return "I32";
+    case at::kLong:
+      return "I64";
+    default:
+      TORCH_CHECK(false, "blockswap::torch cannot stream tensors of dtype ", type,
+                  " (streamable: float32/64/16, bfloat16, float8, bool, (u)int8, int16/32/64)");
+  }
+}
+
+bool EndsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string FullName(const StreamedTensor& entry) {
+  return entry.path.empty() ? entry.name : entry.path + "." + entry.name;
+}
+
+// The module's own handle of the tensor (same TensorImpl), so that set_data
+// repoints what the module computes with.
+Tensor FindTensor(const StreamedTensor& entry, uint32_t block) {
+  TORCH_CHECK(entry.module != nullptr, "the selector returned no module for '", FullName(entry),
+              "' in block ", block);
+  if (const Tensor* p = entry.module->named_parameters(false).find(entry.name)) return *p;
+  if (const Tensor* b = entry.module->named_buffers(false).find(entry.name)) return *b;
+  TORCH_CHECK(false, "the selector picked '", FullName(entry), "' in block ", block,
+              ", which is neither a parameter nor a buffer of ", entry.module->name());
+}
+
+c10::Stream CurrentStream(const c10::Device& device) {
+  if (device.is_cpu()) return c10::Stream(c10::Stream::DEFAULT, device);
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
+// Work queued on `from` so far happens before work queued on `into` later.
+void Join(const c10::Stream& from, const c10::Stream& into) {
+  if (from == into || from.device_type() == c10::kCPU) return;
+  c10::Event event(from.device_type());
+  event.record(from);
+  event.block(into);
+}
+
+// The handle the C ABI takes: a cudaStream_t on cuda, NULL on host.
+void* NativeStream(const c10::Stream& stream) {
+  return stream.device_type() == c10::kCPU ? nullptr : stream.native_handle();
+}
+
+struct SchedulerDeleter {
+  void operator()(bs_scheduler* scheduler) const { bs_scheduler_destroy(scheduler); }
+};
+
+PassStats FromC(const bs_pass_stats& c) {
+  return PassStats{static_cast<Direction>(c.direction),
+                   c.stall_seconds,
+                   c.copy_seconds,
+                   c.waits,
+                   c.not_ready_waits,
+                   c.self_heals,
+                   c.loads,
+                   c.rebinds};
+}
+
+}  // namespace
+
+std::vector<StreamedTensor> LinearWeights(const ModulePtr& block) {
+  std::vector<StreamedTensor> picked;
+  for (const auto& item : block->named_modules("", /*include_self=*/true)) {
+    const ModulePtr& module = item.value();
+    const bool linear = dynamic_cast<::torch::nn::LinearImpl*>(module.get()) != nullptr ||
+                        EndsWith(module->name(), "Linear") ||
+                        EndsWith(module->name(), "LinearImpl");
+    if (!linear) continue;
+    const Tensor* weight = module->named_parameters(false).find("weight");
+    if (weight == nullptr || !weight->defined()) continue;
+    picked.push_back(StreamedTensor{item.key(), module, "weight"});
+  }
+  return picked;
+}
+
+std::string FormatPassStats(const PassStats& s) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%s: stall %.3f ms, copy %.3f ms, waits %llu, not-ready %llu, self-heals %llu, "
+                "loads %llu, rebinds %llu",
+                s.direction == Direction::kBackward ? "bwd" : "fwd", s.stall_seconds * 1e3,
+                s.copy_seconds * 1e3, static_cast<unsigned long long>(s.waits),
+                static_cast<unsigned long long>(s.not_ready_waits),
+                static_cast<unsigned long long>(s.self_heals),
+                static_cast<unsigned long long>(s.loads),
+                static_cast<unsigned long long>(s.rebinds));
+  return line;
+}
+
+c10::IValue ToDevice(const c10::IValue& value, const c10::Device& device, bool non_blocking) {
+  if (value.isTensor()) return value.toTensor().to(device, non_blocking);
+  if (value.isTensorList()) {
+    c10::List<Tensor> moved;
+    for (const Tensor& t : value.toTensorList()) moved.push_back(t.to(device, non_blocking));
+    return moved;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList moved(value.toList().elementType());
+    for (const c10::IValue& element : value.toList()) {
+      moved.push_back(ToDevice(element, device, non_blocking));
+    }
+    return moved;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> moved;
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      moved.push_back(ToDevice(element, device, non_blocking));
+    }
+    return c10::ivalue::Tuple::create(std::move(moved));
+  }
+  if (value.isGenericDict()) {
+    const c10::impl::GenericDict dict = value.toGenericDict();
+    c10::impl::GenericDict moved(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) {
+      moved.insert(entry.key(), ToDevice(entry.value(), device, non_blocking));
+    }
+    return moved;
+  }
+  return value;
+}
+
+c10::IValue ToCpu(const c10::IValue& value) { return ToDevice(value, c10::Device(c10::kCPU)); }
+
+BlockFnList CpuOffloadingWrapper(BlockFnList fn, const c10::Device& device) {
+  return [fn = std::move(fn), device](const Tensors& inputs) {
+    Tensors on_device, on_cpu;
+    for (const Tensor& input : inputs) on_device.push_back(input.to(device));
+    for (const Tensor& output : fn(on_device)) on_cpu.push_back(output.cpu());
+    return on_cpu;
+  };
+}
+
+struct StreamOffloader::Impl {
+  // One streamed tensor of a streaming block.
+  struct Streamed {
+    Tensor tensor;  // the module's handle
+    std::string name;
+    std::vector<int64_t> sizes;
+    at::ScalarType dtype;
+    uint64_t offset = 0;  // in the model block / ring slot
+    Tensor master = {};   // view of the daemon's read-only master
+  };
+
+  BlockSwapConfig config;
+  std::vector<ModulePtr> blocks;
+  std::vector<uint32_t> streaming;               // rank -> block
+  std::vector<std::optional<uint32_t>> rank_of;  // block -> rank
+  uint32_t ring_slots = 0;
+  std::vector<std::vector<Streamed>> streamed;      // by rank
+  std::vector<std::optional<uint32_t>> slot_block;  // block bound to each slot
+  bool forward_only = false;
+  c10::Stream stream = c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
+  Tensor anchor;  // an input that requires grad, for blocks that have none
+  std::exception_ptr bind_error;
+
+  // Destroyed in reverse: scheduler, ring, model, client.
+  std::optional<Client> client;
+  std::optional<Model> model;
+  std::optional<Ring> ring;
+  std::unique_ptr<bs_scheduler, SchedulerDeleter> scheduler;
+
+  bool is_streaming(uint32_t block) const {
+    return block < rank_of.size() && rank_of[block].has_value();
+  }
+
+  // Checks a C ABI result, after rethrowing what a binding callback threw.
+  void Check(int code, const char* what) {
+    if (bind_error != nullptr) std::rethrow_exception(std::exchange(bind_error, nullptr));
+    detail::Check(code, what);
+  }
+
+  static void OnBind(void* self, uint32_t block, uint32_t slot, int loaded) noexcept {
+    auto* impl = static_cast<Impl*>(self);
+    try {
+      impl->Bind(block, slot, loaded != 0);
+    } catch (...) {
+      if (impl->bind_error == nullptr) impl->bind_error = std::current_exception();
+    }
+  }
+
+  // `block` now lives in `slot`; the block bound there before goes back to
+  // its master. A load changes the slot's bytes under both: their version
+  // counters move, so a tensor autograd saved from either fails loudly.
+  void Bind(uint32_t block, uint32_t slot, bool loaded) {
+    std::optional<uint32_t>& previous = slot_block.at(slot);
+    if (previous.has_value() && *previous != block) {
+      for (Streamed& t : streamed[*rank_of[*previous]]) {
+        t.tensor.set_data(t.master);
+        if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
+      }
+    }
+    auto* base = static_cast<char*>(ring->slot(slot));
+    for (Streamed& t : streamed[*rank_of.at(block)]) {
+      t.tensor.set_data(at::from_blob(base + t.offset, t.sizes,
+                                      at::TensorOptions().dtype(t.dtype).device(config.device)));
+      if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
+    }
+    previous = block;
+  }
+
+  void CheckNotCapturing(const char* what) const {
+#if BLOCKSWAP_TORCH_CUDA
+    if (!config.device.is_cuda()) return;
+    for (void* handle : {NativeStream(CurrentStream(config.device)), NativeStream(stream)}) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(static_cast<cudaStream_t>(handle), &status) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      TORCH_CHECK(status == cudaStreamCaptureStatusNone, "blockswap::torch: ", what,
+                  " during CUDA graph capture. Streamed blocks are loaded by blockswapd and "
+                  "waited for on the host, which a captured graph cannot replay: capture only "
+                  "the resident part of the model, or run the offloaded blocks outside the graph");
+    }
+#else
+    (void)what;
+#endif
+  }
+
+  void CheckFrozen(uint32_t block) const {
+    if (!is_streaming(block)) return;
+    for (const Streamed& t : streamed[*rank_of[block]]) {
+      TORCH_CHECK(!t.tensor.requires_grad(), "block ", block, " tensor '", t.name,
+                  "' requires grad, but streamed tensors must be frozen (the next load "
+                  "overwrites its slot). Call requires_grad_(false) on it, or leave it out of "
+                  "BlockSwapConfig.selector");
+    }
+  }
+
+  // Test mode: the slots about to be handed back for a new load in the hook
+  // that follows (the scheduler's rules: forward prefetch B ahead or the
+  // inference wrap-around, backward prefetch B behind).
+  void PoisonBeforeRelease(Direction direction, uint32_t block) {
+    if (!config.poison_released_slots || !is_streaming(block)) return;
+    const uint32_t rank = *rank_of[block];
+    const auto count = static_cast<uint32_t>(streaming.size());
+    std::vector<uint32_t> slots;
+    if (direction == Direction::kForward) {
+      if (rank + ring_slots < count) {
+        slots.push_back(rank % ring_slots);
+      } else if (forward_only && rank == count - 1 && count > ring_slots) {
+        for (uint32_t s = 0; s < ring_slots; ++s) slots.push_back(s);
+      }
+    } else if (rank >= ring_slots) {
+      slots.push_back(rank % ring_slots);
+    }
+    for (uint32_t s : slots) {
+      at::from_blob(ring->slot(s), {static_cast<int64_t>(ring->slot_bytes())},
+                    at::TensorOptions().dtype(at::kByte).device(config.device))
+          .fill_(0xFF);
+    }
+  }
+
+  void AfterForward(uint32_t block) {
+    if (!is_streaming(block)) return;
+    PoisonBeforeRelease(Direction::kForward, block);
+    Join(CurrentStream(config.device), stream);
+    Check(bs_scheduler_after_forward(scheduler.get(), block), "bs_scheduler_after_forward");
+  }
+
+  // Every block, resident ones too: the hook also waits for block-1.
+  void AfterBackward(uint32_t block) {
+    if (scheduler == nullptr) return;
+    PoisonBeforeRelease(Direction::kBackward, block);
+    const c10::Stream current = CurrentStream(config.device);
+    Join(current, stream);
+    Check(bs_scheduler_after_backward(scheduler.get(), block), "bs_scheduler_after_backward");
+    Join(stream, current);
+  }
+
+  void PrintPasses() const {
+    for (Direction direction : {Direction::kForward, Direction::kBackward}) {
+      bs_pass_stats c{};
+      if (bs_scheduler_last_pass(scheduler.get(), static_cast<int>(direction), &c) == BS_OK) {
+        std::fprintf(stderr, "[blockswap %s] %s\n", config.model_name.c_str(),
+                     FormatPassStats(FromC(c)).c_str());
+      }
+    }
+  }
+};
+
+namespace {
+
+// What the checkpoint's backward needs. IValue carries it as a capsule
+// (autograd's saved_data holds IValues only).
+struct CheckpointState : ::torch::CustomClassHolder {
+  StreamOffloader* offloader = nullptr;
+  uint32_t block = 0;
+  BlockFnList fn;
+  std::vector<bool> requires_grad;  // per real input (the anchor excluded)
+  // offload_activations: the first input lives on the host until backward.
+  std::optional<c10::Device> offloaded_from;
+};
+
+// A host copy of `x`, made asynchronously (pinned memory) from a cuda tensor.
+Tensor HostCopy(const Tensor& x) {
+  if (!x.is_cuda()) return x.to(at::kCPU);
+  Tensor host = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(x, /*non_blocking=*/true);
+  return host;
+}
+
+// The block as a gradient checkpoint: forward without a graph, backward
+// recomputes it with the weights bound now, backpropagates through it, then
+// runs the backward-side scheduling of the block.
+class BlockCheckpoint : public ::torch::autograd::Function<BlockCheckpoint> {
+ public:
+  // `inputs` as a TensorList: autograd treats a std::vector as a non-tensor
+  // argument and would build no graph.
+  static Tensors forward(::torch::autograd::AutogradContext* ctx, at::TensorList inputs,
+                         c10::IValue state) {
+    auto* s = static_cast<CheckpointState*>(state.toCapsule().get());
+    ctx->saved_data["state"] = state;
+    Tensors saved = inputs.vec();
+    if (s->offloaded_from.has_value()) saved[0] = HostCopy(saved[0]);
+    ctx->save_for_backward(saved);
+    at::NoGradGuard no_grad;
+    return s->fn(Tensors(inputs.begin(), inputs.begin() + s->requires_grad.size()));
+  }
+
+  static Tensors backward(::torch::autograd::AutogradContext* ctx, Tensors grad_outputs) {
+    auto state = ctx->saved_data["state"].toCapsule();
+    auto* s = static_cast<CheckpointState*>(state.get());
+    Tensors saved = ctx->get_saved_variables();
+    if (s->offloaded_from.has_value()) {
+      saved[0] = saved[0].to(*s->offloaded_from, /*non_blocking=*/true);
+    }
+    const size_t real = s->requires_grad.size();
+    Tensors inputs;
+    for (size_t i = 0; i < real; ++i) {
+      inputs.push_back(saved[i].detach().requires_grad_(s->requires_grad[i]));
+    }
+    Tensors outputs;
+    {
+      at::AutoGradMode grad(true);
+      outputs = s->fn(inputs);
+    }
+    Tensors roots, grads;
+    for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) ::torch::autograd::backward(roots, grads);
+    Tensors input_grads(saved.size() + 1);  // + the state argument
+    for (size_t i = 0; i < real; ++i) {
+      if (s->requires_grad[i]) input_grads[i] = inputs[i].grad();
+    }
+    s->offloader->AfterBackward(s->block);
+    return input_grads;
+  }
+};
+
+}  // namespace
+
+StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig config)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.config = std::move(config);
+  m.blocks = std::move(blocks);
+  m.forward_only = !m.config.supports_backward;
+  TORCH_CHECK(!m.blocks.empty(), "StreamOffloader needs at least one block");
+  for (size_t b = 0; b < m.blocks.size(); ++b) {
+    TORCH_CHECK(m.blocks[b] != nullptr, "block ", b, " is null");
+  }
+  c10::Device& device = m.config.device;
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(),
+              "BlockSwapConfig.device must be cpu or cuda, not ", device);
+#if BLOCKSWAP_TORCH_CUDA
+  if (device.is_cuda() && !device.has_index()) {
+    device = c10::Device(c10::kCUDA, c10::cuda::current_device());
+  }
+#else
+  TORCH_CHECK(!device.is_cuda(), "this blockswap::torch was built without CUDA support");
+#endif
+  m.CheckNotCapturing("creating a StreamOffloader");
+  m.stream = m.config.stream.value_or(CurrentStream(device));
+  TORCH_CHECK(m.stream.device() == device, "BlockSwapConfig.stream is on ", m.stream.device(),
+              ", not on the offloader's device ", device);
+
+  // Placement first: only the streaming blocks are registered.
+  const auto n = static_cast<uint32_t>(m.blocks.size());
+  uint32_t count = 0;
+  m.Check(bs_place_blocks(n, m.config.blocks_to_swap, m.config.ring_size, nullptr, 0, &count,
+                          &m.ring_slots),
+          "bs_place_blocks");
+  m.streaming.resize(count);
+  m.Check(bs_place_blocks(n, m.config.blocks_to_swap, m.config.ring_size, m.streaming.data(), count,
+                          &count, &m.ring_slots),
+          "bs_place_blocks");
+  m.rank_of.assign(n, std::nullopt);
+  for (uint32_t r = 0; r < count; ++r) m.rank_of[m.streaming[r]] = r;
+  if (count == 0) {
+    for (const ModulePtr& block : m.blocks) block->to(device);
+    return;
+  }
+
+  // Select, check, and pack the streamed tensors' host bytes.
+  const Selector select = m.config.selector ? m.config.selector : Selector(LinearWeights);
+  m.streamed.resize(count);
+  std::vector<Block> layout(count);
+  Tensors host_copies;
+  for (uint32_t r = 0; r < count; ++r) {
+    const uint32_t b = m.streaming[r];
+    const std::vector<StreamedTensor> picked = select(m.blocks[b]);
+    TORCH_CHECK(!picked.empty(), "block ", b, " streams, but the selector picked no tensor in it");
+    for (const StreamedTensor& entry : picked) {
+      Tensor tensor = FindTensor(entry, b);
+      TORCH_CHECK(tensor.defined(), "block ", b, " tensor '", FullName(entry), "' is undefined");
+      m.streamed[r].push_back(
+          Impl::Streamed{tensor, FullName(entry), tensor.sizes().vec(), tensor.scalar_type()});
+      Tensor host = tensor.detach().to(at::kCPU).contiguous();
+      host_copies.push_back(host);
+      layout[r].push_back(blockswap::Tensor{
+          FullName(entry), DtypeName(tensor.scalar_type()),
+          std::vector<uint64_t>(tensor.sizes().begin(), tensor.sizes().end()), host.data_ptr()});
+    }
+    m.CheckFrozen(b);
+  }
+
+  m.client.emplace(m.config.socket_path, m.config.client_name);
+  std::string uuid = m.config.device_uuid;
+  const std::vector<std::string> devices = m.client->devices();
+  if (m.client->backend() == BS_BACKEND_HOST) {
+    TORCH_CHECK(device.is_cpu(),
+                "blockswapd runs the host backend (its rings are host memory): "
+                "BlockSwapConfig.device must be cpu, not ",
+                device);
+    if (uuid.empty() && !devices.empty()) uuid = devices.front();
+  } else {
+    TORCH_CHECK(device.is_cuda(), "blockswapd runs the cuda backend: BlockSwapConfig.device ",
+                "must be a cuda device, not ", device);
+#if BLOCKSWAP_TORCH_CUDA
+    if (uuid.empty()) {
+      cudaDeviceProp prop{};
+      TORCH_CHECK(cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess,
+                  "cudaGetDeviceProperties(", device, ") failed");
+      static constexpr char kHex[] = "0123456789abcdef";
+      uuid = "GPU-";
+      for (int i = 0; i < 16; ++i) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+        const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
+        uuid += kHex[byte >> 4];
+        uuid += kHex[byte & 0xf];
+      }
+    }
+#endif
+  }
+  TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ", device,
+              " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
+              " devices; BlockSwapConfig.device_uuid names one)");
+  m.model.emplace(m.client->Register(m.config.model_name, layout));
+  host_copies.clear();
+
+  // Masters: the daemon's layout says where each tensor sits in its block.
+  uint64_t slot_bytes = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    slot_bytes = std::max(slot_bytes, m.model->block_bytes(r));
+    const auto* master = static_cast<const char*>(m.model->master(r));
+    TORCH_CHECK(m.model->tensor_count(r) == m.streamed[r].size(), "model block ", r, " has ",
+                m.model->tensor_count(r), " tensors, registered ", m.streamed[r].size());
+    for (uint32_t k = 0; k < m.streamed[r].size(); ++k) {
+      Impl::Streamed& t = m.streamed[r][k];
+      const bs_tensor_info info = m.model->tensor(r, k);
+      TORCH_CHECK(t.name == info.name, "model block ", r, " tensor ", k, " is '", info.name,
+                  "', registered '", t.name, "'");
+      t.offset = info.offset;
+      // Read-only memory: the mapping is PROT_READ, a write faults.
+      t.master = at::from_blob(const_cast<char*>(master) + info.offset, t.sizes,
+                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
+    }
+  }
+
+  // Everything but the streamed tensors goes to the device; the streamed
+  // ones are out of the way (empty) during the move, then point at masters.
+  for (uint32_t b = 0; b < n; ++b) {
+    if (!m.is_streaming(b)) {
+      m.blocks[b]->to(device);
+      continue;
+    }
+    for (Impl::Streamed& t : m.streamed[*m.rank_of[b]]) {
+      t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
+    }
+    m.blocks[b]->to(device);
+    for (Impl::Streamed& t : m.streamed[*m.rank_of[b]]) t.tensor.set_data(t.master);
+  }
+
+  m.ring.emplace(m.client->CreateRing(uuid, m.ring_slots, slot_bytes));
+  m.slot_block.assign(m.ring_slots, std::nullopt);
+  const bs_scheduler_config scheduler_config{n, m.config.blocks_to_swap, m.config.ring_size,
+                                             m.forward_only ? 1 : 0};
+  bs_scheduler* scheduler = nullptr;
+  m.Check(bs_scheduler_create(m.client->get(), m.ring->get(), m.model->get(), &scheduler_config,
+                              NativeStream(m.stream), &Impl::OnBind, &m, &scheduler),
+          "bs_scheduler_create");
+  m.scheduler.reset(scheduler);
+  m.anchor = at::zeros({0}, at::TensorOptions().device(device)).requires_grad_(true);
+}
+
+StreamOffloader::~StreamOffloader() {
+  // The masters and slots are unmapped with the model and the ring: leave
+  // the streamed tensors empty rather than dangling.
+  for (auto& block : impl_->streamed) {
+    for (Impl::Streamed& t : block) {
+      try {
+        t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void StreamOffloader::PrepareBlockDevicesBeforeForward() {
+  Impl& m = *impl_;
+  if (m.scheduler == nullptr) return;
+  m.CheckNotCapturing("PrepareBlockDevicesBeforeForward");
+  m.Check(bs_scheduler_prepare(m.scheduler.get()), "bs_scheduler_prepare");
+  Join(m.stream, CurrentStream(m.config.device));
+}
+
+void StreamOffloader::WaitForBlock(uint32_t block) {
+  Impl& m = *impl_;
+  TORCH_CHECK(block < m.blocks.size(), "block ", block, " out of range (", m.blocks.size(),
+              " blocks)");
+  if (!m.is_streaming(block)) return;
+  m.CheckNotCapturing("WaitForBlock");
+  m.CheckFrozen(block);
+  m.Check(bs_scheduler_wait_for_block(m.scheduler.get(), block), "bs_scheduler_wait_for_block");
+  Join(m.stream, CurrentStream(m.config.device));
+}
+
+void StreamOffloader::SubmitMoveBlocksForward(uint32_t block) { impl_->AfterForward(block); }
+
+void StreamOffloader::AfterBackward(uint32_t block) { impl_->AfterBackward(block); }
+
+void StreamOffloader::SetForwardOnly(bool forward_only) {
+  Impl& m = *impl_;
+  m.forward_only = forward_only;
+  if (m.scheduler != nullptr) {
+    m.Check(bs_scheduler_set_forward_only(m.scheduler.get(), forward_only ? 1 : 0),
+            "bs_scheduler_set_forward_only");
+  }
+}
+
+Tensor StreamOffloader::Forward(uint32_t block, const BlockFn& fn, const Tensor& input) {
+  // By value: backward calls it again, long after this returns.
+  Tensors outputs = Forward(
+      block, [fn](const Tensors& inputs) { return Tensors{fn(inputs.at(0))}; }, Tensors{input});
+  return outputs.at(0);
+}
+
+Tensors StreamOffloader::Forward(uint32_t block, const BlockFnList& fn, const Tensors& inputs) {
+  WaitForBlock(block);
+  Tensors outputs = Checkpoint(block, fn, inputs);
+  SubmitMoveBlocksForward(block);
+  return outputs;
+}
+
+Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const Tensors& inputs) {
+  Impl& m = *impl_;
+  if (!c10::GradMode::is_enabled() || !m.config.supports_backward || m.scheduler == nullptr) {
+    return fn(inputs);
+  }
+  auto state = c10::make_intrusive<CheckpointState>();
+  state->offloader = this;
+  state->block = block;
+  state->fn = fn;
+  if (m.config.offload_activations && !inputs.empty() && inputs[0].defined()) {
+    state->offloaded_from = inputs[0].device();
+  }
+  bool any = false;
+  for (const Tensor& input : inputs) {
+    state->requires_grad.push_back(input.defined() && input.requires_grad());
+    any = any || state->requires_grad.back();
+  }
+  Tensors args = inputs;
+  if (!any) args.push_back(m.anchor);  // so that backward reaches this block
+  return BlockCheckpoint::apply(at::TensorList(args), c10::IValue::make_capsule(std::move(state)));
+}
+
+void StreamOffloader::FinishPass() {
+  Impl& m = *impl_;
+  if (m.scheduler == nullptr) return;
+  m.Check(bs_scheduler_finish_pass(m.scheduler.get()), "bs_scheduler_finish_pass");
+  if (m.config.debug) m.PrintPasses();
+}
+
+std::optional<PassStats> StreamOffloader::LastPass(Direction direction) const {
+  if (impl_->scheduler == nullptr) return std::nullopt;
+  bs_pass_stats c{};
+  if (bs_scheduler_last_pass(impl_->scheduler.get(), static_cast<int>(direction), &c) != BS_OK) {
+    return std::nullopt;
+  }
+  return FromC(c);
+}
+
+uint32_t StreamOffloader::num_blocks() const { return static_cast<uint32_t>(impl_->blocks.size()); }
+const std::vector<uint32_t>& StreamOffloader::streaming_blocks() const { return impl_->streaming; }
+std::optional<uint32_t> StreamOffloader::streaming_rank(uint32_t block) const {
+  return block < impl_->rank_of.size() ? impl_->rank_of[block] : std::nullopt;
+}
+uint32_t StreamOffloader::ring_slots() const { return impl_->ring_slots; }
+const void* StreamOffloader::slot_data(uint32_t slot) const {
+  return impl_->ring.has_value() && slot < impl_->ring_slots ? impl_->ring->slot(slot) : nullptr;
+}
+uint64_t StreamOffloader::slot_bytes() const {
+  return impl_->ring.has_value() ? impl_->ring->slot_bytes() : 0;
+}
+std::string StreamOffloader::model_id() const {
+  return impl_->model.has_value() ? impl_->model->id() : "";
+}
+c10::Stream StreamOffloader::stream() const { return impl_->stream; }
+const BlockSwapConfig& StreamOffloader::config() const { return impl_->config; }
+
+}  // namespace blockswap::torch

@@ -1,0 +1,417 @@
+// blockswap::torch::StreamOffloader against a real blockswapd (host backend,
+// so the model computes on the CPU): the offloaded model trains exactly like
+// the resident one, every streamed block computes from its ring slot, slots
+// are poisoned once given back, inference wraps around, misuse is refused.
+// Links only libblockswap.so (through blockswap_torch) and a daemon
+// launcher without the generated gRPC code.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blockswap/torch.h"
+#include "client/torch/lora_transformer.h"
+#include "tests/support/daemon_process.h"
+
+#if BLOCKSWAP_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace blockswap::torch {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kSteps = 3;
+
+blockswap_lora::StackOptions SmallStack() {
+  return blockswap_lora::StackOptions{.blocks = 6, .dim = 32, .heads = 2, .rank = 2, .seed = 11};
+}
+
+// Inside each block's compute: the streamed tensors of a streaming block
+// point into its ring slot (rank % B), those of a resident block nowhere in
+// the ring. Counted apart in forward (no grad: the checkpoint's first run,
+// or inference) and backward (the recompute).
+struct AddressCheck {
+  explicit AddressCheck(const StreamOffloader* offloader) : offloader(offloader) {}
+  const StreamOffloader* offloader;
+  int forward_checks = 0;
+  int backward_checks = 0;
+  std::vector<std::string> failures;
+
+  void Check(uint32_t block, const ModulePtr& module) {
+    const std::optional<uint32_t> rank = offloader->streaming_rank(block);
+    for (const StreamedTensor& entry : LinearWeights(module)) {
+      const auto* p =
+          static_cast<const char*>(entry.module->named_parameters(false)[entry.name].data_ptr());
+      for (uint32_t slot = 0; slot < offloader->ring_slots(); ++slot) {
+        const auto* base = static_cast<const char*>(offloader->slot_data(slot));
+        const bool inside = p >= base && p < base + offloader->slot_bytes();
+        const bool expected = rank.has_value() && *rank % offloader->ring_slots() == slot;
+        if (inside != expected) {
+          failures.push_back("block " + std::to_string(block) + " " + entry.path + " slot " +
+                             std::to_string(slot) + (inside ? ": inside" : ": outside"));
+        }
+      }
+    }
+    ++(c10::GradMode::is_enabled() ? backward_checks : forward_checks);
+  }
+};
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<std::vector<at::Tensor>> grads;  // per step, per adapter parameter
+  std::vector<PassStats> forward, backward;    // per step
+};
+
+// kSteps LoRA steps on fixed synthetic data, through `offloader` when given.
+Trained Train(const std::vector<blockswap_lora::Block>& blocks, StreamOffloader* offloader,
+              AddressCheck* check = nullptr) {
+  ::torch::manual_seed(77);
+  const at::Tensor input = ::torch::randn({2, 8, SmallStack().dim});
+  const at::Tensor target = ::torch::randn({2, 8, SmallStack().dim});
+  const std::vector<at::Tensor> adapters = blockswap_lora::LoraParameters(blocks);
+  Trained out;
+  for (int step = 0; step < kSteps; ++step) {
+    if (offloader != nullptr) offloader->PrepareBlockDevicesBeforeForward();
+    at::Tensor x = input;
+    for (uint32_t i = 0; i < blocks.size(); ++i) {
+      const blockswap_lora::Block& block = blocks[i];
+      if (offloader == nullptr) {
+        x = block.ptr()->forward(x);
+        continue;
+      }
+      // By value: backward calls it again after this loop.
+      x = offloader->Forward(
+          i,
+          [i, block, check](const at::Tensor& h) {
+            if (check != nullptr) check->Check(i, block.ptr());
+            return block.ptr()->forward(h);
+          },
+          x);
+    }
+    at::Tensor loss = ::torch::mse_loss(x, target);
+    loss.backward();
+    if (offloader != nullptr) {
+      offloader->FinishPass();
+      out.forward.push_back(offloader->LastPass(Direction::kForward).value_or(PassStats{}));
+      out.backward.push_back(offloader->LastPass(Direction::kBackward).value_or(PassStats{}));
+    }
+    out.losses.push_back(loss.item<double>());
+    out.grads.emplace_back();
+    for (const at::Tensor& p : adapters) {
+      out.grads.back().push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+    blockswap_lora::SgdStep(adapters, 0.05);
+  }
+  return out;
+}
+
+class TorchLayerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto dirs = testing::ScratchDirs::Create();
+    ASSERT_TRUE(dirs.ok()) << dirs.status();
+    dirs_ = *std::move(dirs);
+    auto daemon = testing::DaemonProcess::Start(*dirs_);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = *std::move(daemon);
+  }
+  static void TearDownTestSuite() {
+    daemon_.reset();
+    dirs_.reset();
+  }
+
+  static BlockSwapConfig Config(uint32_t swap, uint32_t ring) {
+    BlockSwapConfig config;
+    config.blocks_to_swap = swap;
+    config.ring_size = ring;
+    config.socket_path = dirs_->socket_path();
+    config.poison_released_slots = true;
+    return config;
+  }
+
+  static inline std::unique_ptr<testing::ScratchDirs> dirs_;
+  static inline std::unique_ptr<testing::DaemonProcess> daemon_;
+};
+
+struct SwapCase {
+  uint32_t swap;
+  uint32_t ring;
+};
+
+class OffloadedTrainingTest : public TorchLayerTest,
+                              public ::testing::WithParamInterface<SwapCase> {};
+
+TEST_P(OffloadedTrainingTest, LossesAndAdapterGradientsEqualTheResidentModels) {
+  const SwapCase c = GetParam();
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const Trained expected = Train(resident, nullptr);
+
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), Config(c.swap, c.ring));
+  const auto s = static_cast<uint32_t>(offloader.streaming_blocks().size());
+  const uint32_t b = offloader.ring_slots();
+  ASSERT_EQ(s, std::min<uint32_t>(c.swap, 6));
+  ASSERT_EQ(b, std::min(c.ring, s));
+  AddressCheck check(&offloader);
+  const Trained got = Train(blocks, &offloader, &check);
+
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(got.losses[step], expected.losses[step]) << "step " << step;
+    ASSERT_EQ(got.grads[step].size(), expected.grads[step].size());
+    for (size_t p = 0; p < expected.grads[step].size(); ++p) {
+      ASSERT_TRUE(got.grads[step][p].defined()) << "step " << step << " adapter " << p;
+      EXPECT_TRUE(::torch::equal(got.grads[step][p], expected.grads[step][p]))
+          << "step " << step << " adapter " << p;
+    }
+  }
+  // Every block's adapters learn, block 0's too (its input needs no grad).
+  EXPECT_GT(got.grads[0].front().abs().sum().item<double>(), 0);
+
+  EXPECT_THAT(check.failures, ::testing::IsEmpty());
+  EXPECT_EQ(check.forward_checks, kSteps * 6);
+  EXPECT_EQ(check.backward_checks, kSteps * 6);
+
+  // The loads the scheduler plans (DESIGN §5): the first forward pass loads
+  // every streaming block; afterwards backward leaves ranks 0..B-1 in the
+  // ring, so prepare rebinds them and forward loads the other S-B; backward
+  // reloads S-B. No self-heal anywhere.
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_EQ(got.forward[step].loads, step == 0 ? s : s - b);
+    EXPECT_EQ(got.forward[step].rebinds, step == 0 ? 0u : b);
+    EXPECT_EQ(got.backward[step].loads, s - b);
+    EXPECT_EQ(got.forward[step].self_heals + got.backward[step].self_heals, 0u);
+    EXPECT_EQ(got.forward[step].waits, s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SwapAndRing, OffloadedTrainingTest,
+                         ::testing::Values(SwapCase{1, 1}, SwapCase{2, 1}, SwapCase{3, 2},
+                                           SwapCase{6, 2}, SwapCase{6, 6}, SwapCase{2, 4}),
+                         [](const ::testing::TestParamInfo<SwapCase>& info) {
+                           return "S" + std::to_string(info.param.swap) + "_B" +
+                                  std::to_string(info.param.ring);
+                         });
+
+TEST_F(TorchLayerTest, ForwardOnlyInferenceWrapsAroundAndMatchesTheResidentOutputs) {
+  ::torch::manual_seed(5);
+  const at::Tensor input = ::torch::randn({2, 8, SmallStack().dim});
+  at::NoGradGuard no_grad;
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  at::Tensor expected = input;
+  for (const blockswap_lora::Block& block : resident) expected = block.ptr()->forward(expected);
+
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(4, 2);
+  config.supports_backward = false;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  AddressCheck check(&offloader);
+  offloader.PrepareBlockDevicesBeforeForward();
+  for (int pass = 0; pass < 3; ++pass) {
+    at::Tensor x = input;
+    for (uint32_t i = 0; i < blocks.size(); ++i) {
+      x = offloader.Forward(
+          i,
+          [&check, i, block = blocks[i]](const at::Tensor& h) {
+            check.Check(i, block.ptr());
+            return block.ptr()->forward(h);
+          },
+          x);
+    }
+    EXPECT_TRUE(::torch::equal(x, expected)) << "pass " << pass;
+    offloader.FinishPass();
+    const std::optional<PassStats> stats = offloader.LastPass(Direction::kForward);
+    ASSERT_TRUE(stats.has_value());
+    // Prepare's 2 (first pass only), 2 prefetches, 2 of the wrap-around,
+    // which also spares the next pass any self-heal.
+    EXPECT_EQ(stats->loads, pass == 0 ? 6u : 4u) << "pass " << pass;
+    EXPECT_EQ(stats->self_heals, 0u) << "pass " << pass;
+  }
+  EXPECT_THAT(check.failures, ::testing::IsEmpty());
+  EXPECT_EQ(check.forward_checks, 3 * 6);
+}
+
+TEST_F(TorchLayerTest, StreamedWeightsSavedByAutogradFailLoudlyOnceTheirSlotIsReloaded) {
+  // No checkpoint (supports_backward false), yet a graph: the weights the
+  // graph saved point into slots that later loads overwrite. Each load bumps
+  // their version counter, so backward refuses instead of using stale bytes.
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(3, 1);
+  config.supports_backward = false;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  ::torch::manual_seed(3);
+  at::Tensor x = ::torch::randn({2, 8, SmallStack().dim});
+  offloader.PrepareBlockDevicesBeforeForward();
+  for (uint32_t i = 0; i < blocks.size(); ++i) {
+    x = offloader.Forward(
+        i, [block = blocks[i]](const at::Tensor& h) { return block.ptr()->forward(h); }, x);
+  }
+  at::Tensor loss = x.square().mean();
+  try {
+    loss.backward();
+    ADD_FAILURE() << "backward used weights whose slot was reloaded";
+  } catch (const c10::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("modified by an inplace operation"));
+  }
+}
+
+TEST_F(TorchLayerTest, TrainableStreamedTensorIsRefused) {
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  blocks[3]->fc1->base->weight.requires_grad_(true);
+  try {
+    StreamOffloader offloader(blockswap_lora::Modules(blocks), Config(6, 2));
+    ADD_FAILURE() << "a trainable streamed tensor was accepted";
+  } catch (const c10::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("block 3 tensor 'fc1.base.weight' requires grad"));
+    EXPECT_THAT(error.what(), HasSubstr("requires_grad_(false)"));
+  }
+
+  // Made trainable after the offloader was built: refused at its next wait.
+  blocks[3]->fc1->base->weight.requires_grad_(false);
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), Config(6, 2));
+  offloader.PrepareBlockDevicesBeforeForward();
+  blocks[3]->fc1->base->weight.requires_grad_(true);
+  try {
+    offloader.WaitForBlock(3);
+    ADD_FAILURE() << "a streamed tensor made trainable was accepted";
+  } catch (const c10::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("must be frozen"));
+  }
+}
+
+TEST_F(TorchLayerTest, TheSelectorMayStreamSeveralTensorsPerModule) {
+  // Weight and bias of every Linear, and the norms' parameters.
+  Selector everything_frozen = [](const ModulePtr& block) {
+    std::vector<StreamedTensor> picked;
+    for (const auto& item : block->named_modules("", false)) {
+      for (const auto& param : item.value()->named_parameters(false)) {
+        if (!param.value().requires_grad())
+          picked.push_back({item.key(), item.value(), param.key()});
+      }
+    }
+    return picked;
+  };
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const Trained expected = Train(resident, nullptr);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(3, 2);
+  config.selector = everything_frozen;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  const uint32_t streamed_block = offloader.streaming_blocks().front();
+  const Trained got = Train(blocks, &offloader);
+  EXPECT_EQ(got.losses, expected.losses);
+  // Between passes, a streamed bias points into the ring or at its master,
+  // never at memory of its own.
+  offloader.PrepareBlockDevicesBeforeForward();
+  const auto* bias = static_cast<const char*>(blocks[streamed_block]->fc2->base->bias.data_ptr());
+  const auto* slot = static_cast<const char*>(offloader.slot_data(0));
+  EXPECT_TRUE(bias >= slot && bias < slot + offloader.slot_bytes());
+}
+
+TEST_F(TorchLayerTest, OffloadedActivationsTrainIdentically) {
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const Trained expected = Train(resident, nullptr);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(3, 2);
+  config.offload_activations = true;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  const Trained got = Train(blocks, &offloader);
+  EXPECT_EQ(got.losses, expected.losses);
+  for (size_t p = 0; p < expected.grads.back().size(); ++p) {
+    EXPECT_TRUE(::torch::equal(got.grads.back()[p], expected.grads.back()[p])) << "adapter " << p;
+  }
+}
+
+TEST(TorchContainersTest, NestedContainersMoveEveryTensorAndKeepTheRest) {
+  // The meta device stands in for an accelerator: a move is visible without one.
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  dict.insert("scale", ::torch::ones({2}));
+  c10::List<at::Tensor> list({::torch::zeros({1}), ::torch::zeros({3})});
+  const c10::IValue nested = c10::ivalue::Tuple::create(
+      {c10::IValue(::torch::ones({4})), c10::IValue(list), c10::IValue(dict), c10::IValue(7)});
+  const c10::IValue moved = ToDevice(nested, c10::Device(c10::kMeta));
+  const auto& elements = moved.toTupleRef().elements();
+  ASSERT_EQ(elements.size(), 4u);
+  EXPECT_TRUE(elements[0].toTensor().is_meta());
+  const c10::List<at::Tensor> moved_list = elements[1].toTensorList();
+  ASSERT_EQ(moved_list.size(), 2u);
+  EXPECT_TRUE(moved_list.get(1).is_meta());
+  EXPECT_EQ(moved_list.get(1).sizes(), at::IntArrayRef({3}));
+  EXPECT_TRUE(elements[2].toGenericDict().at("scale").toTensor().is_meta());
+  EXPECT_EQ(elements[3].toInt(), 7);
+  EXPECT_TRUE(ToCpu(nested).toTupleRef().elements()[0].toTensor().is_cpu());
+
+  std::vector<bool> inputs_on_meta;
+  BlockFnList wrapped = CpuOffloadingWrapper(
+      [&inputs_on_meta](const std::vector<at::Tensor>& inputs) {
+        for (const at::Tensor& t : inputs) inputs_on_meta.push_back(t.is_meta());
+        return std::vector<at::Tensor>{::torch::ones(inputs[0].sizes())};
+      },
+      c10::Device(c10::kMeta));
+  const std::vector<at::Tensor> out = wrapped({::torch::ones({2, 2}), ::torch::ones({1})});
+  EXPECT_EQ(inputs_on_meta, std::vector<bool>({true, true}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].is_cpu());
+}
+
+TEST_F(TorchLayerTest, IdenticalContentIsOneModel) {
+  const std::vector<blockswap_lora::Block> first = blockswap_lora::MakeStack(SmallStack());
+  const std::vector<blockswap_lora::Block> second = blockswap_lora::MakeStack(SmallStack());
+  blockswap_lora::StackOptions other = SmallStack();
+  other.seed = 12;
+  const std::vector<blockswap_lora::Block> third = blockswap_lora::MakeStack(other);
+  StreamOffloader a(blockswap_lora::Modules(first), Config(3, 2));
+  StreamOffloader b(blockswap_lora::Modules(second), Config(3, 2));
+  StreamOffloader c(blockswap_lora::Modules(third), Config(3, 2));
+  EXPECT_EQ(a.model_id().size(), 64u);
+  EXPECT_EQ(a.model_id(), b.model_id());
+  EXPECT_NE(a.model_id(), c.model_id());
+}
+
+TEST_F(TorchLayerTest, NothingStreamsWithoutBlocksToSwap) {
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const Trained expected = Train(resident, nullptr);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), Config(0, 2));
+  EXPECT_TRUE(offloader.streaming_blocks().empty());
+  EXPECT_EQ(offloader.model_id(), "");
+  EXPECT_EQ(Train(blocks, &offloader).losses, expected.losses);
+}
+
+TEST_F(TorchLayerTest, UseUnderCudaGraphCaptureIsRefused) {
+#if BLOCKSWAP_TORCH_CUDA
+  if (!::torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device: graph capture needs one (runs on GPU machines)";
+  }
+  // The daemon of this suite serves the host backend; capture is checked
+  // before any daemon is contacted.
+  c10::cuda::CUDAStream capture = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(capture);
+  ASSERT_EQ(cudaStreamBeginCapture(capture.stream(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(3, 2);
+  config.device = c10::Device(c10::kCUDA, 0);
+  try {
+    StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+    ADD_FAILURE() << "an offloader was created under graph capture";
+  } catch (const c10::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("during CUDA graph capture"));
+  }
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(capture.stream(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+#else
+  GTEST_SKIP() << "this torch has no CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace blockswap::torch
