@@ -21,8 +21,11 @@
 #   protocol.xml the load protocol's cuda cases (shared_test), XML
 #   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory
 #   admin.txt    blockswapctl views during and after two demos
-# It also runs the Python package (client/python) on the GPU in the machine's
-# own torch (tests/gpu/python_on_gpu.py).
+#   torch-build.log  building client/torch there, against its torch
+# It also builds the LibTorch layer as a project of its own (client/torch)
+# against the machine's torch and runs two LibTorch demos on the GPU, and
+# runs the Python package (client/python) in the machine's own torch
+# (tests/gpu/python_on_gpu.py).
 #
 # BLOCKSWAP_DEVICE_CHECK_BACKEND=host runs everything that can on the host
 # backend: a dry run of the script on a machine without a GPU.
@@ -53,6 +56,9 @@ pack() {
   "${root}/../shared/device/pack.sh" "${pack_dir}" "${files[@]}"
   # Debug information would not fit the 64 MiB a device call carries.
   strip --strip-debug "${pack_dir}"/bin/* "${pack_dir}"/lib/*
+  # CLI11 (header-only) for the LibTorch demo built there.
+  mkdir -p "${pack_dir}/include"
+  cp -r /usr/include/CLI "${pack_dir}/include/"
   du -sh "${pack_dir}"
 }
 
@@ -78,12 +84,19 @@ run() {
   fi
 
   # --- the checks -----------------------------------------------------------
+  # The LibTorch layer is built here, against this machine's torch, while
+  # the first checks run.
+  torch_build=/tmp/blockswap-torch-build
+  build_torch_layer >"${out}/torch-build.log" 2>&1 &
+  local torch_builder=$!
   check list-devices blockswapd --list-devices --backend="${backend}"
   check protocol protocol_on_gpu "${out}"
   check gpu-tests gpu_tests "${out}"
   check compute-sanitizer sanitizer_on_gpu
   check demos demos_on_gpu "${out}"
   check python python_on_gpu
+  check torch-build wait_for_torch_build "${torch_builder}" "${out}"
+  check torch-demos torch_demos_on_gpu
   check bench-h2d bench_h2d "${out}"
   cat "${summary}"
   return "${failed}"
@@ -197,6 +210,56 @@ start_daemon() {
     >"${dir}/blockswapd.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [[ -S ${socket} ]] && break; sleep 0.1; done
+}
+
+# client/torch as a project of its own: the layer and its demo over the
+# bundled libblockswap.so.1, against the torch of the machine's Python.
+build_torch_layer() {
+  local prefix
+  prefix=$("${python}" -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  rm -rf "${torch_build}"
+  cmake -S "${root}/client/torch" -B "${torch_build}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="${prefix}" -DBLOCKSWAP_LIBRARY="${pack_dir}/bin/libblockswap.so.1" \
+    -DBLOCKSWAP_CLI11_INCLUDE="${pack_dir}/include" &&
+    cmake --build "${torch_build}" -j "$(nproc)"
+}
+
+wait_for_torch_build() {
+  local builder=$1 out=$2 code=0
+  wait "${builder}" || code=1
+  tail -n 20 "${out}/torch-build.log"
+  return "${code}"
+}
+
+# Two LibTorch trainers (blockswap-torch-demo: LoRA training, ring-slot
+# tensors consumed by real kernels, step 1's loss checked against the model
+# kept whole) sharing one model on the daemon.
+torch_demos_on_gpu() {
+  [[ -x ${torch_build}/bin/blockswap-torch-demo ]] || { echo "no torch demo built"; return 1; }
+  local dir code=0
+  dir=$(mktemp -d /tmp/blockswap-gpu.XXXXXX)
+  start_daemon "${dir}"
+  local device=cuda
+  [[ ${backend} == host ]] && device=cpu
+  local args=(--socket "${socket}" --device "${device}" --blocks 12 --swap 6 --ring 2 --steps 5)
+  timeout 120 "${torch_build}/bin/blockswap-torch-demo" "${args[@]}" --name torch1 \
+    >"${dir}/torch1.log" 2>&1 &
+  local first=$!
+  timeout 120 "${torch_build}/bin/blockswap-torch-demo" "${args[@]}" --name torch2 \
+    >"${dir}/torch2.log" 2>&1 &
+  local second=$!
+  wait "${first}" || code=1
+  wait "${second}" || code=1
+  blockswapctl --socket "${socket}" models || code=1
+  kill -TERM "${daemon}"
+  wait "${daemon}" || code=1
+  local name
+  for name in blockswapd torch1 torch2; do
+    echo "----- ${name}"
+    cat "${dir}/${name}.log"
+  done
+  rm -rf "${dir}" "${shm}"
+  return "${code}"
 }
 
 # The Python package (the repository's client/python over the bundled
