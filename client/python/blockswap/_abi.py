@@ -115,6 +115,7 @@ _PROTOTYPES = {
     "bs_scheduler_after_forward": (_INT, [_P, _U32]),
     "bs_scheduler_after_backward": (_INT, [_P, _U32]),
     "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
+    "bs_scheduler_set_reconnect_timeout": (_INT, [_P, _U32]),
     "bs_scheduler_finish_pass": (_INT, [_P]),
     "bs_scheduler_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
 }

@@ -53,6 +53,10 @@ class BlockSwapConfig:
     gradient_checkpointing: bool = False
     swap_tensor_selector: Optional[Callable] = None
     client_name: Optional[str] = None
+    # After losing blockswapd (a restart, a crash) the scheduler re-attaches,
+    # reopens the model and re-creates its ring for up to this long, then
+    # fails with UNAVAILABLE; 0 fails at once.
+    reconnect_timeout_s: float = 30.0
 
     @classmethod
     def from_args(cls, args, device, supports_backward):
@@ -103,6 +107,9 @@ class StreamOffloader:
             raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
         if config.ring_size < 1:
             raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
+        if not 0 <= config.reconnect_timeout_s <= 3600:
+            raise ValueError(f"reconnect_timeout_s must be within [0, 3600] seconds "
+                             f"(got {config.reconnect_timeout_s})")
         if blocks_to_swap < 0:
             raise ValueError(f"blocks_to_swap must be >= 0 (got {blocks_to_swap})")
         if config.supports_backward and blocks_to_swap > 0 and not config.gradient_checkpointing:
@@ -280,9 +287,14 @@ class StreamOffloader:
                    f"{self._device_uuid}")
         self._ring = ring
         self._slot_bytes = slot_bytes
-        self._slot_flat = [device_bytes(self._lib.bs_ring_slot(ring, s), slot_bytes, self.device)
-                           for s in range(self.B)]
         self._slot_owner = [None] * self.B
+        self._map_slots()
+
+    def _map_slots(self):
+        """Tensors over the ring's slots as the library has them now (a ring
+        re-created after a daemon restart has new memory)."""
+        self._slot_flat = [device_bytes(self._lib.bs_ring_slot(self._ring, s), self._slot_bytes,
+                                        self.device) for s in range(self.B)]
         for rank, block in enumerate(self.stream_idx):
             self._slot_views[block] = self._views(rank, block, self._slot_flat[rank % self.B])
 
@@ -301,6 +313,8 @@ class StreamOffloader:
                                                  None, ctypes.byref(scheduler)),
                    "creating the stream scheduler")
         self._scheduler = scheduler
+        _abi.check(self._lib.bs_scheduler_set_reconnect_timeout(
+            scheduler, int(self._config.reconnect_timeout_s * 1000)), "setting the reconnect timeout")
         placed = [self._lib.bs_scheduler_streaming_block(scheduler, r)
                   for r in range(self._lib.bs_scheduler_streaming_count(scheduler))]
         if placed != self.stream_idx or self._lib.bs_scheduler_ring_slots(scheduler) != self.B:
@@ -338,6 +352,10 @@ class StreamOffloader:
         # Runs inside a scheduler call (on the caller's thread); an exception
         # cannot cross the C ABI, so it is kept and raised when the call returns.
         try:
+            if self._lib.bs_ring_slot(self._ring, slot) != self._slot_flat[slot].data_ptr():
+                # The scheduler re-created its ring (it re-attached after losing
+                # blockswapd) and reloads every slot: bind to the new memory.
+                self._map_slots()
             previous = self._slot_owner[slot]
             if previous is not None and previous != block:
                 self._bind(previous, self._master_views[previous])  # eviction is free

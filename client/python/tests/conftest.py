@@ -52,6 +52,26 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _start(args, log_path):
+    with open(log_path, "a") as log:
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent)
+
+
+def _await_health(running):
+    deadline = time.monotonic() + 20
+    while True:
+        if running.process.poll() is not None:
+            raise RuntimeError(f"blockswapd exited at start-up:\n{running.log()}")
+        health = subprocess.run([os.path.join(BIN_DIR, "blockswapctl"), "--socket",
+                                 running.socket, "--timeout", "2", "health"], capture_output=True)
+        if health.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"blockswapd did not answer within 20 s:\n{running.log()}")
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def daemon():
     scratch = tempfile.mkdtemp(prefix="blockswap-pytest.")
@@ -59,28 +79,25 @@ def daemon():
     shm = f"/dev/shm/blockswap-pytest-{uuid.uuid4().hex[:12]}"
     socket = os.path.join(scratch, "blockswapd.sock")
     log_path = os.path.join(scratch, "blockswapd.log")
-    with open(log_path, "w") as log:
-        # --config=/dev/null: an installed service's config must not apply.
-        process = subprocess.Popen([os.path.join(BIN_DIR, "blockswapd"), "--config=/dev/null",
-                                    "--backend=host", f"--socket={socket}", f"--shm-prefix={shm}",
-                                    "--shutdown-grace=2"],
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   preexec_fn=_die_with_parent)
-    running = Daemon(socket, process, log_path)
+    # --config=/dev/null: an installed service's config must not apply.
+    args = [os.path.join(BIN_DIR, "blockswapd"), "--config=/dev/null", "--backend=host",
+            f"--socket={socket}", f"--shm-prefix={shm}", "--shutdown-grace=2"]
+    running = Daemon(socket, _start(args, log_path), log_path)
+
+    def kill_and_restart():
+        """SIGKILL the daemon and start a new one on the same socket and
+        masters (which it adopts); returns once it answers."""
+        running.process.kill()
+        running.process.wait()
+        running.process = _start(args, log_path)
+        _await_health(running)
+
+    running.kill_and_restart = kill_and_restart
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"blockswapd exited at start-up:\n{running.log()}")
-            health = subprocess.run([os.path.join(BIN_DIR, "blockswapctl"), "--socket", socket,
-                                     "--timeout", "2", "health"], capture_output=True)
-            if health.returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"blockswapd did not answer within 20 s:\n{running.log()}")
-            time.sleep(0.1)
+        _await_health(running)
         yield running
     finally:
+        process = running.process
         if process.poll() is None:
             process.terminate()
             try:
