@@ -143,7 +143,9 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
 // (latency_p50_us, latency_p99_us; with --slots=1 one load is in flight).
 // For the benchmark: --verify=0 skips the comparisons, --compute-only=1
 // runs the same kernels with no loads at all (the step time without
-// streaming).
+// streaming), --host-waits=1 loads and waits on the calling thread instead
+// of the compute stream (a host trainer's way: Wait returns once the block
+// is there, the next load's free record is immediate).
 int RunGpuStream(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const RoleReport report(args.Str("report"));
@@ -154,6 +156,7 @@ int RunGpuStream(const std::vector<std::string>& argv) {
   const absl::Duration timeout = absl::Milliseconds(args.Int("timeout-ms", 10000));
   const bool verify = args.Int("verify", 1) != 0;
   const bool compute_only = args.Int("compute-only", 0) != 0;
+  const bool host_waits = args.Int("host-waits", 0) != 0;
   Client client;
   if (absl::Status s = Setup(args, report, static_cast<size_t>(total), client); !s.ok()) {
     Exit(s, report, client.compute.get());
@@ -174,7 +177,9 @@ int RunGpuStream(const std::vector<std::string>& argv) {
   auto load = [&](int64_t k) {
     if (compute_only) return absl::OkStatus();
     requested[k] = absl::Now();
-    return ring.Load(static_cast<uint32_t>(k % slots), *client.model, order[k], compute.stream());
+    const uint32_t slot = static_cast<uint32_t>(k % slots);
+    return host_waits ? ring.Load(slot, *client.model, order[k], nullptr)
+                      : ring.Load(slot, *client.model, order[k], compute.stream());
   };
   uint64_t bytes = 0;
   absl::Duration max_wait;
@@ -186,7 +191,9 @@ int RunGpuStream(const std::vector<std::string>& argv) {
     const uint32_t slot = static_cast<uint32_t>(k % slots);
     const uint32_t block = order[k];
     const absl::Time wait_start = absl::Now();
-    if (absl::Status s = compute_only ? absl::OkStatus() : ring.Wait(slot, compute.stream(), timeout);
+    if (absl::Status s = compute_only ? absl::OkStatus()
+                         : host_waits ? ring.Wait(slot, nullptr, timeout)
+                                      : ring.Wait(slot, compute.stream(), timeout);
         !s.ok()) {
       Exit(s, report, &compute);
     }
