@@ -26,6 +26,7 @@
 // Ends with one line per metric: `<id> <name> goal=<g> measured=<m>
 // PASS|MISS`.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -65,6 +66,7 @@ struct Options {
   std::vector<int> client_counts = {2, 4};
   double gigabytes_per_case = 24;  // streamed per measurement
   int stall_loads = 300;           // blocks of the P4 pass
+  int repeat = 1;                  // ceiling/one-client alternations, best kept
 };
 
 // The ceiling: `bytes` copies from the kModelBlocks blocks of one pinned
@@ -73,7 +75,12 @@ struct Options {
 // working set (model and ring), so that small blocks are not measured from
 // a cache the daemon's copies cannot use. On the host backend each copy is
 // one std::memcpy on the stream's thread.
-absl::StatusOr<double> CeilingGbps(Device& device, uint64_t bytes, int copies) {
+struct Rate {
+  double gbps = 0;      // per wall-clock second
+  double cpu_gbps = 0;  // per CPU second of the copying process
+};
+
+absl::StatusOr<Rate> Ceiling(Device& device, uint64_t bytes, int copies) {
   const uint64_t host_bytes = kModelBlocks * bytes;
   BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory host, SharedMemory::Create("bench-h2d", host_bytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, host.Map(Access::kReadWrite));
@@ -89,10 +96,13 @@ absl::StatusOr<double> CeilingGbps(Device& device, uint64_t bytes, int copies) {
   };
   for (int i = 0; i < kModelBlocks; ++i) BLOCKSWAP_RETURN_IF_ERROR(copy(i));  // warm-up
   BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
+  const double cpu_start = ProcessCpuSeconds(::getpid());
   const absl::Time start = absl::Now();
   for (int i = 0; i < copies; ++i) BLOCKSWAP_RETURN_IF_ERROR(copy(i));
   BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
-  return static_cast<double>(bytes) * copies / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+  const double gigabytes = static_cast<double>(bytes) * copies / 1e9;
+  return Rate{gigabytes / absl::ToDoubleSeconds(absl::Now() - start),
+              gigabytes / (ProcessCpuSeconds(::getpid()) - cpu_start)};
 }
 
 class Bench {
@@ -111,18 +121,39 @@ class Bench {
     const size_t devices = backend->devices().size();
     BLOCKSWAP_ASSIGN_OR_RETURN(
         daemon_, DaemonProcess::Start(dirs_, DaemonFlags{.backend = options_.backend}));
-    std::printf("%-8s %10s %12s %8s %s\n", "block", "ceiling", "one client", "ratio",
+    std::printf("%-8s %10s %12s %8s %s%s\n", "block", "ceiling", "one client", "ratio",
+                host_ ? "  per CPU-s: ceiling, daemon, ratio " : "",
                 "aggregate over N clients (ratio to ceiling)");
     for (uint64_t mib : options_.sizes_mib) {
       const uint64_t bytes = mib * kMiB;
       const int copies = std::max<int>(8, options_.gigabytes_per_case * 1e9 / bytes);
-      BLOCKSWAP_ASSIGN_OR_RETURN(double ceiling,
-                                 CeilingGbps(*backend->devices().front(), bytes, copies));
+      // Best of --repeat alternations of the ceiling and one client: on a
+      // shared machine, the rounds least disturbed by other processes.
+      Rate best_ceiling;
+      std::vector<double> one = {0};
+      double daemon_cpu_gbps = 0;
       model_id_.clear();
-      BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> one, Clients(1, bytes, copies, devices, {}));
+      for (int round = 0; round < options_.repeat; ++round) {
+        BLOCKSWAP_ASSIGN_OR_RETURN(Rate rate, Ceiling(*backend->devices().front(), bytes, copies));
+        best_ceiling.gbps = std::max(best_ceiling.gbps, rate.gbps);
+        best_ceiling.cpu_gbps = std::max(best_ceiling.cpu_gbps, rate.cpu_gbps);
+        const double cpu_start = ProcessCpuSeconds(daemon_->pid());
+        BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> run,
+                                   Clients(1, bytes, copies, devices, {}));
+        // The daemon's CPU time includes its other threads (gRPC, sessions).
+        daemon_cpu_gbps = std::max(daemon_cpu_gbps, static_cast<double>(bytes) * copies / 1e9 /
+                                                        (ProcessCpuSeconds(daemon_->pid()) - cpu_start));
+        if (run[0] > one[0]) one = run;
+      }
+      const double ceiling = best_ceiling.gbps;
       std::string row = absl::StrFormat("%-8s %8.2f GB/s %7.2f GB/s %8.3f",
                                         absl::StrCat(mib, " MiB"), ceiling, one[0],
                                         one[0] / ceiling);
+      if (host_) {
+        absl::StrAppend(&row, absl::StrFormat("  %6.2f %6.2f %6.3f ", best_ceiling.cpu_gbps,
+                                              daemon_cpu_gbps,
+                                              daemon_cpu_gbps / best_ceiling.cpu_gbps));
+      }
       for (int n : options_.client_counts) {
         BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> all, Clients(n, bytes, copies, devices, {}));
         absl::StrAppend(&row, absl::StrFormat("  %d: %.2f GB/s (%.3f)", n, all[0],
@@ -135,6 +166,10 @@ class Bench {
         summary_.Add(host_ ? "P2" : "P1",
                      absl::StrCat(host_ ? "host-copy-one-client-" : "h2d-one-client-", mib, "MiB"),
                      absl::StrFormat(">=%.2f", goal), one[0] / ceiling, one[0] / ceiling >= goal);
+        if (host_) {
+          summary_.Add("P2", absl::StrCat("host-copy-per-cpu-second-", mib, "MiB"), "report",
+                       daemon_cpu_gbps / best_ceiling.cpu_gbps, true);
+        }
       }
       // P4 at 64 MiB, or at the largest size when 64 MiB is not measured.
       const bool has_64 = std::count(options_.sizes_mib.begin(), options_.sizes_mib.end(), 64) > 0;
@@ -240,6 +275,7 @@ int main(int argc, char** argv) {
   app.add_option("--clients", options.client_counts, "concurrent client counts")->delimiter(',');
   app.add_option("--gigabytes", options.gigabytes_per_case, "GB streamed per measurement");
   app.add_option("--stall-loads", options.stall_loads, "blocks of the P4 pass");
+  app.add_option("--repeat", options.repeat, "ceiling/one-client rounds per size, best kept");
   CLI11_PARSE(app, argc, argv);
   auto dirs = blockswap::testing::ScratchDirs::Create();
   if (!dirs.ok()) {

@@ -53,7 +53,7 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint32_t kSlots = 2;
 
 struct Options {
-  uint64_t model_mib = 1024;  // at least this much, in blocks of --block-mib
+  uint64_t model_mib = 1024;  // at least this much (one block more), in blocks of --block-mib
   uint64_t block_mib = 32;
   int clients = 8;
 };
@@ -191,7 +191,7 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   // Register the model through one gpu-stream client that loads nothing
   // (its blocks are --block-bytes less a few KiB each, gpu_roles.cc); M is
   // then what the daemon's master files hold.
-  const uint64_t blocks = (options.model_mib + options.block_mib - 1) / options.block_mib;
+  const uint64_t blocks = options.model_mib / options.block_mib + 1;
   StreamClients registrar(dirs);
   BLOCKSWAP_ASSIGN_OR_RETURN(
       StreamRun registered,

@@ -1,11 +1,16 @@
 #include "tests/bench/stream_clients.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "shared/status.h"
 #include "tests/support/child_process.h"
 
@@ -13,6 +18,22 @@ namespace blockswap::bench {
 
 using testing::ChildProcess;
 using testing::ReportLines;
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) in parentheses:
+  // state is field 3, utime 14, stime 15.
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
 
 double ReportNumber(const ReportLines& report, const std::string& key) {
   double value = -1;

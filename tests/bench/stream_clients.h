@@ -6,6 +6,8 @@
 #ifndef BLOCKSWAP_TESTS_BENCH_STREAM_CLIENTS_H_
 #define BLOCKSWAP_TESTS_BENCH_STREAM_CLIENTS_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -15,6 +17,10 @@
 #include "tests/support/role_report.h"
 
 namespace blockswap::bench {
+
+// CPU time (user + system, all threads) a process has used so far, seconds
+// (/proc/PID/stat; clock-tick resolution); -1 when unreadable.
+double ProcessCpuSeconds(pid_t pid);
 
 // A number from a role report (-1 when absent or malformed).
 double ReportNumber(const testing::ReportLines& report, const std::string& key);
