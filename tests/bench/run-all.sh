@@ -58,7 +58,7 @@ if (( quick )); then
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
-    --clients=2 --gigabytes=4 --stall-loads=150
+    --clients=2 --gigabytes=4 --stall-loads=150 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
 fi
