@@ -14,6 +14,9 @@
 //             load's request travels on a gRPC stream).
 //   loads/s   the same client loop run by 1, 4 and 16 processes at once:
 //             their loads over their common wall-clock window.
+//   CPU/load  the daemon's CPU time per load of the one-client run, and of
+//             the same run again while another client process sits attached
+//             with an open Load stream and nothing to do (a gpu-hold role).
 //
 // Ends with one line per metric: `P3 <name> goal=<g> measured=<m> PASS|MISS`.
 #include <signal.h>
@@ -132,6 +135,28 @@ absl::StatusOr<Percentiles> PingPong(const Options& options) {
   return Of(us);
 }
 
+// A client attached with an open Load stream and nothing to do: a gpu-hold
+// role (tests/gpu/gpu_roles.cc) with a 1 ms hold, once it says "holding".
+absl::StatusOr<ChildProcess> IdleClient(const ScratchDirs& dirs) {
+  const std::string report = dirs.temp_dir() + "/idle.report";
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ChildProcess idle,
+      ChildProcess::Spawn("gpu-hold", {.args = {"--socket=" + dirs.socket_path(),
+                                                "--report=" + report, "--name=idle",
+                                                "--block-bytes=4096", "--blocks=2", "--slots=1",
+                                                "--hold-ms=1"}}));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (testing::FirstValue(testing::ReadRoleReport(report), "holding").empty()) {
+    if (idle.TryWait().has_value() || absl::Now() > deadline) {
+      return absl::InternalError(
+          absl::StrCat("the idle client never held: ",
+                       testing::FirstValue(testing::ReadRoleReport(report), "error")));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return idle;
+}
+
 absl::Status Run(const Options& options, ScratchDirs& dirs) {
   BLOCKSWAP_ASSIGN_OR_RETURN(auto daemon, DaemonProcess::Start(dirs, {.backend = "host"}));
   StreamClients clients(dirs);
@@ -148,7 +173,16 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   args = common;
   args.push_back("--model-id=" + model);
   args.push_back(absl::StrCat("--loads=", options.round_trips));
+  double cpu = ProcessCpuSeconds(daemon->pid());
   BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun one, clients.Run(1, args));
+  const double cpu_us_alone = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+  double cpu_us_beside_idle = -1;
+  {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess idle, IdleClient(dirs));
+    cpu = ProcessCpuSeconds(daemon->pid());
+    BLOCKSWAP_RETURN_IF_ERROR(clients.Run(1, args).status());
+    cpu_us_beside_idle = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+  }
   const Percentiles loads{ReportNumber(one.reports[0], "latency_p50_us"),
                           ReportNumber(one.reports[0], "latency_p99_us")};
   std::printf("%-34s %10s %10s\n", "round trip, one in flight", "p50 us", "p99 us");
@@ -162,12 +196,18 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   std::printf("%-34s %10.1f %10.1f  (%.2f, %.2f x the socket)\n",
               "for scale: gRPC Admin.Status call", grpc.p50, grpc.p99, grpc.p50 / raw.p50,
               grpc.p99 / raw.p99);
+  std::printf("daemon CPU per load: %.1f us alone, %.1f us beside an idle attached client "
+              "(%.2fx)\n",
+              cpu_us_alone, cpu_us_beside_idle, cpu_us_beside_idle / cpu_us_alone);
   Summary summary;
   summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", loads.p50 / raw.p50,
               loads.p50 / raw.p50 <= 4);
   summary.Add("P3", "load-round-trip-p99-vs-socket", "<=10", loads.p99 / raw.p99,
               loads.p99 / raw.p99 <= 10);
   summary.Add("P3", "grpc-unary-call-p50-vs-socket", "report", grpc.p50 / raw.p50, true);
+  summary.Add("P3", "daemon-cpu-us-per-load", "report", cpu_us_alone, true);
+  summary.Add("P3", "daemon-cpu-per-load-beside-idle-client-vs-alone", "report",
+              cpu_us_beside_idle / cpu_us_alone, true);
 
   args = common;
   args.push_back("--model-id=" + model);
