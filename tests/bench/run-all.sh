@@ -4,7 +4,7 @@
 # metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
 # Each program measures blockswap beside its ceiling in the same run; the
 # full output is kept in ${BLOCKSWAP_BENCH_LOG:-<build>/bench-run.log}.
-# About 3-5 minutes on 2 cores; docs/BENCHMARKS.md records a run.
+# About 2 minutes on 2 cores; docs/BENCHMARKS.md records a run.
 #   --quick   small sizes (seconds; numbers mean little)
 set -uo pipefail
 
