@@ -25,17 +25,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "grpcpp/grpcpp.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
 #include "shared/status.h"
 #include "shared/unique_fd.h"
 #include "tests/bench/stream_clients.h"
@@ -62,7 +62,8 @@ struct Options {
 bool TransferAll(int fd, char* data, size_t bytes, bool write) {
   size_t done = 0;
   while (done < bytes) {
-    ssize_t n = write ? ::write(fd, data + done, bytes - done) : ::read(fd, data + done, bytes - done);
+    ssize_t n =
+        write ? ::write(fd, data + done, bytes - done) : ::read(fd, data + done, bytes - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
@@ -141,10 +142,10 @@ absl::StatusOr<ChildProcess> IdleClient(const ScratchDirs& dirs) {
   const std::string report = dirs.temp_dir() + "/idle.report";
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ChildProcess idle,
-      ChildProcess::Spawn("gpu-hold", {.args = {"--socket=" + dirs.socket_path(),
-                                                "--report=" + report, "--name=idle",
-                                                "--block-bytes=4096", "--blocks=2", "--slots=1",
-                                                "--hold-ms=1"}}));
+      ChildProcess::Spawn(
+          "gpu-hold",
+          {.args = {"--socket=" + dirs.socket_path(), "--report=" + report, "--name=idle",
+                    "--block-bytes=4096", "--blocks=2", "--slots=1", "--hold-ms=1"}}));
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (testing::FirstValue(testing::ReadRoleReport(report), "holding").empty()) {
     if (idle.TryWait().has_value() || absl::Now() > deadline) {
@@ -161,7 +162,10 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   BLOCKSWAP_ASSIGN_OR_RETURN(auto daemon, DaemonProcess::Start(dirs, {.backend = "host"}));
   StreamClients clients(dirs);
   const std::vector<std::string> common = {absl::StrCat("--block-bytes=", options.bytes),
-                                           "--blocks=1", "--slots=1", "--verify=0", "--host-waits=1",
+                                           "--blocks=1",
+                                           "--slots=1",
+                                           "--verify=0",
+                                           "--host-waits=1",
                                            "--timeout-ms=60000"};
   // The model first (its upload is no part of any measurement).
   std::vector<std::string> args = common;
@@ -189,16 +193,16 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   std::printf("%-34s %10.1f %10.1f\n",
               absl::StrCat("unix socket ping-pong, ", options.bytes, " B").c_str(), raw.p50,
               raw.p99);
-  std::printf("%-34s %10.1f %10.1f\n", "blockswapd load to filled_seq seen", loads.p50,
-              loads.p99);
+  std::printf("%-34s %10.1f %10.1f\n", "blockswapd load to filled_seq seen", loads.p50, loads.p99);
   std::printf("%-34s %10.2f %10.2f\n", "ratio", loads.p50 / raw.p50, loads.p99 / raw.p99);
   BLOCKSWAP_ASSIGN_OR_RETURN(Percentiles grpc, GrpcStatus(*daemon, options.round_trips / 4));
   std::printf("%-34s %10.1f %10.1f  (%.2f, %.2f x the socket)\n",
               "for scale: gRPC Admin.Status call", grpc.p50, grpc.p99, grpc.p50 / raw.p50,
               grpc.p99 / raw.p99);
-  std::printf("daemon CPU per load: %.1f us alone, %.1f us beside an idle attached client "
-              "(%.2fx)\n",
-              cpu_us_alone, cpu_us_beside_idle, cpu_us_beside_idle / cpu_us_alone);
+  std::printf(
+      "daemon CPU per load: %.1f us alone, %.1f us beside an idle attached client "
+      "(%.2fx)\n",
+      cpu_us_alone, cpu_us_beside_idle, cpu_us_beside_idle / cpu_us_alone);
   Summary summary;
   summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", loads.p50 / raw.p50,
               loads.p50 / raw.p50 <= 4);

@@ -89,10 +89,9 @@ absl::StatusOr<Rate> Ceiling(Device& device, uint64_t bytes, int copies) {
   BLOCKSWAP_ASSIGN_OR_RETURN(auto target, device.Allocate(kSlots * bytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(auto stream, device.CreateStream());
   auto copy = [&](int i) {
-    return stream->CopyHostToDevice(target->data() + (i % kSlots) * bytes,
-                                    static_cast<const char*>(mapping.data()) +
-                                        (i % kModelBlocks) * bytes,
-                                    bytes);
+    return stream->CopyHostToDevice(
+        target->data() + (i % kSlots) * bytes,
+        static_cast<const char*>(mapping.data()) + (i % kModelBlocks) * bytes, bytes);
   };
   for (int i = 0; i < kModelBlocks; ++i) BLOCKSWAP_RETURN_IF_ERROR(copy(i));  // warm-up
   BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
@@ -108,7 +107,10 @@ absl::StatusOr<Rate> Ceiling(Device& device, uint64_t bytes, int copies) {
 class Bench {
  public:
   Bench(Options options, ScratchDirs& dirs)
-      : options_(std::move(options)), dirs_(dirs), clients_(dirs), host_(options_.backend == "host") {}
+      : options_(std::move(options)),
+        dirs_(dirs),
+        clients_(dirs),
+        host_(options_.backend == "host") {}
 
   absl::Status Run() {
     BLOCKSWAP_ASSIGN_OR_RETURN(BackendChoice choice, ParseBackendChoice(options_.backend));
@@ -138,21 +140,21 @@ class Bench {
         best_ceiling.gbps = std::max(best_ceiling.gbps, rate.gbps);
         best_ceiling.cpu_gbps = std::max(best_ceiling.cpu_gbps, rate.cpu_gbps);
         const double cpu_start = ProcessCpuSeconds(daemon_->pid());
-        BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> run,
-                                   Clients(1, bytes, copies, devices, {}));
+        BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> run, Clients(1, bytes, copies, devices, {}));
         // The daemon's CPU time includes its other threads (gRPC, sessions).
-        daemon_cpu_gbps = std::max(daemon_cpu_gbps, static_cast<double>(bytes) * copies / 1e9 /
-                                                        (ProcessCpuSeconds(daemon_->pid()) - cpu_start));
+        daemon_cpu_gbps =
+            std::max(daemon_cpu_gbps, static_cast<double>(bytes) * copies / 1e9 /
+                                          (ProcessCpuSeconds(daemon_->pid()) - cpu_start));
         if (run[0] > one[0]) one = run;
       }
       const double ceiling = best_ceiling.gbps;
-      std::string row = absl::StrFormat("%-8s %8.2f GB/s %7.2f GB/s %8.3f",
-                                        absl::StrCat(mib, " MiB"), ceiling, one[0],
-                                        one[0] / ceiling);
+      std::string row =
+          absl::StrFormat("%-8s %8.2f GB/s %7.2f GB/s %8.3f", absl::StrCat(mib, " MiB"), ceiling,
+                          one[0], one[0] / ceiling);
       if (host_) {
-        absl::StrAppend(&row, absl::StrFormat("  %6.2f %6.2f %6.3f ", best_ceiling.cpu_gbps,
-                                              daemon_cpu_gbps,
-                                              daemon_cpu_gbps / best_ceiling.cpu_gbps));
+        absl::StrAppend(
+            &row, absl::StrFormat("  %6.2f %6.2f %6.3f ", best_ceiling.cpu_gbps, daemon_cpu_gbps,
+                                  daemon_cpu_gbps / best_ceiling.cpu_gbps));
       }
       for (int n : options_.client_counts) {
         BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<double> all, Clients(n, bytes, copies, devices, {}));
@@ -189,10 +191,12 @@ class Bench {
   // their common window, then each client's own.
   absl::StatusOr<std::vector<double>> Clients(int n, uint64_t bytes, int loads, size_t devices,
                                               std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        absl::StrCat("--block-bytes=", bytes), absl::StrCat("--blocks=", kModelBlocks),
-        absl::StrCat("--slots=", kSlots), absl::StrCat("--loads=", loads), "--verify=0",
-        "--timeout-ms=60000"};
+    std::vector<std::string> args = {absl::StrCat("--block-bytes=", bytes),
+                                     absl::StrCat("--blocks=", kModelBlocks),
+                                     absl::StrCat("--slots=", kSlots),
+                                     absl::StrCat("--loads=", loads),
+                                     "--verify=0",
+                                     "--timeout-ms=60000"};
     if (!model_id_.empty()) args.push_back("--model-id=" + model_id_);
     args.insert(args.end(), extra.begin(), extra.end());
     BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients_.Run(n, args, devices));
@@ -219,10 +223,11 @@ class Bench {
     BLOCKSWAP_RETURN_IF_ERROR(Clients(1, bytes, loads, devices, compute_only).status());
     const double streaming = seconds_[0], alone = seconds_[1];
     const double stall = std::max(0.0, (streaming - alone) / streaming);
-    std::printf("%s: %d blocks of %.0f MiB, kernel %lld us (copy %.0f us): step %.4f s "
-                "streaming, %.4f s without loads: stall %.2f%%\n",
-                host_ ? "P4-host" : "P4-GPU", loads, bytes / double(kMiB), static_cast<long long>(compute_us), copy_us,
-                streaming, alone, 100 * stall);
+    std::printf(
+        "%s: %d blocks of %.0f MiB, kernel %lld us (copy %.0f us): step %.4f s "
+        "streaming, %.4f s without loads: stall %.2f%%\n",
+        host_ ? "P4-host" : "P4-GPU", loads, bytes / double(kMiB),
+        static_cast<long long>(compute_us), copy_us, streaming, alone, 100 * stall);
     const double goal = host_ ? 0.02 : 0.01;
     summary_.Add(host_ ? "P4-host" : "P4-GPU", "stall-per-step", absl::StrFormat("<=%.2f", goal),
                  stall, stall <= goal);
@@ -232,15 +237,16 @@ class Bench {
   // The daemon's own device memory once no ring exists: its CUDA contexts.
   void DaemonMemory() {
     if (options_.backend != "cuda") return;
-    const std::string command = "nvidia-smi --query-compute-apps=pid,used_memory "
-                                "--format=csv,noheader,nounits 2>/dev/null";
+    const std::string command =
+        "nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv,noheader,nounits 2>/dev/null";
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return;
     char line[256];
     double mib = 0;
     while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-      std::vector<std::string> fields = absl::StrSplit(line, absl::ByAnyChar(", \n"),
-                                                       absl::SkipEmpty());
+      std::vector<std::string> fields =
+          absl::StrSplit(line, absl::ByAnyChar(", \n"), absl::SkipEmpty());
       int pid = 0;
       double used = 0;
       if (fields.size() >= 2 && absl::SimpleAtoi(fields[0], &pid) && pid == daemon_->pid() &&

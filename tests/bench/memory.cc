@@ -72,8 +72,8 @@ absl::Status StreamUntilStopped(const KeyValueArgs& args, const RoleReport& repo
     slot_bytes = std::max<uint64_t>(slot_bytes, block.bytes);
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(
-      auto ring, client::Ring::Create(*connection, connection->device_uuids().front(), kSlots,
-                                      slot_bytes));
+      auto ring,
+      client::Ring::Create(*connection, connection->device_uuids().front(), kSlots, slot_bytes));
   report.Add("ring_bytes", absl::StrCat(kSlots * slot_bytes));
   const uint32_t blocks = model->block_count();
   for (uint64_t k = 0; !Stopped(args); ++k) {
@@ -166,8 +166,8 @@ absl::StatusOr<double> SumPss(const ScratchDirs& dirs, const std::string& role, 
     BLOCKSWAP_ASSIGN_OR_RETURN(int code, children[c].Wait(absl::Minutes(1)));
     testing::ReportLines report = testing::ReadRoleReport(paths[c]);
     if (code != 0) {
-      return absl::InternalError(absl::StrCat(role, " ", c, " exited ", code, ": ",
-                                              testing::FirstValue(report, "error")));
+      return absl::InternalError(
+          absl::StrCat(role, " ", c, " exited ", code, ": ", testing::FirstValue(report, "error")));
     }
     if (reports != nullptr) reports->push_back(std::move(report));
   }
@@ -204,10 +204,9 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
 
   std::vector<testing::ReportLines> reports;
   BLOCKSWAP_ASSIGN_OR_RETURN(
-      double shared,
-      SumPss(dirs, "bench-memory-stream", options.clients,
-             {"--socket=" + dirs.socket_path(), "--model-id=" + model}, "streaming",
-             {daemon->pid()}, &reports));
+      double shared, SumPss(dirs, "bench-memory-stream", options.clients,
+                            {"--socket=" + dirs.socket_path(), "--model-id=" + model}, "streaming",
+                            {daemon->pid()}, &reports));
   double ring_bytes = 0;
   for (const auto& report : reports) ring_bytes += ReportNumber(report, "ring_bytes");
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -218,9 +217,8 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
 
   const double goal = 1.1 + (ring_bytes + options.clients * 64.0 * kMiB) / m;
-  std::printf("model M = %.0f MiB in %llu blocks, %d clients, rings %.0f MiB in all\n",
-              m / kMiB, static_cast<unsigned long long>(blocks), options.clients,
-              ring_bytes / kMiB);
+  std::printf("model M = %.0f MiB in %llu blocks, %d clients, rings %.0f MiB in all\n", m / kMiB,
+              static_cast<unsigned long long>(blocks), options.clients, ring_bytes / kMiB);
   std::printf("%-44s %10.0f MiB  %6.2f x M\n", "shared: sum PSS of blockswapd + clients",
               shared / kMiB, shared / m);
   std::printf("%-44s %10.0f MiB  %6.2f x M\n", "private: sum PSS of processes with a copy",

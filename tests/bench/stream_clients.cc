@@ -47,9 +47,9 @@ absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std:
   for (int c = 0; c < clients; ++c) {
     const std::string name = absl::StrCat("client-", ++spawned_);
     paths.push_back(dirs_.temp_dir() + "/" + name + ".report");
-    std::vector<std::string> role_args = {"--socket=" + dirs_.socket_path(),
-                                          "--report=" + paths.back(), "--name=" + name,
-                                          absl::StrCat("--device=", c % std::max<size_t>(devices, 1))};
+    std::vector<std::string> role_args = {
+        "--socket=" + dirs_.socket_path(), "--report=" + paths.back(), "--name=" + name,
+        absl::StrCat("--device=", c % std::max<size_t>(devices, 1))};
     role_args.insert(role_args.end(), args.begin(), args.end());
     BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess child,
                                ChildProcess::Spawn("gpu-stream", {.args = std::move(role_args)}));
@@ -61,8 +61,8 @@ absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std:
     BLOCKSWAP_ASSIGN_OR_RETURN(int code, children[c].Wait(absl::Minutes(5)));
     ReportLines report = testing::ReadRoleReport(paths[c]);
     if (code != 0) {
-      return absl::InternalError(absl::StrCat("client exited ", code, ": ",
-                                              testing::FirstValue(report, "error")));
+      return absl::InternalError(
+          absl::StrCat("client exited ", code, ": ", testing::FirstValue(report, "error")));
     }
     const double start = ReportNumber(report, "start"), end = ReportNumber(report, "end");
     first_start = std::min(first_start, start);

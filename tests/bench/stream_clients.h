@@ -26,8 +26,8 @@ double ProcessCpuSeconds(pid_t pid);
 double ReportNumber(const testing::ReportLines& report, const std::string& key);
 
 struct StreamRun {
-  double aggregate_gbps = 0;      // all clients' bytes over their common window
-  double loads_per_second = 0;    // all clients' loads over the same window
+  double aggregate_gbps = 0;                  // all clients' bytes over their common window
+  double loads_per_second = 0;                // all clients' loads over the same window
   std::vector<testing::ReportLines> reports;  // one per client, in spawn order
 };
 
@@ -49,8 +49,8 @@ class StreamClients {
 // The summary lines of one program.
 class Summary {
  public:
-  void Add(const std::string& id, const std::string& name, const std::string& goal,
-           double measured, bool pass);
+  void Add(const std::string& id, const std::string& name, const std::string& goal, double measured,
+           bool pass);
   const std::string& text() const { return text_; }
 
  private:
