@@ -93,7 +93,9 @@ absl::StatusOr<Rate> Ceiling(Device& device, uint64_t bytes, int copies) {
         target->data() + (i % kSlots) * bytes,
         static_cast<const char*>(mapping.data()) + (i % kModelBlocks) * bytes, bytes);
   };
-  for (int i = 0; i < kModelBlocks; ++i) BLOCKSWAP_RETURN_IF_ERROR(copy(i));  // warm-up
+  for (int i = 0; i < static_cast<int>(kModelBlocks); ++i) {  // warm-up
+    BLOCKSWAP_RETURN_IF_ERROR(copy(i));
+  }
   BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
   const double cpu_start = ProcessCpuSeconds(::getpid());
   const absl::Time start = absl::Now();
