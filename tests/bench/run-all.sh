@@ -35,7 +35,9 @@ run() {
   out=$("$@" 2>&1)
   rc=$?
   printf '%s\n' "${out}" | grep -v '^blockswapd: ' | tee -a "${log}"
-  mapfile -t lines < <(printf '%s\n' "${out}" | grep -E '^P[0-9][^ ]* [^ ]+ goal=')
+  # A metric line: `P<n> <name> goal=... PASS|MISS` (p7-soak.sh's name and
+  # goal hold spaces).
+  mapfile -t lines < <(printf '%s\n' "${out}" | grep -E '^P[0-9][^ ]* .*goal=.*(PASS|MISS)')
   summary+=("${lines[@]}")
   if (( rc != 0 )); then
     summary+=("${ids} ${name} goal=exit-0 measured=exit-${rc} MISS")
