@@ -372,7 +372,11 @@ class HostDevice final : public Device {
     size_t size = RoundUp(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
     BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
                                SharedMemory::Create(absl::StrCat(info_.uuid, "-ring"), size));
-    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    // Pre-faulted, as device memory is committed when allocated: otherwise
+    // the first copy into each page pays a fault and the page's zeroing on
+    // the copy path (measured by tests/bench: about a quarter of the copy
+    // worker's CPU time while a fresh 128 MiB ring fills; docs/BENCHMARKS.md).
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite, /*populate=*/true));
     return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size);
   }
 

@@ -56,7 +56,9 @@ class SharedMemory {
 
   const UniqueFd& fd() const { return fd_; }
   size_t size() const { return size_; }
-  absl::StatusOr<Mapping> Map(Access access) const { return Mapping::Map(fd_, size_, access); }
+  absl::StatusOr<Mapping> Map(Access access, bool populate = false) const {
+    return Mapping::Map(fd_, size_, access, populate);
+  }
 
  private:
   SharedMemory(UniqueFd fd, size_t size) : fd_(std::move(fd)), size_(size) {}

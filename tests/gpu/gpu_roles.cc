@@ -92,10 +92,16 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   BLOCKSWAP_ASSIGN_OR_RETURN(client.connection,
                              client::Connection::Connect(args.Str("socket"),
                                                          args.Str("name", "gpu-test")));
+  // The blocks' bytes, for an upload or the comparisons only: a benchmark
+  // client that opens a model and never compares (--verify=0) makes none.
+  const bool registering = args.Str("model-id").empty();
+  const bool verify = args.Int("verify", 1) != 0;
   std::vector<std::vector<std::byte>> content;
   std::vector<std::vector<client::TensorUpload>> uploads(blocks);
-  for (uint32_t b = 0; b < blocks; ++b) content.push_back(BlockContent(seed, max_bytes, b));
-  for (uint32_t b = 0; b < blocks; ++b) {
+  if (registering || verify) {
+    for (uint32_t b = 0; b < blocks; ++b) content.push_back(BlockContent(seed, max_bytes, b));
+  }
+  for (uint32_t b = 0; b < blocks && registering; ++b) {
     client::TensorUpload upload;
     upload.spec.name = "weight";
     upload.spec.dtype = "U8";
@@ -105,8 +111,7 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   }
   // --model-id: open what an earlier client registered (no upload).
   BLOCKSWAP_ASSIGN_OR_RETURN(
-      client.model, args.Str("model-id").empty()
-                        ? client::Model::Register(*client.connection, "gpu-test", uploads)
+      client.model, registering ? client::Model::Register(*client.connection, "gpu-test", uploads)
                         : client::Model::Open(*client.connection, args.Str("model-id")));
   report.Add("model", client.model->id());
   uint64_t slot_bytes = 0;
@@ -125,7 +130,7 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   BLOCKSWAP_ASSIGN_OR_RETURN(
       client.compute,
       DeviceCompute::Create(client.connection->backend_kind(), client.ring->device(), checks));
-  for (uint32_t b = 0; b < blocks; ++b) {
+  for (uint32_t b = 0; b < blocks && verify; ++b) {
     BLOCKSWAP_ASSIGN_OR_RETURN(const void* kept, client.compute->Keep(content[b]));
     client.kept.push_back(kept);
   }
@@ -137,10 +142,15 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
 // --slow-ms kernel, the others --compute-us. Reports loads, wrong (slots
 // whose bytes differed when the kernels read them), seconds, GB/s, the
 // longest host-side wait for a fill (max_wait_ms), and the wall-clock
-// start/end of the streaming (Unix seconds, to add up concurrent clients).
+// start/end of the streaming (Unix seconds, to add up concurrent clients),
+// and the round trip of a load (its request to its Wait returning on the
+// host: filled_seq seen) at the 50th and 99th percentile, in µs
+// (latency_p50_us, latency_p99_us; with --slots=1 one load is in flight).
 // For the benchmark: --verify=0 skips the comparisons, --compute-only=1
 // runs the same kernels with no loads at all (the step time without
-// streaming).
+// streaming), --host-waits=1 loads and waits on the calling thread instead
+// of the compute stream (a host trainer's way: Wait returns once the block
+// is there, the next load's free record is immediate).
 int RunGpuStream(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const RoleReport report(args.Str("report"));
@@ -151,6 +161,7 @@ int RunGpuStream(const std::vector<std::string>& argv) {
   const absl::Duration timeout = absl::Milliseconds(args.Int("timeout-ms", 10000));
   const bool verify = args.Int("verify", 1) != 0;
   const bool compute_only = args.Int("compute-only", 0) != 0;
+  const bool host_waits = args.Int("host-waits", 0) != 0;
   Client client;
   if (absl::Status s = Setup(args, report, static_cast<size_t>(total), client); !s.ok()) {
     Exit(s, report, client.compute.get());
@@ -165,9 +176,15 @@ int RunGpuStream(const std::vector<std::string>& argv) {
     choice = choice * 6364136223846793005ull + 1442695040888963407ull;
     order[k] = static_cast<uint32_t>((choice >> 33) % blocks);
   }
+  std::vector<absl::Time> requested(total);
+  std::vector<double> round_trip_us;
+  round_trip_us.reserve(total);
   auto load = [&](int64_t k) {
     if (compute_only) return absl::OkStatus();
-    return ring.Load(static_cast<uint32_t>(k % slots), *client.model, order[k], compute.stream());
+    requested[k] = absl::Now();
+    const uint32_t slot = static_cast<uint32_t>(k % slots);
+    return host_waits ? ring.Load(slot, *client.model, order[k], nullptr)
+                      : ring.Load(slot, *client.model, order[k], compute.stream());
   };
   uint64_t bytes = 0;
   absl::Duration max_wait;
@@ -179,11 +196,15 @@ int RunGpuStream(const std::vector<std::string>& argv) {
     const uint32_t slot = static_cast<uint32_t>(k % slots);
     const uint32_t block = order[k];
     const absl::Time wait_start = absl::Now();
-    if (absl::Status s = compute_only ? absl::OkStatus() : ring.Wait(slot, compute.stream(), timeout);
+    if (absl::Status s = compute_only ? absl::OkStatus()
+                         : host_waits ? ring.Wait(slot, nullptr, timeout)
+                                      : ring.Wait(slot, compute.stream(), timeout);
         !s.ok()) {
       Exit(s, report, &compute);
     }
-    max_wait = std::max(max_wait, absl::Now() - wait_start);
+    const absl::Time waited = absl::Now();
+    max_wait = std::max(max_wait, waited - wait_start);
+    if (!compute_only) round_trip_us.push_back(absl::ToDoubleMicroseconds(waited - requested[k]));
     absl::Status queued;
     if (slow_every > 0 && k % slow_every == slow_every - 1) {
       queued = compute.Spin(slow);
@@ -212,6 +233,14 @@ int RunGpuStream(const std::vector<std::string>& argv) {
   report.Add("seconds", absl::StrCat(seconds));
   report.Add("gbps", absl::StrCat(static_cast<double>(bytes) / seconds / 1e9));
   report.Add("max_wait_ms", absl::StrCat(absl::ToDoubleMilliseconds(max_wait)));
+  if (!round_trip_us.empty()) {
+    std::sort(round_trip_us.begin(), round_trip_us.end());
+    const auto percentile = [&](double p) {
+      return round_trip_us[static_cast<size_t>(p * (round_trip_us.size() - 1))];
+    };
+    report.Add("latency_p50_us", absl::StrCat(percentile(0.50)));
+    report.Add("latency_p99_us", absl::StrCat(percentile(0.99)));
+  }
   report.Add("start", absl::StrFormat("%.6f", absl::ToDoubleSeconds(start - absl::UnixEpoch())));
   report.Add("end", absl::StrFormat("%.6f", absl::ToDoubleSeconds(end - absl::UnixEpoch())));
   if (*wrong > 0) {

@@ -1,0 +1,253 @@
+// blockswap-bench-control (P3, issue 8): the control plane beside its
+// ceiling, measured side by side in one run.
+//
+//   ceiling   a raw unix-socket ping-pong between this process and a child
+//             (socketpair, blocking reads and writes of --bytes each way):
+//             the round trip of the cheapest possible request/reply.
+//   blockswap one gpu-stream client (tests/gpu/gpu_roles.cc) on the host
+//             backend with a one-slot ring and a model of one --bytes block:
+//             each load's request (Ring::Load) to its Wait returning, i.e.
+//             filled_seq seen by the client, one load in flight.
+//   ratios    p50 and p99 of the two. Goals <= 4x (p50) and <= 10x (p99).
+//   gRPC      for scale, not a goal: the unary Admin.Status round trip to
+//             the same daemon over the same socket (gRPC's own floor; a
+//             load's request travels on a gRPC stream).
+//   loads/s   the same client loop run by 1, 4 and 16 processes at once:
+//             their loads over their common wall-clock window.
+//   CPU/load  the daemon's CPU time per load of the one-client run, and of
+//             the same run again while another client process sits attached
+//             with an open Load stream and nothing to do (a gpu-hold role).
+//
+// Ends with one line per metric: `P3 <name> goal=<g> measured=<m> PASS|MISS`.
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+#include "tests/bench/stream_clients.h"
+#include "tests/support/child_process.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/key_value_args.h"
+
+namespace blockswap::bench {
+namespace {
+
+using testing::ChildProcess;
+using testing::DaemonProcess;
+using testing::ScratchDirs;
+
+constexpr int kEchoFd = 3;
+
+struct Options {
+  uint64_t bytes = 4096;
+  int round_trips = 20000;
+  int throughput_loads = 3000;  // per client
+  std::vector<int> client_counts = {1, 4, 16};
+};
+
+bool TransferAll(int fd, char* data, size_t bytes, bool write) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n =
+        write ? ::write(fd, data + done, bytes - done) : ::read(fd, data + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The ceiling's other end: echoes --bytes messages on fd 3 until EOF.
+int RunEcho(const std::vector<std::string>& argv) {
+  const testing::KeyValueArgs args(argv);
+  std::vector<char> buffer(args.Int("bytes", 4096));
+  while (TransferAll(kEchoFd, buffer.data(), buffer.size(), false)) {
+    if (!TransferAll(kEchoFd, buffer.data(), buffer.size(), true)) return 1;
+  }
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("bench-echo", RunEcho);
+
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+};
+
+Percentiles Of(std::vector<double>& us) {
+  std::sort(us.begin(), us.end());
+  return Percentiles{us[us.size() / 2], us[static_cast<size_t>(0.99 * (us.size() - 1))]};
+}
+
+// Unary Admin.Status calls on one channel, one in flight.
+absl::StatusOr<Percentiles> GrpcStatus(const DaemonProcess& daemon, int calls) {
+  std::unique_ptr<v1::Admin::Stub> admin = daemon.Admin();
+  std::vector<double> us;
+  for (int i = 0; i < calls + 100; ++i) {  // the first 100 warm up
+    grpc::ClientContext context;
+    v1::StatusRequest request;
+    v1::StatusReply reply;
+    const absl::Time start = absl::Now();
+    if (grpc::Status status = admin->Status(&context, request, &reply); !status.ok()) {
+      return absl::InternalError(absl::StrCat("Admin.Status: ", status.error_message()));
+    }
+    if (i >= 100) us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  return Of(us);
+}
+
+absl::StatusOr<Percentiles> PingPong(const Options& options) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  UniqueFd mine(fds[0]), theirs(fds[1]);
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ChildProcess echo,
+      ChildProcess::Spawn("bench-echo", {.args = {absl::StrCat("--bytes=", options.bytes)},
+                                         .inherit = {{theirs.get(), kEchoFd}}}));
+  theirs = UniqueFd();
+  std::vector<char> buffer(options.bytes, 'x');
+  std::vector<double> us;
+  us.reserve(options.round_trips);
+  for (int i = 0; i < options.round_trips + 100; ++i) {  // the first 100 warm up
+    const absl::Time start = absl::Now();
+    if (!TransferAll(mine.get(), buffer.data(), buffer.size(), true) ||
+        !TransferAll(mine.get(), buffer.data(), buffer.size(), false)) {
+      return absl::InternalError("the echo process hung up");
+    }
+    if (i >= 100) us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  mine = UniqueFd();
+  BLOCKSWAP_ASSIGN_OR_RETURN(int code, echo.Wait(absl::Seconds(10)));
+  if (code != 0) return absl::InternalError(absl::StrCat("echo exited ", code));
+  return Of(us);
+}
+
+// A client attached with an open Load stream and nothing to do: a gpu-hold
+// role (tests/gpu/gpu_roles.cc) with a 1 ms hold, once it says "holding".
+absl::StatusOr<ChildProcess> IdleClient(const ScratchDirs& dirs) {
+  const std::string report = dirs.temp_dir() + "/idle.report";
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ChildProcess idle,
+      ChildProcess::Spawn(
+          "gpu-hold",
+          {.args = {"--socket=" + dirs.socket_path(), "--report=" + report, "--name=idle",
+                    "--block-bytes=4096", "--blocks=2", "--slots=1", "--hold-ms=1"}}));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (testing::FirstValue(testing::ReadRoleReport(report), "holding").empty()) {
+    if (idle.TryWait().has_value() || absl::Now() > deadline) {
+      return absl::InternalError(
+          absl::StrCat("the idle client never held: ",
+                       testing::FirstValue(testing::ReadRoleReport(report), "error")));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return idle;
+}
+
+absl::Status Run(const Options& options, ScratchDirs& dirs) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(auto daemon, DaemonProcess::Start(dirs, {.backend = "host"}));
+  StreamClients clients(dirs);
+  const std::vector<std::string> common = {absl::StrCat("--block-bytes=", options.bytes),
+                                           "--blocks=1",
+                                           "--slots=1",
+                                           "--verify=0",
+                                           "--host-waits=1",
+                                           "--timeout-ms=60000"};
+  // The model first (its upload is no part of any measurement).
+  std::vector<std::string> args = common;
+  args.push_back("--loads=1");
+  BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun first, clients.Run(1, args));
+  const std::string model = testing::FirstValue(first.reports[0], "model");
+
+  BLOCKSWAP_ASSIGN_OR_RETURN(Percentiles raw, PingPong(options));
+  args = common;
+  args.push_back("--model-id=" + model);
+  args.push_back(absl::StrCat("--loads=", options.round_trips));
+  double cpu = ProcessCpuSeconds(daemon->pid());
+  BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun one, clients.Run(1, args));
+  const double cpu_us_alone = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+  double cpu_us_beside_idle = -1;
+  {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess idle, IdleClient(dirs));
+    cpu = ProcessCpuSeconds(daemon->pid());
+    BLOCKSWAP_RETURN_IF_ERROR(clients.Run(1, args).status());
+    cpu_us_beside_idle = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+  }
+  const Percentiles loads{ReportNumber(one.reports[0], "latency_p50_us"),
+                          ReportNumber(one.reports[0], "latency_p99_us")};
+  std::printf("%-34s %10s %10s\n", "round trip, one in flight", "p50 us", "p99 us");
+  std::printf("%-34s %10.1f %10.1f\n",
+              absl::StrCat("unix socket ping-pong, ", options.bytes, " B").c_str(), raw.p50,
+              raw.p99);
+  std::printf("%-34s %10.1f %10.1f\n", "blockswapd load to filled_seq seen", loads.p50, loads.p99);
+  std::printf("%-34s %10.2f %10.2f\n", "ratio", loads.p50 / raw.p50, loads.p99 / raw.p99);
+  BLOCKSWAP_ASSIGN_OR_RETURN(Percentiles grpc, GrpcStatus(*daemon, options.round_trips / 4));
+  std::printf("%-34s %10.1f %10.1f  (%.2f, %.2f x the socket)\n",
+              "for scale: gRPC Admin.Status call", grpc.p50, grpc.p99, grpc.p50 / raw.p50,
+              grpc.p99 / raw.p99);
+  std::printf(
+      "daemon CPU per load: %.1f us alone, %.1f us beside an idle attached client "
+      "(%.2fx)\n",
+      cpu_us_alone, cpu_us_beside_idle, cpu_us_beside_idle / cpu_us_alone);
+  Summary summary;
+  summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", loads.p50 / raw.p50,
+              loads.p50 / raw.p50 <= 4);
+  summary.Add("P3", "load-round-trip-p99-vs-socket", "<=10", loads.p99 / raw.p99,
+              loads.p99 / raw.p99 <= 10);
+  summary.Add("P3", "grpc-unary-call-p50-vs-socket", "report", grpc.p50 / raw.p50, true);
+  summary.Add("P3", "daemon-cpu-us-per-load", "report", cpu_us_alone, true);
+  summary.Add("P3", "daemon-cpu-per-load-beside-idle-client-vs-alone", "report",
+              cpu_us_beside_idle / cpu_us_alone, true);
+
+  args = common;
+  args.push_back("--model-id=" + model);
+  args.push_back(absl::StrCat("--loads=", options.throughput_loads));
+  for (int n : options.client_counts) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients.Run(n, args));
+    std::printf("%2d concurrent clients: %8.0f loads/s\n", n, run.loads_per_second);
+    summary.Add("P3", absl::StrCat("loads-per-second-", n, "-clients"), "report",
+                run.loads_per_second, true);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon->Stop(SIGTERM));
+  if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
+  std::printf("\n%s", summary.text().c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace blockswap::bench
+
+int main(int argc, char** argv) {
+  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
+  blockswap::bench::Options options;
+  CLI::App app("blockswapd's control plane beside a unix-socket ping-pong (P3)");
+  app.add_option("--bytes", options.bytes, "block and message size");
+  app.add_option("--round-trips", options.round_trips, "round trips measured each way");
+  app.add_option("--throughput-loads", options.throughput_loads, "loads per client for loads/s");
+  app.add_option("--clients", options.client_counts, "concurrent client counts")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  auto dirs = blockswap::testing::ScratchDirs::Create();
+  if (!dirs.ok()) {
+    std::cerr << "blockswap-bench-control: " << dirs.status() << "\n";
+    return 1;
+  }
+  if (absl::Status status = blockswap::bench::Run(options, **dirs); !status.ok()) {
+    std::cerr << "blockswap-bench-control: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs every benchmark of issue 8 against a built configuration A (build/,
+# or BLOCKSWAP_BUILD_DIR) and ends with one summary table, one line per
+# metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
+# Each program measures blockswap beside its ceiling in the same run; the
+# full output is kept in ${BLOCKSWAP_BENCH_LOG:-<build>/bench-run.log}.
+# About 2 minutes on 2 cores; docs/BENCHMARKS.md records a run.
+#   --quick   small sizes (seconds; numbers mean little)
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
+bin=${build}/bin
+log=${BLOCKSWAP_BENCH_LOG:-${build}/bench-run.log}
+quick=0
+[[ ${1:-} == --quick ]] && quick=1
+
+for program in blockswapd blockswap-bench-h2d blockswap-bench-control blockswap-bench-memory; do
+  if [[ ! -x ${bin}/${program} ]]; then
+    echo "run-all.sh: ${bin}/${program} is not built (configuration A: tests/run.sh or" \
+         "cmake --build ${build} --target ${program})" >&2
+    exit 2
+  fi
+done
+
+: > "${log}"
+summary=()
+# run NAME METRIC-IDS COMMAND...: runs a program, keeps its summary lines; a
+# program that fails contributes one MISS line naming its exit code.
+run() {
+  local name=$1 ids=$2
+  shift 2
+  echo "=== ${name}: $*" | tee -a "${log}"
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  printf '%s\n' "${out}" | grep -v '^blockswapd: ' | tee -a "${log}"
+  # A metric line: `P<n> <name> goal=... PASS|MISS` (p7-soak.sh's name and
+  # goal hold spaces).
+  mapfile -t lines < <(printf '%s\n' "${out}" | grep -E '^P[0-9][^ ]* .*goal=.*(PASS|MISS)')
+  summary+=("${lines[@]}")
+  if (( rc != 0 )); then
+    summary+=("${ids} ${name} goal=exit-0 measured=exit-${rc} MISS")
+  fi
+}
+
+{
+  echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \
+       "$(awk '/MemTotal/ {printf "%.1f GiB RAM", $2/1048576}' /proc/meminfo)," \
+       "kernel $(uname -r)"
+  echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
+  echo "commit:  $(git -C "${root}" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} | tee -a "${log}"
+
+if (( quick )); then
+  run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8 \
+    --clients=2 --gigabytes=0.2 --stall-loads=30
+  run control P3 "${bin}/blockswap-bench-control" --round-trips=2000 --throughput-loads=300
+  run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
+else
+  run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
+    --clients=2 --gigabytes=4 --stall-loads=150 --repeat=3
+  run control P3 "${bin}/blockswap-bench-control"
+  run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
+fi
+
+# P7 (64 clients x 10k verified loads) is its own script, from the
+# reliability work; it prints its own P7 line.
+p7=${root}/tests/bench/p7-soak.sh
+if [[ -x ${p7} ]]; then
+  run scale P7 "${p7}"
+else
+  summary+=("P7 scale goal=0-errors measured=none MISS (not built: tests/bench/p7-soak.sh)")
+fi
+
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at end" | tee -a "${log}"
+echo
+echo "=== summary (full output: ${log})"
+printf '%s\n' "${summary[@]}" | tee -a "${log}"

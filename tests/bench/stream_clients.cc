@@ -1,0 +1,86 @@
+#include "tests/bench/stream_clients.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "shared/status.h"
+#include "tests/support/child_process.h"
+
+namespace blockswap::bench {
+
+using testing::ChildProcess;
+using testing::ReportLines;
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) in parentheses:
+  // state is field 3, utime 14, stime 15.
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return -1;
+  }
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double ReportNumber(const ReportLines& report, const std::string& key) {
+  double value = -1;
+  return absl::SimpleAtod(testing::FirstValue(report, key), &value) ? value : -1;
+}
+
+absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std::string>& args,
+                                             size_t devices) {
+  std::vector<ChildProcess> children;
+  std::vector<std::string> paths;
+  for (int c = 0; c < clients; ++c) {
+    const std::string name = absl::StrCat("client-", ++spawned_);
+    paths.push_back(dirs_.temp_dir() + "/" + name + ".report");
+    std::vector<std::string> role_args = {
+        "--socket=" + dirs_.socket_path(), "--report=" + paths.back(), "--name=" + name,
+        absl::StrCat("--device=", c % std::max<size_t>(devices, 1))};
+    role_args.insert(role_args.end(), args.begin(), args.end());
+    BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess child,
+                               ChildProcess::Spawn("gpu-stream", {.args = std::move(role_args)}));
+    children.push_back(std::move(child));
+  }
+  StreamRun run;
+  double first_start = 1e300, last_end = 0, total_bytes = 0, total_loads = 0;
+  for (int c = 0; c < clients; ++c) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(int code, children[c].Wait(absl::Minutes(5)));
+    ReportLines report = testing::ReadRoleReport(paths[c]);
+    if (code != 0) {
+      return absl::InternalError(
+          absl::StrCat("client exited ", code, ": ", testing::FirstValue(report, "error")));
+    }
+    const double start = ReportNumber(report, "start"), end = ReportNumber(report, "end");
+    first_start = std::min(first_start, start);
+    last_end = std::max(last_end, end);
+    total_bytes += ReportNumber(report, "gbps") * 1e9 * (end - start);
+    total_loads += ReportNumber(report, "loads");
+    run.reports.push_back(std::move(report));
+  }
+  const double window = last_end - first_start;
+  run.aggregate_gbps = total_bytes / window / 1e9;
+  run.loads_per_second = total_loads / window;
+  return run;
+}
+
+void Summary::Add(const std::string& id, const std::string& name, const std::string& goal,
+                  double measured, bool pass) {
+  absl::StrAppend(&text_, absl::StrFormat("%s %s goal=%s measured=%.4g %s\n", id, name, goal,
+                                          measured, pass ? "PASS" : "MISS"));
+}
+
+}  // namespace blockswap::bench

@@ -1,0 +1,62 @@
+// What the benchmark programs share: gpu-stream client processes
+// (tests/gpu/gpu_roles.cc) spawned from the benchmark binary and added up
+// over their common wall-clock window, and the summary lines every program
+// ends with (`<id> <name> goal=<g> measured=<m> PASS|MISS`, collected by
+// tests/bench/run-all.sh).
+#ifndef BLOCKSWAP_TESTS_BENCH_STREAM_CLIENTS_H_
+#define BLOCKSWAP_TESTS_BENCH_STREAM_CLIENTS_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/role_report.h"
+
+namespace blockswap::bench {
+
+// CPU time (user + system, all threads) a process has used so far, seconds
+// (/proc/PID/stat; clock-tick resolution); -1 when unreadable.
+double ProcessCpuSeconds(pid_t pid);
+
+// A number from a role report (-1 when absent or malformed).
+double ReportNumber(const testing::ReportLines& report, const std::string& key);
+
+struct StreamRun {
+  double aggregate_gbps = 0;                  // all clients' bytes over their common window
+  double loads_per_second = 0;                // all clients' loads over the same window
+  std::vector<testing::ReportLines> reports;  // one per client, in spawn order
+};
+
+// Spawns `clients` gpu-stream roles against the daemon of `dirs`, each with
+// `args` plus its own --socket, --report, --name and --device (client c on
+// device c % devices), waits for all and adds them up. A client that fails
+// fails the run with its reported error.
+class StreamClients {
+ public:
+  explicit StreamClients(const testing::ScratchDirs& dirs) : dirs_(dirs) {}
+  absl::StatusOr<StreamRun> Run(int clients, const std::vector<std::string>& args,
+                                size_t devices = 1);
+
+ private:
+  const testing::ScratchDirs& dirs_;
+  int spawned_ = 0;
+};
+
+// The summary lines of one program.
+class Summary {
+ public:
+  void Add(const std::string& id, const std::string& name, const std::string& goal, double measured,
+           bool pass);
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+}  // namespace blockswap::bench
+
+#endif  // BLOCKSWAP_TESTS_BENCH_STREAM_CLIENTS_H_
