@@ -30,8 +30,8 @@
 namespace blockswap::daemon {
 
 struct IngestSpec {
-  std::string block_pattern;
-  std::string select;     // empty: every tensor of a block
+  std::string block_pattern = {};
+  std::string select = {};  // empty: every tensor of a block
   uint32_t select_rank = 0;  // 0: any rank
 };
 
