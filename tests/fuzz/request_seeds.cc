@@ -130,17 +130,16 @@ int main(int argc, char** argv) {
   const std::string host = "HOST-0";
 
   // A client's life: upload two blocks, commit, ring, loads, destroy, detach.
-  put("upload-ring-loads",
-      Seed()
-          .Add(RequestOp::kAttach, Attach())
-          .Add(RequestOp::kBeginUpload, Upload(2, 2, 100))
-          .Raw(RequestOp::kWriteStaging, Write(0, std::string(100, 'a')))
-          .Add(RequestOp::kCommitUpload, Commit(1))
-          .Add(RequestOp::kCreateRing, Ring(host, 2, 1024))
-          .Add(RequestOp::kLoad, Load(1, 0, "1", 0, 1))
-          .Add(RequestOp::kLoad, Load(1, 1, "1", 1, 1))
-          .Add(RequestOp::kDestroyRing, Destroy(1))
-          .Raw(RequestOp::kDetach, ""));
+  put("upload-ring-loads", Seed()
+                               .Add(RequestOp::kAttach, Attach())
+                               .Add(RequestOp::kBeginUpload, Upload(2, 2, 100))
+                               .Raw(RequestOp::kWriteStaging, Write(0, std::string(100, 'a')))
+                               .Add(RequestOp::kCommitUpload, Commit(1))
+                               .Add(RequestOp::kCreateRing, Ring(host, 2, 1024))
+                               .Add(RequestOp::kLoad, Load(1, 0, "1", 0, 1))
+                               .Add(RequestOp::kLoad, Load(1, 1, "1", 1, 1))
+                               .Add(RequestOp::kDestroyRing, Destroy(1))
+                               .Raw(RequestOp::kDetach, ""));
   // The model registered before the input, by id alias.
   put("open-canary-load",
       Seed()
@@ -196,15 +195,14 @@ int main(int argc, char** argv) {
                          .Raw(RequestOp::kDetach, "")
                          .Add(RequestOp::kCommitUpload, Commit(2)));
   // Two sessions: one loads into, and destroys, the other's ring.
-  put("other-session",
-      Seed()
-          .Add(RequestOp::kCreateRing, Ring(host, 2, 512), 1)
-          .Add(RequestOp::kOpenModel, Open("0"))
-          .Add(RequestOp::kLoad, Load(1, 0, "0", 0, 1))
-          .Add(RequestOp::kDestroyRing, Destroy(1))
-          .Add(RequestOp::kOpenModel, Open("0"), 1)
-          .Add(RequestOp::kLoad, Load(1, 0, "0", 0, 1), 1)
-          .Raw(RequestOp::kAuthenticate, "", 1));
+  put("other-session", Seed()
+                           .Add(RequestOp::kCreateRing, Ring(host, 2, 512), 1)
+                           .Add(RequestOp::kOpenModel, Open("0"))
+                           .Add(RequestOp::kLoad, Load(1, 0, "0", 0, 1))
+                           .Add(RequestOp::kDestroyRing, Destroy(1))
+                           .Add(RequestOp::kOpenModel, Open("0"), 1)
+                           .Add(RequestOp::kLoad, Load(1, 0, "0", 0, 1), 1)
+                           .Raw(RequestOp::kAuthenticate, "", 1));
   // Everything after Detach; a second Attach; tokens.
   put("after-detach", Seed()
                           .Add(RequestOp::kOpenModel, Open("0"))

@@ -37,11 +37,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
-#include "google/protobuf/stubs/logging.h"
 #include "daemon/device_worker.h"
 #include "daemon/model_store.h"
 #include "daemon/peer.h"
 #include "daemon/session_manager.h"
+#include "google/protobuf/stubs/logging.h"
 #include "shared/backend.h"
 #include "shared/fd_passing.h"
 #include "shared/model_layout.h"
@@ -209,11 +209,31 @@ std::vector<UniqueFd> ExpectBatch(Client& client, uint64_t batch, const char* ca
   return std::move(message->fds);
 }
 
+// Attaches a client session of this process and connects its side channel.
+absl::StatusOr<Client> AttachClient(Daemon& daemon, const v1::AttachRequest& request) {
+  SessionManager& manager = *daemon.manager;
+  auto reply = manager.Attach(daemon.peer, request);
+  if (!reply.ok()) return reply.status();
+  int pair[2];
+  Require(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0, "socketpair");
+  UniqueFd daemon_end(pair[0]);
+  Require(::fcntl(daemon_end.get(), F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+  Client client;
+  client.channel = UniqueFd(pair[1]);
+  client.token = reply->session_token();
+  auto session = manager.Authenticate(client.token, daemon.peer);
+  Require(session.ok(), absl::StrCat("a new session: ", session.status().ToString()));
+  client.session = *session;
+  absl::Status accepted =
+      manager.AcceptSideChannel(client.token, daemon.peer, std::move(daemon_end));
+  Require(accepted.ok(), absl::StrCat("side channel: ", accepted.ToString()));
+  ExpectBatch(client, kSideChannelAcceptedBatch, "AcceptSideChannel");
+  return client;
+}
+
 class Sequence {
  public:
-  explicit Sequence(Daemon& daemon) : daemon_(daemon) {
-    models_.push_back(daemon.canary->id());
-  }
+  explicit Sequence(Daemon& daemon) : daemon_(daemon) { models_.push_back(daemon.canary->id()); }
 
   void Run(const RequestRecord& record) {
     if (record.op == RequestOp::kAttach) {
@@ -339,8 +359,8 @@ class Sequence {
     Require(daemon_.manager->session_count() == 0, "sessions left after every one ended");
     for (const daemon::RingSnapshot& ring : daemon_.worker->Snapshot()) {
       for (uint64_t id : ids) {
-        Require(ring.session_id != id, absl::StrCat("ring ", ring.ring_id, " of ended session ",
-                                                    id, " is still served"));
+        Require(ring.session_id != id,
+                absl::StrCat("ring ", ring.ring_id, " of ended session ", id, " is still served"));
       }
     }
     AwaitIdle();
@@ -371,25 +391,11 @@ class Sequence {
   void Attach(int slot, const v1::AttachRequest& request) {
     if (attaches_ == kMaxAttachesPerInput) return;
     ++attaches_;
-    auto reply = daemon_.manager->Attach(daemon_.peer, request);
-    CheckClean(reply.status(), "Attach");
-    if (!reply.ok()) return;
-    int pair[2];
-    Require(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0, "socketpair");
-    UniqueFd daemon_end(pair[0]);
-    Require(::fcntl(daemon_end.get(), F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
-    Client client;
-    client.channel = UniqueFd(pair[1]);
-    client.token = reply->session_token();
-    auto session = daemon_.manager->Authenticate(client.token, daemon_.peer);
-    Require(session.ok(), absl::StrCat("a new session: ", session.status().ToString()));
-    client.session = *session;
-    sessions_.push_back(client.session);
-    absl::Status accepted =
-        daemon_.manager->AcceptSideChannel(client.token, daemon_.peer, std::move(daemon_end));
-    Require(accepted.ok(), absl::StrCat("side channel: ", accepted.ToString()));
-    ExpectBatch(client, kSideChannelAcceptedBatch, "AcceptSideChannel");
-    clients_[slot] = std::move(client);
+    absl::StatusOr<Client> client = AttachClient(daemon_, request);
+    CheckClean(client.status(), "Attach");
+    if (!client.ok()) return;
+    sessions_.push_back(client->session);
+    clients_[slot] = std::move(client).value();
   }
 
   Client* EnsureClient(int slot) {
@@ -439,25 +445,14 @@ void CheckWorkerServes(Daemon& daemon) {
   v1::AttachRequest attach;
   attach.set_client_name("canary");
   attach.set_protocol_version(daemon::kProtocolVersion);
-  auto attached = manager.Attach(daemon.peer, attach);
+  absl::StatusOr<Client> attached = AttachClient(daemon, attach);
   Require(attached.ok(), absl::StrCat("canary Attach: ", attached.status().ToString()));
-  auto session = manager.Authenticate(attached->session_token(), daemon.peer);
-  Require(session.ok(), "canary session");
-  Client client;
-  client.session = *session;
-  int pair[2];
-  Require(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0, "socketpair");
-  UniqueFd daemon_end(pair[0]);
-  ::fcntl(daemon_end.get(), F_SETFL, O_NONBLOCK);
-  client.channel = UniqueFd(pair[1]);
-  Require(manager.AcceptSideChannel(attached->session_token(), daemon.peer, std::move(daemon_end))
-              .ok(),
-          "canary side channel");
-  ExpectBatch(client, kSideChannelAcceptedBatch, "canary AcceptSideChannel");
+  Client& client = *attached;
+  Session& session = *client.session;
 
   v1::OpenModelRequest open;
   open.set_model_id(daemon.canary->id());
-  auto model = manager.OpenModel(**session, open);
+  auto model = manager.OpenModel(session, open);
   Require(model.ok(), absl::StrCat("canary OpenModel: ", model.status().ToString()));
   ExpectBatch(client, model->masters().batch(), "canary OpenModel");
 
@@ -465,7 +460,7 @@ void CheckWorkerServes(Daemon& daemon) {
   create.set_device_uuid(daemon.device_uuid());
   create.set_slot_count(2);
   create.set_slot_bytes(daemon.canary->block_bytes(1));
-  auto ring = manager.CreateRing(**session, create);
+  auto ring = manager.CreateRing(session, create);
   Require(ring.ok(), absl::StrCat("canary CreateRing: ", ring.status().ToString()));
   uint64_t batch = ring->daemon_control().batch();
   auto exported = RingFromWire(*ring, ExpectBatch(client, batch, "canary CreateRing"), batch);
@@ -480,7 +475,7 @@ void CheckWorkerServes(Daemon& daemon) {
   load.set_block(1);
   load.set_generation(1);
   auto sink = std::make_shared<RecordingSink>();
-  absl::Status submitted = manager.SubmitLoad(**session, load, sink);
+  absl::Status submitted = manager.SubmitLoad(session, load, sink);
   Require(submitted.ok(), absl::StrCat("canary SubmitLoad: ", submitted.ToString()));
   const ClientRing& client_ring = **imported;
   absl::Time deadline = absl::Now() + kBound;
@@ -494,13 +489,12 @@ void CheckWorkerServes(Daemon& daemon) {
     Require(absl::Now() < deadline, "stuck worker: a legitimate load did not complete in 5 s");
     absl::SleepFor(absl::Microseconds(50));
   }
-  Require(std::memcmp(client_ring.slot(1),
-                      daemon.canary_content.data() + daemon.canary_offsets[1],
+  Require(std::memcmp(client_ring.slot(1), daemon.canary_content.data() + daemon.canary_offsets[1],
                       daemon.canary->block_bytes(1)) == 0,
           "the canary load copied the wrong bytes");
   Require(sink->events().empty(), "the canary load reported an error");
   imported->reset();
-  manager.Detach(**session);
+  manager.Detach(session);
 }
 
 }  // namespace
