@@ -12,7 +12,9 @@ build=${3:-$root/build/sanitize}
 fuzzer=$build/bin/$name
 [[ -x $fuzzer ]] || { echo "run-long: $fuzzer not built (configuration B)" >&2; exit 2; }
 dir=$build/fuzz/$name
-if ctest --test-dir "$build" -N -R "^fuzz\\.$name\\.seeds\$" | grep -q "fuzz.$name.seeds"; then
+# grep reads all of ctest's output: with -q it would stop at the first match,
+# and ctest's SIGPIPE would fail the pipeline (pipefail) and skip the seeds.
+if ctest --test-dir "$build" -N -R "^fuzz\\.$name\\.seeds\$" | grep "fuzz.$name.seeds" >/dev/null; then
   ctest --test-dir "$build" -R "^fuzz\\.$name\\.seeds\$" --output-on-failure >/dev/null
 fi
 exec "$root/tests/fuzz/run-fuzzer.sh" "$fuzzer" "$seconds" "$dir/work" "$dir/seeds"
