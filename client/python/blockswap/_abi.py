@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -62,7 +62,8 @@ class TensorInfo(ctypes.Structure):
 
 class SchedulerConfig(ctypes.Structure):
     _fields_ = [("num_blocks", ctypes.c_uint32), ("blocks_to_swap", ctypes.c_uint32),
-                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int)]
+                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int),
+                ("model_has_every_block", ctypes.c_int)]
 
 
 class PassStats(ctypes.Structure):
