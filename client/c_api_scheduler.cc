@@ -68,10 +68,11 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
     if (!placement.ok()) return placement.status();
     const bool every_block = config->model_has_every_block != 0;
     if (every_block && model->model->block_count() < config->num_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the model has ", model->model->block_count(), " blocks, fewer than the ",
-          config->num_blocks, " transformer blocks (model_has_every_block: block b of the "
-          "model is transformer block b)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has ", model->model->block_count(), " blocks, fewer than the ",
+                       config->num_blocks,
+                       " transformer blocks (model_has_every_block: block b of the "
+                       "model is transformer block b)"));
     }
     if (!every_block && placement->streaming.size() > model->model->block_count()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -97,11 +98,9 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
         on_bind(user_data, block, slot, 1);
       };
     }
-    scheduler->driver = std::make_unique<RingSlotDriver>(*ring->ring, *model->model,
-                                                         *scheduler->stream,
-                                                         every_block ? MapIdentity()
-                                                                     : MapByStreamingRank(*placement),
-                                                         std::move(driver_options));
+    scheduler->driver = std::make_unique<RingSlotDriver>(
+        *ring->ring, *model->model, *scheduler->stream,
+        every_block ? MapIdentity() : MapByStreamingRank(*placement), std::move(driver_options));
     SchedulerCallbacks callbacks;
     if (on_bind != nullptr) {
       callbacks.on_bind = [on_bind, user_data](const SlotEvent& event) {

@@ -8,14 +8,14 @@
 
 #include <torch/torch.h>
 
-#include "blockswap/torch.h"
-
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "blockswap/torch.h"
 
 namespace blockswap_lora {
 

@@ -155,7 +155,8 @@ std::vector<StreamedTensor> LinearWeights(const ModulePtr& block) {
 
 void ReleaseToMeta(const at::Tensor& tensor) {
   TORCH_CHECK(tensor.defined(), "ReleaseToMeta: the tensor is undefined");
-  if (!tensor.is_meta()) Rebind(tensor, at::empty(tensor.sizes(), tensor.options().device(at::kMeta)));
+  if (!tensor.is_meta())
+    Rebind(tensor, at::empty(tensor.sizes(), tensor.options().device(at::kMeta)));
 }
 
 std::string FormatPassStats(const PassStats& s) {
@@ -313,8 +314,8 @@ struct StreamOffloader::Impl {
       }
 #endif
     }
-    TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ",
-                device, " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
+    TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ", device,
+                " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
                 " devices; BlockSwapConfig.device_uuid names one)");
     return uuid;
   }
@@ -611,17 +612,16 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
       for (const Impl::Streamed& t : m.streamed[r]) {
         Tensor host = t.tensor.detach().to(at::kCPU).contiguous();
         host_copies.push_back(host);
-        layout[r].push_back(blockswap::Tensor{
-            t.name, DtypeName(t.dtype), std::vector<uint64_t>(t.sizes.begin(), t.sizes.end()),
-            host.data_ptr()});
+        layout[r].push_back(blockswap::Tensor{t.name, DtypeName(t.dtype),
+                                              std::vector<uint64_t>(t.sizes.begin(), t.sizes.end()),
+                                              host.data_ptr()});
       }
     }
     m.model.emplace(m.client->Register(m.config.model_name, layout));
   } else {
     m.model.emplace(m.config.model_file.empty()
                         ? m.client->Open(m.config.model_id)
-                        : m.client->RegisterFile(m.config.model_file,
-                                                 m.config.model_block_pattern,
+                        : m.client->RegisterFile(m.config.model_file, m.config.model_block_pattern,
                                                  m.config.model_select,
                                                  m.config.model_select_rank));
     const uint32_t have = m.model->block_count();
@@ -647,8 +647,8 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
     m.BindMasters(b, b, picked[b]);
     m.CheckFrozen(b, picked[b]);
     for (Impl::Streamed& t : picked[b]) {
-      Rebind(t.tensor, at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(device))
-                           .copy_(t.master));
+      Rebind(t.tensor,
+             at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(device)).copy_(t.master));
     }
   }
 

@@ -4,17 +4,16 @@
 // are poisoned once given back, inference wraps around, misuse is refused.
 // Links only libblockswap.so (through blockswap_torch) and a daemon
 // launcher without the generated gRPC code.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <fcntl.h>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -488,8 +487,8 @@ TEST_F(FileModelTest, TheDemoTrainsFromAFileWithItsPeakRssFarBelowTheStreamedByt
   // through 2 slots (a file written by the demo itself, in another process).
   const std::string demo = testing::BinaryDirectory() + "/blockswap-torch-demo";
   const std::string file = dirs_->temp_dir() + "/demo.safetensors";
-  const std::vector<std::string> size = {"--blocks", "16", "--dim", "640", "--heads", "4",
-                                         "--seed", "3"};
+  const std::vector<std::string> size = {"--blocks", "16", "--dim",  "640",
+                                         "--heads",  "4",  "--seed", "3"};
   auto run = [&](std::vector<std::string> args, const std::string& log) {
     args.insert(args.end(), size.begin(), size.end());
     UniqueFd out(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -501,10 +500,10 @@ TEST_F(FileModelTest, TheDemoTrainsFromAFileWithItsPeakRssFarBelowTheStreamedByt
   };
   ASSERT_EQ(run({"--write-model", file}, dirs_->temp_dir() + "/write.log"), 0);
   const std::string log = dirs_->temp_dir() + "/demo.log";
-  const int status = run({"--model", file, "--socket", dirs_->socket_path(), "--device", "cpu",
-                          "--swap", "16", "--ring", "2", "--steps", "2", "--batch", "1", "--seq",
-                          "8"},
-                         log);
+  const int status =
+      run({"--model", file, "--socket", dirs_->socket_path(), "--device", "cpu", "--swap", "16",
+           "--ring", "2", "--steps", "2", "--batch", "1", "--seq", "8"},
+          log);
   std::stringstream text;
   text << std::ifstream(log).rdbuf();
   ASSERT_EQ(status, 0) << text.str();

@@ -5,9 +5,8 @@
 // demos share one model. Prints the loss of each step and the statistics of
 // each pass; first checks that the offloaded model's loss equals the loss of
 // the same model kept whole (resident), and exits non-zero if not.
-#include <torch/torch.h>
-
 #include <malloc.h>
+#include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -158,10 +157,11 @@ int Run(const Args& args) {
     std::fflush(stdout);
   }
   const uint64_t peak = PeakRssBytes();
-  std::printf("peak RSS %.1f MiB (%.1f MiB before the model was built), streamed weights %.1f "
-              "MiB (%s)\n",
-              peak / 1048576.0, args.start_rss / 1048576.0, streamed_bytes / 1048576.0,
-              from_file ? "read by the daemon from the file" : "packed by this process");
+  std::printf(
+      "peak RSS %.1f MiB (%.1f MiB before the model was built), streamed weights %.1f "
+      "MiB (%s)\n",
+      peak / 1048576.0, args.start_rss / 1048576.0, streamed_bytes / 1048576.0,
+      from_file ? "read by the daemon from the file" : "packed by this process");
   if (from_file) {
     if (loads == 0 && !offloader.streaming_blocks().empty()) {
       std::printf("demo FAILED: loads 0\n");
@@ -218,8 +218,9 @@ int main(int argc, char** argv) {
                  "stream from the daemon, which reads the file; this process never loads them");
   app.add_option("--block-pattern", args.block_pattern,
                  "regex with one group, the block index, over the file's tensor names");
-  app.add_option("--write-model", args.write_model,
-                 "write the frozen base of --blocks/--dim/--seed to this safetensors file and exit");
+  app.add_option(
+      "--write-model", args.write_model,
+      "write the frozen base of --blocks/--dim/--seed to this safetensors file and exit");
   CLI11_PARSE(app, argc, argv);
   if (args.stack.dim % args.stack.heads != 0) {
     std::fprintf(stderr, "--heads %lld must divide --dim %lld\n",
