@@ -66,7 +66,15 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
     using namespace blockswap::client;
     auto placement = PlaceBlocks(config->num_blocks, config->blocks_to_swap, config->ring_size);
     if (!placement.ok()) return placement.status();
-    if (placement->streaming.size() > model->model->block_count()) {
+    const bool every_block = config->model_has_every_block != 0;
+    if (every_block && model->model->block_count() < config->num_blocks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has ", model->model->block_count(), " blocks, fewer than the ",
+                       config->num_blocks,
+                       " transformer blocks (model_has_every_block: block b of the "
+                       "model is transformer block b)"));
+    }
+    if (!every_block && placement->streaming.size() > model->model->block_count()) {
       return absl::InvalidArgumentError(absl::StrCat(
           placement->streaming.size(), " blocks stream but the model has only ",
           model->model->block_count(), " (block r of the model is the r-th streaming block)"));
@@ -90,10 +98,9 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
         on_bind(user_data, block, slot, 1);
       };
     }
-    scheduler->driver = std::make_unique<RingSlotDriver>(*ring->ring, *model->model,
-                                                         *scheduler->stream,
-                                                         MapByStreamingRank(*placement),
-                                                         std::move(driver_options));
+    scheduler->driver = std::make_unique<RingSlotDriver>(
+        *ring->ring, *model->model, *scheduler->stream,
+        every_block ? MapIdentity() : MapByStreamingRank(*placement), std::move(driver_options));
     SchedulerCallbacks callbacks;
     if (on_bind != nullptr) {
       callbacks.on_bind = [on_bind, user_data](const SlotEvent& event) {

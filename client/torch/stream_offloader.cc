@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "blockswap/blockswap.hpp"
@@ -87,6 +89,20 @@ Tensor FindTensor(const StreamedTensor& entry, uint32_t block) {
               ", which is neither a parameter nor a buffer of ", entry.module->name());
 }
 
+// set_data, also between meta and real: set_data refuses to change a
+// tensor's kind (meta to cpu/cuda and back), so a frozen tensor gets it the
+// way set_data gives data (the same shallow copy, without the kind check; a
+// frozen tensor has no gradient accumulator to reset).
+void Rebind(const Tensor& tensor, const Tensor& data) {
+  if (tensor.is_meta() == data.is_meta()) {
+    tensor.set_data(data);
+    return;
+  }
+  TORCH_CHECK(!tensor.requires_grad(),
+              "a tensor that requires grad cannot change between meta and real data");
+  tensor.unsafeGetTensorImpl()->shallow_copy_from(data.getIntrusivePtr());
+}
+
 c10::Stream CurrentStream(const c10::Device& device) {
   if (device.is_cpu()) return c10::Stream(c10::Stream::DEFAULT, device);
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
@@ -135,6 +151,12 @@ std::vector<StreamedTensor> LinearWeights(const ModulePtr& block) {
     picked.push_back(StreamedTensor{item.key(), module, "weight"});
   }
   return picked;
+}
+
+void ReleaseToMeta(const at::Tensor& tensor) {
+  TORCH_CHECK(tensor.defined(), "ReleaseToMeta: the tensor is undefined");
+  if (!tensor.is_meta())
+    Rebind(tensor, at::empty(tensor.sizes(), tensor.options().device(at::kMeta)));
 }
 
 std::string FormatPassStats(const PassStats& s) {
@@ -262,6 +284,93 @@ struct StreamOffloader::Impl {
     previous = block;
   }
 
+  // The UUID of the daemon device that is config.device.
+  std::string DaemonDevice() const {
+    const c10::Device& device = config.device;
+    std::string uuid = config.device_uuid;
+    const std::vector<std::string> devices = client->devices();
+    if (client->backend() == BS_BACKEND_HOST) {
+      TORCH_CHECK(device.is_cpu(),
+                  "blockswapd runs the host backend (its rings are host memory): "
+                  "BlockSwapConfig.device must be cpu, not ",
+                  device);
+      if (uuid.empty() && !devices.empty()) uuid = devices.front();
+    } else {
+      TORCH_CHECK(device.is_cuda(), "blockswapd runs the cuda backend: BlockSwapConfig.device ",
+                  "must be a cuda device, not ", device);
+#if BLOCKSWAP_TORCH_CUDA
+      if (uuid.empty()) {
+        cudaDeviceProp prop{};
+        TORCH_CHECK(cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess,
+                    "cudaGetDeviceProperties(", device, ") failed");
+        static constexpr char kHex[] = "0123456789abcdef";
+        uuid = "GPU-";
+        for (int i = 0; i < 16; ++i) {
+          if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+          const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
+          uuid += kHex[byte >> 4];
+          uuid += kHex[byte & 0xf];
+        }
+      }
+#endif
+    }
+    TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ", device,
+                " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
+                " devices; BlockSwapConfig.device_uuid names one)");
+    return uuid;
+  }
+
+  // Matches block `block`'s streamed tensors with model block `model_block`
+  // by name (same set, dtype and shape) and points each one's `master` at its
+  // bytes there.
+  void BindMasters(uint32_t block, uint32_t model_block, std::vector<Streamed>& tensors) {
+    const std::string where = "block " + std::to_string(block) + " (model " + model->id() +
+                              " block " + std::to_string(model_block) + ")";
+    std::map<std::string, bs_tensor_info> by_name;
+    std::string names;
+    for (uint32_t k = 0; k < model->tensor_count(model_block); ++k) {
+      const bs_tensor_info info = model->tensor(model_block, k);
+      by_name.emplace(info.name, info);
+      names += (names.empty() ? "'" : ", '") + std::string(info.name) + "'";
+    }
+    const auto* master = static_cast<const char*>(model->master(model_block));
+    for (Streamed& t : tensors) {
+      const auto it = by_name.find(t.name);
+      TORCH_CHECK(it != by_name.end(), where, ": the selector streams '", t.name,
+                  "', which the model's block does not have (it has ", names, ")");
+      const bs_tensor_info& info = it->second;
+      const std::string dtype = DtypeName(t.dtype);
+      TORCH_CHECK(dtype == info.dtype, where, " tensor '", t.name, "': the model has dtype ",
+                  info.dtype, ", the module ", dtype, " (", t.dtype, ")");
+      const std::vector<int64_t> shape(info.shape, info.shape + info.ndim);
+      TORCH_CHECK(shape == t.sizes, where, " tensor '", t.name, "': the model has shape ",
+                  c10::IntArrayRef(shape), ", the module ", c10::IntArrayRef(t.sizes));
+      t.offset = info.offset;
+      // Read-only memory: the mapping is PROT_READ, a write faults.
+      t.master = at::from_blob(const_cast<char*>(master) + info.offset, t.sizes,
+                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
+      by_name.erase(it);
+    }
+    if (!by_name.empty()) {
+      TORCH_CHECK(false, where, " has tensor '", by_name.begin()->first, "'",
+                  by_name.size() > 1 ? " (and " + std::to_string(by_name.size() - 1) + " more)"
+                                     : std::string(),
+                  " that the selector does not stream in the module");
+    }
+  }
+
+  // A tensor left meta here has nothing to come from.
+  void CheckNoMeta(uint32_t block) const {
+    const auto check = [&](const std::string& name, const Tensor& t) {
+      TORCH_CHECK(!t.defined() || !t.is_meta(), "block ", block, " tensor '", name,
+                  "' is a meta tensor (never materialised) that no model gives: only the "
+                  "selector's tensors are bound to the daemon's model (one of every block "
+                  "feeds resident blocks too; one of only the streaming blocks does not)");
+    };
+    for (const auto& p : blocks[block]->named_parameters()) check(p.key(), p.value());
+    for (const auto& p : blocks[block]->named_buffers()) check(p.key(), p.value());
+  }
+
   void CheckNotCapturing(const char* what) const {
 #if BLOCKSWAP_TORCH_CUDA
     if (!config.device.is_cuda()) return;
@@ -282,8 +391,10 @@ struct StreamOffloader::Impl {
   }
 
   void CheckFrozen(uint32_t block) const {
-    if (!is_streaming(block)) return;
-    for (const Streamed& t : streamed[*rank_of[block]]) {
+    if (is_streaming(block)) CheckFrozen(block, streamed[*rank_of[block]]);
+  }
+  static void CheckFrozen(uint32_t block, const std::vector<Streamed>& tensors) {
+    for (const Streamed& t : tensors) {
       TORCH_CHECK(!t.tensor.requires_grad(), "block ", block, " tensor '", t.name,
                   "' requires grad, but streamed tensors must be frozen (the next load "
                   "overwrites its slot). Call requires_grad_(false) on it, or leave it out of "
@@ -455,105 +566,113 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
           "bs_place_blocks");
   m.rank_of.assign(n, std::nullopt);
   for (uint32_t r = 0; r < count; ++r) m.rank_of[m.streaming[r]] = r;
-  if (count == 0) {
+  const bool from_daemon = !m.config.model_id.empty() || !m.config.model_file.empty();
+  TORCH_CHECK(m.config.model_id.empty() || m.config.model_file.empty(),
+              "BlockSwapConfig.model_id and model_file are exclusive (the file's model has its "
+              "own id)");
+  if (count == 0 && !from_daemon) {
     for (const ModulePtr& block : m.blocks) block->to(device);
     return;
   }
 
-  // Select, check, and pack the streamed tensors' host bytes.
+  // Select and check the streamed tensors (of every block when the model
+  // comes from the daemon: a model of every block also feeds resident ones).
   const Selector select = m.config.selector ? m.config.selector : Selector(LinearWeights);
-  m.streamed.resize(count);
-  std::vector<Block> layout(count);
-  Tensors host_copies;
-  for (uint32_t r = 0; r < count; ++r) {
-    const uint32_t b = m.streaming[r];
-    const std::vector<StreamedTensor> picked = select(m.blocks[b]);
-    TORCH_CHECK(!picked.empty(), "block ", b, " streams, but the selector picked no tensor in it");
-    for (const StreamedTensor& entry : picked) {
+  std::vector<std::vector<Impl::Streamed>> picked(n);
+  for (uint32_t b = 0; b < n; ++b) {
+    if (!from_daemon && !m.is_streaming(b)) continue;
+    const std::vector<StreamedTensor> entries = select(m.blocks[b]);
+    TORCH_CHECK(!entries.empty() || !m.is_streaming(b), "block ", b,
+                " streams, but the selector picked no tensor in it");
+    for (const StreamedTensor& entry : entries) {
       Tensor tensor = FindTensor(entry, b);
       TORCH_CHECK(tensor.defined(), "block ", b, " tensor '", FullName(entry), "' is undefined");
-      m.streamed[r].push_back(
+      TORCH_CHECK(from_daemon || !tensor.is_meta(), "block ", b, " tensor '", FullName(entry),
+                  "' is a meta tensor (never materialised): set BlockSwapConfig.model_id or "
+                  "model_file to bind it to a model the daemon holds");
+      picked[b].push_back(
           Impl::Streamed{tensor, FullName(entry), tensor.sizes().vec(), tensor.scalar_type()});
-      Tensor host = tensor.detach().to(at::kCPU).contiguous();
-      host_copies.push_back(host);
-      layout[r].push_back(blockswap::Tensor{
-          FullName(entry), DtypeName(tensor.scalar_type()),
-          std::vector<uint64_t>(tensor.sizes().begin(), tensor.sizes().end()), host.data_ptr()});
     }
-    m.CheckFrozen(b);
+  }
+  m.streamed.resize(count);
+  for (uint32_t r = 0; r < count; ++r) {
+    m.streamed[r] = std::move(picked[m.streaming[r]]);
+    m.CheckFrozen(m.streaming[r]);
   }
 
   m.client.emplace(m.config.socket_path, m.config.client_name);
-  std::string uuid = m.config.device_uuid;
-  const std::vector<std::string> devices = m.client->devices();
-  if (m.client->backend() == BS_BACKEND_HOST) {
-    TORCH_CHECK(device.is_cpu(),
-                "blockswapd runs the host backend (its rings are host memory): "
-                "BlockSwapConfig.device must be cpu, not ",
-                device);
-    if (uuid.empty() && !devices.empty()) uuid = devices.front();
-  } else {
-    TORCH_CHECK(device.is_cuda(), "blockswapd runs the cuda backend: BlockSwapConfig.device ",
-                "must be a cuda device, not ", device);
-#if BLOCKSWAP_TORCH_CUDA
-    if (uuid.empty()) {
-      cudaDeviceProp prop{};
-      TORCH_CHECK(cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess,
-                  "cudaGetDeviceProperties(", device, ") failed");
-      static constexpr char kHex[] = "0123456789abcdef";
-      uuid = "GPU-";
-      for (int i = 0; i < 16; ++i) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
-        const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
-        uuid += kHex[byte >> 4];
-        uuid += kHex[byte & 0xf];
+  const std::string uuid = m.DaemonDevice();
+
+  // model block -> transformer block: rank order, or every block.
+  bool every_block = false;
+  if (!from_daemon) {
+    std::vector<Block> layout(count);
+    Tensors host_copies;
+    for (uint32_t r = 0; r < count; ++r) {
+      for (const Impl::Streamed& t : m.streamed[r]) {
+        Tensor host = t.tensor.detach().to(at::kCPU).contiguous();
+        host_copies.push_back(host);
+        layout[r].push_back(blockswap::Tensor{t.name, DtypeName(t.dtype),
+                                              std::vector<uint64_t>(t.sizes.begin(), t.sizes.end()),
+                                              host.data_ptr()});
       }
     }
-#endif
+    m.model.emplace(m.client->Register(m.config.model_name, layout));
+  } else {
+    m.model.emplace(m.config.model_file.empty()
+                        ? m.client->Open(m.config.model_id)
+                        : m.client->RegisterFile(m.config.model_file, m.config.model_block_pattern,
+                                                 m.config.model_select,
+                                                 m.config.model_select_rank));
+    const uint32_t have = m.model->block_count();
+    TORCH_CHECK(have == n || have == count, "model ", m.model->id(), " has ", have,
+                " blocks; the offloader has ", n, " blocks of which ", count,
+                " stream: the model must hold every block (", n, ") or only the streaming ones (",
+                count, ", in order)");
+    every_block = have == n && count < n;
   }
-  TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ", device,
-              " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
-              " devices; BlockSwapConfig.device_uuid names one)");
-  m.model.emplace(m.client->Register(m.config.model_name, layout));
-  host_copies.clear();
 
-  // Masters: the daemon's layout says where each tensor sits in its block.
+  // Masters: the model's layout says where each tensor sits in its block.
   uint64_t slot_bytes = 0;
   for (uint32_t r = 0; r < count; ++r) {
-    slot_bytes = std::max(slot_bytes, m.model->block_bytes(r));
-    const auto* master = static_cast<const char*>(m.model->master(r));
-    TORCH_CHECK(m.model->tensor_count(r) == m.streamed[r].size(), "model block ", r, " has ",
-                m.model->tensor_count(r), " tensors, registered ", m.streamed[r].size());
-    for (uint32_t k = 0; k < m.streamed[r].size(); ++k) {
-      Impl::Streamed& t = m.streamed[r][k];
-      const bs_tensor_info info = m.model->tensor(r, k);
-      TORCH_CHECK(t.name == info.name, "model block ", r, " tensor ", k, " is '", info.name,
-                  "', registered '", t.name, "'");
-      t.offset = info.offset;
-      // Read-only memory: the mapping is PROT_READ, a write faults.
-      t.master = at::from_blob(const_cast<char*>(master) + info.offset, t.sizes,
-                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
+    const uint32_t b = m.streaming[r];
+    const uint32_t model_block = every_block ? b : r;
+    slot_bytes = std::max(slot_bytes, m.model->block_bytes(model_block));
+    m.BindMasters(b, model_block, m.streamed[r]);
+  }
+  // A model of every block gives the resident blocks' streamed tensors too:
+  // copied once from the masters to the device.
+  for (uint32_t b = 0; b < n && every_block; ++b) {
+    if (m.is_streaming(b)) continue;
+    m.BindMasters(b, b, picked[b]);
+    m.CheckFrozen(b, picked[b]);
+    for (Impl::Streamed& t : picked[b]) {
+      Rebind(t.tensor,
+             at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(device)).copy_(t.master));
     }
   }
 
   // Everything but the streamed tensors goes to the device; the streamed
   // ones are out of the way (empty) during the move, then point at masters.
   for (uint32_t b = 0; b < n; ++b) {
-    if (!m.is_streaming(b)) {
-      m.blocks[b]->to(device);
-      continue;
+    std::vector<Impl::Streamed>* own = m.is_streaming(b) ? &m.streamed[*m.rank_of[b]] : nullptr;
+    if (own != nullptr) {
+      for (Impl::Streamed& t : *own) {
+        Rebind(t.tensor, at::empty({0}, at::TensorOptions().dtype(t.dtype)));
+      }
     }
-    for (Impl::Streamed& t : m.streamed[*m.rank_of[b]]) {
-      t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
-    }
+    m.CheckNoMeta(b);
     m.blocks[b]->to(device);
-    for (Impl::Streamed& t : m.streamed[*m.rank_of[b]]) t.tensor.set_data(t.master);
+    if (own != nullptr) {
+      for (Impl::Streamed& t : *own) t.tensor.set_data(t.master);
+    }
   }
+  if (count == 0) return;
 
   m.ring.emplace(m.client->CreateRing(uuid, m.ring_slots, slot_bytes));
   m.slot_block.assign(m.ring_slots, std::nullopt);
   const bs_scheduler_config scheduler_config{n, m.config.blocks_to_swap, m.config.ring_size,
-                                             m.forward_only ? 1 : 0};
+                                             m.forward_only ? 1 : 0, every_block ? 1 : 0};
   bs_scheduler* scheduler = nullptr;
   m.Check(bs_scheduler_create(m.client->get(), m.ring->get(), m.model->get(), &scheduler_config,
                               NativeStream(m.stream), &Impl::OnBind, &m, &scheduler),

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 1u
+#define BS_ABI_VERSION 2u
 
 enum bs_code {
   BS_OK = 0,
@@ -172,7 +172,8 @@ int bs_ring_drain(bs_ring* ring, uint32_t timeout_ms);
  * evenly), which ring slot holds which, prefetching ahead in forward and
  * behind in backward, self-heal, inference wrap-around, no-op rebinds. It
  * drives `ring` with loads of `model`, whose block r must be the r-th
- * streaming block (bs_scheduler_streaming_block), ordered against `stream`
+ * streaming block (bs_scheduler_streaming_block) or, with
+ * `model_has_every_block`, transformer block r, ordered against `stream`
  * (as for bs_ring_load). Every binding of a block to a slot is told to
  * `on_bind` (so an integration can point the block's tensors at the slot);
  * each finished pass's statistics are reported to the daemon. Not
@@ -185,6 +186,10 @@ typedef struct bs_scheduler_config {
   uint32_t blocks_to_swap;
   uint32_t ring_size;   /* clamped to blocks_to_swap */
   int forward_only;     /* inference: wrap around after the last block */
+  /* 0: block r of the model is the r-th streaming block (a trainer that
+     registered only those); 1: block b of the model is transformer block b
+     (a model of every block, e.g. registered from a file). */
+  int model_has_every_block;
 } bs_scheduler_config;
 
 /* `loaded` is 1 when a copy was issued, 0 for a no-op rebind. */

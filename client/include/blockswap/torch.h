@@ -25,6 +25,19 @@
 // checkpoint is where they live. It also makes backward reach every block
 // (the reference's hooks need a block input that requires grad).
 //
+// Models the daemon already holds (BlockSwapConfig.model_id / model_file):
+// the trainer builds its blocks with the streamed tensors never
+// materialised (meta tensors, e.g. ReleaseToMeta below, or real ones: their
+// values are not read) and the offloader takes the
+// layout from the model: the selector's tensors of each block are matched
+// by name (the name in the block, `qkv.base.weight`) against the model's,
+// with dtype and shape checked, and bound to views of the daemon's masters;
+// nothing is packed or uploaded. The model holds either every block (block
+// b of the model is block b — what a file registration gives; the resident
+// blocks' streamed tensors are then copied from their masters to the device)
+// or only the streaming ones, in order (what a packed registration gives;
+// the resident blocks must then carry real tensors).
+//
 // Only on top of the client library's C ABI (blockswap.h): it builds against
 // the torch the trainer has. Thread-compatible: one training thread drives
 // an offloader. The offloader must outlive every autograd graph built by its
@@ -64,6 +77,13 @@ using Selector = std::function<std::vector<StreamedTensor>(const ModulePtr& bloc
 // whose type name ends in "Linear" that has a defined `weight` parameter.
 std::vector<StreamedTensor> LinearWeights(const ModulePtr& block);
 
+// Frees a frozen tensor's memory, leaving a meta tensor of its shape and
+// dtype in the same handle (what modules hold): LibTorch modules allocate
+// their weights when built and set_data cannot turn a tensor meta. For
+// streamed tensors a model in the daemon will give (BlockSwapConfig.model_id,
+// model_file). Refuses a tensor that requires grad.
+void ReleaseToMeta(const at::Tensor& tensor);
+
 // The reference's BlockSwapConfig, plus what talking to the daemon needs.
 // Pinned vs staged masters is the daemon's policy, not the client's.
 struct BlockSwapConfig {
@@ -89,6 +109,15 @@ struct BlockSwapConfig {
   // input (the hidden states) on the host, copied asynchronously (pinned
   // memory on cuda), and brings it back for the recompute.
   bool offload_activations = false;
+  // A model already in the daemon instead of one packed from the blocks'
+  // tensors (see "Models the daemon already holds" below): its id, or a
+  // safetensors file (or sharded *.index.json) the offloader registers
+  // (bs_model_register_file) with the pattern and selector below.
+  std::string model_id;
+  std::string model_file;
+  std::string model_block_pattern = "^blocks\\.(\\d+)\\.";
+  std::string model_select;        // "" = every tensor of a block
+  uint32_t model_select_rank = 0;  // 0 = any
 };
 
 enum class Direction { kForward = 1, kBackward = 2 };

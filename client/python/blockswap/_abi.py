@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -60,9 +60,15 @@ class TensorInfo(ctypes.Structure):
                 ("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
 
 
+class FileOptions(ctypes.Structure):
+    _fields_ = [("block_pattern", ctypes.c_char_p), ("select", ctypes.c_char_p),
+                ("select_rank", ctypes.c_uint32), ("name", ctypes.c_char_p)]
+
+
 class SchedulerConfig(ctypes.Structure):
     _fields_ = [("num_blocks", ctypes.c_uint32), ("blocks_to_swap", ctypes.c_uint32),
-                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int)]
+                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int),
+                ("model_has_every_block", ctypes.c_int)]
 
 
 class PassStats(ctypes.Structure):
@@ -91,6 +97,7 @@ _PROTOTYPES = {
     "bs_client_device_count": (_U32, [_P]),
     "bs_client_device_uuid": (_STR, [_P, _U32]),
     "bs_model_register": (_INT, [_P, _STR, ctypes.POINTER(BlockDesc), _U32, _PP]),
+    "bs_model_register_file": (_INT, [_P, _STR, ctypes.POINTER(FileOptions), _PP, _PP]),
     "bs_model_open": (_INT, [_P, _STR, _PP]),
     "bs_model_close": (None, [_P]),
     "bs_model_id": (_STR, [_P]),

@@ -57,6 +57,15 @@ class BlockSwapConfig:
     # reopens the model and re-creates its ring for up to this long, then
     # fails with UNAVAILABLE; 0 fails at once.
     reconnect_timeout_s: float = 30.0
+    # A model blockswapd already holds instead of one uploaded from the blocks:
+    # its id, or a safetensors file (or sharded *.index.json) registered with
+    # the pattern and selector below. The selected tensors may then be meta
+    # (never materialised); see StreamOffloader.
+    model_id: Optional[str] = None
+    model_file: Optional[str] = None
+    model_block_pattern: str = r"^blocks\.(\d+)\."
+    model_select: Optional[str] = None
+    model_select_rank: int = 0
 
     @classmethod
     def from_args(cls, args, device, supports_backward):
@@ -100,6 +109,14 @@ class StreamOffloader:
     loop `wait_for_block(i)`, the block, `submit_move_blocks_forward(blocks, i)`.
     Backward needs nothing: full backward hooks on the blocks drive it. Blocks must
     receive their activation input positionally (`block(x, ...)`).
+
+    With `model_id` or `model_file` the streamed tensors come from that model
+    and may be meta tensors: per block, the selector's tensors are matched by
+    name (relative to the block) with the model block's, dtype and shape
+    checked, and nothing is uploaded. A model of every block (what a file
+    gives) also fills the resident blocks' selected tensors (copied to the
+    device); a model of only the streaming blocks (in order) leaves those to
+    the trainer.
     """
 
     def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, config):
@@ -135,7 +152,15 @@ class StreamOffloader:
         self.B = min(config.ring_size, self.S)
         self.rank = {block: rank for rank, block in enumerate(self.stream_idx)}
         self.is_stream = [block in self.rank for block in range(num_blocks)]
-        self._jobs = {block: self._select(block) for block in self.stream_idx}
+        if config.model_id and config.model_file:
+            raise ValueError("model_id and model_file are exclusive (the file's model has its "
+                             "own id)")
+        self._from_daemon = bool(config.model_id or config.model_file)
+        self._every_block = False
+        self._model_block = {}  # streaming block -> its block in the model
+        # A model from the daemon may also fill resident blocks: select in all.
+        self._jobs = {block: self._select(block) for block in
+                      (range(num_blocks) if self._from_daemon else self.stream_idx)}
         self._check_frozen()
 
         self._lib = None
@@ -231,9 +256,62 @@ class StreamOffloader:
                                  f"blockswapd drives: {uuids}")
             self._device_uuid = matches[0]
 
+    def _open_model(self):
+        """Binds to the model of `model_id` / `model_file`: views of its masters,
+        device copies for resident blocks when it has every block."""
+        config, lib = self._config, self._lib
+        model = ctypes.c_void_p()
+        if config.model_file:
+            options = _abi.FileOptions(config.model_block_pattern.encode(),
+                                       (config.model_select or "").encode(),
+                                       config.model_select_rank, None)
+            _abi.check(lib.bs_model_register_file(self._client, config.model_file.encode(),
+                                                  ctypes.byref(options), ctypes.byref(model),
+                                                  None),
+                       f"registering {config.model_file}")
+        else:
+            _abi.check(lib.bs_model_open(self._client, config.model_id.encode(),
+                                         ctypes.byref(model)),
+                       f"opening model {config.model_id}")
+        self._model = model
+        have = lib.bs_model_block_count(model)
+        if have not in (self.num_blocks, self.S):
+            raise ValueError(f"model {self.model_id} has {have} blocks; {self.block_type} has "
+                             f"{self.num_blocks} blocks of which {self.S} stream: the model must "
+                             f"hold every block ({self.num_blocks}) or only the streaming ones "
+                             f"({self.S}, in order)")
+        self._every_block = have == self.num_blocks and self.S < self.num_blocks
+        for rank, block in enumerate(self.stream_idx):
+            self._model_block[block] = block if self._every_block else rank
+            self._master_views[block] = self._views(self._model_block[block], block,
+                                                    self._master(self._model_block[block]))
+        for block in range(self.num_blocks) if self._every_block else ():
+            if self.is_stream[block]:
+                continue
+            self._bind(block, [nn.Parameter(v.to(self.device, copy=True), requires_grad=False)
+                               if job.is_param else v.to(self.device, copy=True)
+                               for job, v in zip(self._jobs[block],
+                                                 self._views(block, block, self._master(block)))])
+
+    def _master(self, model_block):
+        return host_bytes(self._lib.bs_model_master(self._model, model_block),
+                          self._lib.bs_model_block_bytes(self._model, model_block))
+
+    def _check_no_meta(self, block_idx):
+        for name, tensor in [*self._blocks[block_idx].named_parameters(),
+                             *self._blocks[block_idx].named_buffers()]:
+            if tensor.is_meta:
+                raise ValueError(
+                    f"{name} of {self.block_type} block {block_idx} is a meta tensor (never "
+                    f"materialised) that no model gives: only the selector's tensors are bound "
+                    f"to blockswapd's model (set model_id or model_file; a model of every block "
+                    f"feeds resident blocks too, one of only the streaming blocks does not)")
+
     def _register(self):
         """Uploads the streamed tensors (block r of the model = streaming rank r)
         and opens views of their masters."""
+        if self._from_daemon:
+            return self._open_model()
         keep = []  # the bytes must stay alive during bs_model_register
         descs = (_abi.BlockDesc * self.S)()
         for rank, block in enumerate(self.stream_idx):
@@ -242,6 +320,10 @@ class StreamOffloader:
             for k, job in enumerate(jobs):
                 t = getattr(job.module, job.attr).detach()
                 what = f"{job.name} of {self.block_type} block {block}"
+                if t.is_meta:
+                    raise ValueError(f"{what} is a meta tensor (never materialised): set "
+                                     f"BlockSwapConfig.model_id or model_file to bind it to a "
+                                     f"model blockswapd holds")
                 host = t.to("cpu").contiguous()
                 shape = (ctypes.c_uint64 * max(1, host.dim()))(*host.shape)
                 keep += [host, shape]
@@ -256,30 +338,54 @@ class StreamOffloader:
                    f"registering the {self.S} streaming blocks of {self.block_type}")
         self._model = model
         for rank, block in enumerate(self.stream_idx):
-            nbytes = self._lib.bs_model_block_bytes(model, rank)
-            master = host_bytes(self._lib.bs_model_master(model, rank), nbytes)
-            self._master_views[block] = self._views(rank, block, master)
+            self._model_block[block] = rank
+            self._master_views[block] = self._views(rank, block, self._master(rank))
 
-    def _layout(self, rank, block):
-        """Byte offset of each job's tensor in model block `rank`."""
+    def _layout(self, model_block, block):
+        """Byte offset of each job's tensor in block `model_block` of the model,
+        which must hold exactly the jobs' tensors, with their dtypes and shapes."""
         info = _abi.TensorInfo()
-        offsets = {}
-        for k in range(self._lib.bs_model_tensor_count(self._model, rank)):
-            _abi.check(self._lib.bs_model_tensor(self._model, rank, k, ctypes.byref(info)),
+        entries = {}
+        for k in range(self._lib.bs_model_tensor_count(self._model, model_block)):
+            _abi.check(self._lib.bs_model_tensor(self._model, model_block, k, ctypes.byref(info)),
                        f"reading the layout of block {block}")
-            offsets[info.name.decode()] = info.offset
-        return [offsets[job.name] for job in self._jobs[block]]
+            entries[info.name.decode()] = (info.dtype.decode(),
+                                           tuple(info.shape[d] for d in range(info.ndim)),
+                                           info.offset)
+        where = (f"{self.block_type} block {block} (model {self.model_id} block "
+                 f"{model_block})")
+        offsets = []
+        for job in self._jobs[block]:
+            if job.name not in entries:
+                raise ValueError(f"{where}: the selector streams {job.name!r}, which the "
+                                 f"model's block does not have (it has "
+                                 f"{', '.join(map(repr, entries))})")
+            dtype, shape, offset = entries.pop(job.name)
+            tensor = getattr(job.module, job.attr)
+            mine = safetensors_dtype(tensor.dtype, f"{job.name} of {where}")
+            if dtype != mine:
+                raise ValueError(f"{where} tensor {job.name!r}: the model has dtype {dtype}, "
+                                 f"the module {mine}")
+            if shape != tuple(tensor.shape):
+                raise ValueError(f"{where} tensor {job.name!r}: the model has shape "
+                                 f"{list(shape)}, the module {list(tensor.shape)}")
+            offsets.append(offset)
+        if entries:
+            raise ValueError(f"{where} has tensor {next(iter(entries))!r} that the selector "
+                             f"does not stream in the module")
+        return offsets
 
-    def _views(self, rank, block, flat):
+    def _views(self, model_block, block, flat):
         views = []
-        for job, offset in zip(self._jobs[block], self._layout(rank, block)):
+        for job, offset in zip(self._jobs[block], self._layout(model_block, block)):
             template = getattr(job.module, job.attr)
             view = typed_view(flat, offset, template.dtype, template.shape)
             views.append(nn.Parameter(view, requires_grad=False) if job.is_param else view)
         return views
 
     def _create_ring(self):
-        slot_bytes = max(self._lib.bs_model_block_bytes(self._model, r) for r in range(self.S))
+        slot_bytes = max(self._lib.bs_model_block_bytes(self._model, self._model_block[b])
+                         for b in self.stream_idx)
         ring = ctypes.c_void_p()
         _abi.check(self._lib.bs_ring_create(self._client, self._device_uuid.encode(), self.B,
                                             slot_bytes, ctypes.byref(ring)),
@@ -296,11 +402,12 @@ class StreamOffloader:
         self._slot_flat = [device_bytes(self._lib.bs_ring_slot(self._ring, s), self._slot_bytes,
                                         self.device) for s in range(self.B)]
         for rank, block in enumerate(self.stream_idx):
-            self._slot_views[block] = self._views(rank, block, self._slot_flat[rank % self.B])
+            self._slot_views[block] = self._views(self._model_block[block], block,
+                                                  self._slot_flat[rank % self.B])
 
     def _create_scheduler(self):
         config = _abi.SchedulerConfig(self.num_blocks, self.blocks_to_swap, self._config.ring_size,
-                                      int(self.forward_only))
+                                      int(self.forward_only), int(self._every_block))
         if self.device.type == "cuda":
             self._stream = torch.cuda.current_stream(self.device)
             handle = ctypes.c_void_p(self._stream.cuda_stream)
@@ -328,6 +435,7 @@ class StreamOffloader:
         self._register()
         for i, block in enumerate(self._blocks):
             if not self.is_stream[i]:
+                self._check_no_meta(i)
                 block.to(self.device)
                 continue
             # Detach the streamed tensors so that moving the rest of the block
@@ -337,6 +445,7 @@ class StreamOffloader:
                 empty = torch.empty(0, dtype=current.dtype)
                 setattr(job.module, job.attr,
                         nn.Parameter(empty, requires_grad=False) if job.is_param else empty)
+            self._check_no_meta(i)
             block.to(self.device)
             self._bind(i, self._master_views[i])
         self._create_ring()

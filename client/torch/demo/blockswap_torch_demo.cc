@@ -5,11 +5,13 @@
 // demos share one model. Prints the loss of each step and the statistics of
 // each pass; first checks that the offloaded model's loss equals the loss of
 // the same model kept whole (resident), and exits non-zero if not.
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <string>
 
 #include "blockswap/blockswap.hpp"
@@ -31,7 +33,36 @@ struct Args {
   int seq = 16;
   double lr = 0.05;
   blockswap_lora::StackOptions stack;
+  // --model: the frozen weights come from this safetensors file, which the
+  // daemon reads; this process builds them as meta tensors and never holds
+  // them. --write-model writes the demo's frozen base to a file and exits.
+  std::string model;
+  std::string block_pattern = "^blocks\\.(\\d+)\\.";
+  std::string write_model;
+  uint64_t start_rss = 0;  // VmHWM when main starts: LibTorch's own
 };
+
+// The peak resident set of this process (VmHWM), in bytes.
+uint64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// The bytes of the streamed tensors of all blocks (the Linears' weights).
+uint64_t StreamedBytes(const std::vector<blockswap_lora::Block>& blocks) {
+  uint64_t bytes = 0;
+  for (const blockswap_lora::Block& block : blocks) {
+    for (const bt::StreamedTensor& t : bt::LinearWeights(block.ptr())) {
+      const at::Tensor& w = t.module->named_parameters(false)[t.name];
+      bytes += w.numel() * w.element_size();
+    }
+  }
+  return bytes;
+}
 
 at::Tensor RunStack(const std::vector<blockswap_lora::Block>& blocks,
                     bt::StreamOffloader* offloader, at::Tensor x) {
@@ -61,17 +92,37 @@ int Run(const Args& args) {
   const at::Tensor input = ::torch::randn({args.batch, args.seq, args.stack.dim}).to(device);
   const at::Tensor target = ::torch::randn({args.batch, args.seq, args.stack.dim}).to(device);
 
-  // The same model kept whole: the first step's loss must match it.
+  // The same model kept whole: the first step's loss must match it (not with
+  // --model: keeping it whole would hold what the file model spares; the
+  // tests compare that path against a whole model).
   double resident_loss = 0;
-  {
+  const bool from_file = !args.model.empty();
+  if (!from_file) {
     std::vector<blockswap_lora::Block> whole = blockswap_lora::MakeStack(args.stack);
     for (auto& block : whole) block->to(device);
     at::NoGradGuard no_grad;
     resident_loss = ::torch::mse_loss(RunStack(whole, nullptr, input), target).item<double>();
   }
 
-  std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(args.stack);
+  blockswap_lora::StackOptions stack = args.stack;
+  stack.meta_weights = from_file;
+  if (from_file) {
+    // LibTorch's Linear allocates its weight when built (MakeStack releases
+    // each one to meta at once); glibc would keep those freed blocks in its
+    // heap, so large ones are mapped and unmapped instead.
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  }
+  std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(stack);
+  const uint64_t streamed_bytes = StreamedBytes(blocks);
   bt::BlockSwapConfig config;
+  if (from_file) {
+    // The file's 2-D weights stream; its biases and norms are extras (this
+    // demo's come from --seed, the same values the file was written with).
+    config.model_file = args.model;
+    config.model_block_pattern = args.block_pattern;
+    config.model_select = "\\.weight$";
+    config.model_select_rank = 2;
+  }
   config.device = device;
   config.blocks_to_swap = args.swap;
   config.ring_size = args.ring;
@@ -105,6 +156,25 @@ int Run(const Args& args) {
     }
     std::fflush(stdout);
   }
+  const uint64_t peak = PeakRssBytes();
+  std::printf(
+      "peak RSS %.1f MiB (%.1f MiB before the model was built), streamed weights %.1f "
+      "MiB (%s)\n",
+      peak / 1048576.0, args.start_rss / 1048576.0, streamed_bytes / 1048576.0,
+      from_file ? "read by the daemon from the file" : "packed by this process");
+  if (from_file) {
+    if (loads == 0 && !offloader.streaming_blocks().empty()) {
+      std::printf("demo FAILED: loads 0\n");
+      return 1;
+    }
+    std::printf(
+        "demo ok: %s loads %llu from file model (peak RSS %llu bytes, at start %llu, streamed "
+        "%llu)\n",
+        args.name.c_str(), static_cast<unsigned long long>(loads),
+        static_cast<unsigned long long>(peak), static_cast<unsigned long long>(args.start_rss),
+        static_cast<unsigned long long>(streamed_bytes));
+    return 0;
+  }
   if (first_loss != resident_loss) {
     std::printf("loss of step 1 %.9g differs from the resident model's %.9g\n", first_loss,
                 resident_loss);
@@ -126,6 +196,7 @@ int Run(const Args& args) {
 
 int main(int argc, char** argv) {
   Args args;
+  args.start_rss = PeakRssBytes();
   CLI::App app{
       "LoRA training of a small transformer whose frozen blocks stream through blockswapd"};
   app.add_option("--socket", args.socket, "blockswapd's socket (default: the system one)");
@@ -142,6 +213,14 @@ int main(int argc, char** argv) {
   app.add_option("--seq", args.seq, "sequence length")->check(CLI::Range(1, 65536));
   app.add_option("--seed", args.stack.seed, "seed of the frozen weights and the data");
   app.add_option("--lr", args.lr, "SGD learning rate of the adapters");
+  app.add_option("--model", args.model,
+                 "a safetensors file with the demo's layout (see --write-model): its weights "
+                 "stream from the daemon, which reads the file; this process never loads them");
+  app.add_option("--block-pattern", args.block_pattern,
+                 "regex with one group, the block index, over the file's tensor names");
+  app.add_option(
+      "--write-model", args.write_model,
+      "write the frozen base of --blocks/--dim/--seed to this safetensors file and exit");
   CLI11_PARSE(app, argc, argv);
   if (args.stack.dim % args.stack.heads != 0) {
     std::fprintf(stderr, "--heads %lld must divide --dim %lld\n",
@@ -149,6 +228,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (!args.write_model.empty()) {
+      blockswap_lora::WriteBaseSafetensors(args.write_model, blockswap_lora::MakeStack(args.stack));
+      std::printf("wrote %s\n", args.write_model.c_str());
+      return 0;
+    }
     return Run(args);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "blockswap-torch-demo: %s\n", error.what());
