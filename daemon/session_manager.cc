@@ -111,6 +111,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::stri
     absl::MutexLock lock(&mu_);
     auto it = by_token_.find(token);
     if (it == by_token_.end()) {
+      // While draining, the sessions were ended by the shutdown, not by the
+      // client: say so, with the code a client retries on.
+      if (!attaching_) {
+        return absl::UnavailableError("blockswapd is shutting down (the session was ended)");
+      }
       return absl::UnauthenticatedError("unknown session token (the session ended or never existed)");
     }
     session = it->second;
