@@ -25,18 +25,14 @@
 #include "shared/load_protocol.h"
 #include "tests/gpu/gpu_roles.h"
 #include "tests/support/child_process.h"
-#include "tests/support/daemon_process.h"
-#include "tests/support/role_report.h"
+#include "tests/support/daemon_roles_test.h"
 
 namespace blockswap::gpu_testing {
 namespace {
 
 using testing::ChildProcess;
 using testing::DaemonFlags;
-using testing::DaemonProcess;
 using testing::FirstValue;
-using testing::ReadRoleReport;
-using testing::ScratchDirs;
 
 std::string TestBackend() {
   const char* backend = std::getenv("BLOCKSWAP_GPU_TEST_BACKEND");
@@ -74,84 +70,21 @@ double Number(const testing::ReportLines& report, const std::string& key) {
   return absl::SimpleAtod(FirstValue(report, key), &value) ? value : -1;
 }
 
-class GpuTest : public ::testing::Test {
+class GpuTest : public testing::DaemonRolesTest {
  protected:
+  // The dry run's daemon presents two host devices, to spread clients over.
+  GpuTest() : DaemonRolesTest({{"BLOCKSWAP_HOST_DEVICES", "2"}}) {}
+
   void SetUp() override {
     if (AvailableDevices().count == 0) GTEST_SKIP() << AvailableDevices().why_none;
-    auto dirs = ScratchDirs::Create();
-    ASSERT_TRUE(dirs.ok()) << dirs.status();
-    dirs_ = *std::move(dirs);
+    DaemonRolesTest::SetUp();
   }
 
   void StartDaemon(std::map<std::string, std::string> env = {}) {
-    env["BLOCKSWAP_HOST_DEVICES"] = "2";  // the dry run spreads over two
-    auto daemon = DaemonProcess::Start(
-        *dirs_, DaemonFlags{.env = std::move(env), .backend = TestBackend()});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    daemon_ = *std::move(daemon);
+    DaemonRolesTest::StartDaemon(DaemonFlags{.env = std::move(env), .backend = TestBackend()});
   }
 
-  std::string ReportPath(const std::string& name) const {
-    return dirs_->temp_dir() + "/" + name + ".report";
-  }
-  testing::ReportLines Report(const std::string& name) const {
-    return ReadRoleReport(ReportPath(name));
-  }
-
-  ChildProcess Spawn(const std::string& role, const std::string& name,
-                     std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    args.push_back("--socket=" + dirs_->socket_path());
-    args.push_back("--report=" + ReportPath(name));
-    args.push_back("--name=" + name);
-    auto child = ChildProcess::Spawn(role, {.args = std::move(args), .env = std::move(env)});
-    EXPECT_TRUE(child.ok()) << child.status();
-    return *std::move(child);
-  }
-
-  // The exit code of a child, or -1 (and a failure saying what the child had
-  // reported) when it did not end within `timeout`.
-  int Finish(ChildProcess& child, const std::string& name,
-             absl::Duration timeout = absl::Seconds(90)) {
-    absl::StatusOr<int> code = child.Wait(timeout);
-    if (!code.ok()) {
-      ADD_FAILURE() << name << " did not finish within " << timeout << " (killed); it reported: "
-                    << Describe(name);
-      return -1;
-    }
-    return *code;
-  }
-
-  std::string Describe(const std::string& name) const {
-    std::string text;
-    for (const auto& [key, values] : Report(name)) {
-      absl::StrAppend(&text, key, "=", values.back(), " ");
-    }
-    return text.empty() ? "(nothing)" : text;
-  }
-
-  bool AwaitReport(const std::string& name, const std::string& key,
-                   absl::Duration timeout = absl::Seconds(60)) {
-    for (absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
-      if (Report(name).contains(key)) return true;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
-  }
-
-  v1::ClientsReply Clients() {
-    v1::ClientsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Clients(&context, v1::ClientsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
-  }
-  int ModelCount() {
-    v1::ModelsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Models(&context, v1::ModelsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply.models_size();
-  }
+  int ModelCount() { return Models().models_size(); }
   bool ClientAttached(const std::string& name) {
     const v1::ClientsReply reply = Clients();
     for (const v1::ClientInfo& client : reply.clients()) {
@@ -159,9 +92,6 @@ class GpuTest : public ::testing::Test {
     }
     return false;
   }
-
-  std::unique_ptr<ScratchDirs> dirs_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 // --- byte-exact streaming --------------------------------------------------

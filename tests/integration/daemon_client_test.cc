@@ -198,7 +198,11 @@ TEST_F(DaemonClientTest, ClientHoldingASlotDoesNotSlowAnother) {
   const double solo = median(solo_rates);
   const double beside_hog = median(hog_rates);
   EXPECT_GT(solo, 0);
-  EXPECT_GE(beside_hog, 0.8 * solo) << "solo " << solo << " loads/s, beside the hog "
+  // A daemon that waited for the hog's held-back copy would stall this client
+  // outright (its waits time out, the rate drops to nothing); half the solo
+  // rate leaves room for the noise of a loaded 2-core machine (0.80 measured
+  // once beside another full test run).
+  EXPECT_GE(beside_hog, 0.5 * solo) << "solo " << solo << " loads/s, beside the hog "
                                     << beside_hog << " loads/s";
   std::cerr << "throughput: solo " << solo << " loads/s, beside a hog " << beside_hog
             << " loads/s (" << beside_hog / solo << ")\n";
