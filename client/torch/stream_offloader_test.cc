@@ -119,6 +119,19 @@ Trained Train(const std::vector<blockswap_lora::Block>& blocks, StreamOffloader*
   return out;
 }
 
+// Every step's loss and every adapter gradient bitwise equal.
+void ExpectSameTraining(const Trained& got, const Trained& expected) {
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(got.losses[step], expected.losses[step]) << "step " << step;
+    ASSERT_EQ(got.grads[step].size(), expected.grads[step].size());
+    for (size_t p = 0; p < expected.grads[step].size(); ++p) {
+      ASSERT_TRUE(got.grads[step][p].defined()) << "step " << step << " adapter " << p;
+      EXPECT_TRUE(::torch::equal(got.grads[step][p], expected.grads[step][p]))
+          << "step " << step << " adapter " << p;
+    }
+  }
+}
+
 class TorchLayerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -169,15 +182,7 @@ TEST_P(OffloadedTrainingTest, LossesAndAdapterGradientsEqualTheResidentModels) {
   AddressCheck check(&offloader);
   const Trained got = Train(blocks, &offloader, &check);
 
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_EQ(got.losses[step], expected.losses[step]) << "step " << step;
-    ASSERT_EQ(got.grads[step].size(), expected.grads[step].size());
-    for (size_t p = 0; p < expected.grads[step].size(); ++p) {
-      ASSERT_TRUE(got.grads[step][p].defined()) << "step " << step << " adapter " << p;
-      EXPECT_TRUE(::torch::equal(got.grads[step][p], expected.grads[step][p]))
-          << "step " << step << " adapter " << p;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameTraining(got, expected));
   // Every block's adapters learn, block 0's too (its input needs no grad).
   EXPECT_GT(got.grads[0].front().abs().sum().item<double>(), 0);
 
@@ -400,15 +405,7 @@ TEST_P(FileModelTrainingTest, MetaWeightsBoundToTheFileTrainLikeTheWholeModel) {
   EXPECT_EQ(offloader.streaming_blocks().size(), std::min<uint32_t>(c.swap, 6));
   AddressCheck check(&offloader);
   const Trained got = Train(blocks, &offloader, &check);
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_EQ(got.losses[step], expected.losses[step]) << "step " << step;
-    ASSERT_EQ(got.grads[step].size(), expected.grads[step].size());
-    for (size_t p = 0; p < expected.grads[step].size(); ++p) {
-      ASSERT_TRUE(got.grads[step][p].defined()) << "step " << step << " adapter " << p;
-      EXPECT_TRUE(::torch::equal(got.grads[step][p], expected.grads[step][p]))
-          << "step " << step << " adapter " << p;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameTraining(got, expected));
   EXPECT_THAT(check.failures, ::testing::IsEmpty());
   EXPECT_EQ(check.forward_checks, kSteps * 6);
   EXPECT_GT(got.forward.front().loads, 0u);
