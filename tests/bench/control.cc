@@ -187,8 +187,8 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
     BLOCKSWAP_RETURN_IF_ERROR(clients.Run(1, args).status());
     cpu_us_beside_idle = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
   }
-  const Percentiles loads{ReportNumber(one.reports[0], "latency_p50_us"),
-                          ReportNumber(one.reports[0], "latency_p99_us")};
+  const Percentiles loads{testing::NumberValue(one.reports[0], "latency_p50_us"),
+                          testing::NumberValue(one.reports[0], "latency_p99_us")};
   std::printf("%-34s %10s %10s\n", "round trip, one in flight", "p50 us", "p99 us");
   std::printf("%-34s %10.1f %10.1f\n",
               absl::StrCat("unix socket ping-pong, ", options.bytes, " B").c_str(), raw.p50,
@@ -240,14 +240,7 @@ int main(int argc, char** argv) {
   app.add_option("--throughput-loads", options.throughput_loads, "loads per client for loads/s");
   app.add_option("--clients", options.client_counts, "concurrent client counts")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
-  auto dirs = blockswap::testing::ScratchDirs::Create();
-  if (!dirs.ok()) {
-    std::cerr << "blockswap-bench-control: " << dirs.status() << "\n";
-    return 1;
-  }
-  if (absl::Status status = blockswap::bench::Run(options, **dirs); !status.ok()) {
-    std::cerr << "blockswap-bench-control: " << status << "\n";
-    return 1;
-  }
-  return 0;
+  return blockswap::bench::RunBenchmark(
+      "blockswap-bench-control",
+      [&](blockswap::testing::ScratchDirs& dirs) { return blockswap::bench::Run(options, dirs); });
 }

@@ -205,8 +205,8 @@ class Bench {
     std::vector<double> result = {run.aggregate_gbps};
     for (const auto& report : run.reports) {
       if (model_id_.empty()) model_id_ = testing::FirstValue(report, "model");
-      result.push_back(ReportNumber(report, "gbps"));
-      seconds_.push_back(ReportNumber(report, "seconds"));
+      result.push_back(testing::NumberValue(report, "gbps"));
+      seconds_.push_back(testing::NumberValue(report, "seconds"));
     }
     return result;
   }
@@ -285,17 +285,10 @@ int main(int argc, char** argv) {
   app.add_option("--stall-loads", options.stall_loads, "blocks of the P4 pass");
   app.add_option("--repeat", options.repeat, "ceiling/one-client rounds per size, best kept");
   CLI11_PARSE(app, argc, argv);
-  auto dirs = blockswap::testing::ScratchDirs::Create();
-  if (!dirs.ok()) {
-    std::cerr << "blockswap-bench-h2d: " << dirs.status() << "\n";
-    return 1;
-  }
-  blockswap::bench::Bench bench(options, **dirs);
-  if (absl::Status status = bench.Run(); !status.ok()) {
-    std::cerr << "blockswap-bench-h2d: " << status << "\n";
-    // 77: skipped (ctest's SKIP_RETURN_CODE); device-check.sh counts it as
-    // a failure on a GPU machine.
-    return absl::IsFailedPrecondition(status) ? 77 : 1;
-  }
-  return 0;
+  return blockswap::bench::RunBenchmark(
+      "blockswap-bench-h2d",
+      [&](blockswap::testing::ScratchDirs& dirs) {
+        return blockswap::bench::Bench(options, dirs).Run();
+      },
+      /*precondition_skips=*/true);
 }

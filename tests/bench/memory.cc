@@ -208,7 +208,7 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
                             {"--socket=" + dirs.socket_path(), "--model-id=" + model}, "streaming",
                             {daemon->pid()}, &reports));
   double ring_bytes = 0;
-  for (const auto& report : reports) ring_bytes += ReportNumber(report, "ring_bytes");
+  for (const auto& report : reports) ring_bytes += testing::NumberValue(report, "ring_bytes");
   BLOCKSWAP_ASSIGN_OR_RETURN(
       double private_copies,
       SumPss(dirs, "bench-memory-private", options.clients,
@@ -243,14 +243,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-mib", options.block_mib, "largest block (MiB)");
   app.add_option("--clients", options.clients, "client processes");
   CLI11_PARSE(app, argc, argv);
-  auto dirs = blockswap::testing::ScratchDirs::Create();
-  if (!dirs.ok()) {
-    std::cerr << "blockswap-bench-memory: " << dirs.status() << "\n";
-    return 1;
-  }
-  if (absl::Status status = blockswap::bench::Run(options, **dirs); !status.ok()) {
-    std::cerr << "blockswap-bench-memory: " << status << "\n";
-    return 1;
-  }
-  return 0;
+  return blockswap::bench::RunBenchmark(
+      "blockswap-bench-memory",
+      [&](blockswap::testing::ScratchDirs& dirs) { return blockswap::bench::Run(options, dirs); });
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <iterator>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -18,6 +20,16 @@ namespace blockswap::bench {
 
 using testing::ChildProcess;
 using testing::ReportLines;
+
+int RunBenchmark(const char* program,
+                 const std::function<absl::Status(testing::ScratchDirs&)>& bench,
+                 bool precondition_skips) {
+  absl::StatusOr<std::unique_ptr<testing::ScratchDirs>> dirs = testing::ScratchDirs::Create();
+  absl::Status status = dirs.ok() ? bench(**dirs) : dirs.status();
+  if (status.ok()) return 0;
+  std::cerr << program << ": " << status << "\n";
+  return precondition_skips && absl::IsFailedPrecondition(status) ? 77 : 1;
+}
 
 double ProcessCpuSeconds(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
@@ -33,11 +45,6 @@ double ProcessCpuSeconds(pid_t pid) {
     return -1;
   }
   return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-double ReportNumber(const ReportLines& report, const std::string& key) {
-  double value = -1;
-  return absl::SimpleAtod(testing::FirstValue(report, key), &value) ? value : -1;
 }
 
 absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std::string>& args,
@@ -64,11 +71,12 @@ absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std:
       return absl::InternalError(
           absl::StrCat("client exited ", code, ": ", testing::FirstValue(report, "error")));
     }
-    const double start = ReportNumber(report, "start"), end = ReportNumber(report, "end");
+    const double start = testing::NumberValue(report, "start"),
+                 end = testing::NumberValue(report, "end");
     first_start = std::min(first_start, start);
     last_end = std::max(last_end, end);
-    total_bytes += ReportNumber(report, "gbps") * 1e9 * (end - start);
-    total_loads += ReportNumber(report, "loads");
+    total_bytes += testing::NumberValue(report, "gbps") * 1e9 * (end - start);
+    total_loads += testing::NumberValue(report, "loads");
     run.reports.push_back(std::move(report));
   }
   const double window = last_end - first_start;

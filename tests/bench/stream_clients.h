@@ -9,21 +9,29 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/role_report.h"
 
 namespace blockswap::bench {
 
+// The end of a benchmark's main: runs `bench` on fresh scratch directories
+// (socket, masters) and makes its status the exit code — 0, else the error on
+// stderr and 1, or 77 (skipped: ctest's SKIP_RETURN_CODE) for
+// FAILED_PRECONDITION when `precondition_skips` (no usable device;
+// device-check.sh counts it as a failure on a GPU machine).
+int RunBenchmark(const char* program,
+                 const std::function<absl::Status(testing::ScratchDirs&)>& bench,
+                 bool precondition_skips = false);
+
 // CPU time (user + system, all threads) a process has used so far, seconds
 // (/proc/PID/stat; clock-tick resolution); -1 when unreadable.
 double ProcessCpuSeconds(pid_t pid);
-
-// A number from a role report (-1 when absent or malformed).
-double ReportNumber(const testing::ReportLines& report, const std::string& key);
 
 struct StreamRun {
   double aggregate_gbps = 0;                  // all clients' bytes over their common window

@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "shared/backend.h"
 #include "shared/load_protocol.h"
@@ -33,6 +32,7 @@ namespace {
 using testing::ChildProcess;
 using testing::DaemonFlags;
 using testing::FirstValue;
+using testing::NumberValue;
 
 std::string TestBackend() {
   const char* backend = std::getenv("BLOCKSWAP_GPU_TEST_BACKEND");
@@ -63,11 +63,6 @@ const Devices& AvailableDevices() {
     return found;
   }();
   return devices;
-}
-
-double Number(const testing::ReportLines& report, const std::string& key) {
-  double value = -1;
-  return absl::SimpleAtod(FirstValue(report, key), &value) ? value : -1;
 }
 
 class GpuTest : public testing::DaemonRolesTest {
@@ -105,10 +100,10 @@ TEST_P(GpuStreamingTest, TwoClientsStreamRandomBlocksByteExact) {
   for (int c = 0; c < 2; ++c) {
     // One model (same seed), clients spread over the GPUs where there are
     // several.
-    clients.push_back(Spawn("gpu-stream", absl::StrCat("client", c),
-                            {"--loads=600", "--blocks=12", "--compute-us=100",
-                             absl::StrCat("--slots=", slots),
-                             absl::StrCat("--device=", c % AvailableDevices().count)}));
+    clients.push_back(
+        Spawn("gpu-stream", absl::StrCat("client", c),
+              {"--loads=600", "--blocks=12", "--compute-us=100", absl::StrCat("--slots=", slots),
+               absl::StrCat("--device=", c % AvailableDevices().count)}));
   }
   for (int c = 0; c < 2; ++c) {
     const std::string name = absl::StrCat("client", c);
@@ -130,8 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Slots, GpuStreamingTest, ::testing::Values(2, 4),
 // comparison after the long kernel sees the next block.
 TEST_F(GpuTest, SlowKernelConsumerNeverReadsAStaleSlot) {
   StartDaemon();
-  ChildProcess client = Spawn("gpu-stream", "slow",
-                              {"--loads=240", "--blocks=6", "--slow-every=4", "--slow-ms=20"});
+  ChildProcess client =
+      Spawn("gpu-stream", "slow", {"--loads=240", "--blocks=6", "--slow-every=4", "--slow-ms=20"});
   EXPECT_EQ(Finish(client, "slow"), kGpuClientOk) << Describe("slow");
   EXPECT_EQ(FirstValue(Report("slow"), "wrong"), "0");
 }
@@ -195,9 +190,9 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
   EXPECT_EQ(FirstValue(report, "wrong"), "0");
   // A daemon that waited for the dead client's copy would have held this
   // client's fills back for the rest of the kernel (seconds).
-  EXPECT_LT(Number(report, "max_wait_ms"), 1000) << Describe("other");
-  std::cerr << "throughput beside the dying client / alone: " << Number(report, "gbps") << " / "
-            << Number(Report("solo"), "gbps") << " GB/s\n";
+  EXPECT_LT(NumberValue(report, "max_wait_ms"), 1000) << Describe("other");
+  std::cerr << "throughput beside the dying client / alone: " << NumberValue(report, "gbps")
+            << " / " << NumberValue(Report("solo"), "gbps") << " GB/s\n";
 }
 
 // The daemon dies under a streaming client: the client's next step fails
@@ -208,8 +203,8 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 // fails UNAVAILABLE); on cuda it is what this test measures.
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   StartDaemon();
-  ChildProcess client = Spawn("gpu-stream", "orphan",
-                              {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000"});
+  ChildProcess client =
+      Spawn("gpu-stream", "orphan", {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000"});
   ASSERT_TRUE(AwaitReport("orphan", "streaming")) << Describe("orphan");
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   const absl::Time killed = absl::Now();
@@ -223,9 +218,9 @@ TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   EXPECT_FALSE(absl::StartsWith(FirstValue(report, "sync"), "fault")) << Describe("orphan");
   EXPECT_FALSE(FirstValue(report, "sync").empty()) << Describe("orphan");
   EXPECT_LE(noticed, absl::Seconds(12));  // 5 s timeout + 5 s bounded sync
-  std::cerr << "client failed " << noticed << " after the daemon was killed: "
-            << FirstValue(report, "error") << "; its stream: " << FirstValue(report, "sync")
-            << "\n";
+  std::cerr << "client failed " << noticed
+            << " after the daemon was killed: " << FirstValue(report, "error")
+            << "; its stream: " << FirstValue(report, "sync") << "\n";
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+
 namespace blockswap::testing {
 
 // The role's side. A report with an empty path records nothing.
@@ -37,7 +39,7 @@ inline ReportLines ReadRoleReport(const std::string& path) {
   while (std::getline(in, line)) {
     size_t space = line.find(' ');
     report[line.substr(0, space)].push_back(space == std::string::npos ? ""
-                                                                        : line.substr(space + 1));
+                                                                       : line.substr(space + 1));
   }
   return report;
 }
@@ -46,6 +48,12 @@ inline ReportLines ReadRoleReport(const std::string& path) {
 inline std::string FirstValue(const ReportLines& report, const std::string& key) {
   auto it = report.find(key);
   return it == report.end() || it->second.empty() ? "" : it->second.front();
+}
+
+// The first value of `key` as a number; -1 when absent or not a number.
+inline double NumberValue(const ReportLines& report, const std::string& key) {
+  double value = -1;
+  return absl::SimpleAtod(FirstValue(report, key), &value) ? value : -1;
 }
 
 }  // namespace blockswap::testing
