@@ -7,6 +7,9 @@
 //   blockswapctl verify MODEL | evict MODEL
 //   blockswapctl plan --blocks N --swap S [--ring B] --script STEP,STEP,...
 //                [--trace] [--block-bytes BYTES [--bandwidth GB/S]]
+//   blockswapctl trace [--seconds N] --out run.json [--png run.png]
+//                (Chrome trace-event JSON of the next N seconds, or until
+//                SIGINT/SIGTERM; client/trace_json.h)
 //
 // Readable tables by default; --json prints one JSON document per command
 // (client/admin_format.h says what is stable in it). `health` is what probes
@@ -18,7 +21,16 @@
 //
 // Exit codes: 0 success, 1 a failed call or an unhealthy daemon, 2 a usage
 // error.
+#include <limits.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,6 +52,8 @@
 #include "client/connection.h"
 #include "client/file_model.h"
 #include "client/stream_scheduler.h"
+#include "client/trace_json.h"
+#include "shared/trace_ring.h"
 #include "shared/grpc_status.h"
 
 namespace blockswap::client {
@@ -437,6 +451,128 @@ int Evict(const Options& options, const std::string& model_id) {
   return 0;
 }
 
+struct TraceOptions {
+  double seconds = 5;
+  std::string out;
+  std::string png;
+};
+
+// The PNG drawing script: share/blockswap/trace_png.py beside bin/ — the
+// same layout in the build tree (CMake copies it) and the install tree.
+std::string TracePngScript() {
+  char self[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) return "trace_png.py";
+  std::string path(self, static_cast<size_t>(length));
+  std::string bin_dir = path.substr(0, path.rfind('/'));
+  return absl::StrCat(bin_dir, "/../share/blockswap/trace_png.py");
+}
+
+// The Python that draws: $BLOCKSWAP_PYTHON, else the system's python3 (where
+// Debian's python3-matplotlib lives), else python3 on PATH.
+std::string TracePython() {
+  if (const char* python = std::getenv("BLOCKSWAP_PYTHON"); python != nullptr && *python) {
+    return python;
+  }
+  if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
+  return "python3";
+}
+
+// Runs the drawing script; its own messages go to stderr. Returns its status.
+int DrawTracePng(const std::string& json_path, const std::string& png_path) {
+  const std::string script = TracePngScript();
+  const std::string python = TracePython();
+  if (::access(script.c_str(), R_OK) != 0) {
+    std::cerr << "blockswapctl: trace: --png: the drawing script " << script
+              << " is missing (" << std::strerror(errno) << ")\n";
+    return kExitFailure;
+  }
+  pid_t child = ::fork();
+  if (child < 0) {
+    std::cerr << "blockswapctl: trace: --png: fork: " << std::strerror(errno) << "\n";
+    return kExitFailure;
+  }
+  if (child == 0) {
+    const char* args[] = {python.c_str(), script.c_str(), json_path.c_str(), png_path.c_str(),
+                          nullptr};
+    ::execvp(args[0], const_cast<char* const*>(args));
+    std::cerr << "blockswapctl: trace: --png needs python3 with matplotlib; cannot run "
+              << python << ": " << std::strerror(errno) << "\n";
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  std::cerr << "blockswapctl: trace: --png: " << python << " " << script << " failed ("
+            << (WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
+                                  : absl::StrCat("signal ", WTERMSIG(status)))
+            << "); " << png_path << " not written\n";
+  return kExitFailure;
+}
+
+int Trace(const Options& options, const TraceOptions& trace) {
+  // Blocked before gRPC starts its threads (they inherit the mask), so that
+  // only the sigtimedwait below takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  AdminCaller caller(options);
+  // The window starts now, on the clock every process of the host shares.
+  v1::TraceRequest request;
+  request.set_since_ns(MonotonicNanos());
+  // Fail at once when no daemon answers, not after the window.
+  if (absl::StatusOr<v1::StatusReply> probe = caller.Call(&v1::Admin::Stub::Status); !probe.ok()) {
+    std::cerr << "blockswapctl: trace: " << DescribeCallFailure(options.socket_path, probe.status())
+              << "\n";
+    return kExitFailure;
+  }
+  std::cerr << "blockswapctl: trace: recording for " << trace.seconds
+            << " s (SIGINT or SIGTERM ends the window early)" << std::endl;
+  // The window: --seconds, or until SIGINT/SIGTERM (Ctrl-C), whichever comes
+  // first; the trace is written either way.
+  const absl::Time window_end = absl::Now() + absl::Seconds(trace.seconds);
+  for (absl::Duration left = window_end - absl::Now(); left > absl::ZeroDuration();
+       left = window_end - absl::Now()) {
+    timespec timeout = absl::ToTimespec(left);
+    if (::sigtimedwait(&stop_signals, nullptr, &timeout) >= 0) break;  // a stop signal
+  }
+  absl::StatusOr<v1::TraceReply> reply = caller.Call(&v1::Admin::Stub::Trace, request);
+  if (!reply.ok()) {
+    std::cerr << "blockswapctl: trace: " << DescribeCallFailure(options.socket_path, reply.status())
+              << "\n";
+    return kExitFailure;
+  }
+  nlohmann::json document = TraceToChromeJson(*reply, request.since_ns());
+  {
+    std::ofstream out(trace.out, std::ios::trunc);
+    out << document.dump() << "\n";
+    out.close();
+    if (!out) {
+      std::cerr << "blockswapctl: trace: cannot write " << trace.out << "\n";
+      return kExitFailure;
+    }
+  }
+  if (std::string lost = TraceLossReport(*reply); !lost.empty()) {
+    std::cerr << "blockswapctl: trace: the bounded trace rings lost events of this window "
+                 "(use a shorter --seconds):\n"
+              << lost;
+  }
+  size_t spans = 0;
+  for (const auto& event : document["traceEvents"]) spans += event["ph"] == "X" ? 1 : 0;
+  std::cerr << "blockswapctl: trace: " << reply->clients_size() << " clients, " << spans
+            << " spans over "
+            << absl::StrFormat("%.1f", (reply->now_ns() - request.since_ns()) / 1e9) << " s -> "
+            << trace.out << "\n";
+  if (!trace.png.empty()) {
+    if (int drawn = DrawTracePng(trace.out, trace.png); drawn != 0) return drawn;
+    std::cerr << "blockswapctl: trace: timeline -> " << trace.png << "\n";
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Options options;
   CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd"};
@@ -503,6 +639,15 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan_command->add_option("--bandwidth", plan.bandwidth_gbps, "host-to-device GB/s (1e9 B/s)")
       ->check(CLI::PositiveNumber);
+  TraceOptions trace;
+  CLI::App* trace_command = app.add_subcommand(
+      "trace", "record the next N seconds of loads as Chrome trace-event JSON (Perfetto)");
+  trace_command->add_option("--seconds", trace.seconds, "length of the window")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  trace_command->add_option("--out", trace.out, "the trace-event JSON to write")->required();
+  trace_command->add_option("--png", trace.png,
+                            "also draw a per-client timeline of copies and stalls (matplotlib)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -510,7 +655,7 @@ int Main(int argc, char** argv) {
     // the word it did not know instead.
     if (app.get_subcommands().empty() && app.remaining_size() > 0) {
       std::cerr << "blockswapctl: unknown command '" << app.remaining().front()
-                << "' (status, clients, models, residency, stats, health, register, verify, evict or plan)\n";
+                << "' (status, clients, models, residency, stats, health, register, verify, evict, plan or trace)\n";
       return kExitUsage;
     }
     // CLI11 prints the message (or the help) and returns its own codes
@@ -521,6 +666,7 @@ int Main(int argc, char** argv) {
 
   const std::string command = app.get_subcommands().front()->get_name();
   if (command == "plan") return Plan(options, plan);
+  if (command == "trace") return Trace(options, trace);
   if (command == "register") return Register(options, file, registration);
   if (command == "verify") return Verify(options, model_id);
   if (command == "evict") return Evict(options, model_id);

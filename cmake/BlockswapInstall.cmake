@@ -15,6 +15,9 @@ set(BLOCKSWAP_CONFIG_DIR "" CACHE STRING
     "Where the installed blockswapd.toml goes (empty: derived from the install prefix)")
 
 install(TARGETS blockswapd blockswapctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# blockswapctl trace --png finds it at bin/../share/blockswap/.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/client/trace_png.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/blockswap)
 install(TARGETS blockswap EXPORT blockswapTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

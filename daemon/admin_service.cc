@@ -1,5 +1,8 @@
 #include "daemon/admin_service.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <set>
 
 #include "daemon/blockswap_service.h"
@@ -17,6 +20,17 @@ void FillDevice(const Device& device, v1::Device* out) {
   if (absl::Status health = device.health(); !health.ok()) {
     out->set_error(std::string(health.message()));
   }
+}
+
+void FillTraceEvent(const TraceEvent& event, v1::TraceEvent* out) {
+  out->set_time_ns(event.time_ns);
+  out->set_kind(static_cast<uint32_t>(event.kind));
+  out->set_ring_id(event.ring_id);
+  out->set_slot(event.slot);
+  out->set_generation(event.generation);
+  out->set_block(event.block);
+  out->set_value(event.value);
+  out->set_flags(event.flags);
 }
 
 }  // namespace
@@ -163,6 +177,63 @@ grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
                                               const v1::StatsRequest*, v1::StatsReply* reply) {
   return Answer(context, reply, &BuildStats);
+}
+
+v1::TraceReply BuildTrace(const AdminSources& sources, const v1::TraceRequest& request) {
+  v1::TraceReply reply;
+  reply.set_daemon_pid(static_cast<uint32_t>(::getpid()));
+  reply.set_now_ns(MonotonicNanos());
+  struct Client {
+    RingOwner owner;
+    bool live = false;
+    std::vector<uint64_t> ring_ids;
+    std::vector<TraceEvent> events;
+    uint64_t lost = 0;
+    uint64_t invalid = 0;
+  };
+  std::map<uint64_t, Client> clients;  // by session id
+  for (const auto& [uuid, worker] : sources.workers) {
+    DeviceTrace trace = worker->ReadTrace(request.since_ns());
+    v1::TraceDevice* device = reply.add_devices();
+    device->set_uuid(uuid);
+    device->set_name(worker->device().info().name);
+    for (const TraceEvent& event : trace.events) FillTraceEvent(event, device->add_events());
+    device->set_lost(trace.lost);
+    device->set_retired_rings_dropped(trace.retired_rings_dropped);
+    for (RingTrace& ring : trace.rings) {
+      Client& client = clients[ring.session_id];
+      client.owner = ring.owner;
+      client.live = client.live || !ring.retired;
+      client.ring_ids.push_back(ring.ring_id);
+      client.events.insert(client.events.end(), ring.events.begin(), ring.events.end());
+      client.lost += ring.lost;
+      client.invalid += ring.invalid;
+    }
+  }
+  for (auto& [session_id, client] : clients) {
+    v1::TraceClient* out = reply.add_clients();
+    out->set_session_id(session_id);
+    out->set_pid(client.owner.pid);
+    out->set_client_name(client.owner.client_name);
+    for (uint64_t ring_id : client.ring_ids) out->add_ring_ids(ring_id);
+    std::stable_sort(client.events.begin(), client.events.end(),
+                     [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+    for (const TraceEvent& event : client.events) FillTraceEvent(event, out->add_events());
+    out->set_lost(client.lost);
+    out->set_invalid(client.invalid);
+    out->set_ended(!client.live);
+  }
+  return reply;
+}
+
+grpc::ServerUnaryReactor* AdminService::Trace(grpc::CallbackServerContext* context,
+                                              const v1::TraceRequest* request,
+                                              v1::TraceReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, context).status();
+  if (status.ok()) *reply = BuildTrace(sources_, *request);
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext* context,

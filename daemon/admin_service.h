@@ -40,6 +40,9 @@ v1::ClientsReply BuildClients(const AdminSources& sources);
 v1::ModelsReply BuildModels(const AdminSources& sources);
 v1::ResidencyReply BuildResidency(const AdminSources& sources);
 v1::StatsReply BuildStats(const AdminSources& sources);
+// Every worker's trace and every ring's client trace (grouped by session),
+// events at or after request.since_ns.
+v1::TraceReply BuildTrace(const AdminSources& sources, const v1::TraceRequest& request);
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
@@ -61,6 +64,9 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsReply* reply) override;
+  grpc::ServerUnaryReactor* Trace(grpc::CallbackServerContext* context,
+                                  const v1::TraceRequest* request,
+                                  v1::TraceReply* reply) override;
   grpc::ServerUnaryReactor* VerifyModel(grpc::CallbackServerContext* context,
                                         const v1::VerifyModelRequest* request,
                                         v1::VerifyModelReply* reply) override;

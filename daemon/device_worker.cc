@@ -24,6 +24,7 @@ constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
 struct DeviceWorker::RingState {
   uint64_t ring_id = 0;
   uint64_t session_id = 0;
+  RingOwner owner;
   std::unique_ptr<DaemonRing> ring;
   std::unique_ptr<RingProducer> producer;  // after `ring`: destroyed first
   std::vector<SlotSnapshot> residency;
@@ -80,6 +81,7 @@ DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Str
       boot_id_(boot_id),
       copy_stream_(std::move(copy_stream)),
       clock_(std::make_shared<CopyClock>()),
+      copies_done_trace_(std::make_shared<TraceBuffer>(kDeviceTraceCapacity)),
       thread_([this] { Run(); }) {}
 
 DeviceWorker::~DeviceWorker() {
@@ -96,7 +98,7 @@ DeviceWorker::~DeviceWorker() {
 }
 
 absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
-                                                    const RingShape& shape) {
+                                                    const RingShape& shape, RingOwner owner) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonRing> ring,
                              DaemonRing::Create(device_, ring_id, shape, boot_id_));
@@ -104,6 +106,7 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
   auto state = std::make_unique<RingState>();
   state->ring_id = ring_id;
   state->session_id = session_id;
+  state->owner = std::move(owner);
   state->producer = std::make_unique<RingProducer>(*ring, *copy_stream_);
   state->ring = std::move(ring);
   state->residency.resize(shape.slot_count);
@@ -185,6 +188,7 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
     if (!task.rejection.ok()) {
       // Already answered to the client; the status word must say it too.
       ++protocol_errors_;
+      RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
       ring.producer->Fail(task.rejection, task.slot);
       continue;
     }
@@ -192,6 +196,7 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
         ring.producer->Submit(task.slot, task.generation, task.source, task.bytes);
     if (!submitted.ok()) {
       ++protocol_errors_;
+      RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
       Report(ring, submitted, task.slot, task.generation, task.sink);
       continue;
     }
@@ -199,6 +204,7 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
     slot.loaded = true;
     slot.model_id = std::move(task.model_id);
     slot.block = task.block;
+    RecordTrace(TraceKind::kAccepted, ring, task.slot, task.generation, task.bytes);
     ring.keep_alive[task.slot] = std::move(task.keep_alive);
     ++ring.loads;
     ring.bytes += task.bytes;
@@ -213,13 +219,24 @@ absl::Time DeviceWorker::PollRings() {
   const absl::Time now = absl::Now();
   absl::Time earliest = absl::InfiniteFuture();
   bool issued_any = false;
+  std::vector<RingProducer::Issued> issued_loads;
+  std::vector<TraceEvent> copies;  // traced done by the host function below
   for (auto& [id, state] : rings_) {
     if (!state->producer->has_pending()) continue;
     if (now < state->next_poll) {
       earliest = std::min(earliest, state->next_poll);
       continue;
     }
-    absl::StatusOr<int> issued = state->producer->Poll();
+    issued_loads.clear();
+    absl::StatusOr<int> issued = state->producer->Poll(&issued_loads);
+    for (const RingProducer::Issued& load : issued_loads) {
+      RecordTrace(TraceKind::kCopyIssued, *state, load.slot, load.generation, load.bytes,
+                  load.issued_ns);
+      RecordTrace(TraceKind::kFilled, *state, load.slot, load.generation, load.bytes,
+                  load.filled_ns);
+      copies.push_back(TraceEvent{0, id, load.bytes, load.slot, load.generation,
+                                  state->residency[load.slot].block, TraceKind::kCopyDone, 0});
+    }
     if (!issued.ok()) {
       Report(*state, issued.status(), UINT32_MAX, 0, state->last_sink);
       continue;
@@ -232,8 +249,15 @@ absl::Time DeviceWorker::PollRings() {
     earliest = std::min(earliest, state->next_poll);
   }
   if (issued_any) {
-    (void)copy_stream_->LaunchHostFunc(
-        [clock = clock_, issued = absl::Now()] { clock->Tick(issued); });
+    (void)copy_stream_->LaunchHostFunc([clock = clock_, issued = absl::Now(),
+                                        done = copies_done_trace_, copies = std::move(copies)] {
+      clock->Tick(issued);
+      const uint64_t now = MonotonicNanos();
+      for (TraceEvent copy : copies) {
+        copy.time_ns = now;
+        done->ring().Record(copy);
+      }
+    });
   }
   return earliest;
 }
@@ -263,6 +287,12 @@ void DeviceWorker::FreeRetiredRings() {
       }
     }
     if (released || (now >= state.release_deadline && state.copies_done->load())) {
+      retired_traces_.push_back(ReadRingTrace(state, 0));
+      retired_traces_.back().retired = true;
+      if (retired_traces_.size() > kRetiredRingTraces) {
+        retired_traces_.pop_front();
+        ++retired_traces_dropped_;
+      }
       it = retired_.erase(it);
     } else {
       ++it;
@@ -296,6 +326,53 @@ std::vector<RingSnapshot> DeviceWorker::Snapshot() const {
     snapshot.status = state->producer->status();
     out.push_back(std::move(snapshot));
   }
+  return out;
+}
+
+void DeviceWorker::RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot,
+                               uint32_t generation, uint64_t bytes, uint64_t time_ns) {
+  uint32_t block = slot < ring.residency.size() ? ring.residency[slot].block : 0;
+  trace_.ring().Record(
+      TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
+}
+
+RingTrace DeviceWorker::ReadRingTrace(const RingState& ring, uint64_t since_ns) {
+  RingTrace out;
+  out.ring_id = ring.ring_id;
+  out.session_id = ring.session_id;
+  out.owner = ring.owner;
+  TraceSnapshot snapshot = ring.ring->ReadClientTrace(since_ns);
+  out.lost = snapshot.lost;
+  // The client wrote these: keep only what could be its own events.
+  for (const TraceEvent& event : snapshot.events) {
+    if (!IsClientTraceKind(static_cast<uint16_t>(event.kind)) || event.ring_id != ring.ring_id ||
+        event.slot >= ring.ring->shape().slot_count) {
+      ++out.invalid;
+      continue;
+    }
+    out.events.push_back(event);
+  }
+  return out;
+}
+
+DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
+  DeviceTrace out;
+  TraceSnapshot own = trace_.ring().Read(since_ns);
+  TraceSnapshot done = copies_done_trace_->ring().Read(since_ns);
+  out.lost = own.lost + done.lost;
+  out.events = std::move(own.events);
+  out.events.insert(out.events.end(), done.events.begin(), done.events.end());
+  std::stable_sort(out.events.begin(), out.events.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+  absl::MutexLock lock(&rings_mu_);
+  for (const RingTrace& ring : retired_traces_) {
+    RingTrace copy = ring;
+    std::erase_if(copy.events, [&](const TraceEvent& e) { return e.time_ns < since_ns; });
+    out.rings.push_back(std::move(copy));
+  }
+  for (const auto& state : retired_) out.rings.push_back(ReadRingTrace(*state, since_ns));
+  for (const auto& [id, state] : rings_) out.rings.push_back(ReadRingTrace(*state, since_ns));
+  out.retired_rings_dropped = retired_traces_dropped_;
   return out;
 }
 

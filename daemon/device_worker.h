@@ -24,6 +24,7 @@
 #include "shared/backend.h"
 #include "shared/load_protocol.h"
 #include "shared/ring.h"
+#include "shared/trace_ring.h"
 
 namespace blockswap::daemon {
 
@@ -71,6 +72,37 @@ struct RingSnapshot {
   absl::Status status;  // the error that failed the ring, if any
 };
 
+// Who a ring's client trace belongs to, kept after the session ends.
+struct RingOwner {
+  uint32_t pid = 0;
+  std::string client_name;
+};
+
+// One ring's client trace as the daemon read it (validated).
+struct RingTrace {
+  uint64_t ring_id = 0;
+  uint64_t session_id = 0;
+  RingOwner owner;
+  bool retired = false;  // read when the ring was freed
+  std::vector<TraceEvent> events;
+  uint64_t lost = 0;
+  uint64_t invalid = 0;  // entries that are not the client's kinds, ring or slots
+};
+
+// What a worker holds for Admin.Trace: its own events (accepted, copy
+// issued/done, filled, rejected), oldest first, and every ring's client trace.
+struct DeviceTrace {
+  std::vector<TraceEvent> events;
+  uint64_t lost = 0;
+  uint64_t retired_rings_dropped = 0;
+  std::vector<RingTrace> rings;
+};
+
+// Events each device worker keeps (about 10k loads) and client traces of
+// freed rings it keeps (the newest).
+inline constexpr uint32_t kDeviceTraceCapacity = 49152;
+inline constexpr size_t kRetiredRingTraces = 128;
+
 struct DeviceStats {
   uint64_t loads = 0;
   uint64_t bytes = 0;
@@ -92,8 +124,9 @@ class DeviceWorker {
   // Creates a ring on this device for `session_id` and returns its export.
   // Runs on the caller's thread (device allocation can take milliseconds);
   // thread-safe.
+  // `owner` labels the ring's trace.
   absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
-                                        const RingShape& shape);
+                                        const RingShape& shape, RingOwner owner = {});
 
   // Queues a load for the worker thread. Never blocks. A request that breaks
   // the protocol fails its ring and is reported to task.sink.
@@ -118,6 +151,9 @@ class DeviceWorker {
 
   std::vector<RingSnapshot> Snapshot() const;
   DeviceStats stats() const;
+  // The events with time_ns >= since_ns held now; thread-safe, never waits
+  // for the worker thread beyond rings_mu_.
+  DeviceTrace ReadTrace(uint64_t since_ns) const;
 
  private:
   struct RingState;
@@ -133,6 +169,10 @@ class DeviceWorker {
   void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
               const std::shared_ptr<LoadEventSink>& sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Into trace_ (the worker thread's own ring).
+  void RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot, uint32_t generation,
+                   uint64_t bytes, uint64_t time_ns = MonotonicNanos());
+  static RingTrace ReadRingTrace(const RingState& ring, uint64_t since_ns);
 
   Device& device_;
   const uint64_t boot_id_;
@@ -156,6 +196,14 @@ class DeviceWorker {
   std::shared_ptr<CopyClock> clock_;
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> bytes_{0};
+
+  // Tracing: trace_ is written by the worker thread only, copies_done_trace_
+  // by the copy stream's host functions only (one writer each); readers are
+  // Admin.Trace threads. Client traces of freed rings are kept, bounded.
+  TraceBuffer trace_{kDeviceTraceCapacity};
+  std::shared_ptr<TraceBuffer> copies_done_trace_;
+  std::deque<RingTrace> retired_traces_ ABSL_GUARDED_BY(rings_mu_);
+  uint64_t retired_traces_dropped_ ABSL_GUARDED_BY(rings_mu_) = 0;
 
   std::thread thread_;  // last: starts once everything above exists
 };

@@ -410,8 +410,9 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     absl::MutexLock lock(&mu_);
     ring_id = ++next_ring_id_;
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported,
-                             worker->second->CreateRing(ring_id, session.id(), shape));
+  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name()};
+  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, worker->second->CreateRing(
+                                                      ring_id, session.id(), shape, owner));
   RingOnWire wire;
   absl::Status sent;
   {

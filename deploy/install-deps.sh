@@ -22,7 +22,7 @@ debian_packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
   libssl-dev libsystemd-dev yamllint python3-yaml systemd libre2-dev
   patchelf
-  python3 python3-venv
+  python3 python3-venv python3-matplotlib
 )
 # Python side: PyPI packages, installed into the reused environment.
 python_packages=(torch pytest numpy)

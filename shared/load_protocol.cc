@@ -106,7 +106,7 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RingProducer::Poll() {
+absl::StatusOr<int> RingProducer::Poll(std::vector<Issued>* issued_out) {
   BLOCKSWAP_RETURN_IF_ERROR(status_);
   int issued = 0;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
@@ -123,7 +123,7 @@ absl::StatusOr<int> RingProducer::Poll() {
     }
     PendingLoad load = pending_[slot];
     pending_[slot].active = false;
-    if (absl::Status issued_status = Issue(slot, load); !issued_status.ok()) {
+    if (absl::Status issued_status = Issue(slot, load, issued_out); !issued_status.ok()) {
       Fail(issued_status, slot);
       return issued_status;
     }
@@ -132,7 +132,9 @@ absl::StatusOr<int> RingProducer::Poll() {
   return issued;
 }
 
-absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load) {
+absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load,
+                                 std::vector<Issued>* issued) {
+  const uint64_t issued_ns = issued != nullptr ? MonotonicNanos() : 0;
   BLOCKSWAP_RETURN_IF_ERROR(
       copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
   if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
@@ -144,6 +146,9 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load) {
     std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
     filled.store(load.generation, std::memory_order_release);
     FutexWakeAll(&filled);
+  }
+  if (issued != nullptr) {
+    issued->push_back(Issued{slot, load.generation, load.bytes, issued_ns, MonotonicNanos()});
   }
   return absl::OkStatus();
 }
@@ -203,13 +208,28 @@ absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
   if (!Skipped(ProtocolStep::kClientPublishConsumed)) {
     ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
   }
+  RecordTrace(TraceKind::kRelease, slot, requested_[slot], MonotonicNanos());
   return absl::OkStatus();
+}
+
+void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation,
+                               uint64_t time_ns, uint64_t value, uint16_t flags) {
+  TraceEvent event;
+  event.time_ns = time_ns;
+  event.ring_id = ring_.ring_id();
+  event.value = value;
+  event.slot = slot;
+  event.generation = generation;
+  event.kind = kind;
+  event.flags = flags;
+  ring_.trace().Record(event);
 }
 
 absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
   BLOCKSWAP_RETURN_IF_ERROR(Release(slot, stream));
   requested_[slot] += 1;
   filled_seen_[slot] = false;
+  RecordTrace(TraceKind::kRequest, slot, requested_[slot], MonotonicNanos());
   return requested_[slot];
 }
 
@@ -276,10 +296,16 @@ absl::Status RingConsumer::CheckHealth() const {
 absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation,
                                        absl::Duration timeout) {
   const std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
+  // A stall: the slot was not filled yet when the client came to use it.
+  const bool stalled = filled.load(std::memory_order_acquire) != generation;
+  const uint64_t started_ns = MonotonicNanos();
   absl::Status waited = FutexAwait(&filled, timeout, [&]() -> absl::StatusOr<bool> {
     BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
     return filled.load(std::memory_order_acquire) == generation;
   });
+  const uint64_t ended_ns = MonotonicNanos();
+  RecordTrace(TraceKind::kWait, slot, generation, started_ns, ended_ns - started_ns,
+              stalled ? kTraceStalled : 0);
   if (absl::IsDeadlineExceeded(waited)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "slot ", slot, " generation ", generation, " not filled within ",

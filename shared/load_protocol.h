@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "shared/backend.h"
 #include "shared/ring.h"
+#include "shared/trace_ring.h"
 
 namespace blockswap {
 
@@ -72,9 +73,19 @@ class RingProducer {
   // copied. `source` must stay valid until the copy completes.
   absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes);
 
+  // What Poll issued, for the daemon's trace (trace_ring.h).
+  struct Issued {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+    uint64_t bytes = 0;
+    uint64_t issued_ns = 0;  // before the copy was queued
+    uint64_t filled_ns = 0;  // after filled_seq was published
+  };
+
   // Issues the queued copies whose slot has been released (free[s] done);
-  // returns how many. A device error fails the ring.
-  absl::StatusOr<int> Poll();
+  // returns how many, and appends each to `issued` when given. A device
+  // error fails the ring.
+  absl::StatusOr<int> Poll(std::vector<Issued>* issued = nullptr);
 
   bool has_pending() const { return pending_count() > 0; }
   int pending_count() const;
@@ -92,7 +103,7 @@ class RingProducer {
     const void* source = nullptr;
     size_t bytes = 0;
   };
-  absl::Status Issue(uint32_t slot, const PendingLoad& load);
+  absl::Status Issue(uint32_t slot, const PendingLoad& load, std::vector<Issued>* issued);
 
   DaemonRing& ring_;
   Stream& copy_stream_;
@@ -148,6 +159,9 @@ class RingConsumer {
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
   absl::Status CheckSlot(uint32_t slot) const;
+  // Into the ring's trace buffer (trace_ring.h): a clock read and a few stores.
+  void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
+                   uint64_t value = 0, uint16_t flags = 0);
 
   ClientRing& ring_;
   const ConsumerOptions options_;

@@ -49,7 +49,8 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
 
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ring->client_control_,
-      SharedMemory::Create(absl::StrCat("ring-", ring_id, "-client-control"), kControlBlockBytes));
+      SharedMemory::Create(absl::StrCat("ring-", ring_id, "-client-control"),
+                           kClientControlObjectBytes));
   {
     // Written once before the client has it; the daemon's lasting mapping
     // below is read-only.
@@ -58,10 +59,18 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
     client->magic = kClientControlMagic;
     client->version = kControlBlockVersion;
     client->slot_count = shape.slot_count;
+    TraceRing(static_cast<std::byte*>(init.data()) + kClientTraceOffset, kClientTraceCapacity)
+        .Initialize();
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_,
                              ring->client_control_.Map(Access::kReadOnly));
   return ring;
+}
+
+TraceSnapshot DaemonRing::ReadClientTrace(uint64_t since_ns) const {
+  // Read never writes through the view, so the read-only mapping suits it.
+  auto* memory = const_cast<std::byte*>(static_cast<const std::byte*>(client_control_map_.data()));
+  return TraceRing(memory + kClientTraceOffset, kClientTraceCapacity).Read(since_ns);
 }
 
 absl::StatusOr<RingExport> DaemonRing::Export() const {
@@ -133,8 +142,11 @@ absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->daemon_control_map_, daemon_control.Map(Access::kReadOnly));
   BLOCKSWAP_ASSIGN_OR_RETURN(
       SharedMemory client_control,
-      SharedMemory::Adopt(std::move(exported.client_control), kControlBlockBytes));
+      SharedMemory::Adopt(std::move(exported.client_control), kClientControlObjectBytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_, client_control.Map(Access::kReadWrite));
+  ring->trace_ = TraceRing(
+      static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
+      kClientTraceCapacity);
 
   const DaemonControlBlock& control = ring->control();
   if (control.magic != kDaemonControlMagic || control.version != kControlBlockVersion ||

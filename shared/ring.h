@@ -17,11 +17,20 @@
 #include "shared/backend.h"
 #include "shared/control_block.h"
 #include "shared/shared_memory.h"
+#include "shared/trace_ring.h"
 
 namespace blockswap {
 
 // Slots start at multiples of this, so any dtype view of a slot is aligned.
 inline constexpr uint64_t kSlotAlignment = 256;
+
+// Each ring's client trace buffer (trace_ring.h) lives in the client's control
+// object, after its control block: written by the client (RingConsumer), read
+// by the daemon for Admin.Trace. About 2000 loads of history.
+inline constexpr uint32_t kClientTraceCapacity = 8192;
+inline constexpr size_t kClientTraceOffset = kControlBlockBytes;
+inline constexpr size_t kClientControlObjectBytes =
+    kClientTraceOffset + TraceRingBytes(kClientTraceCapacity);
 
 struct RingShape {
   uint32_t slot_count = 0;
@@ -68,6 +77,9 @@ class DaemonRing {
   const ClientControlBlock& client_control() const {
     return *static_cast<const ClientControlBlock*>(client_control_map_.data());
   }
+  // The client's trace buffer, read-only: what a client wrote there is
+  // untrusted (TraceRing::Read bounds it; the caller checks kinds).
+  TraceSnapshot ReadClientTrace(uint64_t since_ns) const;
 
  private:
   DaemonRing(Device& device, uint64_t ring_id, const RingShape& shape)
@@ -105,6 +117,8 @@ class ClientRing {
   ClientControlBlock& client_control() const {
     return *static_cast<ClientControlBlock*>(client_control_map_.data());
   }
+  // This ring's trace buffer; its one writer is the ring's RingConsumer.
+  TraceRing& trace() { return trace_; }
 
  private:
   ClientRing() = default;
@@ -118,6 +132,7 @@ class ClientRing {
   std::vector<std::unique_ptr<Event>> free_;
   Mapping daemon_control_map_;  // read-only
   Mapping client_control_map_;  // read-write
+  TraceRing trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
 };
 
 }  // namespace blockswap

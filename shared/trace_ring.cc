@@ -65,13 +65,17 @@ TraceSnapshot TraceRing::Read(uint64_t since_ns) const {
   const uint64_t valid_from =
       second_index >= capacity_ ? second_index - capacity_ + 1 : 0;
   uint64_t kept = 0;
+  bool reaches_since = false;  // an event held is at or before since_ns
   for (const auto& [index, event] : copied) {
     if (index < valid_from) continue;
     ++kept;
+    reaches_since = reaches_since || event.time_ns <= since_ns;
     if (event.time_ns >= since_ns) out.events.push_back(event);
   }
   // Entries written after the first load are not lost, only not read yet.
-  out.lost = first_index - kept;
+  // One writer records in time order, so when the ring still reaches back to
+  // since_ns, what it lost is all older than the window.
+  out.lost = reaches_since && since_ns > 0 ? 0 : first_index - kept;
   out.written = first_index;
   return out;
 }

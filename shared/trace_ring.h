@@ -92,7 +92,9 @@ inline constexpr size_t TraceRingBytes(uint32_t capacity) {
 }
 
 // What a reader got: the entries still held, oldest first, and how many were
-// written but are gone (overwritten before this read, or during it).
+// written but are gone (overwritten before this read, or during it) — zero
+// when the ring still reaches back to the `since_ns` asked for, since all it
+// lost is then older than that.
 struct TraceSnapshot {
   std::vector<TraceEvent> events;
   uint64_t lost = 0;

@@ -66,6 +66,15 @@ TEST(TraceRing, SinceDropsOlderEventsWithoutCountingThemLost) {
   EXPECT_EQ(snapshot.lost, 0u);
 }
 
+TEST(TraceRing, LossBeforeTheWindowIsNotReported) {
+  TraceBuffer buffer(8);
+  for (uint64_t i = 0; i < 21; ++i) buffer.ring().Record(EventNumber(i));
+  // 14..20 are held: a window from 15 lost nothing, one from 10 did.
+  EXPECT_EQ(buffer.ring().Read(EventNumber(15).time_ns).lost, 0u);
+  EXPECT_EQ(buffer.ring().Read(EventNumber(15).time_ns).events.size(), 6u);
+  EXPECT_EQ(buffer.ring().Read(EventNumber(10).time_ns).lost, 14u);
+}
+
 TEST(TraceRing, ReaderNeverReturnsATornEntryWhileTheWriterOverwrites) {
   TraceBuffer buffer(64);
   std::atomic<bool> stop{false};

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Draws a blockswap trace (the Chrome trace-event JSON `blockswapctl trace`
+writes) as a per-client timeline PNG: one row per client, its copies (the
+daemon's copy spans for the client's rings) and its stalls (waits that found
+their slot not filled) as bars; time in ms from the window's start.
+
+Usage: trace_png.py TRACE.json OUT.png
+Exit 0 on success, 1 when matplotlib is missing or the input is not a trace,
+2 on bad arguments. blockswapctl runs it for `trace --png` (installed as
+share/blockswap/trace_png.py beside bin/blockswapctl).
+"""
+import json
+import sys
+
+
+def load_rows(document):
+    """{client pid: {"name", "copies": [(start_ms, dur_ms)], "stalls": [...]}}
+    and the window's start in µs."""
+    events = document["traceEvents"]
+    daemon_pid = document.get("otherData", {}).get("daemon_pid")
+    names = {}
+    for event in events:
+        if event.get("ph") == "M" and event.get("name") == "process_name":
+            names[event["pid"]] = event["args"]["name"]
+    spans = [e for e in events if e.get("ph") == "X"]
+    since = document.get("otherData", {}).get("since_us") or 0
+    if spans:
+        first = min(e["ts"] for e in spans)
+        since = first if since == 0 or since > first else since
+    rows = {}
+
+    def row(pid):
+        return rows.setdefault(pid, {"name": names.get(pid, "pid %d" % pid),
+                                     "copies": [], "stalls": []})
+
+    for event in spans:
+        start = (event["ts"] - since) / 1000.0
+        length = max(event.get("dur", 0) / 1000.0, 0.0)
+        if event.get("cat") == "copy" and event["pid"] == daemon_pid:
+            pid = event.get("args", {}).get("client_pid")
+            if pid:
+                row(pid)["copies"].append((start, length))
+        elif event.get("cat") == "stall":
+            row(event["pid"])["stalls"].append((start, length))
+    for event in events:  # clients that neither copied nor stalled still get a row
+        if event.get("ph") == "M" and event.get("name") == "process_name" and \
+                event["pid"] != daemon_pid:
+            row(event["pid"])
+    return rows
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: trace_png.py TRACE.json OUT.png", file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        print("trace_png.py: drawing the PNG needs matplotlib in %s (%s); on Debian: "
+              "apt-get install python3-matplotlib (deploy/install-deps.sh installs it)"
+              % (sys.executable, error), file=sys.stderr)
+        return 1
+    try:
+        with open(argv[1]) as f:
+            rows = load_rows(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print("trace_png.py: %s is not a blockswap trace: %s" % (argv[1], error),
+              file=sys.stderr)
+        return 1
+
+    pids = sorted(rows)
+    height = max(2.0, 0.9 * len(pids) + 1.4)
+    figure, axes = plt.subplots(figsize=(12, height))
+    for index, pid in enumerate(pids):
+        y = len(pids) - 1 - index
+        data = rows[pid]
+        # Thin bars of 0 ms would vanish: give every bar at least a hair.
+        copies = [(s, max(d, 0.02)) for s, d in data["copies"]]
+        stalls = [(s, max(d, 0.02)) for s, d in data["stalls"]]
+        axes.broken_barh(copies, (y + 0.05, 0.4), facecolors="tab:blue")
+        axes.broken_barh(stalls, (y - 0.45, 0.4), facecolors="tab:red")
+    axes.set_yticks(range(len(pids)))
+    axes.set_yticklabels(["%s\n%d copies, %d stalls" % (rows[p]["name"], len(rows[p]["copies"]),
+                                                       len(rows[p]["stalls"]))
+                          for p in reversed(pids)])
+    axes.set_ylim(-0.6, max(len(pids), 1) - 0.4)
+    axes.set_xlabel("ms since the trace window started")
+    axes.set_title("blockswap trace: copies (blue, upper bar) and stalls (red, lower bar) per client")
+    axes.grid(axis="x", alpha=0.3)
+    figure.tight_layout()
+    try:
+        figure.savefig(argv[2], dpi=100)
+    except OSError as error:
+        print("trace_png.py: cannot write %s: %s" % (argv[2], error), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
