@@ -10,7 +10,9 @@
 #
 # Defaults: --blocks 12 --swap 6 --ring 2 --block-bytes 4194304 --steps 10
 # --compute-us 2000 (arguments given are appended and win). BLOCKSWAP_BUILD_DIR
-# overrides build/. Exits 0 only if both demos verified their blocks with a
+# overrides build/. The first run is traced (`blockswapctl trace`): the trace
+# JSON and its timeline PNG are left in build/quickstart/ and their paths
+# printed. Exits 0 only if both demos verified their blocks with a
 # non-zero number of loads and the daemon stopped cleanly on SIGTERM; the
 # daemon and its temporary socket and master directory are removed whatever
 # happens (tests/demo/two_demos.sh does the running).
@@ -34,11 +36,12 @@ fi
 cmake --build "${build}" -j "$(nproc)" \
   --target blockswapd blockswapctl blockswap-demo blockswap-torch-demo
 
-echo "=== quickstart: two demos, one model"
-"${root}/tests/demo/two_demos.sh" "${build}/bin" \
+echo "=== quickstart: two demos, one model (traced into ${build}/quickstart/)"
+BLOCKSWAP_TRACE_DIR="${build}/quickstart" "${root}/tests/demo/two_demos.sh" "${build}/bin" \
   --blocks 12 --swap 6 --ring 2 --block-bytes 4194304 --steps 10 --compute-us 2000 "$@"
 
 echo "=== quickstart: two LibTorch LoRA trainers, one model"
 BLOCKSWAP_DEMO=blockswap-torch-demo "${root}/tests/demo/two_demos.sh" "${build}/bin" \
   --blocks 12 --swap 6 --ring 2 --steps 5 --dim 64
 echo "=== quickstart: ok"
+echo "trace of the first run: ${build}/quickstart/run.json (Perfetto: https://ui.perfetto.dev), timeline: ${build}/quickstart/run.png"

@@ -9,9 +9,14 @@
 # and after, then stops the daemon with SIGTERM. Used by ctest (tests/demo/)
 # and deploy/quickstart.sh.
 #
+# With BLOCKSWAP_TRACE_DIR=DIR, `blockswapctl trace` records the demos' run
+# (from before they start until both have exited) into DIR/run.json (Chrome
+# trace-event JSON: Perfetto, chrome://tracing) and DIR/run.png (a per-client
+# timeline of copies and stalls), and the script prints both paths.
+#
 # Exits 0 only if both demos exited 0 having verified every block with a
-# non-zero number of loads, the daemon showed exactly one model, and the
-# daemon exited 0 on SIGTERM. Whatever happens, the daemon and the demos are
+# non-zero number of loads, the daemon showed exactly one model, the trace
+# (when asked for) was written, and the daemon exited 0 on SIGTERM. Whatever happens, the daemon and the demos are
 # stopped and the temporary files removed.
 set -euo pipefail
 
@@ -34,13 +39,14 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/blockswap-demo.XXXXXX")
 shm=/dev/shm/$(basename "${scratch}")
 socket=${scratch}/blockswapd.sock
 daemon_pid=
+trace_pid=
 demo_pids=()
 
 cleanup() {
   local pid
   # Only what this script started, by pid; SIGKILL, since a clean stop has
   # already happened on the success path (the pids are cleared then).
-  for pid in "${demo_pids[@]}" ${daemon_pid}; do
+  for pid in "${demo_pids[@]}" ${trace_pid} ${daemon_pid}; do
     kill -KILL "${pid}" 2>/dev/null || true
     wait "${pid}" 2>/dev/null || true
   done
@@ -75,6 +81,21 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 ctl health >/dev/null
+
+trace_dir=${BLOCKSWAP_TRACE_DIR:-}
+if [[ -n ${trace_dir} ]]; then
+  mkdir -p "${trace_dir}"
+  rm -f "${trace_dir}/run.json" "${trace_dir}/run.png"
+  # Ended by SIGINT once the demos are done; --seconds is only a bound.
+  "${bin}/blockswapctl" --socket "${socket}" trace --seconds 600 \
+    --out "${trace_dir}/run.json" --png "${trace_dir}/run.png" 2>"${scratch}/trace.log" &
+  trace_pid=$!
+  for _ in $(seq 300); do
+    if grep -q 'recording for' "${scratch}/trace.log" 2>/dev/null; then break; fi
+    if ! kill -0 "${trace_pid}" 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+fi
 
 for i in 1 2; do
   "${bin}/${demo}" --socket "${socket}" --name "demo-${i}" "$@" \
@@ -112,6 +133,22 @@ for i in 1 2; do
   fi
 done
 demo_pids=()
+
+if [[ -n ${trace_pid} ]]; then
+  kill -INT "${trace_pid}" 2>/dev/null || true
+  trace_status=0
+  wait "${trace_pid}" || trace_status=$?
+  trace_pid=
+  echo "--- blockswapctl trace (exit ${trace_status})"
+  cat "${scratch}/trace.log"
+  if [[ ${trace_status} -ne 0 || ! -s ${trace_dir}/run.json || ! -s ${trace_dir}/run.png ]]; then
+    echo "two_demos: blockswapctl trace did not write ${trace_dir}/run.json and run.png" >&2
+    failed=1
+  else
+    echo "trace of the demos' run: ${trace_dir}/run.json (open in https://ui.perfetto.dev or chrome://tracing)"
+    echo "timeline of copies and stalls: ${trace_dir}/run.png"
+  fi
+fi
 
 show "after the demos"
 models_after=$(model_count)
