@@ -367,6 +367,11 @@ DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
   absl::MutexLock lock(&rings_mu_);
   for (const RingTrace& ring : retired_traces_) {
     RingTrace copy = ring;
+    // As TraceRing::Read: what a ring lost is older than all it held, so a
+    // ring that reaches back to the window lost nothing of it.
+    if (since_ns > 0 && !copy.events.empty() && copy.events.front().time_ns <= since_ns) {
+      copy.lost = 0;
+    }
     std::erase_if(copy.events, [&](const TraceEvent& e) { return e.time_ns < since_ns; });
     out.rings.push_back(std::move(copy));
   }
