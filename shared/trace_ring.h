@@ -107,10 +107,12 @@ struct TraceSnapshot {
 class TraceRing {
  public:
   // `memory` holds TraceRingBytes(capacity) bytes, at least 64-byte aligned.
+  // A null `memory` makes a view to be assigned later (never used as is).
   TraceRing(void* memory, uint32_t capacity)
       : header_(static_cast<TraceHeader*>(memory)),
-        entries_(reinterpret_cast<TraceEntry*>(static_cast<std::byte*>(memory) +
-                                               sizeof(TraceHeader))),
+        entries_(memory == nullptr ? nullptr
+                                   : reinterpret_cast<TraceEntry*>(static_cast<std::byte*>(memory) +
+                                                                   sizeof(TraceHeader))),
         capacity_(capacity) {}
 
   // Writes the header of a fresh ring (the creator, before anyone reads).
