@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "shared/backend.h"
 #include "shared/control_block.h"
+#include "shared/doorbell.h"
 #include "shared/shared_memory.h"
 
 namespace blockswap {
@@ -45,6 +46,10 @@ struct RingExport {
   UniqueFd daemon_control;  // read-only descriptor
   UniqueFd client_control;  // read-write descriptor
   uint64_t boot_id = 0;
+  // The load fast path, when granted: kRequestRingCapacity, and the device's
+  // doorbell (DeviceWorker adds it); 0 and no descriptors otherwise.
+  uint32_t request_ring_capacity = 0;
+  DoorbellExport doorbell;
 };
 
 // The daemon's side. Owns every part of the ring; the client's imports of it
@@ -105,6 +110,8 @@ class ClientRing {
   ClientControlBlock& client_control() const {
     return *static_cast<ClientControlBlock*>(client_control_map_.data());
   }
+  // The device's doorbell when the daemon granted a request ring, else null.
+  Doorbell* doorbell() const { return doorbell_.get(); }
 
  private:
   ClientRing() = default;
@@ -118,6 +125,7 @@ class ClientRing {
   std::vector<std::unique_ptr<Event>> free_;
   Mapping daemon_control_map_;  // read-only
   Mapping client_control_map_;  // read-write
+  std::unique_ptr<Doorbell> doorbell_;
 };
 
 }  // namespace blockswap
