@@ -60,8 +60,7 @@ v1::ClientsReply BuildClients(const AdminSources& sources) {
 v1::ModelsReply BuildModels(const AdminSources& sources) {
   std::map<std::string, uint32_t> open_in;
   for (const auto& session : sources.sessions->Sessions()) {
-    absl::MutexLock lock(&session->mu);
-    for (const auto& [id, model] : session->models) ++open_in[id];
+    for (const std::string& id : session->models->Ids()) ++open_in[id];
   }
   v1::ModelsReply reply;
   // A pinned store pins every model (cudaHostRegister on the cuda backend).

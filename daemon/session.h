@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/load_resolver.h"
 #include "daemon/model_store.h"
 #include "daemon/peer.h"
 #include "shared/model_layout.h"
@@ -49,13 +50,19 @@ class Session {
         token_(std::move(token)),
         peer_(std::move(peer)),
         client_name_(std::move(client_name)),
-        attached_at_(absl::Now()) {}
+        attached_at_(absl::Now()),
+        models(std::make_shared<SessionModels>(id)) {}
 
   uint64_t id() const { return id_; }
   const std::string& token() const { return token_; }
   const Peer& peer() const { return peer_; }
   const std::string& client_name() const { return client_name_; }
   absl::Time attached_at() const { return attached_at_; }
+
+  // The models open in the session, by id and by handle; its own lock, so
+  // that the device workers resolve request-ring entries with it
+  // (LoadResolver). Cleared when the session ends.
+  const std::shared_ptr<SessionModels> models;
 
   mutable absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;
@@ -64,7 +71,6 @@ class Session {
   uint64_t next_upload ABSL_GUARDED_BY(mu) = 0;
   std::map<uint64_t, SessionRing> rings ABSL_GUARDED_BY(mu);
   std::map<uint64_t, Upload> uploads ABSL_GUARDED_BY(mu);
-  std::map<std::string, std::shared_ptr<const Model>> models ABSL_GUARDED_BY(mu);
   // Descriptors of files offered on the side channel, by offer id, until a
   // RegisterFile names them (daemon/file_offers.h).
   std::map<uint64_t, UniqueFd> file_offers ABSL_GUARDED_BY(mu);

@@ -353,7 +353,7 @@ class Sequence {
       ids.push_back(session->id());
       absl::MutexLock lock(&session->mu);
       Require(session->ended && session->rings.empty() && session->uploads.empty() &&
-                  session->models.empty() && !session->side_channel.valid(),
+                  session->models->Ids().empty() && !session->side_channel.valid(),
               absl::StrCat("session ", session->id(), " still holds something after it ended"));
     }
     Require(daemon_.manager->session_count() == 0, "sessions left after every one ended");
