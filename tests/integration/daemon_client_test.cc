@@ -135,6 +135,21 @@ TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) 
   EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
 }
 
+TEST_F(DaemonClientTest, GarbageInARequestRingFailsOnlyThatRingWithAPreciseError) {
+  StartDaemon();
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  for (const char* rogue : {"shm-bad-slot", "shm-unknown-handle", "shm-bad-block",
+                            "shm-wrong-generation", "shm-tail-overrun", "shm-foreign-handle"}) {
+    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
+              kClientOk)
+        << "case " << rogue;
+  }
+  auto code = streamer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+}
+
 TEST_F(DaemonClientTest, EveryClientQuotaIsEnforcedNamingItsKey) {
   StartDaemon({.extra_args = {"--max-rings-per-client=2", "--max-device-bytes-per-client=1MiB",
                               "--max-staging-bytes-per-client=1MiB"}});
