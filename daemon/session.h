@@ -46,12 +46,12 @@ struct Upload {
 class Session {
  public:
   Session(uint64_t id, std::string token, Peer peer, std::string client_name)
-      : id_(id),
+      : models(std::make_shared<SessionModels>(id)),
+        id_(id),
         token_(std::move(token)),
         peer_(std::move(peer)),
         client_name_(std::move(client_name)),
-        attached_at_(absl::Now()),
-        models(std::make_shared<SessionModels>(id)) {}
+        attached_at_(absl::Now()) {}
 
   uint64_t id() const { return id_; }
   const std::string& token() const { return token_; }
