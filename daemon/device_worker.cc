@@ -252,10 +252,7 @@ void DeviceWorker::ReadRequestRings() {
       absl::StatusOr<ResolvedLoad> resolved =
           ring.resolver->Resolve(ring.ring_id, ring.ring->shape(), entry);
       if (resolved.ok()) {
-        task.source = resolved->source;
-        task.bytes = resolved->bytes;
-        task.keep_alive = std::move(resolved->keep_alive);
-        task.model_id = std::move(resolved->model_id);
+        task.SetSource(*std::move(resolved));
       } else {
         task.rejection = resolved.status();
         Report(ring, task.rejection, task.slot, task.generation, task.sink);

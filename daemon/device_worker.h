@@ -59,6 +59,14 @@ struct LoadTask {
   uint32_t block = 0;
   std::shared_ptr<LoadEventSink> sink;
   absl::Status rejection;  // set: fail the ring with it instead of loading
+
+  // Where the bytes come from, as either transport resolved them.
+  void SetSource(ResolvedLoad resolved) {
+    source = resolved.source;
+    bytes = resolved.bytes;
+    keep_alive = std::move(resolved.keep_alive);
+    model_id = std::move(resolved.model_id);
+  }
 };
 
 struct SlotSnapshot {

@@ -499,12 +499,7 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
     } else {
       absl::StatusOr<ResolvedLoad> resolved = ResolveLoad(request, model, ring->second.shape);
       valid = resolved.status();
-      if (resolved.ok()) {
-        task.source = resolved->source;
-        task.bytes = resolved->bytes;
-        task.keep_alive = std::move(resolved->keep_alive);
-        task.model_id = std::move(resolved->model_id);
-      }
+      if (resolved.ok()) task.SetSource(*std::move(resolved));
     }
     if (valid.ok()) {
       ++session.loads;
