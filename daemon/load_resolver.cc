@@ -58,6 +58,13 @@ absl::StatusOr<ResolvedLoad> ResolveLoad(const v1::LoadRequest& request,
 
 absl::StatusOr<ResolvedLoad> LoadResolver::Resolve(uint64_t ring_id, const RingShape& shape,
                                                    const RequestValues& entry) const {
+  absl::StatusOr<ResolvedLoad> resolved = Find(ring_id, shape, entry);
+  (resolved.ok() ? counts_->loads : counts_->rejected).fetch_add(1, std::memory_order_relaxed);
+  return resolved;
+}
+
+absl::StatusOr<ResolvedLoad> LoadResolver::Find(uint64_t ring_id, const RingShape& shape,
+                                                const RequestValues& entry) const {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model,
                              models_->FindByHandle(entry.model_handle));
   v1::LoadRequest request;

@@ -8,6 +8,7 @@
 #ifndef BLOCKSWAP_DAEMON_LOAD_RESOLVER_H_
 #define BLOCKSWAP_DAEMON_LOAD_RESOLVER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -52,6 +53,14 @@ class SessionModels {
   std::vector<std::shared_ptr<const Model>> by_handle_ ABSL_GUARDED_BY(mu_);  // handle h at h-1
 };
 
+// How many loads a session's request rings carried: resolved (a load, as
+// SubmitLoad counts one) or refused. Atomics: the device workers count them
+// without the session's lock; the gRPC transport counts in Session::loads.
+struct FastPathLoadCounts {
+  std::atomic<uint64_t> loads{0};
+  std::atomic<uint64_t> rejected{0};
+};
+
 // A validated load's source.
 struct ResolvedLoad {
   const std::byte* source = nullptr;  // the block's master bytes
@@ -69,14 +78,20 @@ absl::StatusOr<ResolvedLoad> ResolveLoad(const v1::LoadRequest& request,
 // Resolves request-ring entries of one session's rings. Thread-safe.
 class LoadResolver {
  public:
-  explicit LoadResolver(std::shared_ptr<const SessionModels> models)
-      : models_(std::move(models)) {}
+  LoadResolver(std::shared_ptr<const SessionModels> models,
+               std::shared_ptr<FastPathLoadCounts> counts)
+      : models_(std::move(models)), counts_(std::move(counts)) {}
 
+  // Also counts the entry in `counts`, as a load or a refusal.
   absl::StatusOr<ResolvedLoad> Resolve(uint64_t ring_id, const RingShape& shape,
                                        const RequestValues& entry) const;
 
  private:
+  absl::StatusOr<ResolvedLoad> Find(uint64_t ring_id, const RingShape& shape,
+                                    const RequestValues& entry) const;
+
   const std::shared_ptr<const SessionModels> models_;
+  const std::shared_ptr<FastPathLoadCounts> counts_;
 };
 
 }  // namespace blockswap::daemon

@@ -47,6 +47,7 @@ class Session {
  public:
   Session(uint64_t id, std::string token, Peer peer, std::string client_name)
       : models(std::make_shared<SessionModels>(id)),
+        fast_path_loads(std::make_shared<FastPathLoadCounts>()),
         id_(id),
         token_(std::move(token)),
         peer_(std::move(peer)),
@@ -63,6 +64,16 @@ class Session {
   // that the device workers resolve request-ring entries with it
   // (LoadResolver). Cleared when the session ends.
   const std::shared_ptr<SessionModels> models;
+  // Loads that came through the session's request rings (counted by the
+  // device workers); `loads` and `rejected_loads` below count the gRPC ones.
+  const std::shared_ptr<FastPathLoadCounts> fast_path_loads;
+  // Both transports' loads, for the admin views and metrics.
+  uint64_t all_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return loads + fast_path_loads->loads.load(std::memory_order_relaxed);
+  }
+  uint64_t all_rejected_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return rejected_loads + fast_path_loads->rejected.load(std::memory_order_relaxed);
+  }
 
   mutable absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;

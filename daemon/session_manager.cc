@@ -413,7 +413,9 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   // The load fast path, when asked for: the worker resolves the ring's
   // request-ring entries against the session's models.
   std::shared_ptr<const LoadResolver> resolver;
-  if (request.request_ring()) resolver = std::make_shared<LoadResolver>(session.models);
+  if (request.request_ring()) {
+    resolver = std::make_shared<LoadResolver>(session.models, session.fast_path_loads);
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       RingExport exported,
       worker->second->CreateRing(ring_id, session.id(), shape, std::move(resolver)));
