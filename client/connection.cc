@@ -183,12 +183,22 @@ absl::Status Connection::OpenLoadStream() {
   return absl::OkStatus();
 }
 
-absl::Status Connection::SendLoad(v1::LoadRequest request) {
-  request.set_session_token(token_);
-  absl::MutexLock lock(&load_mu_);
+absl::Status Connection::ReadyLoadStream() {
   BLOCKSWAP_RETURN_IF_ERROR(load_stream_error_);
   BLOCKSWAP_RETURN_IF_ERROR(EndedError());
   if (load_stream_ == nullptr) BLOCKSWAP_RETURN_IF_ERROR(OpenLoadStream());
+  return absl::OkStatus();
+}
+
+absl::Status Connection::OpenLoadStreamIfClosed() {
+  absl::MutexLock lock(&load_mu_);
+  return ReadyLoadStream();
+}
+
+absl::Status Connection::SendLoad(v1::LoadRequest request) {
+  request.set_session_token(token_);
+  absl::MutexLock lock(&load_mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(ReadyLoadStream());
   if (!load_stream_->Write(request)) {
     load_stream_error_ = absl::UnavailableError("the Load stream to blockswapd broke");
     return load_stream_error_;

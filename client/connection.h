@@ -55,6 +55,10 @@ class Connection {
 
   // Sends a load request on the session's Load stream (opened on first use).
   absl::Status SendLoad(v1::LoadRequest request);
+  // Opens the Load stream if it is not open yet, without sending on it: a
+  // ring whose loads go through its request ring still hears of the
+  // daemon's loss (Liveness) and of errors the daemon reports on it.
+  absl::Status OpenLoadStreamIfClosed();
   // The daemon's last error report for `ring_id` (OK when none arrived).
   absl::Status RingError(uint64_t ring_id) const;
   // UNAVAILABLE once the Load stream has ended (the daemon went away or
@@ -88,6 +92,8 @@ class Connection {
   // Detaches the current session (token_), ignoring the outcome.
   void DetachSession(absl::Duration timeout);
   absl::Status OpenLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // OK once the stream is open and has not failed.
+  absl::Status ReadyLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
   // How the Load stream ended, once it has (OK before).
   absl::Status EndedError() const;
   void ReadLoadEvents();

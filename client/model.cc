@@ -80,6 +80,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromReply(Connection& connection,
                                                         const v1::ModelReply& reply) {
   std::unique_ptr<Model> model(new Model());
   model->id_ = reply.model_id();
+  model->handle_ = reply.model_handle();
+  model->session_token_ = connection.token();
   BLOCKSWAP_ASSIGN_OR_RETURN(model->layout_, LayoutFromProto(reply.layout()));
   model->master_offsets_.assign(reply.master_offsets().begin(), reply.master_offsets().end());
   if (model->master_offsets_.size() != model->layout_.blocks.size()) {

@@ -38,6 +38,10 @@ class Model {
   uint32_t block_count() const { return static_cast<uint32_t>(layout_.blocks.size()); }
   // The master bytes of a block (read-only).
   const std::byte* master(uint32_t block) const;
+  // How the session that opened the model names it in request rings
+  // (0: the daemon gave no handle), and that session's token.
+  uint32_t handle() const { return handle_; }
+  const std::string& session_token() const { return session_token_; }
 
   // The model a daemon reply names (maps its masters read-only).
   static absl::StatusOr<std::unique_ptr<Model>> FromReply(Connection& connection,
@@ -50,6 +54,8 @@ class Model {
   ModelLayout layout_;
   std::vector<uint64_t> master_offsets_;
   Mapping masters_;  // read-only
+  uint32_t handle_ = 0;
+  std::string session_token_;
 };
 
 }  // namespace blockswap::client

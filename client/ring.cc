@@ -1,9 +1,11 @@
 #include "client/ring.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "shared/grpc_status.h"
+#include "shared/request_ring.h"
 #include "shared/ring_wire.h"
 #include "shared/status.h"
 
@@ -14,14 +16,25 @@ constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
 
 }  // namespace
 
+absl::StatusOr<LoadTransport> LoadTransportFromEnvironment() {
+  const char* value = std::getenv("BLOCKSWAP_LOAD_TRANSPORT");
+  if (value == nullptr || *value == '\0' || absl::string_view(value) == "shm") {
+    return LoadTransport::kShm;
+  }
+  if (absl::string_view(value) == "grpc") return LoadTransport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("BLOCKSWAP_LOAD_TRANSPORT=", value, " (must be grpc or shm)"));
+}
+
 absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection, Device& device,
-                                                         uint32_t slot_count,
-                                                         uint64_t slot_bytes) {
+                                                         uint32_t slot_count, uint64_t slot_bytes,
+                                                         LoadTransport transport) {
   v1::CreateRingRequest request;
   request.set_session_token(connection.token());
   request.set_device_uuid(device.info().uuid);
   request.set_slot_count(slot_count);
   request.set_slot_bytes(slot_bytes);
+  request.set_request_ring(transport == LoadTransport::kShm);
   v1::RingDescriptor descriptor;
   auto context = Connection::Context();
   grpc::Status created = connection.stub().CreateRing(context.get(), request, &descriptor);
@@ -34,24 +47,31 @@ absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection,
   if (exported.boot_id != connection.boot_id()) {
     return absl::UnavailableError("the ring comes from a different daemon than the session's");
   }
-  return ClientRing::Import(device, std::move(exported));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             ClientRing::Import(device, std::move(exported)));
+  // Loads will not open the Load stream: open it now, so that the daemon's
+  // loss still ends waits at once (Connection::Liveness).
+  if (ring->doorbell() != nullptr) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
+  return ring;
 }
 
 absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
                                                    absl::string_view device_uuid,
                                                    uint32_t slot_count, uint64_t slot_bytes) {
   BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
+  BLOCKSWAP_ASSIGN_OR_RETURN(LoadTransport transport, LoadTransportFromEnvironment());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
-                             Import(connection, *device, slot_count, slot_bytes));
-  return std::unique_ptr<Ring>(new Ring(connection, *device, std::move(ring)));
+                             Import(connection, *device, slot_count, slot_bytes, transport));
+  return std::unique_ptr<Ring>(new Ring(connection, *device, transport, std::move(ring)));
 }
 
 absl::Status Ring::Recreate() {
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      std::unique_ptr<ClientRing> ring,
-      Import(connection_, device_, ring_->shape().slot_count, ring_->shape().slot_bytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             Import(connection_, device_, ring_->shape().slot_count,
+                                    ring_->shape().slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
   consumer_ = NewConsumer(*ring);
+  ring_session_ = connection_.token();
   retired_.push_back(std::exchange(ring_, std::move(ring)));
   return absl::OkStatus();
 }
@@ -99,6 +119,15 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
   absl::MutexLock lock(&mu_);
   absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
   if (!generation.ok()) return Explain(generation.status());
+  // The fast path needs the model's handle in the ring's own session (a
+  // model opened in an earlier session keeps its id, not its handle).
+  if (ring_->doorbell() != nullptr && model.handle() != 0 &&
+      model.session_token() == ring_session_) {
+    BLOCKSWAP_RETURN_IF_ERROR(RequestRingWriter(ring_->client_control(), ring_->control())
+                                  .Push({slot, *generation, model.handle(), block}));
+    ring_->doorbell()->Ring();
+    return absl::OkStatus();
+  }
   v1::LoadRequest request;
   request.set_ring_id(ring_->ring_id());
   request.set_slot(slot);
@@ -124,6 +153,11 @@ bool Ring::Filled(uint32_t slot) {
   const uint32_t requested = consumer_->requested(slot);
   return requested != 0 &&
          ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
+}
+
+absl::Status Ring::Health() {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_->CheckHealth());
 }
 
 absl::Status Ring::Drain(absl::Duration timeout) {

@@ -20,6 +20,15 @@
 
 namespace blockswap::client {
 
+// How Ring::Load sends its requests: the ring's shared-memory request ring
+// and the device's doorbell (the fast path, where the daemon granted one),
+// or LoadRequests on the session's gRPC Load stream (the reference
+// transport). BLOCKSWAP_LOAD_TRANSPORT=grpc|shm chooses; shm by default.
+enum class LoadTransport { kGrpc, kShm };
+// The transport the environment asks for; INVALID_ARGUMENT for a value
+// other than grpc or shm.
+absl::StatusOr<LoadTransport> LoadTransportFromEnvironment();
+
 // Thread-safe. `native_stream` arguments are the caller's stream
 // (Device::WrapStream: a cudaStream_t on cuda, nullptr on host).
 class Ring {
@@ -57,17 +66,28 @@ class Ring {
   // Wait now need not block on the daemon). A racy snapshot, meant for
   // statistics: a fill may land right after it returns false.
   bool Filled(uint32_t slot);
+  // The ring's status word, explained: OK, or why the ring failed.
+  absl::Status Health();
+  // Whether loads travel through the ring's request ring (the daemon
+  // granted one, and the fast path was asked for).
+  bool has_request_ring() const { return ring_->doorbell() != nullptr; }
+  // The imported ring itself, for tests that misbehave on purpose.
+  ClientRing& shared_ring_for_testing() const { return *ring_; }
 
  private:
-  Ring(Connection& connection, Device& device, std::unique_ptr<ClientRing> ring)
+  Ring(Connection& connection, Device& device, LoadTransport transport,
+       std::unique_ptr<ClientRing> ring)
       : connection_(connection),
         device_(device),
+        transport_(transport),
         ring_(std::move(ring)),
+        ring_session_(connection.token()),
         consumer_(NewConsumer(*ring_)) {}
   // The CreateRing call and the import, in the connection's current session.
   static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Connection& connection,
                                                             Device& device, uint32_t slot_count,
-                                                            uint64_t slot_bytes);
+                                                            uint64_t slot_bytes,
+                                                            LoadTransport transport);
   std::unique_ptr<RingConsumer> NewConsumer(ClientRing& ring) {
     return std::make_unique<RingConsumer>(
         ring, ConsumerOptions{.liveness = [&connection = connection_] {
@@ -79,7 +99,9 @@ class Ring {
 
   Connection& connection_;
   Device& device_;
+  const LoadTransport transport_;
   std::unique_ptr<ClientRing> ring_;  // replaced only by Recreate()
+  std::string ring_session_;  // the token of the session ring_ belongs to
   std::vector<std::unique_ptr<ClientRing>> retired_;  // rings replaced by Recreate()
   absl::Mutex mu_;
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);

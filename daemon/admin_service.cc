@@ -63,7 +63,7 @@ v1::ClientsReply BuildClients(const AdminSources& sources) {
     client->set_attached_seconds(absl::ToDoubleSeconds(absl::Now() - session->attached_at()));
     absl::MutexLock lock(&session->mu);
     client->set_ring_count(static_cast<uint32_t>(session->rings.size()));
-    client->set_loads(session->loads);
+    client->set_loads(session->all_loads());
     std::set<std::string> devices;
     for (const auto& [id, ring] : session->rings) devices.insert(ring.device_uuid);
     for (const std::string& uuid : devices) client->add_device_uuids(uuid);
@@ -74,8 +74,7 @@ v1::ClientsReply BuildClients(const AdminSources& sources) {
 v1::ModelsReply BuildModels(const AdminSources& sources) {
   std::map<std::string, uint32_t> open_in;
   for (const auto& session : sources.sessions->Sessions()) {
-    absl::MutexLock lock(&session->mu);
-    for (const auto& [id, model] : session->models) ++open_in[id];
+    for (const std::string& id : session->models->Ids()) ++open_in[id];
   }
   v1::ModelsReply reply;
   // A pinned store pins every model (cudaHostRegister on the cuda backend).
@@ -139,8 +138,8 @@ v1::StatsReply BuildStats(const AdminSources& sources) {
     client->set_client_name(session->client_name());
     client->set_bytes(bytes_by_session[session->id()]);
     absl::MutexLock lock(&session->mu);
-    client->set_loads(session->loads);
-    client->set_rejected_loads(session->rejected_loads);
+    client->set_loads(session->all_loads());
+    client->set_rejected_loads(session->all_rejected_loads());
     for (const v1::PassStats& pass : session->pass_stats) *client->add_passes() = pass;
   }
   return reply;

@@ -27,6 +27,9 @@ struct DeviceWorker::RingState {
   RingOwner owner;
   std::unique_ptr<DaemonRing> ring;
   std::unique_ptr<RingProducer> producer;  // after `ring`: destroyed first
+  // The load fast path, when the client asked for it.
+  std::unique_ptr<RequestRingReader> requests;
+  std::shared_ptr<const LoadResolver> resolver;
   std::vector<SlotSnapshot> residency;
   std::vector<std::shared_ptr<const void>> keep_alive;  // per slot
   std::shared_ptr<LoadEventSink> last_sink;
@@ -73,13 +76,18 @@ v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generatio
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device,
                                                                   uint64_t boot_id) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
-  return std::unique_ptr<DeviceWorker>(new DeviceWorker(device, boot_id, std::move(stream)));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
+                             Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
+  return std::unique_ptr<DeviceWorker>(
+      new DeviceWorker(device, boot_id, std::move(stream), std::move(doorbell)));
 }
 
-DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream)
+DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
+                           std::unique_ptr<Doorbell> doorbell)
     : device_(device),
       boot_id_(boot_id),
       copy_stream_(std::move(copy_stream)),
+      doorbell_(std::move(doorbell)),
       clock_(std::make_shared<CopyClock>()),
       copies_done_trace_(std::make_shared<TraceBuffer>(kDeviceTraceCapacity)),
       thread_([this] { Run(); }) {}
@@ -89,6 +97,7 @@ DeviceWorker::~DeviceWorker() {
     absl::MutexLock lock(&queue_mu_);
     stop_ = true;
   }
+  doorbell_->Ring();
   thread_.join();
   // Rings go only after the copies that write into them.
   (void)copy_stream_->Synchronize();
@@ -97,8 +106,9 @@ DeviceWorker::~DeviceWorker() {
   retired_.clear();
 }
 
-absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
-                                                    const RingShape& shape, RingOwner owner) {
+absl::StatusOr<RingExport> DeviceWorker::CreateRing(
+    uint64_t ring_id, uint64_t session_id, const RingShape& shape, RingOwner owner,
+    std::shared_ptr<const LoadResolver> resolver) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonRing> ring,
                              DaemonRing::Create(device_, ring_id, shape, boot_id_));
@@ -108,6 +118,12 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
   state->session_id = session_id;
   state->owner = std::move(owner);
   state->producer = std::make_unique<RingProducer>(*ring, *copy_stream_);
+  if (resolver != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(exported.doorbell, doorbell_->Export());
+    exported.request_ring_capacity = kRequestRingCapacity;
+    state->requests = std::make_unique<RequestRingReader>(ring->client_control(), ring->control());
+    state->resolver = std::move(resolver);
+  }
   state->ring = std::move(ring);
   state->residency.resize(shape.slot_count);
   state->keep_alive.resize(shape.slot_count);
@@ -117,8 +133,11 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
 }
 
 void DeviceWorker::Submit(LoadTask task) {
-  absl::MutexLock lock(&queue_mu_);
-  queue_.push_back(std::move(task));
+  {
+    absl::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(task));
+  }
+  doorbell_->Ring();
 }
 
 void DeviceWorker::Reject(LoadTask task, absl::Status error) {
@@ -136,6 +155,7 @@ void DeviceWorker::RetireRing(uint64_t ring_id, bool owner_alive,
   state->owner_alive = owner_alive;
   state->release_deadline = absl::Now() + release_timeout;
   retired_.push_back(std::move(state));
+  doorbell_->Ring();  // frees it now, not at the next heartbeat
 }
 
 void DeviceWorker::FailAllRings(const absl::Status& error) {
@@ -151,24 +171,44 @@ bool DeviceWorker::idle() const {
 void DeviceWorker::Run() {
   absl::Duration wait = kHeartbeatPeriod;
   while (true) {
+    // The doorbell's protocol (shared/doorbell.h): say we may sleep, read
+    // the bell, look for work, and sleep only if none was found.
+    const uint32_t seen = doorbell_->PrepareToSleep();
+    if (HasWork()) {
+      doorbell_->Awake();
+    } else {
+      doorbell_->Sleep(seen, wait);
+    }
     std::deque<LoadTask> tasks;
     {
       absl::MutexLock lock(&queue_mu_);
-      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
-        return !queue_.empty() || stop_;
-      };
-      queue_mu_.AwaitWithTimeout(absl::Condition(&has_work), wait);
       if (stop_) return;
       tasks.swap(queue_);
     }
     absl::MutexLock lock(&rings_mu_);
     ProcessTasks(tasks);
+    ReadRequestRings();
     absl::Time next_poll = PollRings();
     Heartbeat();
     FreeRetiredRings();
     wait = std::min(kHeartbeatPeriod, std::max(absl::ZeroDuration(), next_poll - absl::Now()));
     if (!retired_.empty()) wait = std::min(wait, kRetirePoll);
   }
+}
+
+bool DeviceWorker::HasWork() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (!queue_.empty() || stop_) return true;
+  }
+  absl::MutexLock lock(&rings_mu_);
+  for (const auto& [id, state] : rings_) {
+    if (state->requests != nullptr && state->producer->status().ok() &&
+        state->requests->HasRequests()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
@@ -185,34 +225,75 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
     }
     RingState& ring = *it->second;
     if (task.sink != nullptr) ring.last_sink = task.sink;
-    if (!task.rejection.ok()) {
-      // Already answered to the client; the status word must say it too.
-      ++protocol_errors_;
-      RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
-      ring.producer->Fail(task.rejection, task.slot);
-      continue;
-    }
-    absl::Status submitted =
-        ring.producer->Submit(task.slot, task.generation, task.source, task.bytes);
-    if (!submitted.ok()) {
-      ++protocol_errors_;
-      RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
-      Report(ring, submitted, task.slot, task.generation, task.sink);
-      continue;
-    }
-    SlotSnapshot& slot = ring.residency[task.slot];
-    slot.loaded = true;
-    slot.model_id = std::move(task.model_id);
-    slot.block = task.block;
-    RecordTrace(TraceKind::kAccepted, ring, task.slot, task.generation, task.bytes);
-    ring.keep_alive[task.slot] = std::move(task.keep_alive);
-    ++ring.loads;
-    ring.bytes += task.bytes;
-    ring.poll_period = kPendingPoll;
-    ring.next_poll = absl::InfinitePast();
-    loads_.fetch_add(1, std::memory_order_relaxed);
-    bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
+    (void)Accept(ring, task);
   }
+}
+
+void DeviceWorker::ReadRequestRings() {
+  for (auto& [id, state] : rings_) {
+    RingState& ring = *state;
+    if (ring.requests == nullptr || !ring.producer->status().ok() ||
+        !ring.requests->HasRequests()) {
+      continue;
+    }
+    entries_.clear();
+    if (absl::Status taken = ring.requests->Take(entries_); !taken.ok()) {
+      ++protocol_errors_;
+      ring.producer->Fail(taken);
+      Report(ring, taken, UINT32_MAX, 0, ring.last_sink);
+      continue;
+    }
+    for (const RequestValues& entry : entries_) {
+      // `entry` is the worker's own copy: the client may rewrite the shared
+      // one at any time, but not what is validated here.
+      LoadTask task;
+      task.ring_id = ring.ring_id;
+      task.slot = entry.slot;
+      task.generation = entry.generation;
+      task.block = entry.block;
+      task.sink = ring.last_sink;
+      absl::StatusOr<ResolvedLoad> resolved =
+          ring.resolver->Resolve(ring.ring_id, ring.ring->shape(), entry);
+      if (resolved.ok()) {
+        task.SetSource(*std::move(resolved));
+      } else {
+        task.rejection = resolved.status();
+        Report(ring, task.rejection, task.slot, task.generation, task.sink);
+      }
+      if (!Accept(ring, task)) break;  // the ring failed: the rest is moot
+    }
+  }
+}
+
+bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
+  if (!task.rejection.ok()) {
+    // Already answered to the client; the status word must say it too.
+    ++protocol_errors_;
+    RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
+    ring.producer->Fail(task.rejection, task.slot);
+    return false;
+  }
+  absl::Status submitted =
+      ring.producer->Submit(task.slot, task.generation, task.source, task.bytes);
+  if (!submitted.ok()) {
+    ++protocol_errors_;
+    RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
+    Report(ring, submitted, task.slot, task.generation, task.sink);
+    return false;
+  }
+  SlotSnapshot& slot = ring.residency[task.slot];
+  slot.loaded = true;
+  slot.model_id = std::move(task.model_id);
+  slot.block = task.block;
+  RecordTrace(TraceKind::kAccepted, ring, task.slot, task.generation, task.bytes);
+  ring.keep_alive[task.slot] = std::move(task.keep_alive);
+  ++ring.loads;
+  ring.bytes += task.bytes;
+  ring.poll_period = kPendingPoll;
+  ring.next_poll = absl::InfinitePast();
+  loads_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
+  return true;
 }
 
 absl::Time DeviceWorker::PollRings() {

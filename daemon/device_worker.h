@@ -3,6 +3,11 @@
 // runs them on its own thread, so that a copy held back because one client's
 // compute still uses its slot never delays another client's copies, and no
 // gRPC reactor ever blocks on a device.
+//
+// The worker sleeps on one thing, the device's doorbell (shared/doorbell.h),
+// with the timeout of its next poll or heartbeat: the daemon's own threads
+// ring it after queueing work (Submit, Reject, RetireRing), and clients ring
+// it after writing their rings' request rings (shared/request_ring.h).
 #ifndef BLOCKSWAP_DAEMON_DEVICE_WORKER_H_
 #define BLOCKSWAP_DAEMON_DEVICE_WORKER_H_
 
@@ -21,8 +26,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/load_resolver.h"
 #include "shared/backend.h"
+#include "shared/doorbell.h"
 #include "shared/load_protocol.h"
+#include "shared/request_ring.h"
 #include "shared/ring.h"
 #include "shared/trace_ring.h"
 
@@ -52,6 +60,14 @@ struct LoadTask {
   uint32_t block = 0;
   std::shared_ptr<LoadEventSink> sink;
   absl::Status rejection;  // set: fail the ring with it instead of loading
+
+  // Where the bytes come from, as either transport resolved them.
+  void SetSource(ResolvedLoad resolved) {
+    source = resolved.source;
+    bytes = resolved.bytes;
+    keep_alive = std::move(resolved.keep_alive);
+    model_id = std::move(resolved.model_id);
+  }
 };
 
 struct SlotSnapshot {
@@ -122,11 +138,15 @@ class DeviceWorker {
   Device& device() const { return device_; }
 
   // Creates a ring on this device for `session_id` and returns its export.
+  // `owner` labels the ring's trace. With a `resolver` the ring also gets a
+  // request ring (the load fast path): the export carries the device's
+  // doorbell, and the worker takes the entries its client writes, resolved by
+  // `resolver` and validated like Submit's tasks; a bad entry fails the ring.
   // Runs on the caller's thread (device allocation can take milliseconds);
   // thread-safe.
-  // `owner` labels the ring's trace.
   absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
-                                        const RingShape& shape, RingOwner owner = {});
+                                        const RingShape& shape, RingOwner owner = {},
+                                        std::shared_ptr<const LoadResolver> resolver = nullptr);
 
   // Queues a load for the worker thread. Never blocks. A request that breaks
   // the protocol fails its ring and is reported to task.sink.
@@ -158,9 +178,17 @@ class DeviceWorker {
  private:
   struct RingState;
 
-  DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream);
+  DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
+               std::unique_ptr<Doorbell> doorbell);
   void Run();
+  // Whether work waits: a queued task or an entry in a request ring.
+  bool HasWork();
   void ProcessTasks(std::deque<LoadTask>& tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Takes the entries of every ring's request ring.
+  void ReadRequestRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // A task for `ring`, from either transport: fails the ring with its
+  // rejection, or hands it to the ring's producer. False: the ring failed.
+  bool Accept(RingState& ring, LoadTask& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Issues what can be issued; returns when copies still waiting for a
   // `free` should next be polled (InfiniteFuture: none waits).
   absl::Time PollRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
@@ -178,6 +206,8 @@ class DeviceWorker {
   const uint64_t boot_id_;
   // Used by the worker thread only, after construction.
   std::unique_ptr<Stream> copy_stream_;
+  const std::unique_ptr<Doorbell> doorbell_;  // thread-safe
+  std::vector<RequestValues> entries_ ABSL_GUARDED_BY(rings_mu_);  // ReadRequestRings scratch
 
   mutable absl::Mutex queue_mu_;
   std::deque<LoadTask> queue_ ABSL_GUARDED_BY(queue_mu_);

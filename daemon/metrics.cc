@@ -93,8 +93,8 @@ MetricsSnapshot CollectMetrics(const AdminSources& sources) {
       client.ring_bytes += uint64_t{ring.shape.slot_count} * ring.shape.slot_bytes;
     }
     for (const auto& [id, upload] : session->uploads) client.staging_bytes += upload.staging.size();
-    client.loads = session->loads;
-    client.rejected_loads = session->rejected_loads;
+    client.loads = session->all_loads();
+    client.rejected_loads = session->all_rejected_loads();
     client.stall_seconds = session->reported_stall_seconds;
     client.copy_seconds = session->reported_copy_seconds;
     snapshot.clients.push_back(std::move(client));

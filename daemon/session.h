@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/load_resolver.h"
 #include "daemon/model_store.h"
 #include "daemon/peer.h"
 #include "shared/model_layout.h"
@@ -45,7 +46,9 @@ struct Upload {
 class Session {
  public:
   Session(uint64_t id, std::string token, Peer peer, std::string client_name)
-      : id_(id),
+      : models(std::make_shared<SessionModels>(id)),
+        fast_path_loads(std::make_shared<FastPathLoadCounts>()),
+        id_(id),
         token_(std::move(token)),
         peer_(std::move(peer)),
         client_name_(std::move(client_name)),
@@ -57,6 +60,21 @@ class Session {
   const std::string& client_name() const { return client_name_; }
   absl::Time attached_at() const { return attached_at_; }
 
+  // The models open in the session, by id and by handle; its own lock, so
+  // that the device workers resolve request-ring entries with it
+  // (LoadResolver). Cleared when the session ends.
+  const std::shared_ptr<SessionModels> models;
+  // Loads that came through the session's request rings (counted by the
+  // device workers); `loads` and `rejected_loads` below count the gRPC ones.
+  const std::shared_ptr<FastPathLoadCounts> fast_path_loads;
+  // Both transports' loads, for the admin views and metrics.
+  uint64_t all_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return loads + fast_path_loads->loads.load(std::memory_order_relaxed);
+  }
+  uint64_t all_rejected_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return rejected_loads + fast_path_loads->rejected.load(std::memory_order_relaxed);
+  }
+
   mutable absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;
   UniqueFd side_channel ABSL_GUARDED_BY(mu);
@@ -64,7 +82,6 @@ class Session {
   uint64_t next_upload ABSL_GUARDED_BY(mu) = 0;
   std::map<uint64_t, SessionRing> rings ABSL_GUARDED_BY(mu);
   std::map<uint64_t, Upload> uploads ABSL_GUARDED_BY(mu);
-  std::map<std::string, std::shared_ptr<const Model>> models ABSL_GUARDED_BY(mu);
   // Descriptors of files offered on the side channel, by offer id, until a
   // RegisterFile names them (daemon/file_offers.h).
   std::map<uint64_t, UniqueFd> file_offers ABSL_GUARDED_BY(mu);

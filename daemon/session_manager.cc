@@ -169,7 +169,7 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
   // An upload being committed stays until its CommitUpload drops it: the
   // commit reads its staging area without the lock.
   std::erase_if(session->uploads, [](const auto& entry) { return !entry.second.committing; });
-  session->models.clear();
+  session->models->Clear();
   session->side_channel.Reset();
 }
 
@@ -334,8 +334,8 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
   BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {masters.get()}));
-  session.models[model->id()] = model;
   v1::ModelReply reply;
+  reply.set_model_handle(session.models->Open(model));
   reply.set_model_id(model->id());
   *reply.mutable_layout() = LayoutToProto(model->layout());
   reply.set_already_present(already_present);
@@ -411,8 +411,15 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     ring_id = ++next_ring_id_;
   }
   RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name()};
-  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, worker->second->CreateRing(
-                                                      ring_id, session.id(), shape, owner));
+  // The load fast path, when asked for: the worker resolves the ring's
+  // request-ring entries against the session's models.
+  std::shared_ptr<const LoadResolver> resolver;
+  if (request.request_ring()) {
+    resolver = std::make_shared<LoadResolver>(session.models, session.fast_path_loads);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported,
+                             worker->second->CreateRing(ring_id, session.id(), shape,
+                                                        std::move(owner), std::move(resolver)));
   RingOnWire wire;
   absl::Status sent;
   {
@@ -488,22 +495,14 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
           absl::StrCat("no ring ", request.ring_id(), " in session ", session.id()));
     }
     worker = ring->second.worker;
-    auto model = session.models.find(request.model_id());
-    if (model == session.models.end()) {
+    std::shared_ptr<const Model> model = session.models->FindById(request.model_id());
+    if (model == nullptr) {
       valid = absl::NotFoundError(absl::StrCat(
           "model '", request.model_id(), "' is not open in this session (register or open it)"));
     } else {
-      const Model& m = *model->second;
-      valid = ValidateLoad(request, LoadTarget{ring->second.shape.slot_count,
-                                               ring->second.shape.slot_bytes,
-                                               static_cast<uint32_t>(m.block_count()),
-                                               [&m](uint32_t b) { return m.block_bytes(b); }});
-      if (valid.ok()) {
-        task.source = m.block(request.block());
-        task.bytes = m.block_bytes(request.block());
-        task.keep_alive = model->second;
-        task.model_id = m.id();
-      }
+      absl::StatusOr<ResolvedLoad> resolved = ResolveLoad(request, model, ring->second.shape);
+      valid = resolved.status();
+      if (resolved.ok()) task.SetSource(*std::move(resolved));
     }
     if (valid.ok()) {
       ++session.loads;

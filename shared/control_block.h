@@ -3,7 +3,8 @@
 // Two parts, each in its own shared-memory object and each written by ONE
 // side only; the other side maps it read-only:
 //   DaemonControlBlock  filled_seq per slot and the status word (daemon)
-//   ClientControlBlock  consumed_seq per slot (client)
+//   ClientControlBlock  consumed_seq per slot (client), and the request ring
+//                       of the shared-memory load fast path (request_ring.h)
 // No locks live here (a process that died holding one would block everybody);
 // waiters sleep on the 32-bit sequence words with shared futexes (futex.h).
 #ifndef BLOCKSWAP_SHARED_CONTROL_BLOCK_H_
@@ -22,6 +23,11 @@ inline constexpr uint32_t kClientControlMagic = 0x42534343;  // "BSCC"
 inline constexpr uint32_t kControlBlockVersion = 1;
 inline constexpr uint32_t kMaxRingSlots = 64;
 inline constexpr size_t kControlBlockBytes = 4096;
+// Entries of a ring's request ring: at least kMaxRingSlots, so a client with
+// at most one outstanding request per slot never fills it.
+inline constexpr uint32_t kRequestRingCapacity = 64;
+// Bytes of the daemon's error message in the control block, NUL included.
+inline constexpr size_t kErrorMessageBytes = 1024;
 
 // The ring's health as the daemon sees it. The client checks it on every
 // wait so that a rejected request, a device error or a dead daemon surface as
@@ -49,6 +55,24 @@ struct DaemonControlBlock {
   // Generation g of slot s is filled (its copy is ISSUED, ready[s] recorded
   // after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
   alignas(64) std::atomic<uint32_t> filled_seq[kMaxRingSlots];
+  // --- appended for the request ring; zero in rings that have none.
+  // How many request-ring entries the daemon has taken (request_ring.h).
+  alignas(64) std::atomic<uint32_t> request_head;
+  // Why the ring failed, NUL-terminated: written once, BEFORE error_code is
+  // published (release), so a client that saw error_code != 0 (acquire) may
+  // read it. Whichever transport carried the failing request.
+  alignas(64) char error_message[kErrorMessageBytes];
+};
+
+// One load request on the fast path: what a LoadRequest says, with the
+// model named by its per-session handle (ModelReply.model_handle). Atomic
+// fields (relaxed) because the daemon reads while a client may write; the
+// daemon copies an entry once before validating it.
+struct RequestEntry {
+  std::atomic<uint32_t> slot;
+  std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> model_handle;
+  std::atomic<uint32_t> block;
 };
 
 struct ClientControlBlock {
@@ -59,6 +83,10 @@ struct ClientControlBlock {
   // The client is done with generation consumed_seq[s] of slot s: free[s] was
   // recorded after its last use. Published before requesting generation g+1.
   alignas(64) std::atomic<uint32_t> consumed_seq[kMaxRingSlots];
+  // --- appended for the request ring (request_ring.h), unused without one.
+  // Entries published so far (wraps); entry i lives at i % capacity.
+  alignas(64) std::atomic<uint32_t> request_tail;
+  alignas(64) RequestEntry requests[kRequestRingCapacity];
 };
 
 static_assert(sizeof(DaemonControlBlock) <= kControlBlockBytes);

@@ -1,6 +1,8 @@
 #include "shared/load_protocol.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "absl/strings/string_view.h"
 #include <cstdlib>
@@ -164,6 +166,11 @@ void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
   status_ = error;
   for (PendingLoad& load : pending_) load.active = false;
   DaemonControlBlock& control = ring_.control();
+  // The message before the code: a client that sees error_code (acquire)
+  // may read it. Written once: the first error sticks.
+  const size_t length = std::min(error.message().size(), kErrorMessageBytes - 1);
+  std::memcpy(control.error_message, error.message().data(), length);
+  control.error_message[length] = '\0';
   control.status.error_slot.store(slot, std::memory_order_relaxed);
   control.status.error_code.store(static_cast<uint32_t>(error.code()), std::memory_order_release);
   for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) FutexWakeAll(&control.filled_seq[s]);
@@ -272,11 +279,14 @@ absl::Status RingConsumer::CheckHealth() const {
   const RingStatusWord& status = ring_.control().status;
   if (uint32_t code = status.error_code.load(std::memory_order_acquire); code != 0) {
     uint32_t slot = status.error_slot.load(std::memory_order_relaxed);
+    const char* message = ring_.control().error_message;
+    const size_t length = ::strnlen(message, kErrorMessageBytes);
     return absl::Status(
         static_cast<absl::StatusCode>(code),
         absl::StrCat("ring ", ring_.ring_id(), " failed in the daemon",
                      slot == UINT32_MAX ? std::string() : absl::StrCat(" at slot ", slot),
-                     " (the daemon's reply to the request says why)"));
+                     length == 0 ? std::string(" (the daemon's reply to the request says why)")
+                                 : absl::StrCat(": ", absl::string_view(message, length))));
   }
   if (status.boot_id.load(std::memory_order_relaxed) != ring_.boot_id()) {
     return absl::UnavailableError(

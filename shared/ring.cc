@@ -116,6 +116,12 @@ absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
                        "-byte memory or is not ", kSlotAlignment, "-byte aligned"));
     }
   }
+  if (exported.request_ring_capacity != 0 &&
+      exported.request_ring_capacity != kRequestRingCapacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring ", exported.ring_id, " announces a request ring of ", exported.request_ring_capacity,
+        " entries; this client's control block has ", kRequestRingCapacity));
+  }
   if (!exported.daemon_control.valid() || !exported.client_control.valid()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ring ", exported.ring_id, " arrived without its control block"));
@@ -147,6 +153,10 @@ absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
   ring->trace_ = TraceRing(
       static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
       kClientTraceCapacity);
+
+  if (exported.request_ring_capacity != 0) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ring->doorbell_, Doorbell::Import(std::move(exported.doorbell)));
+  }
 
   const DaemonControlBlock& control = ring->control();
   if (control.magic != kDaemonControlMagic || control.version != kControlBlockVersion ||

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "shared/backend.h"
 #include "shared/control_block.h"
+#include "shared/doorbell.h"
 #include "shared/shared_memory.h"
 #include "shared/trace_ring.h"
 
@@ -54,6 +55,10 @@ struct RingExport {
   UniqueFd daemon_control;  // read-only descriptor
   UniqueFd client_control;  // read-write descriptor
   uint64_t boot_id = 0;
+  // The load fast path, when granted: kRequestRingCapacity, and the device's
+  // doorbell (DeviceWorker adds it); 0 and no descriptors otherwise.
+  uint32_t request_ring_capacity = 0;
+  DoorbellExport doorbell;
 };
 
 // The daemon's side. Owns every part of the ring; the client's imports of it
@@ -119,6 +124,8 @@ class ClientRing {
   }
   // This ring's trace buffer; its one writer is the ring's RingConsumer.
   TraceRing& trace() { return trace_; }
+  // The device's doorbell when the daemon granted a request ring, else null.
+  Doorbell* doorbell() const { return doorbell_.get(); }
 
  private:
   ClientRing() = default;
@@ -133,6 +140,7 @@ class ClientRing {
   Mapping daemon_control_map_;  // read-only
   Mapping client_control_map_;  // read-write
   TraceRing trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
+  std::unique_ptr<Doorbell> doorbell_;
 };
 
 }  // namespace blockswap

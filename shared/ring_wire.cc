@@ -80,6 +80,12 @@ RingOnWire RingToWire(RingExport exported, uint64_t batch) {
   *d.mutable_daemon_control() = AddFd(std::move(exported.daemon_control), batch, wire.fds);
   *d.mutable_client_control() = AddFd(std::move(exported.client_control), batch, wire.fds);
   d.set_daemon_boot_id(exported.boot_id);
+  if (exported.request_ring_capacity != 0) {
+    d.set_request_ring_capacity(exported.request_ring_capacity);
+    *d.mutable_doorbell() = AddFd(std::move(exported.doorbell.bell), batch, wire.fds);
+    *d.mutable_doorbell_sleeping() =
+        AddFd(std::move(exported.doorbell.sleeping), batch, wire.fds);
+  }
   return wire;
 }
 
@@ -107,6 +113,12 @@ absl::StatusOr<RingExport> RingFromWire(const v1::RingDescriptor& d, std::vector
   BLOCKSWAP_ASSIGN_OR_RETURN(out.daemon_control, taker.Take(d.daemon_control(), "daemon_control"));
   BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, taker.Take(d.client_control(), "client_control"));
   out.boot_id = d.daemon_boot_id();
+  out.request_ring_capacity = d.request_ring_capacity();
+  if (out.request_ring_capacity != 0) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.bell, taker.Take(d.doorbell(), "doorbell"));
+    BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.sleeping,
+                               taker.Take(d.doorbell_sleeping(), "doorbell_sleeping"));
+  }
   return out;
 }
 

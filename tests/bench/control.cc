@@ -7,15 +7,21 @@
 //   blockswap one gpu-stream client (tests/gpu/gpu_roles.cc) on the host
 //             backend with a one-slot ring and a model of one --bytes block:
 //             each load's request (Ring::Load) to its Wait returning, i.e.
-//             filled_seq seen by the client, one load in flight.
-//   ratios    p50 and p99 of the two. Goals <= 4x (p50) and <= 10x (p99).
+//             filled_seq seen by the client, one load in flight. Twice, with
+//             the same daemon and client code: requests through the ring's
+//             shared-memory request ring and doorbell (the default, `shm`),
+//             and as LoadRequests on the gRPC Load stream (`grpc`, the
+//             reference transport), chosen by BLOCKSWAP_LOAD_TRANSPORT.
+//   ratios    p50 and p99 of each ÷ the socket's. Goals <= 4x (p50) and
+//             <= 10x (p99) for shm; the gRPC transport's are reported.
 //   gRPC      for scale, not a goal: the unary Admin.Status round trip to
 //             the same daemon over the same socket (gRPC's own floor; a
 //             load's request travels on a gRPC stream).
 //   loads/s   the same client loop run by 1, 4 and 16 processes at once:
-//             their loads over their common wall-clock window.
-//   CPU/load  the daemon's CPU time per load of the one-client run, and of
-//             the same run again while another client process sits attached
+//             their loads over their common wall-clock window (shm; grpc
+//             with 1 client for comparison).
+//   CPU/load  the daemon's CPU time per load of each one-client run, and of
+//             the shm run again while another client process sits attached
 //             with an open Load stream and nothing to do (a gpu-hold role).
 //
 // Ends with one line per metric: `P3 <name> goal=<g> measured=<m> PASS|MISS`.
@@ -81,6 +87,13 @@ int RunEcho(const std::vector<std::string>& argv) {
   return 0;
 }
 BLOCKSWAP_CHILD_ROLE("bench-echo", RunEcho);
+
+constexpr char kShm[] = "shm";
+constexpr char kGrpc[] = "grpc";
+
+// The client processes spawned from now on send their loads over
+// `transport` (client/ring.h): they inherit the environment.
+void UseTransport(const char* transport) { ::setenv("BLOCKSWAP_LOAD_TRANSPORT", transport, 1); }
 
 struct Percentiles {
   double p50 = 0, p99 = 0;
@@ -177,50 +190,73 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   args = common;
   args.push_back("--model-id=" + model);
   args.push_back(absl::StrCat("--loads=", options.round_trips));
-  double cpu = ProcessCpuSeconds(daemon->pid());
-  BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun one, clients.Run(1, args));
-  const double cpu_us_alone = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+  // One client's loads over `transport`: latency and the daemon's CPU per load.
+  struct TransportRun {
+    Percentiles latency;
+    double cpu_us = 0;
+  };
+  auto measure = [&](const char* transport) -> absl::StatusOr<TransportRun> {
+    UseTransport(transport);
+    const double cpu = ProcessCpuSeconds(daemon->pid());
+    BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun one, clients.Run(1, args));
+    return TransportRun{{testing::NumberValue(one.reports[0], "latency_p50_us"),
+                         testing::NumberValue(one.reports[0], "latency_p99_us")},
+                        (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips};
+  };
+  BLOCKSWAP_ASSIGN_OR_RETURN(TransportRun shm, measure(kShm));
+  BLOCKSWAP_ASSIGN_OR_RETURN(TransportRun grpc_loads, measure(kGrpc));
   double cpu_us_beside_idle = -1;
   {
+    UseTransport(kShm);
     BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess idle, IdleClient(dirs));
-    cpu = ProcessCpuSeconds(daemon->pid());
-    BLOCKSWAP_RETURN_IF_ERROR(clients.Run(1, args).status());
-    cpu_us_beside_idle = (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips;
+    BLOCKSWAP_ASSIGN_OR_RETURN(TransportRun beside, measure(kShm));
+    cpu_us_beside_idle = beside.cpu_us;
   }
-  const Percentiles loads{testing::NumberValue(one.reports[0], "latency_p50_us"),
-                          testing::NumberValue(one.reports[0], "latency_p99_us")};
-  std::printf("%-34s %10s %10s\n", "round trip, one in flight", "p50 us", "p99 us");
-  std::printf("%-34s %10.1f %10.1f\n",
-              absl::StrCat("unix socket ping-pong, ", options.bytes, " B").c_str(), raw.p50,
-              raw.p99);
-  std::printf("%-34s %10.1f %10.1f\n", "blockswapd load to filled_seq seen", loads.p50, loads.p99);
-  std::printf("%-34s %10.2f %10.2f\n", "ratio", loads.p50 / raw.p50, loads.p99 / raw.p99);
+  std::printf("%-40s %10s %10s %8s %8s\n", "round trip, one in flight", "p50 us", "p99 us",
+              "p50 x", "p99 x");
+  auto row = [&](const std::string& what, const Percentiles& p) {
+    std::printf("%-40s %10.1f %10.1f %8.2f %8.2f\n", what.c_str(), p.p50, p.p99, p.p50 / raw.p50,
+                p.p99 / raw.p99);
+  };
+  row(absl::StrCat("unix socket ping-pong, ", options.bytes, " B"), raw);
+  row("load to filled_seq seen, shm request ring", shm.latency);
+  row("load to filled_seq seen, gRPC Load stream", grpc_loads.latency);
   BLOCKSWAP_ASSIGN_OR_RETURN(Percentiles grpc, GrpcStatus(*daemon, options.round_trips / 4));
-  std::printf("%-34s %10.1f %10.1f  (%.2f, %.2f x the socket)\n",
-              "for scale: gRPC Admin.Status call", grpc.p50, grpc.p99, grpc.p50 / raw.p50,
-              grpc.p99 / raw.p99);
+  row("for scale: gRPC Admin.Status call", grpc);
   std::printf(
-      "daemon CPU per load: %.1f us alone, %.1f us beside an idle attached client "
-      "(%.2fx)\n",
-      cpu_us_alone, cpu_us_beside_idle, cpu_us_beside_idle / cpu_us_alone);
+      "daemon CPU per load: shm %.1f us, gRPC %.1f us; shm beside an idle attached client "
+      "%.1f us (%.2fx)\n",
+      shm.cpu_us, grpc_loads.cpu_us, cpu_us_beside_idle, cpu_us_beside_idle / shm.cpu_us);
   Summary summary;
-  summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", loads.p50 / raw.p50,
-              loads.p50 / raw.p50 <= 4);
-  summary.Add("P3", "load-round-trip-p99-vs-socket", "<=10", loads.p99 / raw.p99,
-              loads.p99 / raw.p99 <= 10);
+  summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", shm.latency.p50 / raw.p50,
+              shm.latency.p50 / raw.p50 <= 4);
+  summary.Add("P3", "load-round-trip-p99-vs-socket", "<=10", shm.latency.p99 / raw.p99,
+              shm.latency.p99 / raw.p99 <= 10);
+  summary.Add("P3", "grpc-transport-load-round-trip-p50-vs-socket", "report",
+              grpc_loads.latency.p50 / raw.p50, true);
+  summary.Add("P3", "grpc-transport-load-round-trip-p99-vs-socket", "report",
+              grpc_loads.latency.p99 / raw.p99, true);
   summary.Add("P3", "grpc-unary-call-p50-vs-socket", "report", grpc.p50 / raw.p50, true);
-  summary.Add("P3", "daemon-cpu-us-per-load", "report", cpu_us_alone, true);
+  summary.Add("P3", "daemon-cpu-us-per-load", "report", shm.cpu_us, true);
+  summary.Add("P3", "grpc-transport-daemon-cpu-us-per-load", "report", grpc_loads.cpu_us, true);
   summary.Add("P3", "daemon-cpu-per-load-beside-idle-client-vs-alone", "report",
-              cpu_us_beside_idle / cpu_us_alone, true);
+              cpu_us_beside_idle / shm.cpu_us, true);
 
   args = common;
   args.push_back("--model-id=" + model);
   args.push_back(absl::StrCat("--loads=", options.throughput_loads));
-  for (int n : options.client_counts) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients.Run(n, args));
-    std::printf("%2d concurrent clients: %8.0f loads/s\n", n, run.loads_per_second);
-    summary.Add("P3", absl::StrCat("loads-per-second-", n, "-clients"), "report",
-                run.loads_per_second, true);
+  for (const char* transport : {kShm, kGrpc}) {
+    UseTransport(transport);
+    for (int n : options.client_counts) {
+      if (transport == kGrpc && n != 1) continue;  // for comparison only
+      BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients.Run(n, args));
+      std::printf("%2d concurrent clients, %-4s: %8.0f loads/s\n", n, transport,
+                  run.loads_per_second);
+      summary.Add("P3",
+                  absl::StrCat(transport == kGrpc ? "grpc-transport-" : "", "loads-per-second-",
+                               n, "-clients"),
+                  "report", run.loads_per_second, true);
+    }
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon->Stop(SIGTERM));
   if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));

@@ -158,6 +158,25 @@ int main(int argc, char** argv) {
                        .Add(RequestOp::kLoad, Load(1, 0, std::string(64, 'f'), 0, 1))
                        .Add(RequestOp::kLoad, Load(12345, 0, "0", 0, 1))
                        .Add(RequestOp::kLoad, Load(1, 1, "0", 0, 1)));
+  // The load fast path: loads with a session_token go through the ring's
+  // request ring (the token's first byte is the model handle; "x!" moves the
+  // tail by `block` instead), valid ones first, then garbage.
+  auto fast = [](blockswap::v1::LoadRequest load, const std::string& token) {
+    load.set_session_token(token);
+    return load;
+  };
+  blockswap::v1::CreateRingRequest fast_ring = Ring(host, 2, 512);
+  fast_ring.set_request_ring(true);
+  put("request-ring-loads", Seed()
+                                .Add(RequestOp::kOpenModel, Open("0"))
+                                .Add(RequestOp::kCreateRing, fast_ring)
+                                .Add(RequestOp::kLoad, fast(Load(1, 0, "0", 0, 1), "\x01"))
+                                .Add(RequestOp::kLoad, fast(Load(1, 1, "0", 1, 1), "\x01"))
+                                .Add(RequestOp::kCreateRing, fast_ring)
+                                .Add(RequestOp::kLoad, fast(Load(2, 7, "0", 0, 1), "\x01"))
+                                .Add(RequestOp::kLoad, fast(Load(2, 0, "0", 0, 1), "\x03"))
+                                .Add(RequestOp::kCreateRing, fast_ring)
+                                .Add(RequestOp::kLoad, fast(Load(3, 0, "0", 1000, 1), "x!")));
   put("small-slots", Seed()
                          .Add(RequestOp::kOpenModel, Open("0"))
                          .Add(RequestOp::kCreateRing, Ring(host, 1, 16))

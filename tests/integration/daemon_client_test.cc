@@ -135,6 +135,39 @@ TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) 
   EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
 }
 
+TEST_F(DaemonClientTest, GarbageInARequestRingFailsOnlyThatRingWithAPreciseError) {
+  StartDaemon();
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  for (const char* rogue : {"shm-bad-slot", "shm-unknown-handle", "shm-bad-block",
+                            "shm-wrong-generation", "shm-tail-overrun", "shm-foreign-handle"}) {
+    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
+              kClientOk)
+        << "case " << rogue;
+  }
+  auto code = streamer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+}
+
+TEST_F(DaemonClientTest, AClientsLoadsAreCountedWhicheverTransportCarriesThem) {
+  StartDaemon();
+  ChildProcess streamer = Spawn("stream", "counted", {"--passes=400"});
+  ASSERT_TRUE(AwaitReport("counted", "streaming"));
+  uint64_t loads = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(30); loads == 0 && absl::Now() < until;) {
+    const v1::ClientsReply clients = Clients();
+    for (const v1::ClientInfo& client : clients.clients()) {
+      if (client.pid() == static_cast<uint32_t>(streamer.pid())) loads = client.loads();
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GT(loads, 0u) << "Admin.Clients shows no loads of a streaming client";
+  auto code = streamer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, kClientOk);
+}
+
 TEST_F(DaemonClientTest, EveryClientQuotaIsEnforcedNamingItsKey) {
   StartDaemon({.extra_args = {"--max-rings-per-client=2", "--max-device-bytes-per-client=1MiB",
                               "--max-staging-bytes-per-client=1MiB"}});

@@ -16,6 +16,8 @@
 #include "client/model.h"
 #include "client/ring.h"
 #include "shared/grpc_status.h"
+#include "shared/request_ring.h"
+#include "shared/status.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
@@ -46,6 +48,25 @@ absl::Status AwaitRingError(client::Connection& connection, uint64_t ring_id) {
     if (!error.ok()) return error;
     absl::SleepFor(absl::Milliseconds(5));
   }
+  return absl::OkStatus();
+}
+
+// A request that went through the ring's request ring fails the ring in its
+// status word; wait until it says so.
+absl::Status AwaitRingFailed(client::Ring& ring) {
+  for (absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+    absl::Status health = ring.Health();
+    if (!health.ok()) return health;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::OkStatus();
+}
+
+// Writes `entry` into the ring's request ring as it is, and rings the bell.
+absl::Status PushRaw(client::Ring& ring, const RequestValues& entry) {
+  ClientRing& shared = ring.shared_ring_for_testing();
+  BLOCKSWAP_RETURN_IF_ERROR(RequestRingWriter(shared.client_control(), shared.control()).Push(entry));
+  shared.doorbell()->Ring();
   return absl::OkStatus();
 }
 
@@ -127,6 +148,9 @@ int RunRogue(const std::vector<std::string>& argv) {
                  {absl::StatusCode::kResourceExhausted, "--max-pinned-bytes"});
   }
 
+  // The fast-path cases write into the request ring, whichever transport
+  // the test asked the others to use.
+  if (absl::StartsWith(name, "shm-")) ::setenv("BLOCKSWAP_LOAD_TRANSPORT", "shm", 1);
   auto data = ModelTensorData(3, 4, 1024);
   auto model = client::Model::Register(c, "rogue", ModelUploads(data, 4));
   if (!model.ok()) return Check(name, model.status(), {absl::StatusCode::kOk, ""});
@@ -137,6 +161,68 @@ int RunRogue(const std::vector<std::string>& argv) {
   const uint64_t ring_id = (*ring)->id();
   const std::string& model_id = (*model)->id();
 
+  if (absl::StartsWith(name, "shm-")) {
+    client::Ring& r = **ring;
+    if (!r.has_request_ring()) {
+      std::cerr << "rogue: blockswapd granted no request ring\n";
+      return kClientSetupFailed;
+    }
+    const uint32_t handle = (*model)->handle();
+    const std::string ring_text = absl::StrCat("ring ", ring_id, " failed in the daemon");
+    if (name == "shm-bad-slot") {
+      if (auto s = PushRaw(r, {7, 1, handle, 0}); !s.ok()) return Check(name, s, {});
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kOutOfRange,
+                    absl::StrCat(ring_text, " at slot 7: slot 7 out of range (ring ", ring_id,
+                                 " has 2 slots)")});
+    }
+    if (name == "shm-unknown-handle") {
+      if (auto s = PushRaw(r, {0, 1, handle + 41, 0}); !s.ok()) return Check(name, s, {});
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kNotFound,
+                    absl::StrCat("model handle ", handle + 41, " is not open in session")});
+    }
+    if (name == "shm-bad-block") {
+      if (auto s = PushRaw(r, {0, 1, handle, 99}); !s.ok()) return Check(name, s, {});
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kOutOfRange, "block 99 out of range (model has 4 blocks)"});
+    }
+    if (name == "shm-wrong-generation") {
+      // Generation 5 of a slot never loaded, its consumed_seq never published.
+      if (auto s = PushRaw(r, {0, 5, handle, 0}); !s.ok()) return Check(name, s, {});
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kFailedPrecondition,
+                    "slot 0 generation 5 requested, but the next generation is 1"});
+    }
+    if (name == "shm-tail-overrun") {
+      // A tail 1000 entries past what the daemon has taken.
+      ClientControlBlock& block = r.shared_ring_for_testing().client_control();
+      block.request_tail.fetch_add(1000, std::memory_order_release);
+      r.shared_ring_for_testing().doorbell()->Ring();
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kFailedPrecondition,
+                    "is 1000 entries past head 0 (the ring has 64 entries)"});
+    }
+    if (name == "shm-foreign-handle") {
+      // Another session holds two models, the second of them the content
+      // this session opened as handle 1; its handle 2 means nothing here.
+      auto other = client::Connection::Connect(socket, "rogue-other");
+      if (!other.ok()) return Check(name, other.status(), {});
+      auto other_data = ModelTensorData(11, 2, 1024);
+      auto first = client::Model::Register(**other, "other", ModelUploads(other_data, 2));
+      if (!first.ok()) return Check(name, first.status(), {});
+      auto second = client::Model::Open(**other, model_id);
+      if (!second.ok()) return Check(name, second.status(), {});
+      if ((*second)->handle() == handle) {
+        std::cerr << "rogue: the other session's handle is also this session's\n";
+        return kClientSetupFailed;
+      }
+      if (auto s = PushRaw(r, {0, 1, (*second)->handle(), 0}); !s.ok()) return Check(name, s, {});
+      return Check(name, AwaitRingFailed(r),
+                   {absl::StatusCode::kNotFound,
+                    absl::StrCat("model handle ", (*second)->handle(), " is not open in session")});
+    }
+  }
   if (name == "unfreed-slot") {
     // Generation 1 loaded and in use; generation 2 asked for without
     // releasing the slot (consumed_seq still 0).
