@@ -21,6 +21,15 @@ std::unique_ptr<grpc::ClientContext> Connection::Context(absl::Duration timeout)
   return context;
 }
 
+absl::Status Connection::CallError(const grpc::Status& status, absl::string_view what) {
+  absl::Status error = FromGrpcStatus(status);
+  if (absl::IsCancelled(error)) {
+    error = absl::UnavailableError(
+        absl::StrCat("blockswapd ended the call (shutting down or restarting): ", error.message()));
+  }
+  return Annotate(error, what);
+}
+
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_view socket_path,
                                                                 absl::string_view client_name) {
   BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
@@ -55,8 +64,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   auto context = Context(timeout);
   grpc::Status attached = stub_->Attach(context.get(), request, &reply);
   if (!attached.ok()) {
-    return Annotate(FromGrpcStatus(attached),
-                    absl::StrCat("attaching to blockswapd at ", socket_path_));
+    return CallError(attached, absl::StrCat("attaching to blockswapd at ", socket_path_));
   }
   token_ = reply.session_token();
   boot_id_ = reply.daemon_boot_id();
@@ -150,7 +158,7 @@ absl::Status Connection::ReportStats(const std::vector<v1::PassStats>& passes) {
   v1::ReportStatsReply reply;
   auto context = Context();
   grpc::Status sent = stub_->ReportStats(context.get(), request, &reply);
-  if (!sent.ok()) return Annotate(FromGrpcStatus(sent), "reporting pass statistics");
+  if (!sent.ok()) return CallError(sent, "reporting pass statistics");
   return absl::OkStatus();
 }
 
@@ -221,7 +229,7 @@ void Connection::ReadLoadEvents() {
   grpc::Status finished = stream->Finish();
   absl::Status error = finished.ok()
                            ? absl::UnavailableError("blockswapd closed the Load stream")
-                           : Annotate(FromGrpcStatus(finished), "the Load stream ended");
+                           : CallError(finished, "the Load stream ended");
   {
     absl::MutexLock lock(&errors_mu_);
     ended_error_ = error;

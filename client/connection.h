@@ -81,6 +81,13 @@ class Connection {
 
   // A client context with the session's deadline conventions.
   static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = kCallTimeout);
+  // The error of a failed call to the daemon, saying what the call was
+  // (`what`). The library cancels no call but its own Load stream as it
+  // closes it, so CANCELLED means the daemon ended the call (a shutdown or
+  // restart with the call in flight): it becomes UNAVAILABLE, the code of
+  // every other way of losing the daemon, so callers (and a trainer's error
+  // handling) need not know gRPC's shutdown order.
+  static absl::Status CallError(const grpc::Status& status, absl::string_view what);
 
  private:
   Connection() = default;

@@ -72,7 +72,7 @@ absl::StatusOr<FileRegistration> RegisterFile(Connection& connection, absl::stri
   auto context = Connection::Context(kCommitTimeout);
   grpc::Status registered = connection.stub().RegisterFile(context.get(), request, &reply);
   if (!registered.ok()) {
-    return Annotate(FromGrpcStatus(registered), absl::StrCat("registering ", file));
+    return Connection::CallError(registered, absl::StrCat("registering ", file));
   }
   FileRegistration result;
   result.read_file = reply.read_file();

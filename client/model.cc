@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Register(
   v1::BeginUploadReply staging_reply;
   auto context = Connection::Context();
   grpc::Status began = connection.stub().BeginUpload(context.get(), begin, &staging_reply);
-  if (!began.ok()) return Annotate(FromGrpcStatus(began), "starting the upload");
+  if (!began.ok()) return Connection::CallError(began, "starting the upload");
   if (staging_reply.block_offsets_size() != static_cast<int>(blocks.size())) {
     return absl::DataLossError("the daemon's staging area does not match the layout");
   }
@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Register(
   v1::ModelReply reply;
   auto commit_context = Connection::Context(kCommitTimeout);
   grpc::Status committed = connection.stub().CommitUpload(commit_context.get(), commit, &reply);
-  if (!committed.ok()) return Annotate(FromGrpcStatus(committed), "committing the upload");
+  if (!committed.ok()) return Connection::CallError(committed, "committing the upload");
   return FromReply(connection, reply);
 }
 
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Open(Connection& connection,
   v1::ModelReply reply;
   auto context = Connection::Context();
   grpc::Status opened = connection.stub().OpenModel(context.get(), request, &reply);
-  if (!opened.ok()) return Annotate(FromGrpcStatus(opened), "opening the model");
+  if (!opened.ok()) return Connection::CallError(opened, "opening the model");
   return FromReply(connection, reply);
 }
 

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection,
   v1::RingDescriptor descriptor;
   auto context = Connection::Context();
   grpc::Status created = connection.stub().CreateRing(context.get(), request, &descriptor);
-  if (!created.ok()) return Annotate(FromGrpcStatus(created), "creating a ring");
+  if (!created.ok()) return Connection::CallError(created, "creating a ring");
   BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
                              connection.ReceiveFds(descriptor.daemon_control().batch()));
   BLOCKSWAP_ASSIGN_OR_RETURN(
