@@ -5,6 +5,10 @@
 #ifndef BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 #define BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 
+#include <initializer_list>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/client_roles.h"
 #include "tests/support/daemon_roles_test.h"
 
 namespace blockswap::testing {
@@ -16,6 +20,22 @@ class DaemonClientTest : public DaemonRolesTest {
   DaemonClientTest()
       : DaemonRolesTest({{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}},
                         {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}) {}
+
+  // Runs each rogue case (rogue_roles.cc: each checks its own precise error)
+  // while a well-behaved client streams, and expects the streamer to finish
+  // undisturbed: bad input disturbs nobody else.
+  void ExpectRoguesBesideAStreamer(std::initializer_list<const char*> rogues) {
+    ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
+    ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+    for (const char* rogue : rogues) {
+      EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
+                kClientOk)
+          << "case " << rogue;
+    }
+    auto code = streamer.Wait(absl::Seconds(120));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+  }
 };
 
 }  // namespace blockswap::testing

@@ -122,32 +122,14 @@ TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) 
   // the file mode, must be what refuses it.
   ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
   ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
-  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
-  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
-  for (const char* rogue : {"unfreed-slot", "unknown-ring", "bad-slot", "bad-block",
-                            "unknown-model", "foreign-ring", "too-big", "denied-uid"}) {
-    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
-              kClientOk)
-        << "case " << rogue;
-  }
-  auto code = streamer.Wait(absl::Seconds(120));
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+  ExpectRoguesBesideAStreamer({"unfreed-slot", "unknown-ring", "bad-slot", "bad-block",
+                               "unknown-model", "foreign-ring", "too-big", "denied-uid"});
 }
 
 TEST_F(DaemonClientTest, GarbageInARequestRingFailsOnlyThatRingWithAPreciseError) {
   StartDaemon();
-  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
-  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
-  for (const char* rogue : {"shm-bad-slot", "shm-unknown-handle", "shm-bad-block",
-                            "shm-wrong-generation", "shm-tail-overrun", "shm-foreign-handle"}) {
-    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
-              kClientOk)
-        << "case " << rogue;
-  }
-  auto code = streamer.Wait(absl::Seconds(120));
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+  ExpectRoguesBesideAStreamer({"shm-bad-slot", "shm-unknown-handle", "shm-bad-block",
+                               "shm-wrong-generation", "shm-tail-overrun", "shm-foreign-handle"});
 }
 
 TEST_F(DaemonClientTest, AClientsLoadsAreCountedWhicheverTransportCarriesThem) {
