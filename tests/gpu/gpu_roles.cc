@@ -26,6 +26,7 @@
 #include "shared/status.h"
 #include "tests/gpu/device_compute.h"
 #include "tests/gpu/gpu_roles.h"
+#include "tests/support/block_content.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
 #include "tests/support/role_report.h"
@@ -33,22 +34,9 @@
 namespace blockswap::gpu_testing {
 namespace {
 
+using testing::BlockContent;
 using testing::KeyValueArgs;
 using testing::RoleReport;
-
-// Block b of a model: `max_bytes` minus a per-block amount, so that sizes
-// differ (and tails are not word-aligned); content from (seed, b).
-std::vector<std::byte> BlockContent(uint64_t seed, uint64_t max_bytes, uint32_t b) {
-  std::vector<std::byte> bytes(max_bytes - (b * 4099ull) % (max_bytes / 2));
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + b + 1;
-  for (size_t i = 0; i < bytes.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
-  }
-  return bytes;
-}
 
 [[noreturn]] void Exit(const absl::Status& status, const RoleReport& report,
                        DeviceCompute* compute) {

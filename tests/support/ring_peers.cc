@@ -19,6 +19,7 @@
 #include "shared/load_protocol.h"
 #include "shared/ring.h"
 #include "shared/ring_wire.h"
+#include "tests/support/block_content.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
 
@@ -54,23 +55,6 @@ struct PeerMessage {
   uint32_t generation;
   uint32_t block;
 };
-
-// Block b: size and content derived from (seed, b), so both peers agree
-// without exchanging the data.
-size_t BlockBytes(uint64_t slot_bytes, uint32_t block) {
-  return static_cast<size_t>(slot_bytes - (block * 4099ull) % (slot_bytes / 2));
-}
-std::vector<std::byte> BlockContent(uint64_t seed, uint64_t slot_bytes, uint32_t block) {
-  std::vector<std::byte> bytes(BlockBytes(slot_bytes, block));
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + block + 1;
-  for (size_t i = 0; i < bytes.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(bytes.data() + i, &x, std::min<size_t>(8, bytes.size() - i));
-  }
-  return bytes;
-}
 
 // Whole pages (host registration pins pages), like the daemon's masters.
 absl::StatusOr<Mapping> PageAlignedBuffer(size_t bytes) {
