@@ -24,8 +24,10 @@ class DaemonClientTest : public DaemonRolesTest {
   // Runs each rogue case (rogue_roles.cc: each checks its own precise error)
   // while a well-behaved client streams, and expects the streamer to finish
   // undisturbed: bad input disturbs nobody else.
-  void ExpectRoguesBesideAStreamer(std::initializer_list<const char*> rogues) {
-    ChildProcess streamer = Spawn("stream", "streamer", {"--passes=400"});
+  void ExpectRoguesBesideAStreamer(std::initializer_list<const char*> rogues,
+                                   int streamer_passes = 400) {
+    ChildProcess streamer =
+        Spawn("stream", "streamer", {absl::StrCat("--passes=", streamer_passes)});
     ASSERT_TRUE(AwaitReport("streamer", "streaming"));
     for (const char* rogue : rogues) {
       EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),

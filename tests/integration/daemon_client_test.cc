@@ -153,16 +153,8 @@ TEST_F(DaemonClientTest, AClientsLoadsAreCountedWhicheverTransportCarriesThem) {
 TEST_F(DaemonClientTest, EveryClientQuotaIsEnforcedNamingItsKey) {
   StartDaemon({.extra_args = {"--max-rings-per-client=2", "--max-device-bytes-per-client=1MiB",
                               "--max-staging-bytes-per-client=1MiB"}});
-  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=200"});
-  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
-  for (const char* rogue : {"ring-quota", "device-bytes-quota", "staging-quota"}) {
-    EXPECT_EQ(Run("rogue", absl::StrCat("rogue-", rogue), {absl::StrCat("--case=", rogue)}),
-              kClientOk)
-        << "case " << rogue;
-  }
-  auto code = streamer.Wait(absl::Seconds(120));
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, kClientOk) << "the well-behaved client was disturbed";
+  ExpectRoguesBesideAStreamer({"ring-quota", "device-bytes-quota", "staging-quota"},
+                              /*streamer_passes=*/200);
 }
 
 TEST_F(DaemonClientTest, ASessionTokenWorksOnlyForItsOwnProcess) {
