@@ -1,15 +1,18 @@
 # blockswap_add_fuzzer(NAME
 #                      SOURCES src...            the target: LLVMFuzzerTestOneInput
 #                      LIBS lib...               linked as usual
-#                      [INSTRUMENT lib...]       libraries compiled with coverage
-#                                                (-fsanitize=fuzzer-no-link), i.e. the
-#                                                code under test
+#                      [INSTRUMENT lib...]       OBJECT libraries compiled with coverage
+#                                                (-fsanitize=fuzzer-no-link): the fuzzers'
+#                                                own copies of the code under test
 #                      [SEED_GENERATOR target]   an executable called as `target DIR`
 #                                                that writes the seed corpus into DIR
 #                      [SECONDS n])              bounded run in ctest (default 15)
 #
-# libFuzzer targets build only with clang (configuration B, where ASan and
-# UBSan are on as well); with any other compiler this does nothing. Each
+# libFuzzer targets build only with clang and BLOCKSWAP_BUILD_FUZZERS=ON
+# (configuration B, where ASan and UBSan are on as well); otherwise this does
+# nothing. Coverage counters go only into the INSTRUMENT object libraries,
+# never into a library that other tests link: under ThreadSanitizer
+# (tests/sanitize/tsan.sh) every counter increment is a reported race. Each
 # fuzzer gets two ctest entries:
 #   fuzz.NAME.seeds  runs the seed generator into build/fuzz/NAME/seeds
 #                    (a fixture, so it runs first)
@@ -18,13 +21,18 @@
 # tests/fuzz/run-long.sh NAME SECONDS does longer runs by hand.
 function(blockswap_add_fuzzer name)
   cmake_parse_arguments(ARG "" "SEED_GENERATOR;SECONDS" "SOURCES;LIBS;INSTRUMENT" ${ARGN})
-  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  if(NOT BLOCKSWAP_BUILD_FUZZERS)
     return()
   endif()
   if(NOT ARG_SECONDS)
     set(ARG_SECONDS 15)
   endif()
   foreach(lib IN LISTS ARG_INSTRUMENT)
+    get_target_property(type ${lib} TYPE)
+    if(NOT type STREQUAL "OBJECT_LIBRARY")
+      message(FATAL_ERROR "blockswap_add_fuzzer(${name}): INSTRUMENT ${lib} is a ${type}; "
+                          "only a fuzzer's own OBJECT library may carry coverage counters")
+    endif()
     target_compile_options(${lib} PRIVATE -fsanitize=fuzzer-no-link)
   endforeach()
   add_executable(${name} ${ARG_SOURCES})

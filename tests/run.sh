@@ -5,7 +5,7 @@
 #      -> build/            (BLOCKSWAP_BUILD_DIR overrides), binaries in bin/
 #   B  clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA
 #      toolkit hidden and no LibTorch: proves the build without CUDA and runs
-#      every test that needs neither -> build/sanitize/
+#      every test that needs neither, the fuzzers included -> build/sanitize/
 # Exits non-zero on any failure. BLOCKSWAP_CONFIGS=A or =B runs only one.
 set -euo pipefail
 
@@ -39,7 +39,7 @@ for config in ${configs}; do
     B)
       run_config B "${build}/sanitize" \
         -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-        -DBLOCKSWAP_SANITIZE=address,undefined \
+        -DBLOCKSWAP_SANITIZE=address,undefined -DBLOCKSWAP_BUILD_FUZZERS=ON \
         -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF
       ;;
     *)
