@@ -143,12 +143,15 @@ class MisbehavingConsumerTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MisbehavingConsumerTest, SlowConsumerNeverBlocksTheProducerOrLosesBytes) {
   std::string why;
   if (!BackendAvailable(GetParam(), &why)) GTEST_SKIP() << why;
-  // Every 25th load the consumer's stream stalls 300 ms while it still reads
-  // the slot; the producer must hold the next copy back without blocking.
-  // A producer that blocked would spend ~300 ms in one call; the 150 ms
-  // limit leaves room for a loaded 2-core machine's scheduling delays.
-  auto result = RunPeers(GetParam(), {"--slots=2", "--max-call-ms=150"},
-                         {"--generations=150", "--stall-every=25", "--stall-ms=300"});
+  // Every 25th load the consumer's stream stalls while it still reads the
+  // slot; the producer must hold the next copy back without blocking. A
+  // producer that blocked would spend the whole stall in one call, so the
+  // limit on any call is half the stall: relative to the test's own delay,
+  // not to how fast this machine is.
+  constexpr int kStallMs = 400;
+  auto result = RunPeers(GetParam(), {"--slots=2", absl::StrCat("--max-call-ms=", kStallMs / 2)},
+                         {"--generations=150", "--stall-every=25",
+                          absl::StrCat("--stall-ms=", kStallMs)});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->producer, testing::kPeerOk) << result->Describe();
   EXPECT_EQ(result->consumer, testing::kPeerOk) << result->Describe();
@@ -161,8 +164,13 @@ TEST_P(MisbehavingConsumerTest, RequestWithoutReleasingTheSlotIsAProtocolError) 
   // publishing consumed_seq. The producer rejects it at once (never blocks,
   // never overwrites), the consumer sees the error in the status word and
   // finds the slot's bytes intact.
-  auto result = RunPeers(GetParam(), {"--slots=3", "--max-call-ms=150"},
-                         {"--generations=100", "--rogue-request-after=40"});
+  // A producer that blocked on the unreleased slot would block until the
+  // consumer gave up waiting: no call may take half the consumer's timeout.
+  constexpr int kConsumerTimeoutMs = 5000;
+  auto result = RunPeers(GetParam(),
+                         {"--slots=3", absl::StrCat("--max-call-ms=", kConsumerTimeoutMs / 2)},
+                         {"--generations=100", "--rogue-request-after=40",
+                          absl::StrCat("--timeout-ms=", kConsumerTimeoutMs)});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->producer, testing::kPeerRingFailed) << result->Describe();
   EXPECT_EQ(result->consumer, testing::kPeerRingFailed) << result->Describe();

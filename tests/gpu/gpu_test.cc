@@ -170,7 +170,9 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
   ChildProcess solo = Spawn("gpu-stream", "solo", work);
   ASSERT_EQ(Finish(solo, "solo"), kGpuClientOk) << Describe("solo");
 
-  ChildProcess holder = Spawn("gpu-hold", "holder", {"--hold-ms=2000", "--blocks=8"});
+  constexpr int kHoldMs = 2000;
+  ChildProcess holder =
+      Spawn("gpu-hold", "holder", {absl::StrCat("--hold-ms=", kHoldMs), "--blocks=8"});
   ASSERT_TRUE(AwaitReport("holder", "holding")) << Describe("holder");
   ChildProcess other = Spawn("gpu-stream", "other", work);
   absl::SleepFor(absl::Milliseconds(300));  // inside the 2 s kernel
@@ -189,8 +191,13 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
   const testing::ReportLines report = Report("other");
   EXPECT_EQ(FirstValue(report, "wrong"), "0");
   // A daemon that waited for the dead client's copy would have held this
-  // client's fills back for the rest of the kernel (seconds).
-  EXPECT_LT(NumberValue(report, "max_wait_ms"), 1000) << Describe("other");
+  // client's fills back for the rest of the kernel (1.7 s of it): its
+  // longest wait stays within the same client's longest wait alone (measured
+  // above, on this GPU) plus half the kernel.
+  EXPECT_LT(NumberValue(report, "max_wait_ms"),
+            NumberValue(Report("solo"), "max_wait_ms") + kHoldMs / 2)
+      << Describe("other") << "\n"
+      << Describe("solo");
   std::cerr << "throughput beside the dying client / alone: " << NumberValue(report, "gbps")
             << " / " << NumberValue(Report("solo"), "gbps") << " GB/s\n";
 }

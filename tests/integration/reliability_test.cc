@@ -62,9 +62,13 @@ class ReliabilityTest : public DaemonClientTest {
 
 // Item 1: 20 rounds; in each a random one of four streaming clients is
 // SIGKILLed at a random point of a pass while the three others stream with
-// every byte checked. The dead session must leave Admin within 1 s, its
-// ring must be gone, and no other client may see one wrong byte; at the end
-// the four clients left finish cleanly.
+// every byte checked. The dead session must leave Admin promptly, its ring
+// must be gone, and no other client may see one wrong byte; at the end the
+// four clients left finish cleanly. "Promptly" is relative to this machine:
+// within 1 s, or 10 x the slowest of three clean exits measured first
+// beside the same four streaming clients, whichever is longer (a daemon
+// that missed the death would keep the session until its client's
+// connection timed out, or for ever).
 TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
   StartDaemon();
   const std::string stop_file = dirs_->temp_dir() + "/stop";
@@ -81,6 +85,20 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
   for (int i = 0; i < 4; ++i) pool.push_back(spawn());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(AwaitReport(names[i], "streaming")) << names[i];
   std::vector<std::string> current = names;
+  absl::Duration slowest_clean_exit = absl::ZeroDuration();
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = absl::StrCat("clean", i);
+    const std::string own_stop = dirs_->temp_dir() + "/stop-" + name;
+    ChildProcess leaving = Spawn("stream", name, {"--passes=1000000", "--stop-file=" + own_stop});
+    ASSERT_TRUE(AwaitReport(name, "streaming")) << name;
+    std::ofstream(own_stop) << "stop\n";
+    const absl::Time asked = absl::Now();
+    const absl::Duration gone = TimeUntilGone(leaving.pid(), asked, absl::Seconds(30));
+    ASSERT_NE(gone, absl::InfiniteDuration()) << name << " never left Admin";
+    slowest_clean_exit = std::max(slowest_clean_exit, gone);
+    ASSERT_EQ(leaving.Wait(absl::Seconds(30)).value_or(-1), kClientOk) << name;
+  }
+  const absl::Duration limit = std::max(absl::Seconds(1), 10 * slowest_clean_exit);
   absl::Duration worst = absl::ZeroDuration();
   for (int round = 0; round < 20; ++round) {
     const size_t victim = std::uniform_int_distribution<size_t>(0, 3)(random);
@@ -90,9 +108,9 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
     ASSERT_FALSE(pool[victim]->TryWait().has_value()) << current[victim] << " exited early";
     pool[victim]->Kill(SIGKILL);
     const absl::Time killed = absl::Now();
-    const absl::Duration gone = TimeUntilGone(pid, killed, absl::Seconds(5));
-    EXPECT_LE(gone, absl::Seconds(1)) << "round " << round << ": session of pid " << pid
-                                      << " still listed";
+    const absl::Duration gone = TimeUntilGone(pid, killed, limit + absl::Seconds(5));
+    EXPECT_LE(gone, limit) << "round " << round << ": session of pid " << pid
+                           << " still listed (limit " << limit << ")";
     worst = std::max(worst, gone);
     const std::string ring = FirstValue(ReadRoleReport(ReportPath(current[victim])), "ring");
     const v1::ResidencyReply residency = Residency();
@@ -116,7 +134,7 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
     EXPECT_EQ(FirstValue(ReadRoleReport(ReportPath(current[i])), "wrong"), "0") << current[i];
   }
   std::cerr << "20 client kills: the slowest session was gone from Admin after " << worst
-            << "\n";
+            << " (slowest of 3 clean exits: " << slowest_clean_exit << ")\n";
 }
 
 // Item 2: the daemon is SIGKILLed while a host trainer (the C ABI's

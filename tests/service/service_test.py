@@ -8,6 +8,7 @@ the metrics endpoint and the drain on SIGTERM.
 import grp
 import os
 import re
+import select
 import signal
 import socket
 import stat
@@ -145,11 +146,21 @@ class ServiceTest(unittest.TestCase):
         daemon = self.start()
         self.assertTrue(daemon.messages(until="READY=1"))
         watch = subprocess.Popen([os.path.join(BIN, "blockswapctl"), "--socket=" + daemon.socket_path,
-                                  "stats", "--watch", "0.2"], stdout=subprocess.PIPE, text=True)
-        time.sleep(1.5)
+                                  "stats", "--watch", "0.2"], stdout=subprocess.PIPE)
+        # Each refresh homes the cursor and clears the screen, then draws the
+        # table. Read until three frames are drawn (however slowly this machine
+        # draws them), then interrupt: the watch must keep redrawing until then.
+        clear = b"\x1b[H\x1b[J"
+        out = b""
+        deadline = time.monotonic() + 30
+        while out.count(clear) < 3 and time.monotonic() < deadline and watch.poll() is None:
+            ready, _, _ = select.select([watch.stdout], [], [], 0.5)
+            if ready:
+                out += os.read(watch.stdout.fileno(), 65536)
+        self.assertIsNone(watch.poll(), "the watch exited before it was interrupted")
         watch.send_signal(signal.SIGINT)
-        out, _ = watch.communicate(timeout=10)
-        # Each refresh homes the cursor and clears the screen, then draws the table.
+        rest, _ = watch.communicate(timeout=10)
+        out = (out + rest).decode()
         frames = out.split("\x1b[H\x1b[J")
         self.assertGreaterEqual(len(frames) - 1, 3, out)
         self.assertTrue(all("blockswapctl stats --watch" in frame for frame in frames[1:]), out)
