@@ -16,7 +16,7 @@ set(BLOCKSWAP_CONFIG_DIR "" CACHE STRING
 
 install(TARGETS blockswapd blockswapctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # blockswapctl trace --png finds it at bin/../share/blockswap/.
-install(PROGRAMS ${PROJECT_SOURCE_DIR}/client/trace_png.py
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/blockswapctl/trace_png.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/blockswap)
 install(TARGETS blockswap EXPORT blockswapTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "daemon/logging.h"
+#include "daemon/os/logging.h"
 
 namespace blockswap::daemon {
 namespace {

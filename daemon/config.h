@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "daemon/daemon.h"
+#include "daemon/options.h"
 
 namespace blockswap::daemon {
 

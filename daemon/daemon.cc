@@ -9,9 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/metrics.h"
-#include "daemon/random_token.h"
-#include "shared/status.h"
+#include "daemon/server/metrics.h"
+#include "daemon/session/random_token.h"
+#include "shared/base/status.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -82,11 +82,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->sources_ =
-      AdminSources{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                   admin_workers,          daemon->boot_id_,     absl::Now(),
-                   daemon->store_.get(),   daemon->work_.get()};
-  daemon->admin_service_ = std::make_unique<AdminService>(daemon->sources_, daemon->peers_);
+  daemon->view_ =
+      DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                 admin_workers,          daemon->boot_id_,     absl::Now(),
+                 daemon->work_.get()};
+  daemon->admin_service_ = std::make_unique<AdminService>(daemon->view_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.
   grpc::EnableDefaultHealthCheckService(true);
@@ -115,7 +115,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (!o.metrics_listen.empty()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
         daemon->metrics_, MetricsServer::Start(o.metrics_listen, [d = daemon.get()] {
-          MetricsSnapshot snapshot = CollectMetrics(d->sources_);
+          MetricsSnapshot snapshot = CollectMetrics(d->view_);
           for (DeviceMetrics& device : snapshot.devices) {
             if (auto it = d->gpu_modes_.find(device.uuid); it != d->gpu_modes_.end()) {
               device.compute_mode = it->second.compute_mode;

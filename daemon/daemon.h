@@ -15,43 +15,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/admin_service.h"
-#include "daemon/blockswap_service.h"
-#include "daemon/device_worker.h"
-#include "daemon/gpu_modes.h"
-#include "daemon/listener.h"
-#include "daemon/logging.h"
-#include "daemon/metrics_server.h"
-#include "daemon/model_store.h"
-#include "daemon/peer_registry.h"
-#include "daemon/quota.h"
-#include "daemon/session_manager.h"
-#include "daemon/work_queue.h"
-#include "shared/backend.h"
+#include "daemon/options.h"
+#include "daemon/server/admin_service.h"
+#include "daemon/server/blockswap_service.h"
+#include "daemon/device/device_worker.h"
+#include "daemon/device/gpu_modes.h"
+#include "daemon/server/listener.h"
+#include "daemon/os/logging.h"
+#include "daemon/server/metrics_server.h"
+#include "daemon/store/model_store.h"
+#include "daemon/server/peer_registry.h"
+#include "daemon/session/quota.h"
+#include "daemon/session/session_manager.h"
+#include "daemon/server/work_queue.h"
+#include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
-
-struct DaemonOptions {
-  std::string socket_path = "/run/blockswap/blockswapd.sock";
-  // Group of the socket file (name or number); empty: the daemon's group.
-  std::string socket_group;
-  BackendChoice backend = BackendChoice::kAuto;
-  HostBackendOptions host;
-  // The directory of the master files (mode 0700, on a tmpfs).
-  std::string shm_prefix = "/dev/shm/blockswap";
-  uint64_t max_pinned_bytes = 0;  // 0: only the tmpfs's free space limits
-  // Added to the default allow list (the daemon's uid, root, the socket's
-  // group).
-  std::vector<uid_t> allow_uids;
-  std::vector<gid_t> allow_gids;
-  // How long Shutdown lets attached clients detach on their own.
-  absl::Duration shutdown_grace = absl::Seconds(10);
-  LogLevel log_level = LogLevel::kInfo;
-  // HOST:PORT of the Prometheus endpoint; empty: off.
-  std::string metrics_listen;
-  ClientQuotas quotas;
-  std::function<void(absl::string_view)> log;  // default: stderr
-};
 
 class Daemon {
  public:
@@ -90,7 +69,7 @@ class Daemon {
   PeerRegistry peers_;
   std::unique_ptr<BlockSwapService> blockswap_service_;
   std::map<std::string, GpuModes> gpu_modes_;  // by device UUID; cuda backend only
-  AdminSources sources_;
+  DaemonView view_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<grpc::Server> server_;

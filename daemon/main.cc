@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/logging.h"
-#include "daemon/notify.h"
-#include "shared/load_protocol.h"
+#include "daemon/os/logging.h"
+#include "daemon/os/notify.h"
+#include "shared/protocol/load_protocol.h"
 
 namespace {
 

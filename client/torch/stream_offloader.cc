@@ -32,7 +32,7 @@ namespace {
 using at::Tensor;
 using Tensors = std::vector<at::Tensor>;
 
-// safetensors dtype names (shared/model_layout.cc lists what the daemon takes).
+// safetensors dtype names (shared/protocol/model_layout.cc lists what the daemon takes).
 std::string DtypeName(at::ScalarType type) {
   switch (type) {
     case at::kFloat:

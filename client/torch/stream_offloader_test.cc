@@ -19,7 +19,7 @@
 
 #include "blockswap/torch.h"
 #include "client/torch/lora_transformer.h"
-#include "shared/unique_fd.h"
+#include "shared/base/unique_fd.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 

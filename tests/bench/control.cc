@@ -42,8 +42,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
-#include "shared/status.h"
-#include "shared/unique_fd.h"
+#include "shared/base/status.h"
+#include "shared/base/unique_fd.h"
 #include "tests/bench/stream_clients.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
@@ -92,7 +92,7 @@ constexpr char kShm[] = "shm";
 constexpr char kGrpc[] = "grpc";
 
 // The client processes spawned from now on send their loads over
-// `transport` (client/ring.h): they inherit the environment.
+// `transport` (client/core/ring.h): they inherit the environment.
 void UseTransport(const char* transport) { ::setenv("BLOCKSWAP_LOAD_TRANSPORT", transport, 1); }
 
 struct Percentiles {

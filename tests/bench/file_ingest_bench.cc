@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/file_ingest.h"
-#include "daemon/parallel_for.h"
-#include "shared/model_layout.h"
+#include "daemon/store/file_ingest.h"
+#include "daemon/store/parallel_for.h"
+#include "shared/protocol/model_layout.h"
 #include "tests/support/safetensors_writer.h"
 
 namespace blockswap {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "shared/status.h"
+#include "shared/base/status.h"
 #include "tests/support/child_process.h"
 
 namespace blockswap::bench {

@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "blockswap/v1/blockswap.pb.h"
-#include "daemon/request_validation.h"
-#include "shared/model_layout.h"
+#include "daemon/validation/request_validation.h"
+#include "shared/protocol/model_layout.h"
 #include "tests/fuzz/request_stream.h"
 
 namespace blockswap::fuzz {

@@ -14,12 +14,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "blockswap/v1/blockswap.pb.h"
-#include "daemon/model_store.h"
-#include "daemon/request_validation.h"
+#include "daemon/store/model_store.h"
+#include "daemon/validation/request_validation.h"
 #include "google/protobuf/stubs/logging.h"
-#include "shared/control_block.h"
-#include "shared/model_layout.h"
-#include "shared/ring.h"
+#include "shared/protocol/control_block.h"
+#include "shared/protocol/model_layout.h"
+#include "shared/protocol/ring.h"
 #include "tests/fuzz/request_stream.h"
 
 namespace blockswap::fuzz {

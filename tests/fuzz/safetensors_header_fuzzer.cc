@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "shared/safetensors_header.h"
+#include "shared/base/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -18,7 +18,7 @@
 #   summary.txt  one line per check
 #   log.txt      everything the checks printed
 #   gpu.xml      the GPU tests (tests/gpu/gpu_test.cc), GoogleTest XML
-#   protocol.xml the load protocol's cuda cases (shared_test), XML
+#   protocol.xml the load protocol's cuda cases (shared_protocol_test), XML
 #   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory
 #   admin.txt    blockswapctl views during and after two demos
 #   torch-build.log  building client/torch there, against its torch
@@ -33,7 +33,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 pack_dir=${root}/.device
-programs=(blockswapd blockswapctl blockswap-demo shared_test gpu_test blockswap-bench-h2d
+programs=(blockswapd blockswapctl blockswap-demo shared_protocol_test gpu_test blockswap-bench-h2d
           libblockswap.so.1)
 backend=${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}
 # The GPU machine's Python with its torch (the dry run passes the venv's).
@@ -145,10 +145,10 @@ probe_libraries() {
 probe_cuda_ipc() {
   local out=$1
   if [[ ${backend} == host ]]; then
-    timeout 30 shared_test --gtest_filter='*Streaming*host_2slots'
+    timeout 30 shared_protocol_test --gtest_filter='*Streaming*host_2slots'
     return
   fi
-  timeout 30 shared_test --gtest_filter='*Streaming*cuda_2*' --gtest_output="xml:${out}/probe.xml" ||
+  timeout 30 shared_protocol_test --gtest_filter='*Streaming*cuda_2*' --gtest_output="xml:${out}/probe.xml" ||
     return 1
   if grep -q 'result="skipped"' "${out}/probe.xml"; then
     echo "device-check: the cuda case skipped: this process sees no usable GPU"
@@ -157,12 +157,12 @@ probe_cuda_ipc() {
   rm -f "${out}/probe.xml"
 }
 
-# The cuda cases of shared_test (they skip without a usable GPU, which here
+# The cuda cases of shared_protocol_test (they skip without a usable GPU, which here
 # is a failure).
 protocol_on_gpu() {
   local out=$1
   [[ ${backend} == host ]] && { echo "dry run: cuda-only"; return 0; }
-  timeout 120 shared_test --gtest_filter='*cuda*' --gtest_output="xml:${out}/protocol.xml" || return 1
+  timeout 120 shared_protocol_test --gtest_filter='*cuda*' --gtest_output="xml:${out}/protocol.xml" || return 1
   ! grep -q 'result="skipped"' "${out}/protocol.xml"
 }
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "shared/cuda_check.h"
-#include "shared/status.h"
+#include "shared/backend/cuda_check.h"
+#include "shared/base/status.h"
 #include "tests/gpu/gpu_kernels.h"
 
 namespace blockswap::gpu_testing {

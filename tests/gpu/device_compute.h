@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "shared/backend.h"
+#include "shared/backend/backend.h"
 
 namespace blockswap::gpu_testing {
 

@@ -20,8 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "shared/backend.h"
-#include "shared/load_protocol.h"
+#include "shared/backend/backend.h"
+#include "shared/protocol/load_protocol.h"
 #include "tests/gpu/gpu_roles.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_roles_test.h"

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "client/model.h"
-#include "shared/model_layout.h"
+#include "client/core/model.h"
+#include "shared/protocol/model_layout.h"
 #include "tests/integration/test_model.h"
 
 namespace blockswap::testing {

@@ -17,15 +17,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/connection.h"
-#include "shared/load_protocol.h"
+#include "client/core/connection.h"
+#include "shared/protocol/load_protocol.h"
 #include "tests/integration/client_roles.h"
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/safetensors_writer.h"
-#include "client/connection.h"
-#include "client/model.h"
+#include "client/core/connection.h"
+#include "client/core/model.h"
 
 namespace blockswap::testing {
 namespace {

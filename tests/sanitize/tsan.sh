@@ -8,10 +8,12 @@
 # Builds configuration T — clang-14, -fsanitize=thread, the CUDA toolkit
 # hidden, no LibTorch — into build/tsan (BLOCKSWAP_TSAN_BUILD_DIR overrides)
 # and runs, with tests/sanitize/tsan.supp:
-#   daemon_test          listener, peer registry, model store (concurrent
-#                        registrations coalescing), work queue, ...
-#   shared_test          the load protocol's two halves in two processes,
-#                        host backend streams and events, futexes
+#   daemon_*_test        each daemon layer's unit tests: listener, peer
+#                        registry, model store (concurrent registrations
+#                        coalescing), work queue, ...
+#   shared_*_test        each shared layer's: the load protocol's two halves
+#                        in two processes, host backend streams and events,
+#                        futexes
 #   daemon_client_test   the real blockswapd (built with TSan too) under
 #                        several client processes; the throughput comparison
 #                        and the P7 soak are left out (timing under TSan
@@ -34,8 +36,11 @@ cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DBLOCKSWAP_SANITIZE=thread \
   -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF >/dev/null || exit 1
+unit_tests=(shared_base_test shared_os_test shared_backend_test shared_protocol_test
+            daemon_os_test daemon_store_test daemon_device_test daemon_session_test
+            daemon_server_test daemon_test)
 cmake --build "${build}" -j "$(nproc)" --target \
-  daemon_test shared_test daemon_client_test blockswapd blockswap_abi_client || exit 1
+  "${unit_tests[@]}" daemon_client_test blockswapd blockswap_abi_client || exit 1
 
 # The abseil shim, built without TSan (its annotations bind to the runtime of
 # the instrumented executable that loads it).
@@ -59,8 +64,9 @@ run() {
   fi
   grep -E '^\[  (PASSED|FAILED)  \]|tests? from .* ran' "${log}" | tail -n 2 | sed 's/^/    /'
 }
-run daemon_test "${filter}"
-run shared_test "${filter}"
+for binary in "${unit_tests[@]}"; do
+  run "${binary}" "${filter}"
+done
 run daemon_client_test "${filter}:-*ClientHoldingASlotDoesNotSlowAnother*:*P7Soak*"
 
 reports=$(grep -c 'WARNING: ThreadSanitizer' "${log}" || true)

@@ -258,7 +258,10 @@ class ServiceTest(unittest.TestCase):
         self.assertTrue(daemon.messages(until="READY=1"))
         demo = subprocess.Popen([os.path.join(BIN, "blockswap-demo"), "--name=drainer",
                                  "--socket=" + daemon.socket_path, "--blocks=6", "--swap=3",
-                                 "--block-bytes=65536", "--steps=1000000", "--compute-us=200"],
+                                 "--block-bytes=65536", "--steps=1000000", "--compute-us=200",
+                                 # It would re-attach to a daemon started again
+                                 # within this; none is.
+                                 "--reconnect-timeout=2"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 30

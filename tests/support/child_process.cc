@@ -12,7 +12,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "shared/status.h"
+#include "shared/base/status.h"
 
 extern char** environ;
 

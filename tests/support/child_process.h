@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "shared/unique_fd.h"
+#include "shared/base/unique_fd.h"
 
 namespace blockswap::testing {
 

@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "shared/status.h"
-#include "shared/unique_fd.h"
+#include "shared/base/status.h"
+#include "shared/base/unique_fd.h"
 
 namespace blockswap::testing {
 

@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "shared/shared_memory.h"
-#include "shared/unique_fd.h"
+#include "shared/os/shared_memory.h"
+#include "shared/base/unique_fd.h"
 
 namespace blockswap::testing {
 

@@ -6,7 +6,7 @@
 //   ring-consumer  the client's side: imports the ring and streams
 //                  generations of pseudo-random blocks through RingConsumer,
 //                  verifying every byte on its stream after each load.
-// Both run the real protocol code (shared/load_protocol.h); a test may pass
+// Both run the real protocol code (shared/protocol/load_protocol.h); a test may pass
 // --skip=<protocol step> to either to break one step on purpose.
 #ifndef BLOCKSWAP_TESTS_SUPPORT_RING_PEERS_H_
 #define BLOCKSWAP_TESTS_SUPPORT_RING_PEERS_H_

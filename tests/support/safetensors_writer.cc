@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "shared/dtype.h"
-#include "shared/status.h"
-#include "shared/unique_fd.h"
+#include "shared/base/dtype.h"
+#include "shared/base/status.h"
+#include "shared/base/unique_fd.h"
 
 namespace blockswap::testing {
 namespace {

@@ -1,0 +1,258 @@
+#include "client/core/connection.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "shared/protocol/grpc_status.h"
+#include "shared/protocol/load_protocol.h"
+#include "shared/base/status.h"
+
+namespace blockswap::client {
+namespace {
+
+constexpr uint32_t kProtocolVersion = 1;
+constexpr absl::Duration kSideChannelTimeout = absl::Seconds(10);
+constexpr int kMaxMessageBytes = 64 << 20;
+
+}  // namespace
+
+std::unique_ptr<grpc::ClientContext> Connection::Context(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+absl::Status Connection::CallError(const grpc::Status& status, absl::string_view what) {
+  absl::Status error = FromGrpcStatus(status);
+  if (absl::IsCancelled(error)) {
+    error = absl::UnavailableError(
+        absl::StrCat("blockswapd ended the call (shutting down or restarting): ", error.message()));
+  }
+  return Annotate(error, what);
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_view socket_path,
+                                                                absl::string_view client_name) {
+  BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
+  std::unique_ptr<Connection> connection(new Connection());
+  connection->socket_path_ = socket_path.empty() ? kDefaultSocketPath : std::string(socket_path);
+  connection->client_name_ = std::string(client_name);
+  BLOCKSWAP_ASSIGN_OR_RETURN(v1::AttachReply reply, connection->Attach(kCallTimeout));
+  // The same kind of backend as the daemon's: no silent fallback.
+  if (reply.backend() == v1::BACKEND_CUDA) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(connection->backend_, OpenBackend(BackendChoice::kCuda));
+  } else {
+    HostBackendOptions host = HostBackendOptions::FromEnvironment();
+    host.device_count = reply.devices_size();
+    connection->backend_ = OpenHostBackend(host);
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
+  return connection;
+}
+
+absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  channel_ = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path_),
+                                       grpc::InsecureChannelCredentials(), arguments);
+  stub_ = v1::BlockSwap::NewStub(channel_);
+
+  v1::AttachRequest request;
+  request.set_client_name(client_name_);
+  request.set_protocol_version(kProtocolVersion);
+  v1::AttachReply reply;
+  auto context = Context(timeout);
+  grpc::Status attached = stub_->Attach(context.get(), request, &reply);
+  if (!attached.ok()) {
+    return CallError(attached, absl::StrCat("attaching to blockswapd at ", socket_path_));
+  }
+  token_ = reply.session_token();
+  boot_id_ = reply.daemon_boot_id();
+  device_uuids_.clear();
+  for (const v1::Device& device : reply.devices()) device_uuids_.push_back(device.uuid());
+  return reply;
+}
+
+absl::Status Connection::OpenSideChannel() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(SideChannelClient side_channel,
+                             SideChannelClient::Connect(socket_path_, token_));
+  BLOCKSWAP_RETURN_IF_ERROR(Annotate(side_channel.AwaitAccepted(kSideChannelTimeout),
+                                     "opening the descriptor side channel"));
+  side_channel_ = std::make_unique<SideChannelClient>(std::move(side_channel));
+  return absl::OkStatus();
+}
+
+absl::Status Connection::Reconnect(absl::Duration timeout) {
+  CloseLoadStream();
+  side_channel_.reset();
+  // Best effort: a daemon that is still there (shutting down, or stalled
+  // past the heartbeat limit) must not keep the old session while this
+  // process lives. A dead one fails this at once.
+  if (!token_.empty()) {
+    DetachSession(absl::Seconds(1));
+    token_.clear();
+  }
+  const BackendKind kind = backend_->kind();
+  const std::vector<std::string> devices = device_uuids_;
+  // Until the new session is attached, Liveness() keeps reporting the loss.
+  absl::StatusOr<v1::AttachReply> reply = Attach(timeout);
+  if (!reply.ok()) {
+    device_uuids_ = devices;
+    return reply.status();
+  }
+  const bool cuda = reply->backend() == v1::BACKEND_CUDA;
+  if (cuda != (kind == BackendKind::kCuda) || device_uuids_ != devices) {
+    absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
+        "blockswapd at ", socket_path_, " came back with other devices (",
+        absl::StrJoin(device_uuids_, ", "), "; the session had ", absl::StrJoin(devices, ", "),
+        ")"));
+    device_uuids_ = devices;
+    return mismatch;
+  }
+  {
+    absl::MutexLock lock(&load_mu_);
+    load_stream_error_ = absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&errors_mu_);
+    ring_errors_.clear();
+    ended_error_ = absl::OkStatus();
+  }
+  load_stream_ended_.store(false, std::memory_order_release);
+  return OpenSideChannel();
+}
+
+void Connection::CloseLoadStream() {
+  {
+    absl::MutexLock lock(&load_mu_);
+    if (load_stream_ != nullptr) {
+      load_stream_->WritesDone();
+      load_context_->TryCancel();
+    }
+  }
+  if (load_reader_.joinable()) load_reader_.join();
+  // Once only: a second WritesDone on a stream is a gRPC API misuse (abort).
+  absl::MutexLock lock(&load_mu_);
+  load_stream_.reset();
+  load_context_.reset();
+}
+
+Connection::~Connection() {
+  CloseLoadStream();
+  if (!token_.empty()) DetachSession(absl::Seconds(5));
+}
+
+void Connection::DetachSession(absl::Duration timeout) {
+  v1::DetachRequest request;
+  request.set_session_token(token_);
+  v1::DetachReply reply;
+  auto context = Context(timeout);
+  (void)stub_->Detach(context.get(), request, &reply);
+}
+
+absl::Status Connection::ReportStats(const std::vector<v1::PassStats>& passes) {
+  if (passes.empty()) return absl::OkStatus();
+  v1::ReportStatsRequest request;
+  request.set_session_token(token_);
+  for (const v1::PassStats& pass : passes) *request.add_passes() = pass;
+  v1::ReportStatsReply reply;
+  auto context = Context();
+  grpc::Status sent = stub_->ReportStats(context.get(), request, &reply);
+  if (!sent.ok()) return CallError(sent, "reporting pass statistics");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
+  absl::StatusOr<Device*> device = backend_->FindDevice(uuid);
+  if (!device.ok()) {
+    return Annotate(device.status(), "the daemon's device is not visible in this process");
+  }
+  return device;
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {
+  if (side_channel_ == nullptr) {
+    return absl::UnavailableError("no descriptor side channel: the session is being re-attached");
+  }
+  return side_channel_->Receive(batch, kSideChannelTimeout);
+}
+
+absl::StatusOr<uint64_t> Connection::OfferFile(const UniqueFd& file) {
+  uint64_t offer = next_offer_.fetch_add(1);
+  BLOCKSWAP_RETURN_IF_ERROR(side_channel_->SendFileOffer(offer, file));
+  return offer;
+}
+
+absl::Status Connection::OpenLoadStream() {
+  load_context_ = std::make_unique<grpc::ClientContext>();
+  load_stream_ = stub_->Load(load_context_.get());
+  if (load_stream_ == nullptr) return absl::UnavailableError("could not open the Load stream");
+  load_reader_ = std::thread([this] { ReadLoadEvents(); });
+  return absl::OkStatus();
+}
+
+absl::Status Connection::ReadyLoadStream() {
+  BLOCKSWAP_RETURN_IF_ERROR(load_stream_error_);
+  BLOCKSWAP_RETURN_IF_ERROR(EndedError());
+  if (load_stream_ == nullptr) BLOCKSWAP_RETURN_IF_ERROR(OpenLoadStream());
+  return absl::OkStatus();
+}
+
+absl::Status Connection::OpenLoadStreamIfClosed() {
+  absl::MutexLock lock(&load_mu_);
+  return ReadyLoadStream();
+}
+
+absl::Status Connection::SendLoad(v1::LoadRequest request) {
+  request.set_session_token(token_);
+  absl::MutexLock lock(&load_mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(ReadyLoadStream());
+  if (!load_stream_->Write(request)) {
+    load_stream_error_ = absl::UnavailableError("the Load stream to blockswapd broke");
+    return load_stream_error_;
+  }
+  return absl::OkStatus();
+}
+
+void Connection::ReadLoadEvents() {
+  grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadEvent>* stream;
+  {
+    absl::MutexLock lock(&load_mu_);
+    stream = load_stream_.get();
+  }
+  v1::LoadEvent event;
+  while (stream->Read(&event)) {
+    absl::Status error(static_cast<absl::StatusCode>(event.error_code()), event.error_message());
+    absl::MutexLock lock(&errors_mu_);
+    ring_errors_.emplace(event.ring_id(), error);  // the first error explains the rest
+  }
+  grpc::Status finished = stream->Finish();
+  absl::Status error = finished.ok()
+                           ? absl::UnavailableError("blockswapd closed the Load stream")
+                           : CallError(finished, "the Load stream ended");
+  {
+    absl::MutexLock lock(&errors_mu_);
+    ended_error_ = error;
+  }
+  load_stream_ended_.store(true, std::memory_order_release);
+}
+
+absl::Status Connection::EndedError() const {
+  if (!load_stream_ended_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&errors_mu_);
+  return ended_error_;
+}
+
+absl::Status Connection::Liveness() const {
+  absl::Status ended = EndedError();
+  if (ended.ok()) return ended;
+  return absl::UnavailableError(absl::StrCat("lost blockswapd: ", ended.message()));
+}
+
+absl::Status Connection::RingError(uint64_t ring_id) const {
+  absl::MutexLock lock(&errors_mu_);
+  auto it = ring_errors_.find(ring_id);
+  return it == ring_errors_.end() ? absl::OkStatus() : it->second;
+}
+
+}  // namespace blockswap::client

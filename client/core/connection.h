@@ -1,0 +1,135 @@
+// Connection: one attached session with blockswapd — the gRPC channel, the
+// session token, the descriptor side channel, the process's own view of the
+// daemon's devices (a local backend of the same kind), and the Load stream.
+#ifndef BLOCKSWAP_CLIENT_CORE_CONNECTION_H_
+#define BLOCKSWAP_CLIENT_CORE_CONNECTION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "blockswap/v1/blockswap.grpc.pb.h"
+#include "client/core/side_channel_client.h"
+#include "shared/backend/backend.h"
+
+namespace blockswap::client {
+
+inline constexpr char kDefaultSocketPath[] = "/run/blockswap/blockswapd.sock";
+// How long a unary call to the daemon may take (an upload's commit hashes
+// and copies the model, so it gets its own, longer limit).
+inline constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+inline constexpr absl::Duration kCommitTimeout = absl::Minutes(30);
+
+// Thread-safe.
+class Connection {
+ public:
+  static absl::StatusOr<std::unique_ptr<Connection>> Connect(absl::string_view socket_path,
+                                                             absl::string_view client_name);
+  // Closes the Load stream and detaches.
+  ~Connection();
+
+  BackendKind backend_kind() const { return backend_->kind(); }
+  // The daemon's devices, in its order.
+  const std::vector<std::string>& device_uuids() const { return device_uuids_; }
+  // This process's handle on a device of the daemon, by UUID.
+  absl::StatusOr<Device*> LocalDevice(absl::string_view uuid) const;
+  const std::string& token() const { return token_; }
+  uint64_t boot_id() const { return boot_id_; }
+  v1::BlockSwap::Stub& stub() { return *stub_; }
+  // The descriptors of a reply's batch.
+  absl::StatusOr<std::vector<UniqueFd>> ReceiveFds(uint64_t batch);
+  // Offers an open file to the daemon on the side channel (a file offer of
+  // shared/protocol/side_channel_wire.h); the returned id goes into a
+  // RegisterFileRequest sent after this returns.
+  absl::StatusOr<uint64_t> OfferFile(const UniqueFd& file);
+
+  // Sends a load request on the session's Load stream (opened on first use).
+  absl::Status SendLoad(v1::LoadRequest request);
+  // Opens the Load stream if it is not open yet, without sending on it: a
+  // ring whose loads go through its request ring still hears of the
+  // daemon's loss (Liveness) and of errors the daemon reports on it.
+  absl::Status OpenLoadStreamIfClosed();
+  // The daemon's last error report for `ring_id` (OK when none arrived).
+  absl::Status RingError(uint64_t ring_id) const;
+  // UNAVAILABLE once the Load stream has ended (the daemon went away or
+  // closed it); OK before. Cheap: waits poll it.
+  absl::Status Liveness() const;
+
+  // Attaches a new session to the daemon on the same socket, after the old
+  // one was lost (the daemon died or restarted): a new channel, token, side
+  // channel and Load stream; the local backend (and every stream and
+  // mapping made from it) stays. The daemon must offer the same devices.
+  // Models and rings of the old session are not carried over (see
+  // client/core/session_recovery.h). Not thread-safe: no other call may use this
+  // connection, its models or its rings meanwhile.
+  absl::Status Reconnect(absl::Duration timeout);
+  const std::string& socket_path() const { return socket_path_; }
+
+  // Sends per-pass statistics (a StreamScheduler's on_pass) to the daemon,
+  // which keeps them per session for the Admin service (`blockswapctl stats`).
+  absl::Status ReportStats(const std::vector<v1::PassStats>& passes);
+
+  // A client context with the session's deadline conventions.
+  static std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = kCallTimeout);
+  // The error of a failed call to the daemon, saying what the call was
+  // (`what`). The library cancels no call but its own Load stream as it
+  // closes it, so CANCELLED means the daemon ended the call (a shutdown or
+  // restart with the call in flight): it becomes UNAVAILABLE, the code of
+  // every other way of losing the daemon, so callers (and a trainer's error
+  // handling) need not know gRPC's shutdown order.
+  static absl::Status CallError(const grpc::Status& status, absl::string_view what);
+
+ private:
+  Connection() = default;
+  // A channel, stub and session on socket_path_ (devices, token, boot id).
+  absl::StatusOr<v1::AttachReply> Attach(absl::Duration timeout);
+  absl::Status OpenSideChannel();
+  // Ends the Load stream, if open, and joins its reader.
+  void CloseLoadStream();
+  // Detaches the current session (token_), ignoring the outcome.
+  void DetachSession(absl::Duration timeout);
+  absl::Status OpenLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // OK once the stream is open and has not failed.
+  absl::Status ReadyLoadStream() ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // How the Load stream ended, once it has (OK before).
+  absl::Status EndedError() const;
+  void ReadLoadEvents();
+
+  std::string socket_path_;
+  std::string client_name_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::BlockSwap::Stub> stub_;
+  std::string token_;
+  uint64_t boot_id_ = 0;
+  std::vector<std::string> device_uuids_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SideChannelClient> side_channel_;
+  std::atomic<uint64_t> next_offer_{1};
+
+  absl::Mutex load_mu_;  // one writer on the Load stream at a time
+  std::unique_ptr<grpc::ClientContext> load_context_ ABSL_GUARDED_BY(load_mu_);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::LoadRequest, v1::LoadEvent>> load_stream_
+      ABSL_GUARDED_BY(load_mu_);
+  // A failed Write; how the stream ended is ended_error_.
+  absl::Status load_stream_error_ ABSL_GUARDED_BY(load_mu_);
+  std::atomic<bool> load_stream_ended_{false};
+  std::thread load_reader_;
+
+  mutable absl::Mutex errors_mu_;
+  std::map<uint64_t, absl::Status> ring_errors_ ABSL_GUARDED_BY(errors_mu_);
+  absl::Status ended_error_ ABSL_GUARDED_BY(errors_mu_);
+};
+
+}  // namespace blockswap::client
+
+#endif  // BLOCKSWAP_CLIENT_CORE_CONNECTION_H_

@@ -1,0 +1,63 @@
+// A model as a client sees it: its id and layout, and a read-only mapping of
+// the daemon's master file (the one copy on the node).
+#ifndef BLOCKSWAP_CLIENT_CORE_MODEL_H_
+#define BLOCKSWAP_CLIENT_CORE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/core/connection.h"
+#include "shared/protocol/model_layout.h"
+#include "shared/os/shared_memory.h"
+
+namespace blockswap::client {
+
+// One tensor to upload: its place in the layout and where its bytes are.
+struct TensorUpload {
+  TensorSpec spec;  // name, dtype, shape (offset/length are computed)
+  const void* data = nullptr;
+};
+
+// Immutable after creation; thread-safe.
+class Model {
+ public:
+  // Packs `blocks` into the flat layout, uploads them through a staging area
+  // and opens the registered model.
+  static absl::StatusOr<std::unique_ptr<Model>> Register(
+      Connection& connection, absl::string_view name,
+      const std::vector<std::vector<TensorUpload>>& blocks);
+  // Opens a model registered before (by this or any process).
+  static absl::StatusOr<std::unique_ptr<Model>> Open(Connection& connection,
+                                                     absl::string_view model_id);
+
+  const std::string& id() const { return id_; }
+  const ModelLayout& layout() const { return layout_; }
+  uint32_t block_count() const { return static_cast<uint32_t>(layout_.blocks.size()); }
+  // The master bytes of a block (read-only).
+  const std::byte* master(uint32_t block) const;
+  // How the session that opened the model names it in request rings
+  // (0: the daemon gave no handle), and that session's token.
+  uint32_t handle() const { return handle_; }
+  const std::string& session_token() const { return session_token_; }
+
+  // The model a daemon reply names (maps its masters read-only).
+  static absl::StatusOr<std::unique_ptr<Model>> FromReply(Connection& connection,
+                                                          const v1::ModelReply& reply);
+
+ private:
+  Model() = default;
+
+  std::string id_;
+  ModelLayout layout_;
+  std::vector<uint64_t> master_offsets_;
+  Mapping masters_;  // read-only
+  uint32_t handle_ = 0;
+  std::string session_token_;
+};
+
+}  // namespace blockswap::client
+
+#endif  // BLOCKSWAP_CLIENT_CORE_MODEL_H_

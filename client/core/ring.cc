@@ -1,0 +1,168 @@
+#include "client/core/ring.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "shared/protocol/grpc_status.h"
+#include "shared/protocol/request_ring.h"
+#include "shared/protocol/ring_wire.h"
+#include "shared/base/status.h"
+
+namespace blockswap::client {
+namespace {
+
+constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
+
+}  // namespace
+
+absl::StatusOr<LoadTransport> LoadTransportFromEnvironment() {
+  const char* value = std::getenv("BLOCKSWAP_LOAD_TRANSPORT");
+  if (value == nullptr || *value == '\0' || absl::string_view(value) == "shm") {
+    return LoadTransport::kShm;
+  }
+  if (absl::string_view(value) == "grpc") return LoadTransport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("BLOCKSWAP_LOAD_TRANSPORT=", value, " (must be grpc or shm)"));
+}
+
+absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection, Device& device,
+                                                         uint32_t slot_count, uint64_t slot_bytes,
+                                                         LoadTransport transport) {
+  v1::CreateRingRequest request;
+  request.set_session_token(connection.token());
+  request.set_device_uuid(device.info().uuid);
+  request.set_slot_count(slot_count);
+  request.set_slot_bytes(slot_bytes);
+  request.set_request_ring(transport == LoadTransport::kShm);
+  v1::RingDescriptor descriptor;
+  auto context = Connection::Context();
+  grpc::Status created = connection.stub().CreateRing(context.get(), request, &descriptor);
+  if (!created.ok()) return Connection::CallError(created, "creating a ring");
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
+                             connection.ReceiveFds(descriptor.daemon_control().batch()));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      RingExport exported,
+      RingFromWire(descriptor, std::move(fds), descriptor.daemon_control().batch()));
+  if (exported.boot_id != connection.boot_id()) {
+    return absl::UnavailableError("the ring comes from a different daemon than the session's");
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             ClientRing::Import(device, std::move(exported)));
+  // Loads will not open the Load stream: open it now, so that the daemon's
+  // loss still ends waits at once (Connection::Liveness).
+  if (ring->doorbell() != nullptr) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
+  return ring;
+}
+
+absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
+                                                   absl::string_view device_uuid,
+                                                   uint32_t slot_count, uint64_t slot_bytes) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
+  BLOCKSWAP_ASSIGN_OR_RETURN(LoadTransport transport, LoadTransportFromEnvironment());
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             Import(connection, *device, slot_count, slot_bytes, transport));
+  return std::unique_ptr<Ring>(new Ring(connection, *device, transport, std::move(ring)));
+}
+
+absl::Status Ring::Recreate() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+                             Import(connection_, device_, ring_->shape().slot_count,
+                                    ring_->shape().slot_bytes, transport_));
+  absl::MutexLock lock(&mu_);
+  consumer_ = NewConsumer(*ring);
+  ring_session_ = connection_.token();
+  retired_.push_back(std::exchange(ring_, std::move(ring)));
+  return absl::OkStatus();
+}
+
+Ring::~Ring() {
+  if (!connection_.Liveness().ok()) return;  // the daemon is gone: nothing to drain or free
+  {
+    absl::MutexLock lock(&mu_);
+    (void)consumer_->Drain(kDestroyDrainTimeout);
+  }
+  v1::DestroyRingRequest request;
+  request.set_session_token(connection_.token());
+  request.set_ring_id(ring_->ring_id());
+  v1::DestroyRingReply reply;
+  auto context = Connection::Context(absl::Seconds(5));
+  (void)connection_.stub().DestroyRing(context.get(), request, &reply);
+}
+
+absl::Status Ring::Explain(const absl::Status& status) const {
+  if (status.ok()) return status;
+  absl::Status reported = connection_.RingError(ring_->ring_id());
+  if (reported.ok()) return status;
+  return absl::Status(reported.code(), absl::StrCat("ring ", ring_->ring_id(),
+                                                    " failed in blockswapd: ",
+                                                    reported.message()));
+}
+
+absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device_.WrapStream(native_stream));
+  return Load(slot, model, block, *stream);
+}
+
+absl::Status Ring::Wait(uint32_t slot, void* native_stream, absl::Duration timeout) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
+                             device_.WrapStream(native_stream, timeout));
+  return Wait(slot, *stream, timeout);
+}
+
+absl::Status Ring::Release(uint32_t slot, void* native_stream) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device_.WrapStream(native_stream));
+  return Release(slot, *stream);
+}
+
+absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
+  if (!generation.ok()) return Explain(generation.status());
+  // The fast path needs the model's handle in the ring's own session (a
+  // model opened in an earlier session keeps its id, not its handle).
+  if (ring_->doorbell() != nullptr && model.handle() != 0 &&
+      model.session_token() == ring_session_) {
+    BLOCKSWAP_RETURN_IF_ERROR(RequestRingWriter(ring_->client_control(), ring_->control())
+                                  .Push({slot, *generation, model.handle(), block}));
+    ring_->doorbell()->Ring();
+    return absl::OkStatus();
+  }
+  v1::LoadRequest request;
+  request.set_ring_id(ring_->ring_id());
+  request.set_slot(slot);
+  request.set_model_id(model.id());
+  request.set_block(block);
+  request.set_generation(*generation);
+  return connection_.SendLoad(std::move(request));
+}
+
+absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_->AwaitLoaded(slot, stream, timeout));
+}
+
+absl::Status Ring::Release(uint32_t slot, Stream& stream) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_->Release(slot, stream));
+}
+
+bool Ring::Filled(uint32_t slot) {
+  if (slot >= ring_->shape().slot_count) return false;
+  absl::MutexLock lock(&mu_);
+  const uint32_t requested = consumer_->requested(slot);
+  return requested != 0 &&
+         ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
+}
+
+absl::Status Ring::Health() {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_->CheckHealth());
+}
+
+absl::Status Ring::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return Explain(consumer_->Drain(timeout));
+}
+
+}  // namespace blockswap::client

@@ -1,0 +1,112 @@
+// A ring as its client uses it: the imported ring and the client half of
+// the load protocol (RingConsumer), behind one mutex — consumed_seq has one
+// writer.
+#ifndef BLOCKSWAP_CLIENT_CORE_RING_H_
+#define BLOCKSWAP_CLIENT_CORE_RING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/core/connection.h"
+#include "client/core/model.h"
+#include "shared/protocol/load_protocol.h"
+#include "shared/protocol/ring.h"
+
+namespace blockswap::client {
+
+// How Ring::Load sends its requests: the ring's shared-memory request ring
+// and the device's doorbell (the fast path, where the daemon granted one),
+// or LoadRequests on the session's gRPC Load stream (the reference
+// transport). BLOCKSWAP_LOAD_TRANSPORT=grpc|shm chooses; shm by default.
+enum class LoadTransport { kGrpc, kShm };
+// The transport the environment asks for; INVALID_ARGUMENT for a value
+// other than grpc or shm.
+absl::StatusOr<LoadTransport> LoadTransportFromEnvironment();
+
+// Thread-safe. `native_stream` arguments are the caller's stream
+// (Device::WrapStream: a cudaStream_t on cuda, nullptr on host).
+class Ring {
+ public:
+  static absl::StatusOr<std::unique_ptr<Ring>> Create(Connection& connection,
+                                                      absl::string_view device_uuid,
+                                                      uint32_t slot_count, uint64_t slot_bytes);
+  // Drains outstanding loads (bounded) and asks the daemon to free the ring.
+  ~Ring();
+
+  // Replaces the ring by a new one of the same shape on the same device, in
+  // the connection's current session (after Connection::Reconnect): every
+  // slot starts empty, slot() addresses change. The old ring's memory stays
+  // mapped until this Ring is destroyed (work already queued on a stream
+  // may still read it). Not thread-safe: no other call on this ring may run
+  // meanwhile.
+  absl::Status Recreate();
+
+  uint64_t id() const { return ring_->ring_id(); }
+  const std::string& device_uuid() const { return device_.info().uuid; }
+  const RingShape& shape() const { return ring_->shape(); }
+  void* slot(uint32_t s) const { return ring_->slot(s); }
+
+  absl::Status Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream);
+  absl::Status Wait(uint32_t slot, void* native_stream, absl::Duration timeout);
+  absl::Status Release(uint32_t slot, void* native_stream);
+  // The same against a backend stream of this ring's device (for callers
+  // inside the library and tests that compute asynchronously on the host).
+  absl::Status Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream);
+  absl::Status Wait(uint32_t slot, Stream& stream, absl::Duration timeout);
+  absl::Status Release(uint32_t slot, Stream& stream);
+  Device& device() const { return device_; }
+  absl::Status Drain(absl::Duration timeout);
+  // Whether the daemon has already filled `slot`'s most recent load (so a
+  // Wait now need not block on the daemon). A racy snapshot, meant for
+  // statistics: a fill may land right after it returns false.
+  bool Filled(uint32_t slot);
+  // The ring's status word, explained: OK, or why the ring failed.
+  absl::Status Health();
+  // Whether loads travel through the ring's request ring (the daemon
+  // granted one, and the fast path was asked for).
+  bool has_request_ring() const { return ring_->doorbell() != nullptr; }
+  // The imported ring itself, for tests that misbehave on purpose.
+  ClientRing& shared_ring_for_testing() const { return *ring_; }
+
+ private:
+  Ring(Connection& connection, Device& device, LoadTransport transport,
+       std::unique_ptr<ClientRing> ring)
+      : connection_(connection),
+        device_(device),
+        transport_(transport),
+        ring_(std::move(ring)),
+        ring_session_(connection.token()),
+        consumer_(NewConsumer(*ring_)) {}
+  // The CreateRing call and the import, in the connection's current session.
+  static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Connection& connection,
+                                                            Device& device, uint32_t slot_count,
+                                                            uint64_t slot_bytes,
+                                                            LoadTransport transport);
+  std::unique_ptr<RingConsumer> NewConsumer(ClientRing& ring) {
+    return std::make_unique<RingConsumer>(
+        ring, ConsumerOptions{.liveness = [&connection = connection_] {
+          return connection.Liveness();
+        }});
+  }
+  // A ring that failed says why: the daemon's own message where it sent one.
+  absl::Status Explain(const absl::Status& status) const;
+
+  Connection& connection_;
+  Device& device_;
+  const LoadTransport transport_;
+  std::unique_ptr<ClientRing> ring_;  // replaced only by Recreate()
+  std::string ring_session_;  // the token of the session ring_ belongs to
+  std::vector<std::unique_ptr<ClientRing>> retired_;  // rings replaced by Recreate()
+  absl::Mutex mu_;
+  std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace blockswap::client
+
+#endif  // BLOCKSWAP_CLIENT_CORE_RING_H_

@@ -1,0 +1,136 @@
+#include "client/scheduler/ring_slot_driver.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "shared/base/status.h"
+
+namespace blockswap::client {
+
+ModelBlockMap MapByStreamingRank(const Placement& placement) {
+  return [placement](uint32_t block) { return placement.StreamingRank(block); };
+}
+
+ModelBlockMap MapIdentity() {
+  return [](uint32_t block) { return std::optional<uint32_t>(block); };
+}
+
+v1::PassStats PassStatsToProto(const PassStats& pass) {
+  v1::PassStats proto;
+  proto.set_direction(std::string(DirectionName(pass.direction)));
+  proto.set_stall_seconds(absl::ToDoubleSeconds(pass.stall));
+  proto.set_copy_seconds(absl::ToDoubleSeconds(pass.copy_time));
+  proto.set_waits(pass.waits);
+  proto.set_not_ready_waits(pass.not_ready_waits);
+  proto.set_self_heals(pass.self_heals);
+  proto.set_loads(pass.loads);
+  return proto;
+}
+
+RingSlotDriver::RingSlotDriver(Ring& ring, const Model& model, Stream& stream, ModelBlockMap map,
+                               Options options)
+    : ring_(ring),
+      model_(model),
+      stream_(stream),
+      map_(std::move(map)),
+      options_(options),
+      timing_(ring.shape().slot_count),
+      last_block_(ring.shape().slot_count) {}
+
+namespace {
+
+// Recoveries in one call before giving up: a daemon that dies again right
+// after each restart is not coming back usefully.
+constexpr int kMaxRecoveriesPerCall = 3;
+
+}  // namespace
+
+absl::Status RingSlotDriver::WithRecovery(std::optional<uint32_t> loading,
+                                          const std::function<absl::Status()>& call) {
+  absl::Status result = call();
+  SessionRecovery* recovery = options_.recovery;
+  for (int attempt = 0; attempt < kMaxRecoveriesPerCall && !result.ok() &&
+                        recovery != nullptr && recovery->enabled() &&
+                        SessionRecovery::IsDaemonLost(result);
+       ++attempt) {
+    // Recover() has used its whole timeout when it fails: that is the answer.
+    BLOCKSWAP_RETURN_IF_ERROR(recovery->Recover(result));
+    if (absl::Status reloaded = Reload(loading); !reloaded.ok()) {
+      if (!SessionRecovery::IsDaemonLost(reloaded)) return reloaded;
+      result = reloaded;  // lost again while reloading: recover once more
+      continue;
+    }
+    result = call();
+  }
+  return result;
+}
+
+absl::Status RingSlotDriver::Reload(std::optional<uint32_t> loading) {
+  std::vector<uint32_t> reloaded;
+  for (uint32_t slot = 0; slot < last_block_.size(); ++slot) {
+    if (!last_block_[slot] || slot == loading) continue;
+    std::optional<uint32_t> model_block = map_(*last_block_[slot]);
+    BLOCKSWAP_RETURN_IF_ERROR(ring_.Load(slot, model_, *model_block, stream_));
+    timing_[slot] = SlotTiming{};
+    reloaded.push_back(slot);
+  }
+  // The scheduler may read a slot it saw loaded without another wait (a
+  // block kept for the turn-around): every reload is complete, as seen by
+  // the stream, before the call runs again.
+  for (uint32_t slot : reloaded) {
+    BLOCKSWAP_RETURN_IF_ERROR(ring_.Wait(slot, stream_, options_.timeout));
+    if (options_.on_reload) options_.on_reload(*last_block_[slot], slot);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingSlotDriver::Load(uint32_t slot, uint32_t block) {
+  if (slot >= timing_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("slot ", slot, " out of range (the ring has ", timing_.size(), ")"));
+  }
+  std::optional<uint32_t> model_block = map_(block);
+  if (!model_block || *model_block >= model_.block_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", block, " has no block in model ",
+                                                   model_.id(), " (", model_.block_count(),
+                                                   " blocks)"));
+  }
+  const absl::Time requested = absl::Now();
+  absl::Status loaded =
+      WithRecovery(slot, [&] { return ring_.Load(slot, model_, *model_block, stream_); });
+  if (!loaded.ok()) return loaded;
+  timing_[slot] = SlotTiming{.requested = requested, .reported = false};
+  last_block_[slot] = block;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
+  if (slot >= timing_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("slot ", slot, " out of range (the ring has ", timing_.size(), ")"));
+  }
+  WaitOutcome outcome;
+  absl::Status waited = WithRecovery(std::nullopt, [&] {
+    outcome.was_ready = ring_.Filled(slot);
+    return ring_.Wait(slot, stream_, options_.timeout);
+  });
+  if (!waited.ok()) return waited;
+  SlotTiming& timing = timing_[slot];
+  if (!timing.reported) {
+    timing.reported = true;
+    if (!outcome.was_ready) outcome.copy_time = absl::Now() - timing.requested;
+  }
+  return outcome;
+}
+
+absl::Status RingSlotDriver::Release(uint32_t slot) {
+  return WithRecovery(std::nullopt, [&] { return ring_.Release(slot, stream_); });
+}
+
+absl::Status RingSlotDriver::Drain() {
+  return WithRecovery(std::nullopt, [&] { return ring_.Drain(options_.timeout); });
+}
+
+}  // namespace blockswap::client

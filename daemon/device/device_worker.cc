@@ -1,0 +1,477 @@
+#include "daemon/device/device_worker.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "shared/base/status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+// How long the worker sleeps between polls while a copy waits for a client's
+// `free` event, and while idle (the heartbeat period).
+// A copy held back only by its client (a slow or stuck consumer) should not
+// cost the daemon a core, nor other clients their speed: each ring's poll
+// period doubles up to kPendingPollMax while its polls make no progress; a
+// new request for the ring or an issued copy resets it.
+constexpr absl::Duration kPendingPoll = absl::Microseconds(50);
+constexpr absl::Duration kPendingPollMax = absl::Milliseconds(1);
+constexpr absl::Duration kRetirePoll = absl::Milliseconds(1);
+constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
+
+}  // namespace
+
+struct DeviceWorker::RingState {
+  uint64_t ring_id = 0;
+  uint64_t session_id = 0;
+  RingOwner owner;
+  std::unique_ptr<DaemonRing> ring;
+  std::unique_ptr<RingProducer> producer;  // after `ring`: destroyed first
+  // The load fast path, when the client asked for it.
+  std::unique_ptr<RequestRingReader> requests;
+  std::shared_ptr<const LoadResolver> resolver;
+  std::vector<SlotSnapshot> residency;
+  std::vector<std::shared_ptr<const void>> keep_alive;  // per slot
+  std::shared_ptr<LoadEventSink> last_sink;
+  absl::Duration poll_period = kPendingPoll;
+  absl::Time next_poll = absl::InfinitePast();
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+  // Retirement.
+  bool owner_alive = false;
+  absl::Time release_deadline;
+  std::shared_ptr<std::atomic<bool>> copies_done;  // set by a fence on the copy stream
+};
+
+struct DeviceWorker::CopyClock {
+  absl::Mutex mu;
+  absl::Time last_complete ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Duration busy ABSL_GUARDED_BY(mu);
+
+  // Called on the copy stream once the copies issued at `issued` are done:
+  // counts the time the stream was busy, not overlapping periods twice.
+  void Tick(absl::Time issued) {
+    absl::Time now = absl::Now();
+    absl::MutexLock lock(&mu);
+    busy += now - std::max(issued, last_complete);
+    last_complete = now;
+  }
+  double seconds() {
+    absl::MutexLock lock(&mu);
+    return absl::ToDoubleSeconds(busy);
+  }
+};
+
+v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
+                             const absl::Status& error) {
+  v1::LoadEvent event;
+  event.set_ring_id(ring_id);
+  event.set_slot(slot);
+  event.set_generation(generation);
+  event.set_error_code(static_cast<int>(error.code()));
+  event.set_error_message(std::string(error.message()));
+  return event;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device,
+                                                                  uint64_t boot_id) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
+                             Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
+  return std::unique_ptr<DeviceWorker>(
+      new DeviceWorker(device, boot_id, std::move(stream), std::move(doorbell)));
+}
+
+DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
+                           std::unique_ptr<Doorbell> doorbell)
+    : device_(device),
+      boot_id_(boot_id),
+      copy_stream_(std::move(copy_stream)),
+      doorbell_(std::move(doorbell)),
+      clock_(std::make_shared<CopyClock>()),
+      copies_done_trace_(std::make_shared<TraceBuffer>(kDeviceTraceCapacity)),
+      thread_([this] { Run(); }) {}
+
+DeviceWorker::~DeviceWorker() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stop_ = true;
+  }
+  doorbell_->Ring();
+  thread_.join();
+  // Rings go only after the copies that write into them.
+  (void)copy_stream_->Synchronize();
+  absl::MutexLock lock(&rings_mu_);
+  rings_.clear();
+  retired_.clear();
+}
+
+absl::StatusOr<RingExport> DeviceWorker::CreateRing(
+    uint64_t ring_id, uint64_t session_id, const RingShape& shape, RingOwner owner,
+    std::shared_ptr<const LoadResolver> resolver) {
+  BLOCKSWAP_RETURN_IF_ERROR(device_.health());
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonRing> ring,
+                             DaemonRing::Create(device_, ring_id, shape, boot_id_));
+  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, ring->Export());
+  auto state = std::make_unique<RingState>();
+  state->ring_id = ring_id;
+  state->session_id = session_id;
+  state->owner = std::move(owner);
+  state->producer = std::make_unique<RingProducer>(*ring, *copy_stream_);
+  if (resolver != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(exported.doorbell, doorbell_->Export());
+    exported.request_ring_capacity = kRequestRingCapacity;
+    state->requests = std::make_unique<RequestRingReader>(ring->client_control(), ring->control());
+    state->resolver = std::move(resolver);
+  }
+  state->ring = std::move(ring);
+  state->residency.resize(shape.slot_count);
+  state->keep_alive.resize(shape.slot_count);
+  absl::MutexLock lock(&rings_mu_);
+  rings_[ring_id] = std::move(state);
+  return exported;
+}
+
+void DeviceWorker::Submit(LoadTask task) {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(task));
+  }
+  doorbell_->Ring();
+}
+
+void DeviceWorker::Reject(LoadTask task, absl::Status error) {
+  task.rejection = std::move(error);
+  Submit(std::move(task));
+}
+
+void DeviceWorker::RetireRing(uint64_t ring_id, bool owner_alive,
+                              absl::Duration release_timeout) {
+  absl::MutexLock lock(&rings_mu_);
+  auto it = rings_.find(ring_id);
+  if (it == rings_.end()) return;
+  std::unique_ptr<RingState> state = std::move(it->second);
+  rings_.erase(it);
+  state->owner_alive = owner_alive;
+  state->release_deadline = absl::Now() + release_timeout;
+  retired_.push_back(std::move(state));
+  doorbell_->Ring();  // frees it now, not at the next heartbeat
+}
+
+void DeviceWorker::FailAllRings(const absl::Status& error) {
+  absl::MutexLock lock(&rings_mu_);
+  for (auto& [id, state] : rings_) state->producer->Fail(error);
+}
+
+bool DeviceWorker::idle() const {
+  absl::MutexLock lock(&rings_mu_);
+  return retired_.empty();
+}
+
+void DeviceWorker::Run() {
+  absl::Duration wait = kHeartbeatPeriod;
+  while (true) {
+    // The doorbell's protocol (shared/os/doorbell.h): say we may sleep, read
+    // the bell, look for work, and sleep only if none was found.
+    const uint32_t seen = doorbell_->PrepareToSleep();
+    if (HasWork()) {
+      doorbell_->Awake();
+    } else {
+      doorbell_->Sleep(seen, wait);
+    }
+    std::deque<LoadTask> tasks;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (stop_) return;
+      tasks.swap(queue_);
+    }
+    absl::MutexLock lock(&rings_mu_);
+    ProcessTasks(tasks);
+    ReadRequestRings();
+    absl::Time next_poll = PollRings();
+    Heartbeat();
+    FreeRetiredRings();
+    wait = std::min(kHeartbeatPeriod, std::max(absl::ZeroDuration(), next_poll - absl::Now()));
+    if (!retired_.empty()) wait = std::min(wait, kRetirePoll);
+  }
+}
+
+bool DeviceWorker::HasWork() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (!queue_.empty() || stop_) return true;
+  }
+  absl::MutexLock lock(&rings_mu_);
+  for (const auto& [id, state] : rings_) {
+    if (state->requests != nullptr && state->producer->status().ok() &&
+        state->requests->HasRequests()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
+  for (LoadTask& task : tasks) {
+    auto it = rings_.find(task.ring_id);
+    if (it == rings_.end()) {
+      if (task.sink != nullptr) {
+        task.sink->Send(LoadErrorEvent(
+            task.ring_id, task.slot, task.generation,
+            absl::NotFoundError(absl::StrCat("ring ", task.ring_id, " no longer exists on ",
+                                             device_.info().uuid))));
+      }
+      continue;
+    }
+    RingState& ring = *it->second;
+    if (task.sink != nullptr) ring.last_sink = task.sink;
+    (void)Accept(ring, task);
+  }
+}
+
+void DeviceWorker::ReadRequestRings() {
+  for (auto& [id, state] : rings_) {
+    RingState& ring = *state;
+    if (ring.requests == nullptr || !ring.producer->status().ok() ||
+        !ring.requests->HasRequests()) {
+      continue;
+    }
+    entries_.clear();
+    if (absl::Status taken = ring.requests->Take(entries_); !taken.ok()) {
+      ++protocol_errors_;
+      ring.producer->Fail(taken);
+      Report(ring, taken, UINT32_MAX, 0, ring.last_sink);
+      continue;
+    }
+    for (const RequestValues& entry : entries_) {
+      // `entry` is the worker's own copy: the client may rewrite the shared
+      // one at any time, but not what is validated here.
+      LoadTask task;
+      task.ring_id = ring.ring_id;
+      task.slot = entry.slot;
+      task.generation = entry.generation;
+      task.block = entry.block;
+      task.sink = ring.last_sink;
+      absl::StatusOr<ResolvedLoad> resolved =
+          ring.resolver->Resolve(ring.ring_id, ring.ring->shape(), entry);
+      if (resolved.ok()) {
+        task.SetSource(*std::move(resolved));
+      } else {
+        task.rejection = resolved.status();
+        Report(ring, task.rejection, task.slot, task.generation, task.sink);
+      }
+      if (!Accept(ring, task)) break;  // the ring failed: the rest is moot
+    }
+  }
+}
+
+bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
+  if (!task.rejection.ok()) {
+    // Already answered to the client; the status word must say it too.
+    ++protocol_errors_;
+    RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
+    ring.producer->Fail(task.rejection, task.slot);
+    return false;
+  }
+  absl::Status submitted =
+      ring.producer->Submit(task.slot, task.generation, task.source, task.bytes);
+  if (!submitted.ok()) {
+    ++protocol_errors_;
+    RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
+    Report(ring, submitted, task.slot, task.generation, task.sink);
+    return false;
+  }
+  SlotSnapshot& slot = ring.residency[task.slot];
+  slot.loaded = true;
+  slot.model_id = std::move(task.model_id);
+  slot.block = task.block;
+  RecordTrace(TraceKind::kAccepted, ring, task.slot, task.generation, task.bytes);
+  ring.keep_alive[task.slot] = std::move(task.keep_alive);
+  ++ring.loads;
+  ring.bytes += task.bytes;
+  ring.poll_period = kPendingPoll;
+  ring.next_poll = absl::InfinitePast();
+  loads_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
+  return true;
+}
+
+absl::Time DeviceWorker::PollRings() {
+  const absl::Time now = absl::Now();
+  absl::Time earliest = absl::InfiniteFuture();
+  bool issued_any = false;
+  std::vector<RingProducer::Issued> issued_loads;
+  std::vector<TraceEvent> copies;  // traced done by the host function below
+  for (auto& [id, state] : rings_) {
+    if (!state->producer->has_pending()) continue;
+    if (now < state->next_poll) {
+      earliest = std::min(earliest, state->next_poll);
+      continue;
+    }
+    issued_loads.clear();
+    absl::StatusOr<int> issued = state->producer->Poll(&issued_loads);
+    for (const RingProducer::Issued& load : issued_loads) {
+      RecordTrace(TraceKind::kCopyIssued, *state, load.slot, load.generation, load.bytes,
+                  load.issued_ns);
+      RecordTrace(TraceKind::kFilled, *state, load.slot, load.generation, load.bytes,
+                  load.filled_ns);
+      copies.push_back(TraceEvent{0, id, load.bytes, load.slot, load.generation,
+                                  state->residency[load.slot].block, TraceKind::kCopyDone, 0});
+    }
+    if (!issued.ok()) {
+      Report(*state, issued.status(), UINT32_MAX, 0, state->last_sink);
+      continue;
+    }
+    issued_any = issued_any || *issued > 0;
+    if (!state->producer->has_pending()) continue;
+    state->poll_period =
+        *issued > 0 ? kPendingPoll : std::min(state->poll_period * 2, kPendingPollMax);
+    state->next_poll = now + state->poll_period;
+    earliest = std::min(earliest, state->next_poll);
+  }
+  if (issued_any) {
+    (void)copy_stream_->LaunchHostFunc([clock = clock_, issued = absl::Now(),
+                                        done = copies_done_trace_, copies = std::move(copies)] {
+      clock->Tick(issued);
+      const uint64_t now = MonotonicNanos();
+      for (TraceEvent copy : copies) {
+        copy.time_ns = now;
+        done->ring().Record(copy);
+      }
+    });
+  }
+  return earliest;
+}
+
+void DeviceWorker::Heartbeat() {
+  absl::Time now = absl::Now();
+  if (now - last_heartbeat_ < kHeartbeatPeriod) return;
+  last_heartbeat_ = now;
+  for (auto& [id, state] : rings_) state->producer->Heartbeat();
+}
+
+void DeviceWorker::FreeRetiredRings() {
+  absl::Time now = absl::Now();
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    RingState& state = **it;
+    if (state.copies_done == nullptr) {
+      // Fence: everything issued so far on the copy stream, this ring's
+      // copies included, has completed once this runs.
+      state.copies_done = std::make_shared<std::atomic<bool>>(false);
+      (void)copy_stream_->LaunchHostFunc([done = state.copies_done] { done->store(true); });
+    }
+    bool released = state.copies_done->load();
+    if (released && state.owner_alive && now < state.release_deadline) {
+      for (uint32_t s = 0; s < state.ring->shape().slot_count && released; ++s) {
+        absl::StatusOr<bool> done = state.ring->free(s).Query();
+        released = !done.ok() || *done;
+      }
+    }
+    if (released || (now >= state.release_deadline && state.copies_done->load())) {
+      retired_traces_.push_back(ReadRingTrace(state, 0));
+      retired_traces_.back().retired = true;
+      if (retired_traces_.size() > kRetiredRingTraces) {
+        retired_traces_.pop_front();
+        ++retired_traces_dropped_;
+      }
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void DeviceWorker::Report(RingState& ring, const absl::Status& error, uint32_t slot,
+                          uint32_t generation, const std::shared_ptr<LoadEventSink>& sink) {
+  if (sink == nullptr) return;
+  sink->Send(LoadErrorEvent(ring.ring_id, slot, generation, error));
+}
+
+std::vector<RingSnapshot> DeviceWorker::Snapshot() const {
+  absl::MutexLock lock(&rings_mu_);
+  std::vector<RingSnapshot> out;
+  for (const auto& [id, state] : rings_) {
+    RingSnapshot snapshot;
+    snapshot.ring_id = id;
+    snapshot.session_id = state->session_id;
+    snapshot.shape = state->ring->shape();
+    snapshot.slots = state->residency;
+    for (uint32_t s = 0; s < snapshot.shape.slot_count; ++s) {
+      snapshot.slots[s].filled_seq =
+          state->ring->control().filled_seq[s].load(std::memory_order_relaxed);
+      snapshot.slots[s].consumed_seq =
+          state->ring->client_control().consumed_seq[s].load(std::memory_order_relaxed);
+    }
+    snapshot.loads = state->loads;
+    snapshot.bytes = state->bytes;
+    snapshot.status = state->producer->status();
+    out.push_back(std::move(snapshot));
+  }
+  return out;
+}
+
+void DeviceWorker::RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot,
+                               uint32_t generation, uint64_t bytes, uint64_t time_ns) {
+  uint32_t block = slot < ring.residency.size() ? ring.residency[slot].block : 0;
+  trace_.ring().Record(
+      TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
+}
+
+RingTrace DeviceWorker::ReadRingTrace(const RingState& ring, uint64_t since_ns) {
+  RingTrace out;
+  out.ring_id = ring.ring_id;
+  out.session_id = ring.session_id;
+  out.owner = ring.owner;
+  TraceSnapshot snapshot = ring.ring->ReadClientTrace(since_ns);
+  out.lost = snapshot.lost;
+  // The client wrote these: keep only what could be its own events.
+  for (const TraceEvent& event : snapshot.events) {
+    if (!IsClientTraceKind(static_cast<uint16_t>(event.kind)) || event.ring_id != ring.ring_id ||
+        event.slot >= ring.ring->shape().slot_count) {
+      ++out.invalid;
+      continue;
+    }
+    out.events.push_back(event);
+  }
+  return out;
+}
+
+DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
+  DeviceTrace out;
+  TraceSnapshot own = trace_.ring().Read(since_ns);
+  TraceSnapshot done = copies_done_trace_->ring().Read(since_ns);
+  out.lost = own.lost + done.lost;
+  out.events = std::move(own.events);
+  out.events.insert(out.events.end(), done.events.begin(), done.events.end());
+  std::stable_sort(out.events.begin(), out.events.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+  absl::MutexLock lock(&rings_mu_);
+  for (const RingTrace& ring : retired_traces_) {
+    RingTrace copy = ring;
+    // As TraceRing::Read: what a ring lost is older than all it held, so a
+    // ring that reaches back to the window lost nothing of it.
+    if (since_ns > 0 && !copy.events.empty() && copy.events.front().time_ns <= since_ns) {
+      copy.lost = 0;
+    }
+    std::erase_if(copy.events, [&](const TraceEvent& e) { return e.time_ns < since_ns; });
+    out.rings.push_back(std::move(copy));
+  }
+  for (const auto& state : retired_) out.rings.push_back(ReadRingTrace(*state, since_ns));
+  for (const auto& [id, state] : rings_) out.rings.push_back(ReadRingTrace(*state, since_ns));
+  out.retired_rings_dropped = retired_traces_dropped_;
+  return out;
+}
+
+DeviceStats DeviceWorker::stats() const {
+  DeviceStats stats;
+  stats.loads = loads_.load(std::memory_order_relaxed);
+  stats.bytes = bytes_.load(std::memory_order_relaxed);
+  stats.copy_seconds = clock_->seconds();
+  absl::MutexLock lock(&rings_mu_);
+  for (const auto& [id, state] : rings_) stats.queue_depth += state->producer->pending_count();
+  stats.protocol_errors = protocol_errors_;
+  stats.rings = rings_.size();
+  return stats;
+}
+
+}  // namespace blockswap::daemon

@@ -1,0 +1,243 @@
+// DeviceWorker: one per device the daemon drives. It owns the device's copy
+// stream and the daemon half (RingProducer) of every ring on the device, and
+// runs them on its own thread, so that a copy held back because one client's
+// compute still uses its slot never delays another client's copies, and no
+// gRPC reactor ever blocks on a device.
+//
+// The worker sleeps on one thing, the device's doorbell (shared/os/doorbell.h),
+// with the timeout of its next poll or heartbeat: the daemon's own threads
+// ring it after queueing work (Submit, Reject, RetireRing), and clients ring
+// it after writing their rings' request rings (shared/protocol/request_ring.h).
+#ifndef BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
+#define BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "blockswap/v1/blockswap.pb.h"
+#include "daemon/device/load_resolver.h"
+#include "shared/backend/backend.h"
+#include "shared/os/doorbell.h"
+#include "shared/protocol/load_protocol.h"
+#include "shared/protocol/request_ring.h"
+#include "shared/protocol/ring.h"
+#include "shared/protocol/trace_ring.h"
+
+namespace blockswap::daemon {
+
+// Where the errors of a load go: the Load stream that sent the request.
+// Send never blocks; a sink whose stream has ended drops events.
+class LoadEventSink {
+ public:
+  virtual ~LoadEventSink() = default;
+  virtual void Send(v1::LoadEvent event) = 0;
+};
+
+// The event that reports `error` for a load request to its client.
+v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
+                             const absl::Status& error);
+
+// One validated load request.
+struct LoadTask {
+  uint64_t ring_id = 0;
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+  const std::byte* source = nullptr;  // the block's master bytes
+  size_t bytes = 0;
+  std::shared_ptr<const void> keep_alive;  // keeps `source` mapped until copied
+  std::string model_id;
+  uint32_t block = 0;
+  std::shared_ptr<LoadEventSink> sink;
+  absl::Status rejection;  // set: fail the ring with it instead of loading
+
+  // Where the bytes come from, as either transport resolved them.
+  void SetSource(ResolvedLoad resolved) {
+    source = resolved.source;
+    bytes = resolved.bytes;
+    keep_alive = std::move(resolved.keep_alive);
+    model_id = std::move(resolved.model_id);
+  }
+};
+
+struct SlotSnapshot {
+  bool loaded = false;  // a load was ever accepted for the slot
+  std::string model_id;
+  uint32_t block = 0;
+  uint32_t filled_seq = 0;
+  uint32_t consumed_seq = 0;
+};
+
+struct RingSnapshot {
+  uint64_t ring_id = 0;
+  uint64_t session_id = 0;
+  RingShape shape;
+  std::vector<SlotSnapshot> slots;
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+  absl::Status status;  // the error that failed the ring, if any
+};
+
+// Who a ring's client trace belongs to, kept after the session ends.
+struct RingOwner {
+  uint32_t pid = 0;
+  std::string client_name;
+};
+
+// One ring's client trace as the daemon read it (validated).
+struct RingTrace {
+  uint64_t ring_id = 0;
+  uint64_t session_id = 0;
+  RingOwner owner;
+  bool retired = false;  // read when the ring was freed
+  std::vector<TraceEvent> events;
+  uint64_t lost = 0;
+  uint64_t invalid = 0;  // entries that are not the client's kinds, ring or slots
+};
+
+// What a worker holds for Admin.Trace: its own events (accepted, copy
+// issued/done, filled, rejected), oldest first, and every ring's client trace.
+struct DeviceTrace {
+  std::vector<TraceEvent> events;
+  uint64_t lost = 0;
+  uint64_t retired_rings_dropped = 0;
+  std::vector<RingTrace> rings;
+};
+
+// Events each device worker keeps (about 10k loads) and client traces of
+// freed rings it keeps (the newest).
+inline constexpr uint32_t kDeviceTraceCapacity = 49152;
+inline constexpr size_t kRetiredRingTraces = 128;
+
+struct DeviceStats {
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+  double copy_seconds = 0;  // time the copy stream was busy
+  uint64_t queue_depth = 0;  // loads accepted but not yet issued
+  uint64_t protocol_errors = 0;
+  uint64_t rings = 0;
+};
+
+class DeviceWorker {
+ public:
+  // `device` must outlive the worker.
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id);
+  // Stops the thread, waits for issued copies and frees every ring.
+  ~DeviceWorker();
+
+  Device& device() const { return device_; }
+
+  // Creates a ring on this device for `session_id` and returns its export.
+  // `owner` labels the ring's trace. With a `resolver` the ring also gets a
+  // request ring (the load fast path): the export carries the device's
+  // doorbell, and the worker takes the entries its client writes, resolved by
+  // `resolver` and validated like Submit's tasks; a bad entry fails the ring.
+  // Runs on the caller's thread (device allocation can take milliseconds);
+  // thread-safe.
+  absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
+                                        const RingShape& shape, RingOwner owner = {},
+                                        std::shared_ptr<const LoadResolver> resolver = nullptr);
+
+  // Queues a load for the worker thread. Never blocks. A request that breaks
+  // the protocol fails its ring and is reported to task.sink.
+  void Submit(LoadTask task);
+  // Queues a request that failed validation: the worker fails its ring with
+  // `error` (so a client waiting on the ring hears of it) and reports it.
+  void Reject(LoadTask task, absl::Status error);
+
+  // Stops serving the ring and frees it once nothing on a device can still
+  // touch it: the copy stream is done with it and — while its client is
+  // alive (`owner_alive`) — every `free` event the client recorded has
+  // completed (bounded by `release_timeout`).
+  void RetireRing(uint64_t ring_id, bool owner_alive,
+                  absl::Duration release_timeout = absl::Seconds(30));
+
+  // Fails every ring with `error` (shutdown): clients waiting on a slot see
+  // it in the status word at once.
+  void FailAllRings(const absl::Status& error);
+
+  // True once every retired ring has been freed.
+  bool idle() const;
+
+  std::vector<RingSnapshot> Snapshot() const;
+  DeviceStats stats() const;
+  // The events with time_ns >= since_ns held now; thread-safe, never waits
+  // for the worker thread beyond rings_mu_.
+  DeviceTrace ReadTrace(uint64_t since_ns) const;
+
+ private:
+  struct RingState;
+
+  DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
+               std::unique_ptr<Doorbell> doorbell);
+  void Run();
+  // Whether work waits: a queued task or an entry in a request ring.
+  bool HasWork();
+  void ProcessTasks(std::deque<LoadTask>& tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Takes the entries of every ring's request ring.
+  void ReadRequestRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // A task for `ring`, from either transport: fails the ring with its
+  // rejection, or hands it to the ring's producer. False: the ring failed.
+  bool Accept(RingState& ring, LoadTask& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Issues what can be issued; returns when copies still waiting for a
+  // `free` should next be polled (InfiniteFuture: none waits).
+  absl::Time PollRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
+              const std::shared_ptr<LoadEventSink>& sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Into trace_ (the worker thread's own ring).
+  void RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot, uint32_t generation,
+                   uint64_t bytes, uint64_t time_ns = MonotonicNanos());
+  static RingTrace ReadRingTrace(const RingState& ring, uint64_t since_ns);
+
+  Device& device_;
+  const uint64_t boot_id_;
+  // Used by the worker thread only, after construction.
+  std::unique_ptr<Stream> copy_stream_;
+  const std::unique_ptr<Doorbell> doorbell_;  // thread-safe
+  std::vector<RequestValues> entries_ ABSL_GUARDED_BY(rings_mu_);  // ReadRequestRings scratch
+
+  mutable absl::Mutex queue_mu_;
+  std::deque<LoadTask> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  // Held by the worker thread while it works on rings (microseconds at a
+  // time), and by the callers of CreateRing, RetireRing and Snapshot.
+  mutable absl::Mutex rings_mu_;
+  std::map<uint64_t, std::unique_ptr<RingState>> rings_ ABSL_GUARDED_BY(rings_mu_);
+  std::vector<std::unique_ptr<RingState>> retired_ ABSL_GUARDED_BY(rings_mu_);
+  uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
+  absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
+
+  // Copy accounting, updated from the copy stream's host functions.
+  struct CopyClock;
+  std::shared_ptr<CopyClock> clock_;
+  std::atomic<uint64_t> loads_{0};
+  std::atomic<uint64_t> bytes_{0};
+
+  // Tracing: trace_ is written by the worker thread only, copies_done_trace_
+  // by the copy stream's host functions only (one writer each); readers are
+  // Admin.Trace threads. Client traces of freed rings are kept, bounded.
+  TraceBuffer trace_{kDeviceTraceCapacity};
+  std::shared_ptr<TraceBuffer> copies_done_trace_;
+  std::deque<RingTrace> retired_traces_ ABSL_GUARDED_BY(rings_mu_);
+  uint64_t retired_traces_dropped_ ABSL_GUARDED_BY(rings_mu_) = 0;
+
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_

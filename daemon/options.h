@@ -1,0 +1,45 @@
+// DaemonOptions: everything blockswapd is started with, as the config file
+// and the command line resolve it (config.h). Its own header so that the
+// config reader does not include the whole daemon.
+#ifndef BLOCKSWAP_DAEMON_OPTIONS_H_
+#define BLOCKSWAP_DAEMON_OPTIONS_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/os/logging.h"
+#include "daemon/session/quota.h"
+#include "shared/backend/backend.h"
+
+namespace blockswap::daemon {
+
+struct DaemonOptions {
+  std::string socket_path = "/run/blockswap/blockswapd.sock";
+  // Group of the socket file (name or number); empty: the daemon's group.
+  std::string socket_group;
+  BackendChoice backend = BackendChoice::kAuto;
+  HostBackendOptions host;
+  // The directory of the master files (mode 0700, on a tmpfs).
+  std::string shm_prefix = "/dev/shm/blockswap";
+  uint64_t max_pinned_bytes = 0;  // 0: only the tmpfs's free space limits
+  // Added to the default allow list (the daemon's uid, root, the socket's
+  // group).
+  std::vector<uid_t> allow_uids;
+  std::vector<gid_t> allow_gids;
+  // How long Shutdown lets attached clients detach on their own.
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  LogLevel log_level = LogLevel::kInfo;
+  // HOST:PORT of the Prometheus endpoint; empty: off.
+  std::string metrics_listen;
+  ClientQuotas quotas;
+  std::function<void(absl::string_view)> log;  // default: stderr
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_OPTIONS_H_

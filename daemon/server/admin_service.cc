@@ -1,0 +1,275 @@
+#include "daemon/server/admin_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+#include "shared/protocol/grpc_status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+void FillDevice(const Device& device, v1::Device* out) {
+  out->set_uuid(device.info().uuid);
+  out->set_name(device.info().name);
+  out->set_total_memory_bytes(device.info().total_memory_bytes);
+  if (absl::Status health = device.health(); !health.ok()) {
+    out->set_error(std::string(health.message()));
+  }
+}
+
+void FillTraceEvent(const TraceEvent& event, v1::TraceEvent* out) {
+  out->set_time_ns(event.time_ns);
+  out->set_kind(static_cast<uint32_t>(event.kind));
+  out->set_ring_id(event.ring_id);
+  out->set_slot(event.slot);
+  out->set_generation(event.generation);
+  out->set_block(event.block);
+  out->set_value(event.value);
+  out->set_flags(event.flags);
+}
+
+}  // namespace
+
+v1::StatusReply BuildStatus(const DaemonView& view) {
+  v1::StatusReply reply;
+  reply.set_version(kVersion);
+  reply.set_backend(view.backend->kind() == BackendKind::kCuda ? v1::BACKEND_CUDA
+                                                                  : v1::BACKEND_HOST);
+  for (const auto& device : view.backend->devices()) FillDevice(*device, reply.add_devices());
+  reply.set_boot_id(view.boot_id);
+  reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - view.started_at));
+  reply.set_pinned_bytes(view.store->pinned_bytes());
+  FileIngestStats files = view.sessions->file_ingest().stats();
+  reply.set_file_reads(files.reads);
+  reply.set_file_bytes_read(files.bytes_read);
+  reply.set_evictions(view.store->stats().evicted);
+  return reply;
+}
+
+v1::ClientsReply BuildClients(const DaemonView& view) {
+  v1::ClientsReply reply;
+  for (const auto& session : view.sessions->Sessions()) {
+    v1::ClientInfo* client = reply.add_clients();
+    client->set_session_id(session->id());
+    client->set_client_name(session->client_name());
+    client->set_pid(static_cast<uint32_t>(session->peer().pid));
+    client->set_uid(session->peer().uid);
+    client->set_gid(session->peer().gid);
+    client->set_attached_seconds(absl::ToDoubleSeconds(absl::Now() - session->attached_at()));
+    absl::MutexLock lock(&session->mu);
+    client->set_ring_count(static_cast<uint32_t>(session->rings.size()));
+    client->set_loads(session->all_loads());
+    std::set<std::string> devices;
+    for (const auto& [id, ring] : session->rings) devices.insert(ring.device_uuid);
+    for (const std::string& uuid : devices) client->add_device_uuids(uuid);
+  }
+  return reply;
+}
+
+v1::ModelsReply BuildModels(const DaemonView& view) {
+  std::map<std::string, uint32_t> open_in;
+  for (const auto& session : view.sessions->Sessions()) {
+    for (const std::string& id : session->models->Ids()) ++open_in[id];
+  }
+  v1::ModelsReply reply;
+  // A pinned store pins every model (cudaHostRegister on the cuda backend).
+  bool pinned = view.backend->kind() == BackendKind::kCuda;
+  for (const auto& model : view.store->List()) {
+    v1::ModelInfo* info = reply.add_models();
+    info->set_source(model->source());
+    info->set_pinned(pinned);
+    info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
+    info->set_model_id(model->id());
+    info->set_name(model->name());
+    info->set_block_count(static_cast<uint32_t>(model->block_count()));
+    info->set_bytes(model->masters_bytes());
+    info->set_open_sessions(open_in[model->id()]);
+  }
+  return reply;
+}
+
+v1::ResidencyReply BuildResidency(const DaemonView& view) {
+  v1::ResidencyReply reply;
+  for (const auto& [uuid, worker] : view.workers) {
+    for (const RingSnapshot& ring : worker->Snapshot()) {
+      v1::RingResidency* out = reply.add_rings();
+      out->set_session_id(ring.session_id);
+      out->set_ring_id(ring.ring_id);
+      out->set_device_uuid(uuid);
+      for (uint32_t s = 0; s < ring.slots.size(); ++s) {
+        const SlotSnapshot& slot = ring.slots[s];
+        v1::SlotResidency* slot_out = out->add_slots();
+        slot_out->set_slot(s);
+        if (slot.loaded) {
+          slot_out->set_model_id(slot.model_id);
+          slot_out->set_block(slot.block);
+        }
+        slot_out->set_filled_seq(slot.filled_seq);
+        slot_out->set_consumed_seq(slot.consumed_seq);
+      }
+    }
+  }
+  return reply;
+}
+
+v1::StatsReply BuildStats(const DaemonView& view) {
+  v1::StatsReply reply;
+  std::map<uint64_t, uint64_t> bytes_by_session;
+  for (const auto& [uuid, worker] : view.workers) {
+    DeviceStats stats = worker->stats();
+    v1::DeviceStats* out = reply.add_devices();
+    out->set_device_uuid(uuid);
+    out->set_loads(stats.loads);
+    out->set_bytes_copied(stats.bytes);
+    out->set_copy_seconds(stats.copy_seconds);
+    out->set_queue_depth(stats.queue_depth);
+    out->set_protocol_errors(stats.protocol_errors);
+    out->set_rings(static_cast<uint32_t>(stats.rings));
+    for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;
+  }
+  for (const auto& session : view.sessions->Sessions()) {
+    v1::ClientStats* client = reply.add_clients();
+    client->set_session_id(session->id());
+    client->set_client_name(session->client_name());
+    client->set_bytes(bytes_by_session[session->id()]);
+    absl::MutexLock lock(&session->mu);
+    client->set_loads(session->all_loads());
+    client->set_rejected_loads(session->all_rejected_loads());
+    for (const v1::PassStats& pass : session->pass_stats) *client->add_passes() = pass;
+  }
+  return reply;
+}
+
+template <typename Reply>
+grpc::ServerUnaryReactor* AdminService::Answer(grpc::CallbackServerContext* context, Reply* reply,
+                                               Reply (*build)(const DaemonView&)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
+  if (caller.ok()) *reply = build(view_);
+  reactor->Finish(ToGrpcStatus(caller.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* context,
+                                               const v1::StatusRequest*, v1::StatusReply* reply) {
+  return Answer(context, reply, &BuildStatus);
+}
+grpc::ServerUnaryReactor* AdminService::Clients(grpc::CallbackServerContext* context,
+                                                const v1::ClientsRequest*,
+                                                v1::ClientsReply* reply) {
+  return Answer(context, reply, &BuildClients);
+}
+grpc::ServerUnaryReactor* AdminService::Models(grpc::CallbackServerContext* context,
+                                               const v1::ModelsRequest*, v1::ModelsReply* reply) {
+  return Answer(context, reply, &BuildModels);
+}
+grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* context,
+                                                  const v1::ResidencyRequest*,
+                                                  v1::ResidencyReply* reply) {
+  return Answer(context, reply, &BuildResidency);
+}
+grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
+                                              const v1::StatsRequest*, v1::StatsReply* reply) {
+  return Answer(context, reply, &BuildStats);
+}
+
+v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request) {
+  v1::TraceReply reply;
+  reply.set_daemon_pid(static_cast<uint32_t>(::getpid()));
+  reply.set_now_ns(MonotonicNanos());
+  struct Client {
+    RingOwner owner;
+    bool live = false;
+    std::vector<uint64_t> ring_ids;
+    std::vector<TraceEvent> events;
+    uint64_t lost = 0;
+    uint64_t invalid = 0;
+  };
+  std::map<uint64_t, Client> clients;  // by session id
+  for (const auto& [uuid, worker] : view.workers) {
+    DeviceTrace trace = worker->ReadTrace(request.since_ns());
+    v1::TraceDevice* device = reply.add_devices();
+    device->set_uuid(uuid);
+    device->set_name(worker->device().info().name);
+    for (const TraceEvent& event : trace.events) FillTraceEvent(event, device->add_events());
+    device->set_lost(trace.lost);
+    device->set_retired_rings_dropped(trace.retired_rings_dropped);
+    for (RingTrace& ring : trace.rings) {
+      Client& client = clients[ring.session_id];
+      client.owner = ring.owner;
+      client.live = client.live || !ring.retired;
+      client.ring_ids.push_back(ring.ring_id);
+      client.events.insert(client.events.end(), ring.events.begin(), ring.events.end());
+      client.lost += ring.lost;
+      client.invalid += ring.invalid;
+    }
+  }
+  for (auto& [session_id, client] : clients) {
+    v1::TraceClient* out = reply.add_clients();
+    out->set_session_id(session_id);
+    out->set_pid(client.owner.pid);
+    out->set_client_name(client.owner.client_name);
+    for (uint64_t ring_id : client.ring_ids) out->add_ring_ids(ring_id);
+    std::stable_sort(client.events.begin(), client.events.end(),
+                     [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+    for (const TraceEvent& event : client.events) FillTraceEvent(event, out->add_events());
+    out->set_lost(client.lost);
+    out->set_invalid(client.invalid);
+    out->set_ended(!client.live);
+  }
+  return reply;
+}
+
+grpc::ServerUnaryReactor* AdminService::Trace(grpc::CallbackServerContext* context,
+                                              const v1::TraceRequest* request,
+                                              v1::TraceReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, *context).status();
+  if (status.ok()) *reply = BuildTrace(view_, *request);
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext* context,
+                                                    const v1::VerifyModelRequest* request,
+                                                    v1::VerifyModelReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, *context).status();
+  if (status.ok() && (view_.work == nullptr)) {
+    status = absl::UnimplementedError("this blockswapd cannot verify models");
+  }
+  if (status.ok()) status = ValidateModelId(request->model_id());
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  view_.work->Post([this, reactor, request, reply] {
+    auto verified = view_.store->Verify(request->model_id());
+    if (verified.ok()) {
+      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+      reply->set_bytes(verified->bytes);
+    }
+    reactor->Finish(ToGrpcStatus(verified.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* context,
+                                                   const v1::EvictModelRequest* request,
+                                                   v1::EvictModelReply*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CallerOf(peers_, *context).status();
+  if (status.ok() && view_.store == nullptr) {
+    status = absl::UnimplementedError("this blockswapd cannot evict models");
+  }
+  if (status.ok()) status = ValidateModelId(request->model_id());
+  if (status.ok()) status = view_.store->Evict(request->model_id());
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace blockswap::daemon

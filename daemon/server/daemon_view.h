@@ -1,0 +1,35 @@
+// DaemonView: the running daemon's parts, as the Admin service and the
+// metrics read them. One pointer per part; everything must outlive the
+// services that hold the view.
+#ifndef BLOCKSWAP_DAEMON_SERVER_DAEMON_VIEW_H_
+#define BLOCKSWAP_DAEMON_SERVER_DAEMON_VIEW_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/time/time.h"
+#include "daemon/device/device_worker.h"
+#include "daemon/server/work_queue.h"
+#include "daemon/session/session_manager.h"
+#include "daemon/store/model_store.h"
+#include "shared/backend/backend.h"
+
+namespace blockswap::daemon {
+
+struct DaemonView {
+  const Backend* backend = nullptr;
+  // Read by every report; changed only by EvictModel and VerifyModel.
+  ModelStore* store = nullptr;
+  const SessionManager* sessions = nullptr;
+  std::map<std::string, const DeviceWorker*> workers;  // by device UUID
+  uint64_t boot_id = 0;
+  absl::Time started_at;
+  // Where VerifyModel re-hashes, off the reactor; null: it answers
+  // UNIMPLEMENTED.
+  WorkQueue* work = nullptr;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_SERVER_DAEMON_VIEW_H_

@@ -1,0 +1,162 @@
+// blockswapd's socket: one filesystem unix socket serves both gRPC and the
+// descriptor side channel (DESIGN §6).
+//
+// The listener accepts every connection itself, reads the peer's credentials
+// from the kernel (SO_PEERCRED, SO_PEERGROUPS, a pidfd) and checks them
+// against the access policy, then looks at the first bytes the peer sends
+// without consuming them: the HTTP/2 preface ("PRI ") hands the connection to
+// gRPC (grpc::AddInsecureChannelFromFd) with the peer in the PeerRegistry
+// under "fd:N"; a side-channel hello ("BSFD") goes to the SideChannelAcceptor;
+// anything else, or silence for `hello_timeout`, is closed.
+//
+// A peer the policy denies still gets its gRPC connection, marked denied, so
+// that every call on it answers PERMISSION_DENIED with the reason instead of
+// an unexplained hang-up; its side channels are closed.
+//
+// One thread does all of this with epoll and non-blocking sockets, so no peer
+// can stall it. It also keeps a duplicate of each descriptor handed to gRPC
+// and removes the registry entry when that peer hangs up (the number is
+// reused once gRPC closes its descriptor).
+#ifndef BLOCKSWAP_DAEMON_SERVER_LISTENER_H_
+#define BLOCKSWAP_DAEMON_SERVER_LISTENER_H_
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/server/access_policy.h"
+#include "daemon/session/peer.h"
+#include "daemon/server/peer_registry.h"
+#include "daemon/session/side_channel.h"
+#include "shared/base/unique_fd.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace blockswap::daemon {
+
+struct ListenerOptions {
+  std::string socket_path;  // its directory must exist
+  mode_t mode = 0660;       // of the socket file
+  // Group of the socket file; kKeepGroup: the daemon's (the file's default).
+  static constexpr gid_t kKeepGroup = static_cast<gid_t>(-1);
+  gid_t group = kKeepGroup;
+  AccessPolicy policy;      // default: the daemon's euid, root, the socket's group
+  // A connection that has not sent its first 4 bytes (a side channel: its
+  // whole 48-byte hello) by then is closed.
+  absl::Duration hello_timeout = absl::Seconds(5);
+  // Where the listener reports each connection it dropped and why. Called on
+  // the listener's thread; must not block. Empty: standard error.
+  std::function<void(absl::string_view)> log;
+};
+
+class Listener {
+ public:
+  // Creates the socket and starts the listener's thread. A stale socket file
+  // (nobody listening) is replaced; a live one — another daemon accepts on
+  // it — is FAILED_PRECONDITION, as is a path that exists and is not a socket.
+  //
+  // `server` (started, and built with no listening ports), `registry` and
+  // `acceptor` must outlive the listener. Shut down in this order:
+  // StopAccepting(), server->Shutdown(), destroy the listener, the server.
+  static absl::StatusOr<std::unique_ptr<Listener>> Start(ListenerOptions options,
+                                                         grpc::Server* server,
+                                                         PeerRegistry* registry,
+                                                         SideChannelAcceptor* acceptor);
+
+  // Stops the thread and closes every descriptor the listener still owns:
+  // the socket (unlinking its file), connections that never said what they
+  // are, the duplicates of gRPC connections (whose registry entries it
+  // removes; gRPC's own descriptors are gRPC's to close).
+  ~Listener();
+
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // Closes the listening socket and unlinks its file (if it is still the one
+  // this listener created); connections already accepted keep being served
+  // and watched. Returns once done. Any thread but the listener's own (so not
+  // from a SideChannelAcceptor). Idempotent.
+  void StopAccepting() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string& socket_path() const { return options_.socket_path; }
+  // The policy in force, with the socket's group filled in.
+  const AccessPolicy& policy() const { return options_.policy; }
+
+ private:
+  // Accepted, waiting for the first bytes.
+  struct Pending {
+    UniqueFd socket;
+    Peer peer;
+    absl::Time deadline;
+  };
+  // Handed to gRPC: a duplicate of its descriptor, watched for the hang-up.
+  struct Watched {
+    UniqueFd duplicate;
+    std::string grpc_peer;
+  };
+
+  Listener(ListenerOptions options, grpc::Server* server, PeerRegistry* registry,
+           SideChannelAcceptor* acceptor)
+      : options_(std::move(options)), server_(server), registry_(registry), acceptor_(acceptor) {}
+
+  absl::Status CreateSocket();
+  absl::Status CreateEpoll();
+
+  // Everything below runs on the listener's thread only.
+  void Run();
+  void AcceptAll();
+  void Admit(UniqueFd socket);
+  void OnPendingReadable(uint64_t id, uint32_t events);
+  void HandToGrpc(uint64_t id);
+  void HandToAcceptor(Pending pending, absl::string_view hello);
+  void OnWatchedHangup(uint64_t id);
+  void ExpirePending(absl::Time now);
+  void ResumeAcceptingIfDue(absl::Time now);
+  void CloseListeningSocket();
+  int EpollTimeoutMs(absl::Time now) const;
+  void Drop(uint64_t id, absl::string_view why);
+  void Log(absl::string_view message) const;
+
+  ListenerOptions options_;
+  grpc::Server* const server_;
+  PeerRegistry* const registry_;
+  SideChannelAcceptor* const acceptor_;
+
+  UniqueFd listen_socket_;  // closed by the thread on StopAccepting
+  ino_t socket_inode_ = 0;  // of the socket file, so that only our own is unlinked
+  dev_t socket_device_ = 0;
+  UniqueFd epoll_;
+  UniqueFd wake_;  // eventfd: StopAccepting and the destructor wake epoll_wait
+
+  // Listener thread only.
+  std::map<uint64_t, Pending> pending_;
+  std::map<uint64_t, Watched> watched_;
+  uint64_t next_connection_id_ = 1;
+  // After EMFILE and the like, accepting pauses instead of spinning on a
+  // listening socket that stays readable.
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_accepting_ ABSL_GUARDED_BY(mu_) = false;
+  bool accepting_stopped_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread thread_;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_SERVER_LISTENER_H_

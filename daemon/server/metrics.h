@@ -1,0 +1,64 @@
+// The daemon's numbers in the Prometheus text exposition format (version
+// 0.0.4), every name prefixed blockswap_. CollectMetrics reads what the
+// device workers, the sessions and the model store already count (the same
+// DaemonView as the Admin service); FormatMetrics is pure, so tests check the
+// text without a daemon.
+#ifndef BLOCKSWAP_DAEMON_SERVER_METRICS_H_
+#define BLOCKSWAP_DAEMON_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/device/device_worker.h"
+#include "daemon/server/daemon_view.h"
+#include "daemon/session/quota.h"
+
+namespace blockswap::daemon {
+
+struct DeviceMetrics {
+  std::string uuid = {};
+  std::string name = {};
+  uint64_t total_memory_bytes = 0;
+  std::string error = {};            // empty: healthy
+  std::string compute_mode = "n/a";  // GpuModes; "n/a" on the host backend
+  std::string mig = "n/a";
+  DeviceStats stats = {};
+};
+
+struct ClientMetrics {
+  uint64_t session_id = 0;
+  std::string client_name = {};
+  uint32_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t rings = 0;
+  uint64_t ring_bytes = 0;     // device memory of its rings
+  uint64_t staging_bytes = 0;  // host memory of its uploads in progress
+  uint64_t loads = 0;
+  uint64_t rejected_loads = 0;  // its protocol and validation errors
+  uint64_t bytes = 0;           // copied into its rings
+  double stall_seconds = 0;     // as the client reported them (all passes)
+  double copy_seconds = 0;
+};
+
+struct MetricsSnapshot {
+  std::string version;
+  std::string backend;  // "host" or "cuda"
+  double uptime_seconds = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t models = 0;
+  bool draining = false;
+  ClientQuotas quotas;  // in force now (0: unlimited)
+  std::vector<DeviceMetrics> devices;
+  std::vector<ClientMetrics> clients;
+};
+
+MetricsSnapshot CollectMetrics(const DaemonView& view);
+std::string FormatMetrics(const MetricsSnapshot& snapshot);
+
+// A label value escaped as the text format wants (\\, \", \n).
+std::string EscapeLabelValue(absl::string_view value);
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_SERVER_METRICS_H_

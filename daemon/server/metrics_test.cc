@@ -1,0 +1,180 @@
+#include "daemon/server/metrics.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "daemon/server/metrics_server.h"
+#include "shared/base/unique_fd.h"
+
+namespace blockswap::daemon {
+namespace {
+
+MetricsSnapshot TwoDevicesOneClient() {
+  MetricsSnapshot s;
+  s.version = "0.1.0";
+  s.backend = "host";
+  s.uptime_seconds = 12.5;
+  s.pinned_bytes = 4096;
+  s.models = 1;
+  s.quotas = {.max_rings = 4, .max_device_bytes = 0, .max_staging_bytes = 1024};
+  DeviceMetrics a{.uuid = "HOST-0", .name = "host device 0", .total_memory_bytes = 1 << 30};
+  a.stats = {.loads = 7,
+             .bytes = 7000,
+             .copy_seconds = 0.25,
+             .queue_depth = 2,
+             .protocol_errors = 1,
+             .rings = 1};
+  DeviceMetrics b{.uuid = "GPU-1",
+                  .name = "gpu 1",
+                  .error = "sticky",
+                  .compute_mode = "default",
+                  .mig = "enabled"};
+  s.devices = {a, b};
+  s.clients.push_back({.session_id = 3,
+                       .client_name = "rank \"0\"",
+                       .pid = 42,
+                       .uid = 1000,
+                       .rings = 1,
+                       .ring_bytes = 8192,
+                       .staging_bytes = 0,
+                       .loads = 7,
+                       .rejected_loads = 1,
+                       .bytes = 7000,
+                       .stall_seconds = 1.5,
+                       .copy_seconds = 0.5});
+  return s;
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+TEST(Metrics, PerDeviceSamplesCarryTheDeviceLabel) {
+  const std::string text = FormatMetrics(TwoDevicesOneClient());
+  EXPECT_TRUE(HasLine(text, "blockswap_device_loads_total{device=\"HOST-0\"} 7")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_device_bytes_total{device=\"HOST-0\"} 7000")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_device_copy_seconds_total{device=\"HOST-0\"} 0.25"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_queue_depth{device=\"HOST-0\"} 2"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_protocol_errors_total{device=\"HOST-0\"} 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"HOST-0\"} 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"GPU-1\"} 0"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_loads_total{device=\"GPU-1\"} 0"));
+  EXPECT_TRUE(HasLine(text,
+                      "blockswap_device_info{device=\"HOST-0\",name=\"host device 0\","
+                      "compute_mode=\"n/a\",mig=\"n/a\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text,
+                      "blockswap_device_info{device=\"GPU-1\",name=\"gpu 1\","
+                      "compute_mode=\"default\",mig=\"enabled\"} 1"))
+      << text;
+}
+
+TEST(Metrics, PerClientSamplesCarryEscapedLabels) {
+  const std::string text = FormatMetrics(TwoDevicesOneClient());
+  const std::string labels = "{session=\"3\",client=\"rank \\\"0\\\"\",pid=\"42\",uid=\"1000\"}";
+  EXPECT_TRUE(HasLine(text, "blockswap_client_stall_seconds_total" + labels + " 1.5")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_client_loads_total" + labels + " 7")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_client_protocol_errors_total" + labels + " 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_ring_bytes" + labels + " 8192"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_bytes_total" + labels + " 7000"));
+}
+
+TEST(Metrics, NodeWideGauges) {
+  const std::string text = FormatMetrics(TwoDevicesOneClient());
+  EXPECT_TRUE(HasLine(text, "blockswap_pinned_bytes 4096"));
+  EXPECT_TRUE(HasLine(text, "blockswap_sessions 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_models 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_draining 0"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_rings_per_client\"} 4"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_staging_bytes_per_client\"} 1024"));
+  EXPECT_TRUE(HasLine(text, "blockswap_info{version=\"0.1.0\",backend=\"host\"} 1"));
+}
+
+TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndEverySampleIsPrefixed) {
+  const std::string text = FormatMetrics(TwoDevicesOneClient());
+  std::set<std::string> typed;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "# TYPE ")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ');
+      ASSERT_EQ(parts.size(), 4u) << line;
+      EXPECT_TRUE(typed.insert(parts[2]).second) << "TYPE twice: " << line;
+      EXPECT_TRUE(parts[3] == "gauge" || parts[3] == "counter") << line;
+      // Counters end in _total (the exposition format's convention).
+      if (parts[3] == "counter") {
+        EXPECT_TRUE(absl::EndsWith(parts[2], "_total")) << line;
+      }
+      continue;
+    }
+    if (absl::StartsWith(line, "#")) continue;
+    EXPECT_TRUE(absl::StartsWith(line, "blockswap_")) << line;
+    std::string name(line.substr(0, line.find_first_of("{ ")));
+    EXPECT_TRUE(typed.contains(name)) << "sample before its TYPE: " << line;
+  }
+}
+
+TEST(Metrics, LabelValuesAreEscaped) {
+  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+// GET `path` from 127.0.0.1:`port`; the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  UniqueFd socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    return "connect failed";
+  }
+  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+  (void)!::write(socket.get(), request.data(), request.size());
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(socket.get(), buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  return response;
+}
+
+TEST(MetricsServer, ServesTheRenderedTextAtSlashMetricsOnly) {
+  std::atomic<int> renders{0};
+  auto server = MetricsServer::Start("127.0.0.1:0", [&] {
+    ++renders;
+    return std::string("blockswap_up 1\n");
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  std::string response = HttpGet((*server)->port(), "/metrics");
+  EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.0 200")) << response;
+  EXPECT_TRUE(absl::StrContains(response, "text/plain; version=0.0.4")) << response;
+  EXPECT_TRUE(absl::EndsWith(response, "\r\n\r\nblockswap_up 1\n")) << response;
+  EXPECT_EQ(renders.load(), 1);
+  response = HttpGet((*server)->port(), "/other");
+  EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.0 404")) << response;
+  EXPECT_EQ(renders.load(), 1);
+}
+
+TEST(MetricsServer, AnAddressInUseIsAnErrorNamingIt) {
+  auto first = MetricsServer::Start("127.0.0.1:0", [] { return std::string(); });
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string taken = absl::StrCat("127.0.0.1:", (*first)->port());
+  auto second = MetricsServer::Start(taken, [] { return std::string(); });
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::StrContains(second.status().message(), taken)) << second.status();
+}
+
+}  // namespace
+}  // namespace blockswap::daemon

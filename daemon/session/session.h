@@ -1,0 +1,105 @@
+// One attached client process and everything it owns.
+#ifndef BLOCKSWAP_DAEMON_SESSION_SESSION_H_
+#define BLOCKSWAP_DAEMON_SESSION_SESSION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "blockswap/v1/blockswap.pb.h"
+#include "daemon/device/load_resolver.h"
+#include "daemon/store/model_store.h"
+#include "daemon/session/peer.h"
+#include "shared/protocol/model_layout.h"
+#include "shared/protocol/ring.h"
+#include "shared/os/shared_memory.h"
+#include "shared/base/unique_fd.h"
+
+namespace blockswap::daemon {
+
+class DeviceWorker;
+
+// A ring as its session knows it; the ring itself lives in its DeviceWorker.
+struct SessionRing {
+  DeviceWorker* worker = nullptr;
+  std::string device_uuid;
+  RingShape shape;
+};
+
+// An upload between BeginUpload and CommitUpload: a staging memory object the
+// session fills and the daemon then copies into the master.
+struct Upload {
+  std::string name;
+  ModelLayout layout;
+  SharedMemory staging;
+  std::vector<uint64_t> block_offsets;
+  bool committing = false;  // CommitUpload is running: a second one is refused
+};
+
+// Thread-safe: fields below `mu` are guarded by it; the rest never change
+// after Attach.
+class Session {
+ public:
+  Session(uint64_t id, std::string token, Peer peer, std::string client_name)
+      : models(std::make_shared<SessionModels>(id)),
+        fast_path_loads(std::make_shared<FastPathLoadCounts>()),
+        id_(id),
+        token_(std::move(token)),
+        peer_(std::move(peer)),
+        client_name_(std::move(client_name)),
+        attached_at_(absl::Now()) {}
+
+  uint64_t id() const { return id_; }
+  const std::string& token() const { return token_; }
+  const Peer& peer() const { return peer_; }
+  const std::string& client_name() const { return client_name_; }
+  absl::Time attached_at() const { return attached_at_; }
+
+  // The models open in the session, by id and by handle; its own lock, so
+  // that the device workers resolve request-ring entries with it
+  // (LoadResolver). Cleared when the session ends.
+  const std::shared_ptr<SessionModels> models;
+  // Loads that came through the session's request rings (counted by the
+  // device workers); `loads` and `rejected_loads` below count the gRPC ones.
+  const std::shared_ptr<FastPathLoadCounts> fast_path_loads;
+  // Both transports' loads, for the admin views and metrics.
+  uint64_t all_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return loads + fast_path_loads->loads.load(std::memory_order_relaxed);
+  }
+  uint64_t all_rejected_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return rejected_loads + fast_path_loads->rejected.load(std::memory_order_relaxed);
+  }
+
+  mutable absl::Mutex mu;
+  bool ended ABSL_GUARDED_BY(mu) = false;
+  UniqueFd side_channel ABSL_GUARDED_BY(mu);
+  uint64_t next_batch ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_upload ABSL_GUARDED_BY(mu) = 0;
+  std::map<uint64_t, SessionRing> rings ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, Upload> uploads ABSL_GUARDED_BY(mu);
+  // Descriptors of files offered on the side channel, by offer id, until a
+  // RegisterFile names them (daemon/session/file_offers.h).
+  std::map<uint64_t, UniqueFd> file_offers ABSL_GUARDED_BY(mu);
+  std::vector<v1::PassStats> pass_stats ABSL_GUARDED_BY(mu);
+  uint64_t loads ABSL_GUARDED_BY(mu) = 0;
+  uint64_t rejected_loads ABSL_GUARDED_BY(mu) = 0;
+  // Sums over every pass the client reported (pass_stats keeps the last ones).
+  double reported_stall_seconds ABSL_GUARDED_BY(mu) = 0;
+  double reported_copy_seconds ABSL_GUARDED_BY(mu) = 0;
+
+ private:
+  const uint64_t id_;
+  const std::string token_;
+  const Peer peer_;
+  const std::string client_name_;
+  const absl::Time attached_at_;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_SESSION_SESSION_H_

@@ -1,0 +1,541 @@
+#include "daemon/session/session_manager.h"
+
+#include "daemon/session/file_offers.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/session/random_token.h"
+#include "shared/protocol/ring_wire.h"
+#include "shared/base/status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+constexpr size_t kMaxPassStatsKept = 1024;
+
+v1::Backend BackendToProto(BackendKind kind) {
+  return kind == BackendKind::kCuda ? v1::BACKEND_CUDA : v1::BACKEND_HOST;
+}
+
+// What `session` holds, for the quotas.
+ClientUsage UsageOf(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu) {
+  ClientUsage usage;
+  usage.rings = static_cast<uint32_t>(session.rings.size());
+  for (const auto& [id, ring] : session.rings) {
+    usage.device_bytes += uint64_t{ring.shape.slot_count} * ring.shape.slot_bytes;
+  }
+  for (const auto& [id, upload] : session.uploads) usage.staging_bytes += upload.staging.size();
+  return usage;
+}
+
+}  // namespace
+
+SessionManager::SessionManager(const Backend& backend, ModelStore& store,
+                               std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
+                               RequestLimits limits)
+    : backend_(backend),
+      store_(store),
+      workers_(std::move(workers)),
+      boot_id_(boot_id),
+      limits_(limits),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = UINT64_MAX;  // the wake eventfd
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event);
+  reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+SessionManager::~SessionManager() {
+  EndAll();
+  uint64_t one = 1;
+  (void)::write(wake_.get(), &one, sizeof(one));
+  reaper_.join();
+}
+
+// ---------------------------------------------------------------------------
+// Sessions
+
+absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
+                                                       const v1::AttachRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateAttach(request));
+  if (peer.pidfd == nullptr || !peer.pidfd->valid()) {
+    return absl::FailedPreconditionError("the connection has no process descriptor");
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!attaching_) return absl::UnavailableError("blockswapd is shutting down");
+    session = std::make_shared<Session>(++next_session_id_, token, peer, request.client_name());
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = session->id();
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, watch.get(), &event) != 0) {
+      return ErrnoStatus(errno, "watching the client process");
+    }
+    watched_pidfds_[session->id()] = std::move(watch);
+    by_token_[token] = session;
+    by_id_[session->id()] = session;
+  }
+  v1::AttachReply reply;
+  reply.set_session_token(token);
+  reply.set_backend(BackendToProto(backend_.kind()));
+  reply.set_daemon_boot_id(boot_id_);
+  for (const auto& device : backend_.devices()) {
+    v1::Device* out = reply.add_devices();
+    out->set_uuid(device->info().uuid);
+    out->set_name(device->info().name);
+    out->set_total_memory_bytes(device->info().total_memory_bytes);
+    if (absl::Status health = device->health(); !health.ok()) {
+      out->set_error(std::string(health.message()));
+    }
+  }
+  return reply;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::string_view token,
+                                                                      const Peer& caller) const {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateSessionToken(token));
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_token_.find(token);
+    if (it == by_token_.end()) {
+      // While draining, the sessions were ended by the shutdown, not by the
+      // client: say so, with the code a client retries on.
+      if (!attaching_) {
+        return absl::UnavailableError("blockswapd is shutting down (the session was ended)");
+      }
+      return absl::UnauthenticatedError("unknown session token (the session ended or never existed)");
+    }
+    session = it->second;
+  }
+  // A token is only good on a connection of the process it was issued to.
+  if (session->peer().pid != caller.pid || session->peer().uid != caller.uid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "session ", session->id(), " belongs to pid ", session->peer().pid, " uid ",
+        session->peer().uid, ", not to the caller (pid ", caller.pid, " uid ", caller.uid, ")"));
+  }
+  return session;
+}
+
+void SessionManager::Detach(Session& session) { EndSession(session.id(), /*process_alive=*/true); }
+
+absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Peer& peer,
+                                               UniqueFd socket) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Authenticate(token, peer));
+  absl::MutexLock lock(&session->mu);
+  if (session->ended) return absl::UnauthenticatedError("the session has ended");
+  if (session->side_channel.valid()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session ", session->id(), " already has a descriptor side channel"));
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(SendFdBatch(socket, kSideChannelAcceptedBatch, {}));
+  session->side_channel = std::move(socket);
+  return absl::OkStatus();
+}
+
+void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_id_.find(session_id);
+    if (it == by_id_.end()) return;
+    session = it->second;
+    by_id_.erase(it);
+    by_token_.erase(session->token());
+    if (auto watch = watched_pidfds_.find(session_id); watch != watched_pidfds_.end()) {
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, watch->second.get(), nullptr);
+      watched_pidfds_.erase(watch);
+    }
+    for (auto it2 = ring_owner_.begin(); it2 != ring_owner_.end();) {
+      it2 = it2->second == session_id ? ring_owner_.erase(it2) : std::next(it2);
+    }
+  }
+  absl::MutexLock lock(&session->mu);
+  session->ended = true;
+  for (auto& [ring_id, ring] : session->rings) ring.worker->RetireRing(ring_id, process_alive);
+  session->rings.clear();
+  // An upload being committed stays until its CommitUpload drops it: the
+  // commit reads its staging area without the lock.
+  std::erase_if(session->uploads, [](const auto& entry) { return !entry.second.committing; });
+  session->models->Clear();
+  session->side_channel.Reset();
+}
+
+void SessionManager::ReaperLoop() {
+  while (true) {
+    epoll_event events[16];
+    int count = ::epoll_wait(epoll_.get(), events, 16, -1);
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    for (int i = 0; i < count; ++i) {
+      if (events[i].data.u64 == UINT64_MAX) return;  // woken to stop
+      // The pidfd is readable: the session's process has exited.
+      EndSession(events[i].data.u64, /*process_alive=*/false);
+    }
+  }
+}
+
+std::vector<std::shared_ptr<Session>> SessionManager::Sessions() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Session>> out;
+  for (const auto& [id, session] : by_id_) out.push_back(session);
+  return out;
+}
+
+size_t SessionManager::session_count() const {
+  absl::MutexLock lock(&mu_);
+  return by_id_.size();
+}
+
+void SessionManager::StopAttaching() {
+  absl::MutexLock lock(&mu_);
+  attaching_ = false;
+}
+
+bool SessionManager::draining() const {
+  absl::MutexLock lock(&mu_);
+  return !attaching_;
+}
+
+void SessionManager::EndAll() {
+  for (const std::shared_ptr<Session>& session : Sessions()) {
+    EndSession(session->id(), /*process_alive=*/true);
+  }
+}
+
+absl::StatusOr<uint64_t> SessionManager::SendFds(Session& session, const std::vector<int>& fds) {
+  uint64_t batch = ++session.next_batch;
+  BLOCKSWAP_RETURN_IF_ERROR(SendBatch(session, batch, fds));
+  return batch;
+}
+
+absl::Status SessionManager::SendBatch(Session& session, uint64_t batch,
+                                       const std::vector<int>& fds) {
+  if (!session.side_channel.valid()) {
+    return absl::FailedPreconditionError(
+        "this session has no descriptor side channel (connect it after Attach)");
+  }
+  absl::Status sent = SendFdBatch(session.side_channel, batch, fds);
+  // A channel that failed once cannot be trusted to stay in step.
+  if (!sent.ok() && !absl::IsInvalidArgument(sent)) session.side_channel.Reset();
+  return sent;
+}
+
+// ---------------------------------------------------------------------------
+// Models
+
+absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
+    Session& session, const v1::BeginUploadRequest& request) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(ModelLayout layout, ValidateBeginUpload(request));
+  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(layout));
+  // Refuse now what could never be registered, before the client uploads.
+  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes));
+  {
+    absl::MutexLock lock(&session.mu);
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      SharedMemory staging,
+      SharedMemory::Create(absl::StrCat("staging-session-", session.id()), placement.total_bytes));
+  absl::MutexLock lock(&session.mu);
+  if (session.ended) return absl::UnauthenticatedError("the session has ended");
+  // Again under the lock that inserts it: concurrent uploads count too.
+  BLOCKSWAP_RETURN_IF_ERROR(
+      CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {staging.fd().get()}));
+  uint64_t upload_id = ++session.next_upload;
+  v1::BeginUploadReply reply;
+  reply.set_upload_id(upload_id);
+  reply.mutable_staging()->set_batch(batch);
+  reply.mutable_staging()->set_index(0);
+  for (uint64_t offset : placement.offsets) reply.add_block_offsets(offset);
+  reply.set_staging_bytes(placement.total_bytes);
+  session.uploads[upload_id] =
+      Upload{request.name(), std::move(layout), std::move(staging), placement.offsets, false};
+  return reply;
+}
+
+absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
+    Session& session, const v1::CommitUploadRequest& request) {
+  std::string name;
+  ModelLayout layout;
+  const SharedMemory* staging = nullptr;
+  {
+    absl::MutexLock lock(&session.mu);
+    auto it = session.uploads.find(request.upload_id());
+    if (it == session.uploads.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no upload ", request.upload_id(), " in session ", session.id()));
+    }
+    if (it->second.committing) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("upload ", request.upload_id(), " is already being committed"));
+    }
+    it->second.committing = true;
+    name = it->second.name;
+    layout = it->second.layout;
+    staging = &it->second.staging;  // stable: map nodes do not move
+  }
+  // From here on the client cannot change a byte: the hash and the copy see
+  // the same content. The seal fails while the client still maps it writable.
+  absl::Status result;
+  absl::StatusOr<RegisterResult> registered = absl::UnknownError("not registered");
+  if (::fcntl(staging->fd().get(), F_ADD_SEALS, F_SEAL_WRITE) != 0) {
+    result = errno == EBUSY
+                 ? absl::FailedPreconditionError(
+                       "the staging area is still mapped writable: unmap it before committing")
+                 : ErrnoStatus(errno, "sealing the staging area");
+  } else {
+    absl::StatusOr<Mapping> content = staging->Map(Access::kReadOnly);
+    result = content.status();
+    if (content.ok()) {
+      registered = store_.Register(name, layout, static_cast<const std::byte*>(content->data()),
+                                   content->size());
+      result = registered.status();
+    }
+  }
+  {
+    absl::MutexLock lock(&session.mu);
+    session.uploads.erase(request.upload_id());  // sealed: it cannot be retried
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(result);
+  return ModelReply(session, registered->model, registered->already_present);
+}
+
+absl::StatusOr<v1::ModelReply> SessionManager::OpenModel(Session& session,
+                                                         const v1::OpenModelRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateModelId(request.model_id()));
+  std::shared_ptr<const Model> model = store_.Find(request.model_id());
+  if (model == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("model ", request.model_id(), " is not registered on this node"));
+  }
+  return ModelReply(session, model, /*already_present=*/true);
+}
+
+absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(
+    Session& session, const std::shared_ptr<const Model>& model, bool already_present) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd masters, model->OpenReadOnly());
+  absl::MutexLock lock(&session.mu);
+  if (session.ended) return absl::UnauthenticatedError("the session has ended");
+  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {masters.get()}));
+  v1::ModelReply reply;
+  reply.set_model_handle(session.models->Open(model));
+  reply.set_model_id(model->id());
+  *reply.mutable_layout() = LayoutToProto(model->layout());
+  reply.set_already_present(already_present);
+  reply.mutable_masters()->set_batch(batch);
+  reply.mutable_masters()->set_index(0);
+  for (uint64_t offset : model->master_offsets()) reply.add_master_offsets(offset);
+  reply.set_masters_bytes(model->masters_bytes());
+  return reply;
+}
+
+absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
+    Session& session, const v1::RegisterFileRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateRegisterFile(request));
+  std::vector<UniqueFd> files;
+  {
+    absl::MutexLock lock(&session.mu);
+    if (session.ended) return absl::UnauthenticatedError("the session has ended");
+    if (!session.side_channel.valid()) {
+      return absl::FailedPreconditionError("the session has no side channel to offer files on");
+    }
+    absl::Status drained = DrainFileOffers(session.side_channel, &session.file_offers);
+    if (!drained.ok()) {
+      session.side_channel.Reset();  // its message boundaries may be lost
+      return drained;
+    }
+    for (uint64_t offer : request.file_offers()) {
+      auto it = session.file_offers.find(offer);
+      if (it == session.file_offers.end()) {
+        return absl::NotFoundError(absl::StrCat(
+            "file offer ", offer, " did not arrive on the side channel (send it before the call)"));
+      }
+      files.push_back(std::move(it->second));
+      session.file_offers.erase(it);
+    }
+  }
+  IngestSpec spec{request.block_pattern(), request.select(), request.select_rank()};
+  BLOCKSWAP_ASSIGN_OR_RETURN(IngestResult result,
+                             file_ingest_.Register(std::move(files), spec, request.name()));
+  v1::RegisterFileReply reply;
+  reply.set_read_file(result.read_file);
+  BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_model(),
+                             ModelReply(session, result.model, !result.read_file));
+  if (result.extras != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_extras(),
+                               ModelReply(session, result.extras, !result.read_file));
+  }
+  return reply;
+}
+
+// ---------------------------------------------------------------------------
+// Rings and loads
+
+absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
+    Session& session, const v1::CreateRingRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateCreateRing(request, limits_));
+  auto worker = workers_.find(request.device_uuid());
+  if (worker == workers_.end()) {
+    // FindDevice words the refusal with the devices this daemon drives.
+    BLOCKSWAP_RETURN_IF_ERROR(backend_.FindDevice(request.device_uuid()).status());
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", request.device_uuid(), " has no copy worker"));
+  }
+  RingShape shape{request.slot_count(), request.slot_bytes()};
+  const uint64_t ring_bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
+  {
+    absl::MutexLock lock(&session.mu);
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes));
+  }
+  uint64_t ring_id;
+  {
+    absl::MutexLock lock(&mu_);
+    ring_id = ++next_ring_id_;
+  }
+  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name()};
+  // The load fast path, when asked for: the worker resolves the ring's
+  // request-ring entries against the session's models.
+  std::shared_ptr<const LoadResolver> resolver;
+  if (request.request_ring()) {
+    resolver = std::make_shared<LoadResolver>(session.models, session.fast_path_loads);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported,
+                             worker->second->CreateRing(ring_id, session.id(), shape,
+                                                        std::move(owner), std::move(resolver)));
+  RingOnWire wire;
+  absl::Status sent;
+  {
+    absl::MutexLock lock(&session.mu);
+    if (session.ended) {
+      sent = absl::UnauthenticatedError("the session has ended");
+    } else if (absl::Status quota =
+                   CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes);
+               !quota.ok()) {
+      sent = quota;  // a concurrent CreateRing of the session came first
+    } else {
+      uint64_t batch = ++session.next_batch;
+      wire = RingToWire(std::move(exported), batch);
+      std::vector<int> fds;
+      for (const UniqueFd& fd : wire.fds) fds.push_back(fd.get());
+      sent = SendBatch(session, batch, fds);
+      if (sent.ok()) {
+        session.rings[ring_id] = SessionRing{worker->second, request.device_uuid(), shape};
+      }
+    }
+  }
+  if (!sent.ok()) {
+    worker->second->RetireRing(ring_id, /*owner_alive=*/false);
+    return sent;
+  }
+  absl::MutexLock lock(&mu_);
+  ring_owner_[ring_id] = session.id();
+  return wire.descriptor;
+}
+
+absl::Status SessionManager::DestroyRing(Session& session, const v1::DestroyRingRequest& request) {
+  DeviceWorker* worker = nullptr;
+  {
+    absl::MutexLock lock(&session.mu);
+    auto it = session.rings.find(request.ring_id());
+    if (it == session.rings.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no ring ", request.ring_id(), " in session ", session.id()));
+    }
+    worker = it->second.worker;
+    session.rings.erase(it);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ring_owner_.erase(request.ring_id());
+  }
+  worker->RetireRing(request.ring_id(), /*owner_alive=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest& request,
+                                        std::shared_ptr<LoadEventSink> sink) {
+  LoadTask task;
+  task.ring_id = request.ring_id();
+  task.slot = request.slot();
+  task.generation = request.generation();
+  task.block = request.block();
+  task.sink = std::move(sink);
+  DeviceWorker* worker = nullptr;
+  absl::Status valid;
+  {
+    absl::MutexLock lock(&session.mu);
+    auto ring = session.rings.find(request.ring_id());
+    if (ring == session.rings.end()) {
+      ++session.rejected_loads;
+      absl::MutexLock owners(&mu_);
+      auto owner = ring_owner_.find(request.ring_id());
+      if (owner != ring_owner_.end()) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "ring ", request.ring_id(), " belongs to another session (", owner->second, ")"));
+      }
+      return absl::NotFoundError(
+          absl::StrCat("no ring ", request.ring_id(), " in session ", session.id()));
+    }
+    worker = ring->second.worker;
+    std::shared_ptr<const Model> model = session.models->FindById(request.model_id());
+    if (model == nullptr) {
+      valid = absl::NotFoundError(absl::StrCat(
+          "model '", request.model_id(), "' is not open in this session (register or open it)"));
+    } else {
+      absl::StatusOr<ResolvedLoad> resolved = ResolveLoad(request, model, ring->second.shape);
+      valid = resolved.status();
+      if (resolved.ok()) task.SetSource(*std::move(resolved));
+    }
+    if (valid.ok()) {
+      ++session.loads;
+    } else {
+      ++session.rejected_loads;
+    }
+  }
+  if (!valid.ok()) {
+    // Through the worker, so that the ring fails in its status word and a
+    // client waiting on the slot hears of it at once.
+    worker->Reject(std::move(task), valid);
+    return valid;
+  }
+  worker->Submit(std::move(task));
+  return absl::OkStatus();
+}
+
+void SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {
+  absl::MutexLock lock(&session.mu);
+  for (const v1::PassStats& pass : request.passes()) {
+    session.pass_stats.push_back(pass);
+    // Counters never go down, whatever a client reports.
+    if (std::isfinite(pass.stall_seconds()) && pass.stall_seconds() > 0) {
+      session.reported_stall_seconds += pass.stall_seconds();
+    }
+    if (std::isfinite(pass.copy_seconds()) && pass.copy_seconds() > 0) {
+      session.reported_copy_seconds += pass.copy_seconds();
+    }
+  }
+  if (session.pass_stats.size() > kMaxPassStatsKept) {
+    session.pass_stats.erase(session.pass_stats.begin(),
+                             session.pass_stats.end() - kMaxPassStatsKept);
+  }
+}
+
+}  // namespace blockswap::daemon

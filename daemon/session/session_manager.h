@@ -1,0 +1,125 @@
+// SessionManager: the daemon's domain logic behind the BlockSwap service —
+// sessions, uploads, models opened per session, rings and loads. It knows
+// nothing of gRPC beyond the request and reply messages, so it is tested
+// without a server.
+//
+// Session lifecycle: Attach creates a session bound to the calling process
+// (its pidfd); the client then connects the descriptor side channel with the
+// session token. The session ends on Detach or when the process dies (the
+// reaper thread watches every session's pidfd); everything it owned is
+// released then: uploads at once, rings once nothing on a device can still
+// touch them (DeviceWorker::RetireRing).
+#ifndef BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_
+#define BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "blockswap/v1/blockswap.pb.h"
+#include "daemon/device/device_worker.h"
+#include "daemon/store/file_ingest.h"
+#include "daemon/store/model_store.h"
+#include "daemon/session/quota.h"
+#include "daemon/validation/request_validation.h"
+#include "daemon/session/session.h"
+#include "daemon/session/side_channel.h"
+#include "shared/backend/backend.h"
+
+namespace blockswap::daemon {
+
+class SessionManager final : public SideChannelAcceptor {
+ public:
+  // `workers` maps each device UUID the daemon drives to its worker; all
+  // arguments must outlive the manager.
+  SessionManager(const Backend& backend, ModelStore& store,
+                 std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
+                 RequestLimits limits = {});
+  // Ends every session and stops the reaper.
+  ~SessionManager() override;
+
+  absl::StatusOr<v1::AttachReply> Attach(const Peer& peer, const v1::AttachRequest& request);
+  // The session of `token`, if it belongs to the process behind `caller`.
+  absl::StatusOr<std::shared_ptr<Session>> Authenticate(absl::string_view token,
+                                                        const Peer& caller) const;
+  void Detach(Session& session);
+
+  absl::StatusOr<v1::BeginUploadReply> BeginUpload(Session& session,
+                                                   const v1::BeginUploadRequest& request);
+  // Slow (hashes and copies the upload): never call it on a reactor thread.
+  absl::StatusOr<v1::ModelReply> CommitUpload(Session& session,
+                                              const v1::CommitUploadRequest& request);
+  absl::StatusOr<v1::ModelReply> OpenModel(Session& session, const v1::OpenModelRequest& request);
+  // Allocates device memory: never call it on a reactor thread.
+  absl::StatusOr<v1::RingDescriptor> CreateRing(Session& session,
+                                                const v1::CreateRingRequest& request);
+  absl::Status DestroyRing(Session& session, const v1::DestroyRingRequest& request);
+  // Queues a load on the ring's device. Errors found later (protocol
+  // violations) go to `sink`; an error returned here means nothing was queued.
+  absl::Status SubmitLoad(Session& session, const v1::LoadRequest& request,
+                          std::shared_ptr<LoadEventSink> sink);
+  void ReportStats(Session& session, const v1::ReportStatsRequest& request);
+  // Registers a model from files the client offered on its side channel
+  // (daemon/store/file_ingest.h) and opens it (and its extras) in the session.
+  // Slow (reads and hashes the file): never call it on a reactor thread.
+  absl::StatusOr<v1::RegisterFileReply> RegisterFile(Session& session,
+                                                     const v1::RegisterFileRequest& request);
+  const FileIngest& file_ingest() const { return file_ingest_; }
+
+  absl::Status AcceptSideChannel(absl::string_view token, const Peer& peer,
+                                 UniqueFd socket) override;
+
+  std::vector<std::shared_ptr<Session>> Sessions() const;
+  size_t session_count() const;
+  // Refuses new sessions from now on (shutdown).
+  void StopAttaching();
+  bool draining() const;  // StopAttaching was called
+  // Ends every session (shutdown).
+  void EndAll();
+  // The per-client quotas; Set may be called at any time (SIGHUP).
+  QuotaPolicy& quotas() { return quotas_; }
+  const QuotaPolicy& quotas() const { return quotas_; }
+
+ private:
+  void EndSession(uint64_t session_id, bool process_alive);
+  void ReaperLoop();
+  // Sends `fds` over the session's side channel as a new batch.
+  absl::StatusOr<uint64_t> SendFds(Session& session, const std::vector<int>& fds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
+  absl::Status SendBatch(Session& session, uint64_t batch, const std::vector<int>& fds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
+  absl::StatusOr<v1::ModelReply> ModelReply(Session& session,
+                                            const std::shared_ptr<const Model>& model,
+                                            bool already_present);
+
+  const Backend& backend_;
+  ModelStore& store_;
+  const std::map<std::string, DeviceWorker*> workers_;
+  const uint64_t boot_id_;
+  const RequestLimits limits_;
+  QuotaPolicy quotas_;
+  FileIngest file_ingest_{store_};
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>, std::less<>> by_token_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<Session>> by_id_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> ring_owner_ ABSL_GUARDED_BY(mu_);  // ring id -> session id
+  std::map<uint64_t, UniqueFd> watched_pidfds_ ABSL_GUARDED_BY(mu_);  // by session id
+  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_ring_id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool attaching_ ABSL_GUARDED_BY(mu_) = true;
+
+  UniqueFd epoll_;
+  UniqueFd wake_;  // eventfd: stops the reaper
+  std::thread reaper_;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_

@@ -1,0 +1,125 @@
+#include "daemon/validation/request_validation.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "shared/base/status.h"
+
+namespace blockswap::daemon {
+namespace {
+
+absl::Status ValidateHex(absl::string_view value, size_t digits, absl::string_view what) {
+  if (value.size() != digits ||
+      value.find_first_not_of("0123456789abcdef") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be ", digits, " lowercase hex digits (got ", value.size(), " characters)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSessionToken(absl::string_view token) {
+  if (token.empty()) {
+    return absl::UnauthenticatedError("request carries no session token (call Attach first)");
+  }
+  if (ValidateHex(token, 32, "session token").ok()) return absl::OkStatus();
+  return absl::UnauthenticatedError("malformed session token");
+}
+
+absl::Status ValidateModelId(absl::string_view model_id) {
+  return ValidateHex(model_id, kModelIdHexDigits, "model id");
+}
+
+absl::Status ValidateAttach(const v1::AttachRequest& request) {
+  if (request.client_name().size() > kMaxClientNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("client name of ", request.client_name().size(),
+                                                   " bytes (at most ", kMaxClientNameBytes, ")"));
+  }
+  if (request.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client speaks protocol version ", request.protocol_version(),
+                     ", this blockswapd speaks ", kProtocolVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelLayout> ValidateBeginUpload(const v1::BeginUploadRequest& request) {
+  if (request.name().size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model name of ", request.name().size(),
+                                                   " bytes (at most ", kMaxModelNameBytes, ")"));
+  }
+  return LayoutFromProto(request.layout());
+}
+
+absl::Status ValidateCreateRing(const v1::CreateRingRequest& request,
+                                const RequestLimits& limits) {
+  if (request.device_uuid().empty()) {
+    return absl::InvalidArgumentError("CreateRing names no device (device_uuid is empty)");
+  }
+  if (request.slot_bytes() > limits.max_slot_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("ring slots of ", request.slot_bytes(),
+                                                   " bytes (at most ", limits.max_slot_bytes, ")"));
+  }
+  return ValidateRingShape(RingShape{request.slot_count(), request.slot_bytes()});
+}
+
+absl::Status ValidateLoad(const v1::LoadRequest& request, const LoadTarget& target) {
+  if (request.slot() >= target.slot_count) {
+    return absl::OutOfRangeError(absl::StrCat("slot ", request.slot(), " out of range (ring ",
+                                              request.ring_id(), " has ", target.slot_count,
+                                              " slots)"));
+  }
+  if (request.block() >= target.block_count) {
+    return absl::OutOfRangeError(absl::StrCat("block ", request.block(),
+                                              " out of range (model has ", target.block_count,
+                                              " blocks)"));
+  }
+  uint64_t bytes = target.block_bytes(request.block());
+  if (bytes > target.slot_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", request.block(), " of ", bytes,
+                                                   " bytes does not fit the ", target.slot_bytes,
+                                                   "-byte slots of ring ", request.ring_id()));
+  }
+  if (request.generation() == 0) {
+    return absl::InvalidArgumentError("generation 0 is never loaded (generations start at 1)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request) {
+  constexpr int kMaxOffers = 4096;
+  if (request.file_offers_size() == 0 || request.file_offers_size() > kMaxOffers) {
+    return absl::InvalidArgumentError(absl::StrCat("a file registration names ",
+                                                   request.file_offers_size(),
+                                                   " file offers (1..", kMaxOffers, ")"));
+  }
+  std::set<uint64_t> offers(request.file_offers().begin(), request.file_offers().end());
+  if (offers.size() != static_cast<size_t>(request.file_offers_size())) {
+    return absl::InvalidArgumentError("a file registration names one file offer twice");
+  }
+  if (request.block_pattern().empty()) {
+    return absl::InvalidArgumentError(
+        "a file registration needs a block pattern (a regex with one capture group for the "
+        "block index)");
+  }
+  for (const auto& [what, text] : {std::pair{"block pattern", &request.block_pattern()},
+                                   std::pair{"selector", &request.select()}}) {
+    if (text->size() > kMaxPatternBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has ", text->size(),
+                                                     " bytes (limit ", kMaxPatternBytes, ")"));
+    }
+  }
+  if (request.select_rank() > kMaxSelectRank) {
+    return absl::InvalidArgumentError(absl::StrCat("select_rank ", request.select_rank(),
+                                                   " is over the limit of ", kMaxSelectRank));
+  }
+  if (request.name().size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model name has ", request.name().size(),
+                                                   " bytes (limit ", kMaxModelNameBytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace blockswap::daemon

@@ -1,0 +1,60 @@
+// Validation of client requests, apart from the gRPC service classes so that
+// it can be unit-tested and fuzzed without a server. Every function is pure:
+// it looks only at its arguments and answers OK or an error whose message
+// names what was wrong and the limit it broke.
+#ifndef BLOCKSWAP_DAEMON_VALIDATION_REQUEST_VALIDATION_H_
+#define BLOCKSWAP_DAEMON_VALIDATION_REQUEST_VALIDATION_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "blockswap/v1/blockswap.pb.h"
+#include "shared/protocol/model_layout.h"
+#include "shared/protocol/ring.h"
+
+namespace blockswap::daemon {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxClientNameBytes = 256;
+inline constexpr size_t kMaxModelNameBytes = 1024;
+inline constexpr size_t kModelIdHexDigits = 64;
+
+struct RequestLimits {
+  uint64_t max_slot_bytes = uint64_t{64} << 30;  // one slot of 64 GiB
+};
+
+// A session token as Attach hands them out: 32 lowercase hex digits.
+absl::Status ValidateSessionToken(absl::string_view token);
+// A model id: 64 lowercase hex digits.
+absl::Status ValidateModelId(absl::string_view model_id);
+
+absl::Status ValidateAttach(const v1::AttachRequest& request);
+// Returns the validated layout.
+absl::StatusOr<ModelLayout> ValidateBeginUpload(const v1::BeginUploadRequest& request);
+absl::Status ValidateCreateRing(const v1::CreateRingRequest& request,
+                                const RequestLimits& limits = {});
+
+// What a load request is checked against: the ring it names and the model.
+struct LoadTarget {
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  uint32_t block_count = 0;
+  std::function<uint64_t(uint32_t)> block_bytes;  // valid for blocks < block_count
+};
+absl::Status ValidateLoad(const v1::LoadRequest& request, const LoadTarget& target);
+
+// Bounds of a file registration's strings (the patterns are compiled by RE2,
+// whose cost is linear in them).
+inline constexpr size_t kMaxPatternBytes = 4096;
+inline constexpr uint32_t kMaxSelectRank = 64;
+// 1..4096 distinct offers, a non-empty block pattern and a selector of at
+// most kMaxPatternBytes, a rank of at most kMaxSelectRank, a name of at most
+// kMaxModelNameBytes.
+absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request);
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_VALIDATION_REQUEST_VALIDATION_H_

@@ -1,0 +1,83 @@
+#include "shared/backend/backend.h"
+
+#include <cstdlib>
+
+#include "absl/strings/string_view.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace blockswap {
+
+absl::string_view BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kHost:
+      return "host";
+    case BackendKind::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Device*> Backend::FindDevice(absl::string_view uuid) const {
+  std::vector<std::string> known;
+  for (const auto& device : devices()) {
+    if (device->info().uuid == uuid) return device.get();
+    known.push_back(device->info().uuid);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("device ", uuid, " is not driven by this ", BackendKindName(kind()),
+                   " backend (it has: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name) {
+  if (name == "auto") return BackendChoice::kAuto;
+  if (name == "host") return BackendChoice::kHost;
+  if (name == "cuda") return BackendChoice::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", name, "' (expected auto, host or cuda)"));
+}
+
+HostBackendOptions HostBackendOptions::FromEnvironment() {
+  HostBackendOptions options;
+  int value = 0;
+  if (const char* devices = std::getenv("BLOCKSWAP_HOST_DEVICES");
+      devices != nullptr && absl::SimpleAtoi(devices, &value) && value > 0) {
+    options.device_count = value;
+  }
+  int64_t jitter = 0;
+  if (const char* us = std::getenv("BLOCKSWAP_HOST_JITTER_US");
+      us != nullptr && absl::SimpleAtoi(us, &jitter) && jitter > 0) {
+    options.jitter_us = jitter;
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(BackendChoice choice,
+                                                     const HostBackendOptions& host_options) {
+  switch (choice) {
+    case BackendChoice::kHost:
+      return OpenHostBackend(host_options);
+    case BackendChoice::kCuda:
+#if BLOCKSWAP_HAVE_CUDA
+      return OpenCudaBackend();
+#else
+      return absl::FailedPreconditionError(
+          "the cuda backend was requested but this build has no CUDA support "
+          "(configured without the CUDA toolkit)");
+#endif
+    case BackendChoice::kAuto:
+#if BLOCKSWAP_HAVE_CUDA
+      // Only "no GPU here" (FAILED_PRECONDITION) selects the host backend; a
+      // GPU that is present but broken is an error, never a silent fallback.
+      if (auto cuda = OpenCudaBackend();
+          cuda.ok() || cuda.status().code() != absl::StatusCode::kFailedPrecondition) {
+        return cuda;
+      }
+#endif
+      return OpenHostBackend(host_options);
+  }
+  return absl::InvalidArgumentError("unknown backend choice");
+}
+
+}  // namespace blockswap

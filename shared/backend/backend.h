@@ -1,0 +1,181 @@
+// The device backend: the one narrow interface through which the daemon and
+// the client touch a device (DESIGN §4).
+//
+// Two implementations:
+//   cuda  the real one (cuda_backend.cc), used whenever a GPU is present;
+//   host  shared-memory "device memory" and worker-thread streams
+//         (host_backend.cc), with CUDA's event semantics, so that the load
+//         protocol's hazards are real without a GPU.
+//
+// Semantics every implementation keeps (they are CUDA's):
+// - Work on one Stream runs in issue order, asynchronously to the caller.
+// - Event::Query() is true once everything captured by the most recent
+//   Record() has completed (and for an event never recorded).
+// - Stream::Wait(event) binds to the record that exists WHEN THE WAIT IS
+//   ISSUED; a later Record() does not affect it. This is why the protocol
+//   orders records and waits on the host (load_protocol.h).
+// Every object created by a Device must be destroyed before that Device.
+#ifndef BLOCKSWAP_SHARED_BACKEND_BACKEND_H_
+#define BLOCKSWAP_SHARED_BACKEND_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shared/base/unique_fd.h"
+
+namespace blockswap {
+
+// RegisterHostMemory pins a range in pieces of at most this size, piece k
+// covering [data + k * kHostPinPieceBytes, ...) (DESIGN §6: very large single
+// registrations fail or stall on some systems). A single copy must stay
+// inside one piece: the driver looks a copy's host range up in ONE
+// registration, and a copy that straddles two may be treated as pageable
+// (staged through a bounce buffer, not one DMA). The model store places
+// blocks so that none straddles a piece boundary.
+inline constexpr uint64_t kHostPinPieceBytes = uint64_t{64} << 30;
+
+enum class BackendKind { kHost, kCuda };
+absl::string_view BackendKindName(BackendKind kind);
+
+struct DeviceInfo {
+  std::string uuid;  // "GPU-..." on cuda, "HOST-<n>" on host; never an ordinal
+  std::string name;
+  uint64_t total_memory_bytes = 0;
+};
+
+// What crosses a process boundary for one exported object: opaque bytes (a
+// CUDA IPC handle) and, on the host backend, a descriptor (sent over
+// SCM_RIGHTS, see fd_passing.h).
+struct ExportedHandle {
+  std::string blob;
+  UniqueFd fd;  // invalid when the backend needs none
+};
+
+// A cross-process event (cudaEventInterprocess | cudaEventDisableTiming).
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True when the work captured by the most recent record has completed.
+  virtual absl::StatusOr<bool> Query() = 0;
+  // Only events created with Device::CreateInterprocessEvent can be exported.
+  virtual absl::StatusOr<ExportedHandle> Export() const = 0;
+};
+
+// Device memory: one allocation, or one imported from another process.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // The device address (cuda) or the host address (host).
+  virtual std::byte* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual absl::StatusOr<ExportedHandle> Export() const = 0;
+};
+
+// Host memory made visible to the device's copy engines (pinned); undone on
+// destruction. The registered memory must outlive this object.
+class HostRegistration {
+ public:
+  virtual ~HostRegistration() = default;
+};
+
+// An in-order work queue. Not thread-safe: one thread issues work on a
+// stream. Destroying a stream waits for the work already issued, except for
+// waits on events that can no longer complete (a dead peer), which are
+// abandoned.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual absl::Status CopyHostToDevice(void* device_dst, const void* host_src,
+                                        size_t bytes) = 0;
+  virtual absl::Status CopyDeviceToHost(void* host_dst, const void* device_src,
+                                        size_t bytes) = 0;
+  virtual absl::Status Record(Event& event) = 0;
+  // Later work on this stream waits for `event`'s record as of NOW.
+  virtual absl::Status Wait(Event& event) = 0;
+  // Runs `fn` on a backend thread once all earlier work has completed; later
+  // work waits for it. `fn` must not call into the backend.
+  virtual absl::Status LaunchHostFunc(std::function<void()> fn) = 0;
+  // Blocks the caller until all issued work has completed.
+  virtual absl::Status Synchronize() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+
+  // Ring memory: `bytes` rounded up to the backend's export granularity.
+  virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) = 0;
+  // Maps memory exported by another process. `bytes` is what the exporter
+  // announced; the import fails if the handle cannot back that many.
+  virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
+                                                                     size_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // A non-owning view of the caller's own stream, so that the protocol's
+  // records and waits are ordered against the caller's work: on cuda
+  // `native` is a cudaStream_t (nullptr is the legacy default stream); on
+  // host it must be nullptr and means "the calling thread": work runs inline,
+  // a record completes at once, and a wait blocks the caller (at most
+  // `wait_timeout`, then DEADLINE_EXCEEDED).
+  virtual absl::StatusOr<std::unique_ptr<Stream>> WrapStream(
+      void* native, absl::Duration wait_timeout = absl::Seconds(30)) = 0;
+  // Pins [data, data + bytes) for copies to every device of the backend.
+  virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
+                                                                               size_t bytes) = 0;
+  // The sticky error that poisoned this device (OK while healthy): once a
+  // device has failed, every later request for it fails with this error.
+  virtual absl::Status health() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  // In a stable order; owned by the backend.
+  virtual const std::vector<std::unique_ptr<Device>>& devices() const = 0;
+
+  // The device with this UUID, or FAILED_PRECONDITION naming the devices this
+  // backend drives (no silent fallback to another device).
+  absl::StatusOr<Device*> FindDevice(absl::string_view uuid) const;
+};
+
+enum class BackendChoice { kAuto, kHost, kCuda };
+absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name);
+
+struct HostBackendOptions {
+  // Simulated devices, named HOST-0 .. HOST-<count-1>.
+  int device_count = 1;
+  // Scale of the random delay before each operation of a stream worker
+  // (usually up to jitter_us, 1 in 16 times up to 21x that); zero disables
+  // it. Shakes out ordering bugs.
+  int64_t jitter_us = 0;
+  // device_count from BLOCKSWAP_HOST_DEVICES and jitter_us from
+  // BLOCKSWAP_HOST_JITTER_US where set.
+  static HostBackendOptions FromEnvironment();
+};
+
+// kAuto: cuda when this build has it and a usable GPU exists, else host.
+// kCuda: FAILED_PRECONDITION with the reason when no GPU can be driven.
+absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(
+    BackendChoice choice, const HostBackendOptions& host_options = HostBackendOptions());
+
+std::unique_ptr<Backend> OpenHostBackend(const HostBackendOptions& options);
+#if BLOCKSWAP_HAVE_CUDA
+// The cuda backend over the GPUs this process sees; FAILED_PRECONDITION with
+// the reason when there is none (no driver, no device).
+absl::StatusOr<std::unique_ptr<Backend>> OpenCudaBackend();
+#endif
+
+}  // namespace blockswap
+
+#endif  // BLOCKSWAP_SHARED_BACKEND_BACKEND_H_

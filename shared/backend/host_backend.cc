@@ -1,0 +1,442 @@
+// The host backend: device memory is a shared-memory mapping, a stream is a
+// queue drained by a worker thread, and an event is a pair of counters in
+// shared memory — with CUDA's semantics (backend.h), so that every hazard of
+// the load protocol exists here too and CI can catch it without a GPU.
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <thread>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "shared/backend/backend.h"
+#include "shared/os/futex.h"
+#include "shared/os/shared_memory.h"
+#include "shared/base/status.h"
+
+namespace blockswap {
+namespace {
+
+constexpr absl::string_view kMemoryBlob = "blockswap-host-memory-v1";
+constexpr absl::string_view kEventBlob = "blockswap-host-event-v1";
+constexpr uint32_t kEventMagic = 0x42534556;  // "BSEV"
+constexpr size_t kEventBytes = 4096;
+// How long a stream being destroyed still honours a wait before abandoning it
+// (its peer may be dead and never record again).
+constexpr absl::Duration kShutdownWaitGrace = absl::Milliseconds(200);
+
+// An event's shared state. record_count is bumped when a record is ISSUED,
+// completed_count set when the recording stream's worker REACHES it, so a
+// wait issued now snapshots "the most recent record" exactly as CUDA does.
+// creator_pid: the process that created the event (the daemon, for a ring's
+// events), which is the one that records what the importer waits for.
+struct HostEventState {
+  uint32_t magic;
+  uint32_t creator_pid;
+  std::atomic<uint32_t> record_count;
+  std::atomic<uint32_t> completed_count;
+};
+
+// The creator of an imported event, watched through a pidfd, so that a wait
+// on a record the creator will never complete (it died) ends instead of
+// blocking for ever. Empty (never "dead") for an event of this process, or
+// when the pid cannot be opened: a creator in another pid namespace is not
+// watched (the host backend is the test backend; its daemon and clients
+// share one).
+class EventCreator {
+ public:
+  static std::shared_ptr<EventCreator> Watch(uint32_t pid) {
+    auto creator = std::make_shared<EventCreator>();
+    creator->pid_ = pid;
+    if (pid != 0 && pid != static_cast<uint32_t>(::getpid())) {
+      creator->pidfd_.Reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    }
+    return creator;
+  }
+  // True once the creator has exited (a pidfd is readable from then on).
+  bool Dead() const {
+    if (!pidfd_.valid()) return false;
+    pollfd pfd{pidfd_.get(), POLLIN, 0};
+    return ::poll(&pfd, 1, 0) > 0;
+  }
+  absl::Status DeadError() const {
+    return absl::UnavailableError(absl::StrCat(
+        "waited on an event whose recorder (pid ", pid_,
+        ") exited before completing it: what the wait guarded is not guaranteed"));
+  }
+
+ private:
+  uint32_t pid_ = 0;
+  UniqueFd pidfd_;
+};
+
+class HostEvent final : public Event {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostEvent>> Create() {
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Create("event", kEventBytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    auto* state = static_cast<HostEventState*>(mapping.data());
+    state->magic = kEventMagic;
+    state->creator_pid = static_cast<uint32_t>(::getpid());
+    return std::unique_ptr<HostEvent>(
+        new HostEvent(std::move(shm), std::move(mapping), EventCreator::Watch(0)));
+  }
+
+  static absl::StatusOr<std::unique_ptr<HostEvent>> Import(ExportedHandle handle) {
+    if (handle.blob != kEventBlob || !handle.fd.valid()) {
+      return absl::InvalidArgumentError("not a host-backend event handle");
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
+                               SharedMemory::Adopt(std::move(handle.fd), kEventBytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    const auto* state = static_cast<HostEventState*>(mapping.data());
+    if (state->magic != kEventMagic) {
+      return absl::InvalidArgumentError("host-backend event handle has a bad magic number");
+    }
+    std::shared_ptr<EventCreator> creator = EventCreator::Watch(state->creator_pid);
+    return std::unique_ptr<HostEvent>(
+        new HostEvent(std::move(shm), std::move(mapping), std::move(creator)));
+  }
+
+  absl::StatusOr<bool> Query() override { return Reached(state(), WaitTarget()); }
+
+  absl::StatusOr<ExportedHandle> Export() const override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
+    return ExportedHandle{std::string(kEventBlob), std::move(fd)};
+  }
+
+  // Record, as issued: the new record's sequence number.
+  uint32_t IssueRecord() {
+    return state()->record_count.fetch_add(1, std::memory_order_acq_rel) + 1;
+  }
+  // Record, as reached by the recording stream: complete up to `seq`.
+  static void CompleteRecord(HostEventState* state, uint32_t seq) {
+    uint32_t done = state->completed_count.load(std::memory_order_relaxed);
+    if (!SeqAtLeast(done, seq)) state->completed_count.store(seq, std::memory_order_release);
+    FutexWakeAll(&state->completed_count);
+  }
+  // A wait, as issued: the record it binds to (the most recent one now).
+  uint32_t WaitTarget() const { return state()->record_count.load(std::memory_order_acquire); }
+  static bool Reached(const HostEventState* state, uint32_t target) {
+    return SeqAtLeast(state->completed_count.load(std::memory_order_acquire), target);
+  }
+
+  // Pending stream work keeps the mapping alive past the event's destruction,
+  // as CUDA keeps an event's resources until its work is done.
+  std::shared_ptr<Mapping> mapping() const { return mapping_; }
+  HostEventState* state() const { return static_cast<HostEventState*>(mapping_->data()); }
+  const std::shared_ptr<EventCreator>& creator() const { return creator_; }
+
+ private:
+  HostEvent(SharedMemory shm, Mapping mapping, std::shared_ptr<EventCreator> creator)
+      : shm_(std::move(shm)),
+        mapping_(std::make_shared<Mapping>(std::move(mapping))),
+        creator_(std::move(creator)) {}
+  SharedMemory shm_;
+  std::shared_ptr<Mapping> mapping_;
+  std::shared_ptr<EventCreator> creator_;
+};
+
+absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
+  auto* host_event = dynamic_cast<HostEvent*>(&event);
+  if (host_event == nullptr) return absl::InvalidArgumentError("not a host-backend event");
+  return host_event;
+}
+
+class HostMemory final : public DeviceMemory {
+ public:
+  HostMemory(SharedMemory shm, Mapping mapping, size_t size)
+      : shm_(std::move(shm)), mapping_(std::move(mapping)), size_(size) {}
+  std::byte* data() const override { return static_cast<std::byte*>(mapping_.data()); }
+  size_t size() const override { return size_; }
+  absl::StatusOr<ExportedHandle> Export() const override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
+    return ExportedHandle{std::string(kMemoryBlob), std::move(fd)};
+  }
+
+ private:
+  SharedMemory shm_;
+  Mapping mapping_;
+  size_t size_;
+};
+
+// A failed stream (it waited on an event whose recorder died) behaves as a
+// CUDA stream after a sticky error: the work queued behind the failure is
+// skipped (it would read what the wait guarded), every later call returns
+// the error, and only records and synchronisations still complete, so that
+// nobody waits for ever on this stream.
+class HostStream final : public Stream {
+ public:
+  explicit HostStream(int64_t jitter_us)
+      : jitter_us_(jitter_us), rng_(std::random_device{}()), worker_([this] { Run(); }) {}
+
+  ~HostStream() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    worker_.join();
+  }
+
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
+    return Enqueue([=] { std::memcpy(dst, src, bytes); });
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
+    return Enqueue([=] { std::memcpy(dst, src, bytes); });
+  }
+
+  absl::Status Record(Event& event) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    BLOCKSWAP_RETURN_IF_ERROR(failure());
+    uint32_t seq = host_event->IssueRecord();
+    return Enqueue(
+        [state = host_event->state(), seq, keep = host_event->mapping()] {
+          HostEvent::CompleteRecord(state, seq);
+        },
+        /*even_after_failure=*/true);
+  }
+
+  absl::Status Wait(Event& event) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    HostEventState* state = host_event->state();
+    // The snapshot is what makes an early wait bind to the previous record.
+    uint32_t target = host_event->WaitTarget();
+    return Enqueue([this, state, target, keep = host_event->mapping(),
+                    creator = host_event->creator()] {
+      absl::Time abandon_at = absl::InfiniteFuture();
+      while (true) {
+        uint32_t done = state->completed_count.load(std::memory_order_acquire);
+        if (HostEvent::Reached(state, target)) return;
+        if (creator->Dead()) {
+          Fail(creator->DeadError());
+          return;
+        }
+        if (absl::Now() >= abandon_at) return;
+        if (abandon_at == absl::InfiniteFuture() && Stopping()) {
+          abandon_at = absl::Now() + kShutdownWaitGrace;
+        }
+        FutexWait(&state->completed_count, done, absl::Milliseconds(20));
+      }
+    });
+  }
+
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    return Enqueue(std::move(fn));
+  }
+
+  absl::Status Synchronize() override {
+    auto done = std::make_shared<absl::Notification>();
+    BLOCKSWAP_RETURN_IF_ERROR(Enqueue([done] { done->Notify(); }, /*even_after_failure=*/true));
+    done->WaitForNotification();
+    return failure();
+  }
+
+ private:
+  struct Op {
+    std::function<void()> fn;
+    bool even_after_failure = false;
+  };
+
+  absl::Status Enqueue(std::function<void()> fn, bool even_after_failure = false) {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return failure_;
+    queue_.push_back(Op{std::move(fn), even_after_failure});
+    return absl::OkStatus();
+  }
+
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  void Fail(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = std::move(error);
+  }
+
+  bool Stopping() {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  }
+
+  // Mostly short delays, and now and then (1 in 16) a long one: a race whose
+  // window is one side's whole queue only shows when the OTHER side stalls
+  // for longer than that queue takes.
+  void Jitter() {
+    if (jitter_us_ <= 0) return;
+    std::uniform_int_distribution<int64_t> delay(0, jitter_us_);
+    int64_t us = delay(rng_);
+    if ((rng_() & 15) == 0) us += 20 * delay(rng_);
+    absl::SleepFor(absl::Microseconds(us));
+  }
+
+  void Run() {
+    while (true) {
+      Op op;
+      bool failed;
+      {
+        absl::MutexLock lock(&mu_);
+        auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !queue_.empty() || stopping_;
+        };
+        mu_.Await(absl::Condition(&has_work));
+        if (queue_.empty()) return;  // stopping, and everything issued has run
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        failed = !failure_.ok();
+      }
+      if (failed && !op.even_after_failure) continue;
+      Jitter();
+      op.fn();
+    }
+  }
+
+  const int64_t jitter_us_;
+  std::mt19937_64 rng_;  // worker thread only
+  absl::Mutex mu_;
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;  // last: starts once the members above exist
+};
+
+// The calling thread as a stream (Device::WrapStream(nullptr)): a host
+// trainer computes synchronously, so its work is done by the time it records,
+// and a wait must block it until the recorder's worker got there.
+class InlineHostStream final : public Stream {
+ public:
+  explicit InlineHostStream(absl::Duration wait_timeout) : wait_timeout_(wait_timeout) {}
+
+  absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Record(Event& event) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    HostEvent::CompleteRecord(host_event->state(), host_event->IssueRecord());
+    return absl::OkStatus();
+  }
+  absl::Status Wait(Event& event) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    const HostEventState* state = host_event->state();
+    uint32_t target = host_event->WaitTarget();
+    const EventCreator& creator = *host_event->creator();
+    absl::Status waited =
+        FutexAwait(&state->completed_count, wait_timeout_, [&]() -> absl::StatusOr<bool> {
+          if (HostEvent::Reached(state, target)) return true;
+          if (creator.Dead()) return creator.DeadError();
+          return false;
+        });
+    if (absl::IsDeadlineExceeded(waited)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "event not completed within ", absl::FormatDuration(wait_timeout_),
+          " (its recorder may be gone)"));
+    }
+    return waited;
+  }
+  absl::Status LaunchHostFunc(std::function<void()> fn) override {
+    fn();
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  const absl::Duration wait_timeout_;
+};
+
+class NoopRegistration final : public HostRegistration {};
+
+class HostDevice final : public Device {
+ public:
+  HostDevice(int index, int64_t jitter_us) : jitter_us_(jitter_us) {
+    info_.uuid = absl::StrCat("HOST-", index);
+    info_.name = absl::StrCat("blockswap host device ", index);
+    info_.total_memory_bytes =
+        static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
+    size_t size = RoundUp(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
+                               SharedMemory::Create(absl::StrCat(info_.uuid, "-ring"), size));
+    // Pre-faulted, as device memory is committed when allocated: otherwise
+    // the first copy into each page pays a fault and the page's zeroing on
+    // the copy path (measured by tests/bench: about a quarter of the copy
+    // worker's CPU time while a fresh 128 MiB ring fills; docs/BENCHMARKS.md).
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite, /*populate=*/true));
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size);
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
+                                                             size_t bytes) override {
+    if (handle.blob != kMemoryBlob || !handle.fd.valid()) {
+      return absl::InvalidArgumentError("not a host-backend memory handle");
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Adopt(std::move(handle.fd), bytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Create());
+    return std::unique_ptr<Event>(std::move(event));
+  }
+  absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Import(std::move(handle)));
+    return std::unique_ptr<Event>(std::move(event));
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    return std::make_unique<HostStream>(jitter_us_);
+  }
+  absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native,
+                                                     absl::Duration wait_timeout) override {
+    if (native != nullptr) {
+      return absl::InvalidArgumentError(
+          "the host backend has no native streams: pass a null stream (the calling thread)");
+    }
+    return std::make_unique<InlineHostStream>(wait_timeout);
+  }
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*, size_t) override {
+    return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
+  }
+  absl::Status health() const override { return absl::OkStatus(); }
+
+ private:
+  DeviceInfo info_;
+  const int64_t jitter_us_;
+};
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(const HostBackendOptions& options) {
+    for (int i = 0; i < options.device_count; ++i) {
+      devices_.push_back(std::make_unique<HostDevice>(i, options.jitter_us));
+    }
+  }
+  BackendKind kind() const override { return BackendKind::kHost; }
+  const std::vector<std::unique_ptr<Device>>& devices() const override { return devices_; }
+
+ private:
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> OpenHostBackend(const HostBackendOptions& options) {
+  return std::make_unique<HostBackend>(options);
+}
+
+}  // namespace blockswap

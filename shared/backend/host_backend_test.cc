@@ -1,0 +1,171 @@
+// The host backend must keep CUDA's semantics (backend.h); these tests pin
+// the ones the load protocol depends on.
+#include <atomic>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "shared/backend/backend.h"
+
+namespace blockswap {
+namespace {
+
+class HostBackendTest : public ::testing::Test {
+ protected:
+  HostBackendTest() : backend_(OpenHostBackend({.device_count = 2, .jitter_us = 50})) {}
+  Device& device() { return *backend_->devices()[0]; }
+  std::unique_ptr<Stream> NewStream() { return device().CreateStream().value(); }
+  std::unique_ptr<Event> NewEvent() { return device().CreateInterprocessEvent().value(); }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(HostBackendTest, WaitBindsToTheRecordThatExistsWhenIssued) {
+  auto producer = NewStream();
+  auto early = NewStream();
+  auto late = NewStream();
+  auto event = NewEvent();
+  absl::Notification release;
+  std::atomic<bool> producer_done{false};
+
+  ASSERT_TRUE(early->Wait(*event).ok());  // before any record: binds to nothing
+  ASSERT_TRUE(producer->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(producer->LaunchHostFunc([&] { producer_done = true; }).ok());
+  ASSERT_TRUE(producer->Record(*event).ok());
+  ASSERT_TRUE(late->Wait(*event).ok());  // after the record: must wait for it
+
+  std::atomic<bool> early_ran{false}, late_ran{false}, late_saw_done{false};
+  ASSERT_TRUE(early->LaunchHostFunc([&] { early_ran = true; }).ok());
+  ASSERT_TRUE(late->LaunchHostFunc([&] {
+    late_saw_done = producer_done.load();
+    late_ran = true;
+  }).ok());
+  ASSERT_TRUE(early->Synchronize().ok());
+  EXPECT_TRUE(early_ran);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(late_ran) << "a wait issued after the record must not pass before it";
+  release.Notify();
+  ASSERT_TRUE(late->Synchronize().ok());
+  EXPECT_TRUE(late_saw_done);
+}
+
+TEST_F(HostBackendTest, QueryFollowsTheMostRecentRecord) {
+  auto stream = NewStream();
+  auto event = NewEvent();
+  EXPECT_TRUE(event->Query().value()) << "an event never recorded is complete";
+  absl::Notification release;
+  ASSERT_TRUE(stream->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(stream->Record(*event).ok());
+  EXPECT_FALSE(event->Query().value());
+  release.Notify();
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_TRUE(event->Query().value());
+}
+
+TEST_F(HostBackendTest, ImportedEventSharesRecordsWithItsExporter) {
+  auto stream = NewStream();
+  auto event = NewEvent();
+  auto imported = device().ImportEvent(event->Export().value());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  absl::Notification release;
+  ASSERT_TRUE(stream->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(stream->Record(**imported).ok());
+  EXPECT_FALSE(event->Query().value());
+  release.Notify();
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_TRUE(event->Query().value());
+}
+
+TEST_F(HostBackendTest, StreamRunsWorkInIssueOrder) {
+  auto stream = NewStream();
+  std::vector<int> order;
+  char source[64] = "copied", middle[64] = {}, target[64] = {};
+  ASSERT_TRUE(stream->CopyHostToDevice(middle, source, sizeof(source)).ok());
+  ASSERT_TRUE(stream->LaunchHostFunc([&] { order.push_back(std::strcmp(middle, "copied")); }).ok());
+  ASSERT_TRUE(stream->CopyDeviceToHost(target, middle, sizeof(middle)).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(order, std::vector<int>{0});
+  EXPECT_STREQ(target, "copied");
+}
+
+TEST_F(HostBackendTest, ExportedMemoryIsSharedWithTheImporter) {
+  auto memory = device().Allocate(10000);
+  ASSERT_TRUE(memory.ok());
+  EXPECT_GE((*memory)->size(), 10000u);
+  auto imported = device().ImportMemory((*memory)->Export().value(), (*memory)->size());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  std::memcpy((*memory)->data() + 9000, "shared", 7);
+  EXPECT_STREQ(reinterpret_cast<const char*>((*imported)->data() + 9000), "shared");
+}
+
+TEST_F(HostBackendTest, ImportRefusesForeignOrOversizedHandles) {
+  auto memory = device().Allocate(4096);
+  ASSERT_TRUE(memory.ok());
+  ExportedHandle handle = (*memory)->Export().value();
+  handle.blob = "something else";
+  EXPECT_EQ(device().ImportMemory(std::move(handle), 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device().ImportMemory((*memory)->Export().value(), 1 << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto event = NewEvent();
+  EXPECT_EQ(device().ImportEvent((*memory)->Export().value()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HostBackendTest, DevicesAreNamedByUuidAndUnknownOnesAreRefused) {
+  ASSERT_EQ(backend_->devices().size(), 2u);
+  EXPECT_EQ(backend_->devices()[1]->info().uuid, "HOST-1");
+  EXPECT_EQ(backend_->FindDevice("HOST-1").value(), backend_->devices()[1].get());
+  absl::Status missing = backend_->FindDevice("GPU-1234").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.message().find("HOST-0, HOST-1"), absl::string_view::npos) << missing;
+}
+
+TEST_F(HostBackendTest, WrappedCallerStreamRecordsAtOnceAndWaitsInline) {
+  auto worker = NewStream();
+  auto event = NewEvent();
+  auto caller = device().WrapStream(nullptr, absl::Milliseconds(100));
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  ASSERT_TRUE((*caller)->Record(*event).ok());
+  EXPECT_TRUE(event->Query().value()) << "the caller's work is done when it records";
+
+  absl::Notification release;
+  ASSERT_TRUE(worker->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(worker->Record(*event).ok());
+  EXPECT_EQ((*caller)->Wait(*event).code(), absl::StatusCode::kDeadlineExceeded);
+  release.Notify();
+  // Once released, the worker records whenever it is scheduled: a caller
+  // that waits inline gets it within its deadline (one a loaded machine
+  // cannot miss; the 100 ms above is only for the refusal).
+  auto patient = device().WrapStream(nullptr, absl::Seconds(30));
+  ASSERT_TRUE(patient.ok()) << patient.status();
+  EXPECT_TRUE((*patient)->Wait(*event).ok());
+  int native = 0;
+  EXPECT_EQ(device().WrapStream(&native).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BackendChoice, ParsesTheThreeNamesAndRefusesOthers) {
+  EXPECT_EQ(ParseBackendChoice("auto").value(), BackendChoice::kAuto);
+  EXPECT_EQ(ParseBackendChoice("host").value(), BackendChoice::kHost);
+  EXPECT_EQ(ParseBackendChoice("cuda").value(), BackendChoice::kCuda);
+  EXPECT_EQ(ParseBackendChoice("gpu").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BackendChoice, ForcedHostIsHost) {
+  auto backend = OpenBackend(BackendChoice::kHost);
+  ASSERT_TRUE(backend.ok());
+  EXPECT_EQ((*backend)->kind(), BackendKind::kHost);
+}
+
+#if !BLOCKSWAP_HAVE_CUDA
+TEST(BackendChoice, ForcedCudaWithoutCudaSupportSaysWhy) {
+  absl::Status status = OpenBackend(BackendChoice::kCuda).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("no CUDA support"), absl::string_view::npos) << status;
+}
+#endif
+
+}  // namespace
+}  // namespace blockswap

@@ -1,0 +1,53 @@
+#include "shared/base/status.h"
+
+#include <cerrno>
+
+#include <gtest/gtest.h>
+
+namespace blockswap {
+namespace {
+
+absl::StatusOr<int> Half(int value) {
+  if (value % 2 != 0) return absl::InvalidArgumentError("odd");
+  return value / 2;
+}
+
+absl::StatusOr<int> Quarter(int value) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(int half, Half(value));
+  BLOCKSWAP_ASSIGN_OR_RETURN(half, Half(half));
+  return half;
+}
+
+absl::Status CheckEven(int value) {
+  BLOCKSWAP_RETURN_IF_ERROR(Half(value).status());
+  return absl::OkStatus();
+}
+
+TEST(StatusMacros, AssignOrReturnPassesValuesAndStopsAtTheFirstError) {
+  EXPECT_EQ(Quarter(8).value(), 2);
+  EXPECT_EQ(Quarter(6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Quarter(3).status().message(), "odd");
+}
+
+TEST(StatusMacros, ReturnIfErrorReturnsTheError) {
+  EXPECT_TRUE(CheckEven(4).ok());
+  EXPECT_EQ(CheckEven(5).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ErrnoStatus, MapsErrnoToCodeAndNamesTheContext) {
+  absl::Status status = ErrnoStatus(ENOENT, "opening /x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "opening /x: No such file or directory");
+  EXPECT_EQ(ErrnoStatus(ENOSPC, "x").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoStatus(EACCES, "x").code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(Annotate, PrefixesTheMessageAndKeepsTheCode) {
+  absl::Status status = Annotate(absl::NotFoundError("no model"), "while opening ring 3");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "while opening ring 3: no model");
+  EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+}
+
+}  // namespace
+}  // namespace blockswap

@@ -1,0 +1,328 @@
+#include "shared/protocol/load_protocol.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/string_view.h"
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "shared/os/futex.h"
+#include "shared/base/status.h"
+
+namespace blockswap {
+namespace {
+
+std::atomic<uint32_t> skipped_steps{0};
+
+bool Skipped(ProtocolStep step) {
+  return (skipped_steps.load(std::memory_order_relaxed) >> static_cast<uint32_t>(step)) & 1u;
+}
+
+}  // namespace
+
+absl::string_view ProtocolStepName(ProtocolStep step) {
+  switch (step) {
+    case ProtocolStep::kClientRecordFree:
+      return "client-record-free";
+    case ProtocolStep::kClientPublishConsumed:
+      return "client-publish-consumed";
+    case ProtocolStep::kClientAwaitFilled:
+      return "client-await-filled";
+    case ProtocolStep::kClientStreamWaitReady:
+      return "client-stream-wait-ready";
+    case ProtocolStep::kDaemonAwaitFree:
+      return "daemon-await-free";
+    case ProtocolStep::kDaemonRecordReady:
+      return "daemon-record-ready";
+    case ProtocolStep::kDaemonPublishFilled:
+      return "daemon-publish-filled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
+  for (ProtocolStep step : kAllProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
+}
+
+void SkipProtocolStepForTesting(ProtocolStep step) {
+  skipped_steps.fetch_or(1u << static_cast<uint32_t>(step));
+}
+
+absl::Status SkipProtocolStepsFromEnvironment() {
+  const char* steps = std::getenv("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
+  if (steps == nullptr || *steps == '\0') return absl::OkStatus();
+  for (absl::string_view name : absl::StrSplit(steps, ',', absl::SkipEmpty())) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ProtocolStep step, ParseProtocolStep(name));
+    SkipProtocolStepForTesting(step);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// RingProducer
+
+RingProducer::RingProducer(DaemonRing& ring, Stream& copy_stream)
+    : ring_(ring), copy_stream_(copy_stream), pending_(ring.shape().slot_count) {}
+
+absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void* source,
+                                  size_t bytes) {
+  BLOCKSWAP_RETURN_IF_ERROR(status_);
+  const RingShape& shape = ring_.shape();
+  absl::Status error;
+  if (slot >= shape.slot_count) {
+    error = absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, " out of range (ring has ", shape.slot_count, " slots)"));
+  } else if (bytes > shape.slot_bytes) {
+    error = absl::InvalidArgumentError(absl::StrCat(
+        "block of ", bytes, " bytes does not fit slot ", slot, " of ", shape.slot_bytes, " bytes"));
+  } else if (pending_[slot].active) {
+    error = absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " generation ", generation, " requested while generation ",
+                     pending_[slot].generation, " is still pending"));
+  } else {
+    uint32_t filled = ring_.control().filled_seq[slot].load(std::memory_order_relaxed);
+    uint32_t consumed =
+        ring_.client_control().consumed_seq[slot].load(std::memory_order_acquire);
+    if (generation != filled + 1) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("slot ", slot, " generation ", generation,
+                       " requested, but the next generation is ", filled + 1));
+    } else if (consumed != generation - 1) {
+      // Loading now could overwrite bytes the client is still reading.
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " generation ", generation, " requested, but the client published "
+          "consumed_seq=", consumed, " (must be ", generation - 1, " before the request)"));
+    }
+  }
+  if (!error.ok()) {
+    Fail(error, slot);
+    return error;
+  }
+  pending_[slot] = PendingLoad{true, generation, source, bytes};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RingProducer::Poll(std::vector<Issued>* issued_out) {
+  BLOCKSWAP_RETURN_IF_ERROR(status_);
+  int issued = 0;
+  for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
+    if (!pending_[slot].active) continue;
+    if (!Skipped(ProtocolStep::kDaemonAwaitFree)) {
+      // A host-side poll, never a GPU-side wait: a client that dies with its
+      // free record pending must not be able to hang the copy stream.
+      absl::StatusOr<bool> released = ring_.free(slot).Query();
+      if (!released.ok()) {
+        Fail(released.status(), slot);
+        return released.status();
+      }
+      if (!*released) continue;
+    }
+    PendingLoad load = pending_[slot];
+    pending_[slot].active = false;
+    if (absl::Status issued_status = Issue(slot, load, issued_out); !issued_status.ok()) {
+      Fail(issued_status, slot);
+      return issued_status;
+    }
+    ++issued;
+  }
+  return issued;
+}
+
+absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load,
+                                 std::vector<Issued>* issued) {
+  const uint64_t issued_ns = issued != nullptr ? MonotonicNanos() : 0;
+  BLOCKSWAP_RETURN_IF_ERROR(
+      copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
+  if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
+    BLOCKSWAP_RETURN_IF_ERROR(copy_stream_.Record(ring_.ready(slot)));
+  }
+  if (!Skipped(ProtocolStep::kDaemonPublishFilled)) {
+    // Published at issue, as on CUDA: the client's GPU-side wait on ready[s]
+    // covers completion.
+    std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
+    filled.store(load.generation, std::memory_order_release);
+    FutexWakeAll(&filled);
+  }
+  if (issued != nullptr) {
+    issued->push_back(Issued{slot, load.generation, load.bytes, issued_ns, MonotonicNanos()});
+  }
+  return absl::OkStatus();
+}
+
+int RingProducer::pending_count() const {
+  int count = 0;
+  for (const PendingLoad& load : pending_) count += load.active ? 1 : 0;
+  return count;
+}
+
+void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
+  if (!status_.ok()) return;
+  status_ = error;
+  for (PendingLoad& load : pending_) load.active = false;
+  DaemonControlBlock& control = ring_.control();
+  // The message before the code: a client that sees error_code (acquire)
+  // may read it. Written once: the first error sticks.
+  const size_t length = std::min(error.message().size(), kErrorMessageBytes - 1);
+  std::memcpy(control.error_message, error.message().data(), length);
+  control.error_message[length] = '\0';
+  control.status.error_slot.store(slot, std::memory_order_relaxed);
+  control.status.error_code.store(static_cast<uint32_t>(error.code()), std::memory_order_release);
+  for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) FutexWakeAll(&control.filled_seq[s]);
+}
+
+void RingProducer::Heartbeat() {
+  ring_.control().status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
+}
+
+absl::Status RingProducer::status() const { return status_; }
+
+// ---------------------------------------------------------------------------
+// RingConsumer
+
+RingConsumer::RingConsumer(ClientRing& ring, ConsumerOptions options)
+    : ring_(ring),
+      options_(options),
+      requested_(ring.shape().slot_count, 0),
+      filled_seen_(ring.shape().slot_count, true) {}
+
+absl::Status RingConsumer::CheckSlot(uint32_t slot) const {
+  if (slot >= requested_.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("slot ", slot, " out of range (ring has ", requested_.size(), " slots)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
+  BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
+  if (!filled_seen_[slot]) {
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], options_.wait_timeout));
+    filled_seen_[slot] = true;
+  }
+  // Recorded on every release, even of a slot released before: the caller
+  // may have used the slot again since (a backward pass re-reading a block),
+  // and the next copy must wait for that use too. An extra record costs
+  // nothing and binds no wait of the daemon's (it polls only for a request).
+  if (!Skipped(ProtocolStep::kClientRecordFree)) {
+    BLOCKSWAP_RETURN_IF_ERROR(stream.Record(ring_.free(slot)));
+  }
+  if (!Skipped(ProtocolStep::kClientPublishConsumed)) {
+    ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
+  }
+  RecordTrace(TraceKind::kRelease, slot, requested_[slot], MonotonicNanos());
+  return absl::OkStatus();
+}
+
+void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation,
+                               uint64_t time_ns, uint64_t value, uint16_t flags) {
+  TraceEvent event;
+  event.time_ns = time_ns;
+  event.ring_id = ring_.ring_id();
+  event.value = value;
+  event.slot = slot;
+  event.generation = generation;
+  event.kind = kind;
+  event.flags = flags;
+  ring_.trace().Record(event);
+}
+
+absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
+  BLOCKSWAP_RETURN_IF_ERROR(Release(slot, stream));
+  requested_[slot] += 1;
+  filled_seen_[slot] = false;
+  RecordTrace(TraceKind::kRequest, slot, requested_[slot], MonotonicNanos());
+  return requested_[slot];
+}
+
+absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
+  return AwaitLoaded(slot, stream, options_.wait_timeout);
+}
+
+absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
+  if (requested_[slot] == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", slot, " was never loaded (load it before waiting)"));
+  }
+  // Also on a slot already released (a backward pass re-reading a block):
+  // the daemon cannot have re-recorded ready[s] since, as no request
+  // followed, so the wait binds to this generation's record.
+  if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
+  }
+  filled_seen_[slot] = true;
+  if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
+    BLOCKSWAP_RETURN_IF_ERROR(stream.Wait(ring_.ready(slot)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::Drain() { return Drain(options_.wait_timeout); }
+
+absl::Status RingConsumer::Drain(absl::Duration timeout) {
+  for (uint32_t slot = 0; slot < requested_.size(); ++slot) {
+    if (filled_seen_[slot]) continue;
+    BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
+    filled_seen_[slot] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::CheckHealth() const {
+  if (options_.liveness) BLOCKSWAP_RETURN_IF_ERROR(options_.liveness());
+  const RingStatusWord& status = ring_.control().status;
+  if (uint32_t code = status.error_code.load(std::memory_order_acquire); code != 0) {
+    uint32_t slot = status.error_slot.load(std::memory_order_relaxed);
+    const char* message = ring_.control().error_message;
+    const size_t length = ::strnlen(message, kErrorMessageBytes);
+    return absl::Status(
+        static_cast<absl::StatusCode>(code),
+        absl::StrCat("ring ", ring_.ring_id(), " failed in the daemon",
+                     slot == UINT32_MAX ? std::string() : absl::StrCat(" at slot ", slot),
+                     length == 0 ? std::string(" (the daemon's reply to the request says why)")
+                                 : absl::StrCat(": ", absl::string_view(message, length))));
+  }
+  if (status.boot_id.load(std::memory_order_relaxed) != ring_.boot_id()) {
+    return absl::UnavailableError(
+        absl::StrCat("ring ", ring_.ring_id(), " belongs to a daemon that has restarted"));
+  }
+  if (options_.heartbeat_timeout > absl::ZeroDuration()) {
+    uint64_t last = status.heartbeat_ms.load(std::memory_order_acquire);
+    uint64_t now = MonotonicMillis();
+    if (now > last && absl::Milliseconds(now - last) > options_.heartbeat_timeout) {
+      return absl::UnavailableError(absl::StrCat("daemon silent for ", now - last,
+                                                 " ms (ring ", ring_.ring_id(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation,
+                                       absl::Duration timeout) {
+  const std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
+  // A stall: the slot was not filled yet when the client came to use it.
+  const bool stalled = filled.load(std::memory_order_acquire) != generation;
+  const uint64_t started_ns = MonotonicNanos();
+  absl::Status waited = FutexAwait(&filled, timeout, [&]() -> absl::StatusOr<bool> {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
+    return filled.load(std::memory_order_acquire) == generation;
+  });
+  const uint64_t ended_ns = MonotonicNanos();
+  RecordTrace(TraceKind::kWait, slot, generation, started_ns, ended_ns - started_ns,
+              stalled ? kTraceStalled : 0);
+  if (absl::IsDeadlineExceeded(waited)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "slot ", slot, " generation ", generation, " not filled within ",
+        absl::FormatDuration(timeout), " (ring ", ring_.ring_id(), ", filled_seq=",
+        filled.load(std::memory_order_relaxed), ")"));
+  }
+  return waited;
+}
+
+}  // namespace blockswap

@@ -1,0 +1,174 @@
+// The load protocol of DESIGN §3, both halves, written once: the daemon uses
+// RingProducer and the client library uses RingConsumer.
+//
+// Generation g of slot s:
+//  1. client  (RingConsumer::BeginLoad)  record free[s] on the stream that used
+//             the slot, publish consumed_seq[s] = g-1, then send the request.
+//  2. daemon  (RingProducer::Submit/Poll) check consumed_seq[s] == g-1; once
+//             free[s] has completed (polled on the host, never a GPU-side
+//             wait on a client's event) copy master -> slot, record ready[s],
+//             publish filled_seq[s] = g and wake waiters.
+//  3. client  (RingConsumer::AwaitLoaded) wait until filled_seq[s] == g,
+//             checking the status word, then make the stream wait on ready[s].
+// So every cross-process wait is issued only after the record it must bind
+// to: a wait issued early binds to the previous record and reads stale bytes.
+#ifndef BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_
+#define BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "shared/backend/backend.h"
+#include "shared/protocol/ring.h"
+#include "shared/protocol/trace_ring.h"
+
+namespace blockswap {
+
+// Each record, wait and publish of the protocol. The mutation tests switch
+// one off at a time (SkipProtocolStepForTesting) to prove that the suite
+// notices; production code never calls the switch.
+enum class ProtocolStep : uint32_t {
+  kClientRecordFree,
+  kClientPublishConsumed,
+  kClientAwaitFilled,
+  kClientStreamWaitReady,
+  kDaemonAwaitFree,
+  kDaemonRecordReady,
+  kDaemonPublishFilled,
+};
+inline constexpr ProtocolStep kAllProtocolSteps[] = {
+    ProtocolStep::kClientRecordFree,   ProtocolStep::kClientPublishConsumed,
+    ProtocolStep::kClientAwaitFilled,  ProtocolStep::kClientStreamWaitReady,
+    ProtocolStep::kDaemonAwaitFree,    ProtocolStep::kDaemonRecordReady,
+    ProtocolStep::kDaemonPublishFilled};
+
+absl::string_view ProtocolStepName(ProtocolStep step);
+absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
+inline void PrintTo(ProtocolStep step, std::ostream* os) { *os << ProtocolStepName(step); }
+// Process-wide; for tests only. Breaks the protocol on purpose.
+void SkipProtocolStepForTesting(ProtocolStep step);
+// The same for every step named (comma-separated) in the environment
+// variable BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS, so that the mutation tests can
+// break the real daemon and client library. Unknown names are an error.
+absl::Status SkipProtocolStepsFromEnvironment();
+
+// The daemon's half for one ring. Never blocks: a request whose slot is still
+// in use waits in the producer until Poll() finds free[s] completed.
+// Thread-compatible: the daemon's device worker owns it.
+class RingProducer {
+ public:
+  // `ring` and `copy_stream` (on the ring's device) must outlive this object.
+  RingProducer(DaemonRing& ring, Stream& copy_stream);
+
+  // Validates a request to load `bytes` from host memory `source` into
+  // generation `generation` of `slot` and queues it. A request that breaks
+  // the protocol fails the ring (Fail) and returns the error; nothing is
+  // copied. `source` must stay valid until the copy completes.
+  absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes);
+
+  // What Poll issued, for the daemon's trace (trace_ring.h).
+  struct Issued {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+    uint64_t bytes = 0;
+    uint64_t issued_ns = 0;  // before the copy was queued
+    uint64_t filled_ns = 0;  // after filled_seq was published
+  };
+
+  // Issues the queued copies whose slot has been released (free[s] done);
+  // returns how many, and appends each to `issued` when given. A device
+  // error fails the ring.
+  absl::StatusOr<int> Poll(std::vector<Issued>* issued = nullptr);
+
+  bool has_pending() const { return pending_count() > 0; }
+  int pending_count() const;
+  // Publishes `error` in the status word (the first error sticks) and wakes
+  // every waiter of the ring.
+  void Fail(const absl::Status& error, uint32_t slot = UINT32_MAX);
+  // Marks the daemon alive for the client's staleness check.
+  void Heartbeat();
+  absl::Status status() const;
+
+ private:
+  struct PendingLoad {
+    bool active = false;
+    uint32_t generation = 0;
+    const void* source = nullptr;
+    size_t bytes = 0;
+  };
+  absl::Status Issue(uint32_t slot, const PendingLoad& load, std::vector<Issued>* issued);
+
+  DaemonRing& ring_;
+  Stream& copy_stream_;
+  std::vector<PendingLoad> pending_;
+  absl::Status status_;
+};
+
+struct ConsumerOptions {
+  // How long AwaitLoaded waits for a generation before DEADLINE_EXCEEDED.
+  absl::Duration wait_timeout = absl::Seconds(30);
+  // A daemon heartbeat older than this is UNAVAILABLE; zero disables it.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Checked with the status word on every wake: a non-OK answer (the
+  // client's connection to the daemon broke, say) ends a wait at once.
+  std::function<absl::Status()> liveness;
+};
+
+// The client's half for one ring. Thread-compatible: one thread drives it.
+class RingConsumer {
+ public:
+  // `ring` must outlive this object.
+  RingConsumer(ClientRing& ring, ConsumerOptions options = {});
+
+  // Releases `slot`, saying that the work on `stream` so far is done with
+  // it: once its outstanding generation is filled (a slot's next free is
+  // recorded only after filled_seq reached the outstanding generation, even
+  // one that was never used), records free[s] on `stream` and publishes
+  // consumed_seq. Releasing again after a further use records again.
+  absl::Status Release(uint32_t slot, Stream& stream);
+
+  // Step 1 for `slot`: releases it and returns the generation to request.
+  absl::StatusOr<uint32_t> BeginLoad(uint32_t slot, Stream& stream);
+
+  // Step 3 for `slot`'s outstanding generation: waits (timeout, status word)
+  // until it is filled, then makes `stream` wait on ready[s]. Also allowed on
+  // a released slot whose block is used again (a backward pass).
+  absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
+  absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
+
+  // Waits until every outstanding generation is filled, so no request of
+  // this ring is left in the daemon (re-prepare, teardown).
+  absl::Status Drain();
+  absl::Status Drain(absl::Duration timeout);
+
+  // The ring's status word: OK, or the error that failed the ring in the
+  // daemon, a daemon restart, or a silent daemon (heartbeat).
+  absl::Status CheckHealth() const;
+
+  // The generation last requested for `slot` (0: never).
+  uint32_t requested(uint32_t slot) const { return requested_[slot]; }
+  ClientRing& ring() const { return ring_; }
+
+ private:
+  absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
+  absl::Status CheckSlot(uint32_t slot) const;
+  // Into the ring's trace buffer (trace_ring.h): a clock read and a few stores.
+  void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
+                   uint64_t value = 0, uint16_t flags = 0);
+
+  ClientRing& ring_;
+  const ConsumerOptions options_;
+  std::vector<uint32_t> requested_;
+  std::vector<bool> filled_seen_;  // requested_[s] is known to be filled
+};
+
+}  // namespace blockswap
+
+#endif  // BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_

@@ -1,0 +1,177 @@
+#include "shared/protocol/ring.h"
+
+#include "absl/strings/str_cat.h"
+#include "shared/base/status.h"
+
+namespace blockswap {
+
+absl::Status ValidateRingShape(const RingShape& shape) {
+  if (shape.slot_count == 0 || shape.slot_count > kMaxRingSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("ring of ", shape.slot_count,
+                                                   " slots (must be 1..", kMaxRingSlots, ")"));
+  }
+  if (shape.slot_bytes == 0) return absl::InvalidArgumentError("ring slots of 0 bytes");
+  // Keeps slot_count * stride far from overflow.
+  if (shape.slot_bytes > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring slots of ", shape.slot_bytes, " bytes (at most 1 TiB)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, uint64_t ring_id,
+                                                               const RingShape& shape,
+                                                               uint64_t boot_id) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
+  std::unique_ptr<DaemonRing> ring(new DaemonRing(device, ring_id, shape));
+  const uint64_t stride = RoundUp(shape.slot_bytes, kSlotAlignment);
+  for (uint32_t s = 0; s < shape.slot_count; ++s) ring->slot_offsets_.push_back(s * stride);
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->memory_, device.Allocate(stride * shape.slot_count));
+  for (uint32_t s = 0; s < shape.slot_count; ++s) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.CreateInterprocessEvent());
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateInterprocessEvent());
+    ring->ready_.push_back(std::move(ready));
+    ring->free_.push_back(std::move(free));
+  }
+
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ring->daemon_control_,
+      SharedMemory::Create(absl::StrCat("ring-", ring_id, "-daemon-control"), kControlBlockBytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->daemon_control_map_,
+                             ring->daemon_control_.Map(Access::kReadWrite));
+  DaemonControlBlock& control = ring->control();
+  control.magic = kDaemonControlMagic;
+  control.version = kControlBlockVersion;
+  control.slot_count = shape.slot_count;
+  control.status.boot_id.store(boot_id, std::memory_order_relaxed);
+  control.status.error_slot.store(UINT32_MAX, std::memory_order_relaxed);
+  control.status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
+
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ring->client_control_,
+      SharedMemory::Create(absl::StrCat("ring-", ring_id, "-client-control"),
+                           kClientControlObjectBytes));
+  {
+    // Written once before the client has it; the daemon's lasting mapping
+    // below is read-only.
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping init, ring->client_control_.Map(Access::kReadWrite));
+    auto* client = static_cast<ClientControlBlock*>(init.data());
+    client->magic = kClientControlMagic;
+    client->version = kControlBlockVersion;
+    client->slot_count = shape.slot_count;
+    TraceRing(static_cast<std::byte*>(init.data()) + kClientTraceOffset, kClientTraceCapacity)
+        .Initialize();
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_,
+                             ring->client_control_.Map(Access::kReadOnly));
+  return ring;
+}
+
+TraceSnapshot DaemonRing::ReadClientTrace(uint64_t since_ns) const {
+  // Read never writes through the view, so the read-only mapping suits it.
+  auto* memory = const_cast<std::byte*>(static_cast<const std::byte*>(client_control_map_.data()));
+  return TraceRing(memory + kClientTraceOffset, kClientTraceCapacity).Read(since_ns);
+}
+
+absl::StatusOr<RingExport> DaemonRing::Export() const {
+  RingExport out;
+  out.ring_id = ring_id_;
+  out.device_uuid = device_.info().uuid;
+  out.shape = shape_;
+  out.slot_offsets = slot_offsets_;
+  out.memory_bytes = memory_->size();
+  out.boot_id = control().status.boot_id.load(std::memory_order_relaxed);
+  BLOCKSWAP_ASSIGN_OR_RETURN(out.memory, memory_->Export());
+  for (uint32_t s = 0; s < shape_.slot_count; ++s) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, ready_[s]->Export());
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, free_[s]->Export());
+    out.ready_events.push_back(std::move(ready));
+    out.free_events.push_back(std::move(free));
+  }
+  // A read-only open file description: the client cannot map it writable.
+  BLOCKSWAP_ASSIGN_OR_RETURN(out.daemon_control, daemon_control_.fd().ReopenReadOnly());
+  BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, client_control_.fd().Duplicate());
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
+                                                               RingExport exported) {
+  const RingShape& shape = exported.shape;
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
+  if (exported.slot_offsets.size() != shape.slot_count ||
+      exported.ready_events.size() != shape.slot_count ||
+      exported.free_events.size() != shape.slot_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring ", exported.ring_id, " announces ", shape.slot_count, " slots but carries ",
+        exported.slot_offsets.size(), " offsets, ", exported.ready_events.size(),
+        " ready and ", exported.free_events.size(), " free events"));
+  }
+  for (uint32_t s = 0; s < shape.slot_count; ++s) {
+    uint64_t offset = exported.slot_offsets[s];
+    if (offset % kSlotAlignment != 0 || offset > exported.memory_bytes ||
+        exported.memory_bytes - offset < shape.slot_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ring ", exported.ring_id, " slot ", s, " at offset ", offset, " (",
+                       shape.slot_bytes, " bytes) does not fit its ", exported.memory_bytes,
+                       "-byte memory or is not ", kSlotAlignment, "-byte aligned"));
+    }
+  }
+  if (exported.request_ring_capacity != 0 &&
+      exported.request_ring_capacity != kRequestRingCapacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring ", exported.ring_id, " announces a request ring of ", exported.request_ring_capacity,
+        " entries; this client's control block has ", kRequestRingCapacity));
+  }
+  if (!exported.daemon_control.valid() || !exported.client_control.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring ", exported.ring_id, " arrived without its control block"));
+  }
+
+  std::unique_ptr<ClientRing> ring(new ClientRing());
+  ring->ring_id_ = exported.ring_id;
+  ring->boot_id_ = exported.boot_id;
+  ring->shape_ = shape;
+  ring->slot_offsets_ = exported.slot_offsets;
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      ring->memory_, device.ImportMemory(std::move(exported.memory), exported.memory_bytes));
+  for (uint32_t s = 0; s < shape.slot_count; ++s) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready,
+                               device.ImportEvent(std::move(exported.ready_events[s])));
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.ImportEvent(std::move(exported.free_events[s])));
+    ring->ready_.push_back(std::move(ready));
+    ring->free_.push_back(std::move(free));
+  }
+
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      SharedMemory daemon_control,
+      SharedMemory::Adopt(std::move(exported.daemon_control), kControlBlockBytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->daemon_control_map_, daemon_control.Map(Access::kReadOnly));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      SharedMemory client_control,
+      SharedMemory::Adopt(std::move(exported.client_control), kClientControlObjectBytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_, client_control.Map(Access::kReadWrite));
+  ring->trace_ = TraceRing(
+      static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
+      kClientTraceCapacity);
+
+  if (exported.request_ring_capacity != 0) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ring->doorbell_, Doorbell::Import(std::move(exported.doorbell)));
+  }
+
+  const DaemonControlBlock& control = ring->control();
+  if (control.magic != kDaemonControlMagic || control.version != kControlBlockVersion ||
+      control.slot_count != shape.slot_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring ", exported.ring_id, ": daemon control block has magic ", control.magic,
+        " version ", control.version, " slots ", control.slot_count, "; expected version ",
+        kControlBlockVersion, " with ", shape.slot_count, " slots"));
+  }
+  const ClientControlBlock& client = ring->client_control();
+  if (client.magic != kClientControlMagic || client.slot_count != shape.slot_count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring ", exported.ring_id, ": client control block is not initialised"));
+  }
+  return ring;
+}
+
+}  // namespace blockswap

@@ -1,0 +1,148 @@
+// One ring: B slots of device memory on one device, a `ready` and a `free`
+// event per slot, and the two halves of the control block (control_block.h).
+//
+// The daemon creates every part of a ring (DaemonRing::Create) — including
+// both events, because an imported event is undefined once its creator has
+// died, so the daemon must never depend on an event a client created — and
+// exports it to exactly one client, which imports it (ClientRing::Import).
+#ifndef BLOCKSWAP_SHARED_PROTOCOL_RING_H_
+#define BLOCKSWAP_SHARED_PROTOCOL_RING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shared/backend/backend.h"
+#include "shared/protocol/control_block.h"
+#include "shared/os/doorbell.h"
+#include "shared/os/shared_memory.h"
+#include "shared/protocol/trace_ring.h"
+
+namespace blockswap {
+
+// Slots start at multiples of this, so any dtype view of a slot is aligned.
+inline constexpr uint64_t kSlotAlignment = 256;
+
+// Each ring's client trace buffer (trace_ring.h) lives in the client's control
+// object, after its control block: written by the client (RingConsumer), read
+// by the daemon for Admin.Trace. About 2000 loads of history.
+inline constexpr uint32_t kClientTraceCapacity = 8192;
+inline constexpr size_t kClientTraceOffset = kControlBlockBytes;
+inline constexpr size_t kClientControlObjectBytes =
+    kClientTraceOffset + TraceRingBytes(kClientTraceCapacity);
+
+struct RingShape {
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;  // at least the largest block streamed through it
+};
+
+// Validates a requested shape: 1..kMaxRingSlots slots of at least one byte.
+absl::Status ValidateRingShape(const RingShape& shape);
+
+// Everything a client needs to import a ring. Descriptors travel over
+// SCM_RIGHTS; the rest in a RingDescriptor message (ring_wire.h).
+struct RingExport {
+  uint64_t ring_id = 0;
+  std::string device_uuid;
+  RingShape shape;
+  std::vector<uint64_t> slot_offsets;
+  uint64_t memory_bytes = 0;
+  ExportedHandle memory;
+  std::vector<ExportedHandle> ready_events;
+  std::vector<ExportedHandle> free_events;
+  UniqueFd daemon_control;  // read-only descriptor
+  UniqueFd client_control;  // read-write descriptor
+  uint64_t boot_id = 0;
+  // The load fast path, when granted: kRequestRingCapacity, and the device's
+  // doorbell (DeviceWorker adds it); 0 and no descriptors otherwise.
+  uint32_t request_ring_capacity = 0;
+  DoorbellExport doorbell;
+};
+
+// The daemon's side. Owns every part of the ring; the client's imports of it
+// must be gone (or the client dead) before the memory is reused.
+class DaemonRing {
+ public:
+  static absl::StatusOr<std::unique_ptr<DaemonRing>> Create(Device& device, uint64_t ring_id,
+                                                            const RingShape& shape,
+                                                            uint64_t boot_id);
+  absl::StatusOr<RingExport> Export() const;
+
+  uint64_t ring_id() const { return ring_id_; }
+  Device& device() const { return device_; }
+  const RingShape& shape() const { return shape_; }
+  std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
+  Event& ready(uint32_t s) const { return *ready_[s]; }
+  Event& free(uint32_t s) const { return *free_[s]; }
+  DaemonControlBlock& control() const {
+    return *static_cast<DaemonControlBlock*>(daemon_control_map_.data());
+  }
+  const ClientControlBlock& client_control() const {
+    return *static_cast<const ClientControlBlock*>(client_control_map_.data());
+  }
+  // The client's trace buffer, read-only: what a client wrote there is
+  // untrusted (TraceRing::Read bounds it; the caller checks kinds).
+  TraceSnapshot ReadClientTrace(uint64_t since_ns) const;
+
+ private:
+  DaemonRing(Device& device, uint64_t ring_id, const RingShape& shape)
+      : device_(device), ring_id_(ring_id), shape_(shape) {}
+
+  Device& device_;
+  const uint64_t ring_id_;
+  const RingShape shape_;
+  std::vector<uint64_t> slot_offsets_;
+  std::unique_ptr<DeviceMemory> memory_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::vector<std::unique_ptr<Event>> free_;
+  SharedMemory daemon_control_;
+  Mapping daemon_control_map_;  // read-write
+  SharedMemory client_control_;
+  Mapping client_control_map_;  // read-only: the daemon never writes it
+};
+
+// The client's side: imports of everything the daemon exported.
+class ClientRing {
+ public:
+  // Validates what arrived (counts, offsets inside the memory, magic numbers)
+  // before trusting it.
+  static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Device& device, RingExport exported);
+
+  uint64_t ring_id() const { return ring_id_; }
+  uint64_t boot_id() const { return boot_id_; }
+  const RingShape& shape() const { return shape_; }
+  std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
+  Event& ready(uint32_t s) const { return *ready_[s]; }
+  Event& free(uint32_t s) const { return *free_[s]; }
+  const DaemonControlBlock& control() const {
+    return *static_cast<const DaemonControlBlock*>(daemon_control_map_.data());
+  }
+  ClientControlBlock& client_control() const {
+    return *static_cast<ClientControlBlock*>(client_control_map_.data());
+  }
+  // This ring's trace buffer; its one writer is the ring's RingConsumer.
+  TraceRing& trace() { return trace_; }
+  // The device's doorbell when the daemon granted a request ring, else null.
+  Doorbell* doorbell() const { return doorbell_.get(); }
+
+ private:
+  ClientRing() = default;
+
+  uint64_t ring_id_ = 0;
+  uint64_t boot_id_ = 0;
+  RingShape shape_;
+  std::vector<uint64_t> slot_offsets_;
+  std::unique_ptr<DeviceMemory> memory_;
+  std::vector<std::unique_ptr<Event>> ready_;
+  std::vector<std::unique_ptr<Event>> free_;
+  Mapping daemon_control_map_;  // read-only
+  Mapping client_control_map_;  // read-write
+  TraceRing trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
+  std::unique_ptr<Doorbell> doorbell_;
+};
+
+}  // namespace blockswap
+
+#endif  // BLOCKSWAP_SHARED_PROTOCOL_RING_H_

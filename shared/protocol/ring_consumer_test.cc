@@ -1,0 +1,73 @@
+// RingConsumer rules that need no second process: both halves of one ring
+// in this process on the host backend.
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/notification.h"
+#include "shared/protocol/load_protocol.h"
+
+namespace blockswap {
+namespace {
+
+class RingConsumerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = OpenHostBackend({});
+    device_ = backend_->devices()[0].get();
+    daemon_ring_ = DaemonRing::Create(*device_, 1, RingShape{2, 4096}, 42).value();
+    client_ring_ = ClientRing::Import(*device_, daemon_ring_->Export().value()).value();
+    copy_stream_ = device_->CreateStream().value();
+    producer_ = std::make_unique<RingProducer>(*daemon_ring_, *copy_stream_);
+    consumer_ = std::make_unique<RingConsumer>(*client_ring_);
+    compute_ = device_->CreateStream().value();
+  }
+
+  // Runs the daemon's half until the copy is issued (its slot's `free`
+  // completes on the compute stream's worker).
+  void Serve(uint32_t slot, uint32_t generation) {
+    ASSERT_TRUE(producer_->Submit(slot, generation, source_, sizeof(source_)).ok());
+    for (absl::Time until = absl::Now() + absl::Seconds(5);
+         producer_->has_pending() && absl::Now() < until; absl::SleepFor(absl::Microseconds(50))) {
+      ASSERT_TRUE(producer_->Poll().ok());
+    }
+    ASSERT_FALSE(producer_->has_pending());
+  }
+
+  char source_[64] = "block";
+  std::unique_ptr<Backend> backend_;
+  Device* device_ = nullptr;
+  std::unique_ptr<DaemonRing> daemon_ring_;
+  std::unique_ptr<ClientRing> client_ring_;
+  std::unique_ptr<Stream> copy_stream_;
+  std::unique_ptr<RingProducer> producer_;
+  std::unique_ptr<RingConsumer> consumer_;
+  std::unique_ptr<Stream> compute_;
+};
+
+TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
+  uint32_t g1 = consumer_->BeginLoad(0, *compute_).value();
+  Serve(0, g1);
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+  ASSERT_TRUE(consumer_->Release(0, *compute_).ok());
+  // The block is used again after its release (backward re-reading it)...
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+  absl::Notification finish_compute;
+  ASSERT_TRUE(compute_->LaunchHostFunc([&] { finish_compute.WaitForNotification(); }).ok());
+  // ...so the next load must wait for that use, not for the first one.
+  uint32_t g2 = consumer_->BeginLoad(0, *compute_).value();
+  ASSERT_TRUE(producer_->Submit(0, g2, source_, sizeof(source_)).ok());
+  ASSERT_TRUE(producer_->Poll().ok());
+  EXPECT_TRUE(producer_->has_pending()) << "the copy would overwrite a slot still in use";
+  finish_compute.Notify();
+  ASSERT_TRUE(compute_->Synchronize().ok());
+  ASSERT_TRUE(producer_->Poll().ok());
+  EXPECT_FALSE(producer_->has_pending()) << "the use is over: the copy may go";
+  EXPECT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+}
+
+TEST_F(RingConsumerTest, WaitOnASlotNeverLoadedIsRefused) {
+  EXPECT_EQ(consumer_->AwaitLoaded(1, *compute_).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(consumer_->AwaitLoaded(5, *compute_).code(), absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace blockswap

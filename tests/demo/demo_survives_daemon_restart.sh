@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# demo_survives_daemon_restart.sh BIN_DIR [DEMO_ARGS...]
+#
+# Starts blockswapd (host or cuda backend, as `auto` finds) on a temporary
+# socket and master directory, runs blockswap-demo against it, SIGKILLs the
+# daemon once the demo has finished a step, starts a new daemon on the same
+# socket and masters 0.5 s later, and expects the demo to ride it out: its
+# scheduler re-attaches, reopens the model the new daemon adopted and
+# reloads, and the demo exits 0 with every block verified. With
+# --reconnect-timeout 0 in DEMO_ARGS the same run must fail instead
+# (EXPECT_FAILURE=1), which shows the restart really happened under it.
+set -euo pipefail
+
+bin=$(cd "$1" && pwd)
+shift
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/blockswap-restart.XXXXXX")
+shm=/dev/shm/$(basename "${scratch}")
+socket=${scratch}/blockswapd.sock
+daemon_pid=
+demo_pid=
+cleanup() {
+  for pid in ${demo_pid} ${daemon_pid}; do
+    kill -KILL "${pid}" 2>/dev/null || true
+    wait "${pid}" 2>/dev/null || true
+  done
+  rm -rf "${scratch}" "${shm}"
+}
+trap cleanup EXIT
+
+ctl() { "${bin}/blockswapctl" --socket "${socket}" --timeout 5 "$@"; }
+start_daemon() {
+  "${bin}/blockswapd" --config=/dev/null --backend auto --socket "${socket}" \
+    --shm-prefix "${shm}" >>"${scratch}/blockswapd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do
+    if ctl health >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "restart: blockswapd did not come up:" >&2
+  cat "${scratch}/blockswapd.log" >&2
+  exit 1
+}
+
+start_daemon
+"${bin}/blockswap-demo" --socket "${socket}" "$@" >"${scratch}/demo.log" 2>&1 &
+demo_pid=$!
+for _ in $(seq 600); do
+  if grep -q '^step 1/' "${scratch}/demo.log"; then break; fi
+  if ! kill -0 "${demo_pid}" 2>/dev/null; then break; fi
+  sleep 0.05
+done
+if ! grep -q '^step 1/' "${scratch}/demo.log"; then
+  echo "restart: the demo never finished a step:" >&2
+  cat "${scratch}/demo.log" >&2
+  exit 1
+fi
+kill -KILL "${daemon_pid}"
+wait "${daemon_pid}" 2>/dev/null || true
+echo "restart: blockswapd SIGKILLed under the demo; restarting it in 0.5 s"
+sleep 0.5
+start_daemon
+
+status=0
+wait "${demo_pid}" || status=$?
+demo_pid=
+echo "--- blockswap-demo (exit ${status})"
+cat "${scratch}/demo.log"
+if [[ ${EXPECT_FAILURE:-0} == 1 ]]; then
+  if [[ ${status} -eq 0 ]]; then
+    echo "restart: the demo without reconnection exited 0 across a daemon restart" >&2
+    exit 1
+  fi
+  grep -q '^blockswap-demo: [A-Z_]*: ' "${scratch}/demo.log"
+  echo "restart: without reconnection the demo failed, as it must"
+  exit 0
+fi
+if [[ ${status} -ne 0 ]] ||
+  ! grep -Eq '^demo ok: .* loads [1-9][0-9]* checks [1-9][0-9]* mismatches 0 ' "${scratch}/demo.log"; then
+  echo "restart: the demo did not ride out the daemon restart" >&2
+  exit 1
+fi
+echo "restart: the demo rode out a daemon SIGKILL + restart with every block verified"

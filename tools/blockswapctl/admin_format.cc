@@ -1,0 +1,478 @@
+#include "tools/blockswapctl/admin_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace blockswap::client {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kEllipsis[] = "\xE2\x80\xA6";  // U+2026, one column wide
+constexpr size_t kShortIdDigits = 16;
+
+// Columns a UTF-8 string takes: one per code point (continuation bytes are
+// 10xxxxxx). Wide characters are rare enough in names not to matter.
+size_t DisplayWidth(absl::string_view text) {
+  return static_cast<size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// Replaces C0 controls, DEL and the C1 controls (U+0080..U+009F, which some
+// terminals obey like ESC sequences) with '?'.
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte == 0x7F) {
+      out.push_back('?');
+    } else if (byte == 0xC2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+      out.push_back('?');
+      ++i;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+// Messages may span lines (a CUDA error with context, gRPC's debug string);
+// a probe's reason and a table cell must not.
+std::string OneLine(absl::string_view text) {
+  std::string out(text);
+  std::replace_if(
+      out.begin(), out.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
+  return out;
+}
+
+std::string OrDash(absl::string_view text) { return text.empty() ? "-" : std::string(text); }
+
+// "label  value" lines with the values aligned.
+std::string KeyValues(const std::vector<std::pair<std::string, std::string>>& lines) {
+  size_t width = 0;
+  for (const auto& [key, value] : lines) width = std::max(width, DisplayWidth(key));
+  std::string out;
+  for (const auto& [key, value] : lines) {
+    absl::StrAppend(&out, key, std::string(width - DisplayWidth(key) + 2, ' '), Printable(value),
+                    "\n");
+  }
+  return out;
+}
+
+json DeviceJson(const v1::Device& device) {
+  return {{"uuid", device.uuid()},
+          {"name", device.name()},
+          {"total_memory_bytes", device.total_memory_bytes()},
+          {"healthy", device.error().empty()},
+          {"error", device.error()}};
+}
+
+json PassJson(const v1::PassStats& pass) {
+  return {{"direction", pass.direction()},
+          {"stall_seconds", pass.stall_seconds()},
+          {"copy_seconds", pass.copy_seconds()},
+          {"waits", pass.waits()},
+          {"not_ready_waits", pass.not_ready_waits()},
+          {"self_heals", pass.self_heals()},
+          {"loads", pass.loads()}};
+}
+
+std::string Seconds3(double seconds) { return absl::StrFormat("%.3f", seconds); }
+
+}  // namespace
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  // Move up a unit before the value would print as "1024.0".
+  while (value >= 1023.95 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string HumanDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  if (seconds == 0) return "0 s";
+  // A host-backend copy of a small block takes microseconds; "0 ms" would
+  // read as "not measured".
+  if (seconds < 1e-3) {
+    long microseconds = std::lround(seconds * 1e6);
+    if (microseconds < 1000) return absl::StrCat(microseconds, " \u00b5s");
+  }
+  if (seconds < 1) {
+    long milliseconds = std::lround(seconds * 1000);
+    if (milliseconds < 1000) return absl::StrCat(milliseconds, " ms");
+  }
+  if (seconds < 59.95) return absl::StrFormat("%.1f s", seconds);
+  // Beyond ~31,000 years the integer conversions below would overflow.
+  if (seconds >= 1e12) return absl::StrFormat("%.0fd", seconds / 86400);
+  const auto total = static_cast<uint64_t>(std::llround(seconds));
+  if (total < 3600) return absl::StrFormat("%dm %02ds", total / 60, total % 60);
+  if (total < 86400) return absl::StrFormat("%dh %02dm", total / 3600, total / 60 % 60);
+  return absl::StrFormat("%dd %02dh", total / 86400, total / 3600 % 24);
+}
+
+std::string HumanRate(uint64_t bytes, double seconds) {
+  if (!std::isfinite(seconds) || seconds <= 0) return "-";
+  const double rate = static_cast<double>(bytes) / seconds / 1e9;
+  if (rate == 0) return "0.0";
+  if (rate >= 100) return absl::StrFormat("%.0f", rate);
+  if (rate >= 1) return absl::StrFormat("%.1f", rate);
+  if (rate >= 0.005) return absl::StrFormat("%.2f", rate);
+  return "<0.01";
+}
+
+std::string ShortModelId(absl::string_view model_id) {
+  if (model_id.size() <= kShortIdDigits) return std::string(model_id);
+  return absl::StrCat(model_id.substr(0, kShortIdDigits), kEllipsis);
+}
+
+std::string BootIdHex(uint64_t boot_id) { return absl::StrFormat("%016x", boot_id); }
+
+std::string BackendName(v1::Backend backend) {
+  switch (backend) {
+    case v1::BACKEND_HOST:
+      return "host";
+    case v1::BACKEND_CUDA:
+      return "cuda";
+    default:
+      return "unspecified";
+  }
+}
+
+// --- TextTable -------------------------------------------------------------------
+
+TextTable::TextTable(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+
+void TextTable::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  for (std::string& cell : cells) cell = Printable(cell);
+  rows_.push_back(std::move(cells));
+}
+
+std::string TextTable::Render() const {
+  std::vector<size_t> widths(headers_.size(), 0);
+  auto measure = [&widths](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
+  };
+  measure(headers_);
+  for (const auto& row : rows_) measure(row);
+
+  std::string out;
+  auto render = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) line.append(2, ' ');
+      line += row[c];
+      if (c + 1 < row.size()) line.append(widths[c] - DisplayWidth(row[c]), ' ');
+    }
+    // Blank trailing cells would otherwise leave trailing spaces.
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, line, "\n");
+  };
+  render(headers_);
+  for (const auto& row : rows_) render(row);
+  return out;
+}
+
+// --- status ------------------------------------------------------------------------
+
+std::string StatusText(const v1::StatusReply& reply) {
+  std::string out = KeyValues({{"version", reply.version()},
+                               {"backend", BackendName(reply.backend())},
+                               {"boot id", BootIdHex(reply.boot_id())},
+                               {"uptime", HumanDuration(reply.uptime_seconds())},
+                               {"pinned", HumanBytes(reply.pinned_bytes())}});
+  out += "\n";
+  if (reply.devices().empty()) return out + "no devices\n";
+  TextTable devices({"DEVICE", "NAME", "MEMORY", "HEALTH"});
+  for (const v1::Device& device : reply.devices()) {
+    devices.AddRow({device.uuid(), OrDash(device.name()), HumanBytes(device.total_memory_bytes()),
+                    device.error().empty() ? "ok" : OneLine(device.error())});
+  }
+  return out + devices.Render();
+}
+
+json StatusJson(const v1::StatusReply& reply) {
+  json devices = json::array();
+  for (const v1::Device& device : reply.devices()) devices.push_back(DeviceJson(device));
+  return {{"version", reply.version()},
+          {"backend", BackendName(reply.backend())},
+          {"boot_id", BootIdHex(reply.boot_id())},
+          {"uptime_seconds", reply.uptime_seconds()},
+          {"pinned_bytes", reply.pinned_bytes()},
+          {"file_reads", reply.file_reads()},
+          {"file_bytes_read", reply.file_bytes_read()},
+          {"evictions", reply.evictions()},
+          {"devices", std::move(devices)}};
+}
+
+// --- clients -----------------------------------------------------------------------
+
+std::string ClientsText(const v1::ClientsReply& reply) {
+  if (reply.clients().empty()) return "no clients attached\n";
+  TextTable table({"SESSION", "PID", "UID", "NAME", "RINGS", "LOADS", "DEVICES", "ATTACHED"});
+  for (const v1::ClientInfo& client : reply.clients()) {
+    table.AddRow({absl::StrCat(client.session_id()), absl::StrCat(client.pid()),
+                  absl::StrCat(client.uid()), OrDash(client.client_name()),
+                  absl::StrCat(client.ring_count()), absl::StrCat(client.loads()),
+                  OrDash(absl::StrJoin(client.device_uuids(), ",")),
+                  HumanDuration(client.attached_seconds())});
+  }
+  return table.Render();
+}
+
+json ClientsJson(const v1::ClientsReply& reply) {
+  json clients = json::array();
+  for (const v1::ClientInfo& client : reply.clients()) {
+    clients.push_back(
+        {{"session_id", client.session_id()},
+         {"client_name", client.client_name()},
+         {"pid", client.pid()},
+         {"uid", client.uid()},
+         {"gid", client.gid()},
+         {"ring_count", client.ring_count()},
+         {"loads", client.loads()},
+         {"device_uuids", json(std::vector<std::string>(client.device_uuids().begin(),
+                                                        client.device_uuids().end()))},
+         {"attached_seconds", client.attached_seconds()}});
+  }
+  return {{"clients", std::move(clients)}};
+}
+
+// --- models ------------------------------------------------------------------------
+
+std::string ModelsText(const v1::ModelsReply& reply) {
+  if (reply.models().empty()) return "no models registered\n";
+  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "SOURCE"});
+  for (const v1::ModelInfo& model : reply.models()) {
+    table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
+                  absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
+                  absl::StrCat(model.open_sessions()), absl::StrCat(model.references()),
+                  model.pinned() ? "yes" : "no", OneLine(OrDash(model.source()))});
+  }
+  return table.Render();
+}
+
+json ModelsJson(const v1::ModelsReply& reply) {
+  json models = json::array();
+  for (const v1::ModelInfo& model : reply.models()) {
+    models.push_back({{"model_id", model.model_id()},
+                      {"name", model.name()},
+                      {"block_count", model.block_count()},
+                      {"bytes", model.bytes()},
+                      {"open_sessions", model.open_sessions()},
+                      {"source", model.source()},
+                      {"pinned", model.pinned()},
+                      {"references", model.references()}});
+  }
+  return {{"models", std::move(models)}};
+}
+
+// --- residency ---------------------------------------------------------------------
+
+std::string ResidencyText(const v1::ResidencyReply& reply) {
+  if (reply.rings().empty()) return "no rings\n";
+  // Grouped by device, then session, then ring, whatever order the daemon's
+  // workers reported them in, so that repeated runs line up.
+  std::vector<const v1::RingResidency*> rings;
+  for (const v1::RingResidency& ring : reply.rings()) rings.push_back(&ring);
+  std::stable_sort(rings.begin(), rings.end(), [](const auto* a, const auto* b) {
+    return std::forward_as_tuple(a->device_uuid(), a->session_id(), a->ring_id()) <
+           std::forward_as_tuple(b->device_uuid(), b->session_id(), b->ring_id());
+  });
+  TextTable table({"DEVICE", "SESSION", "RING", "SLOT", "MODEL", "BLOCK", "FILLED", "CONSUMED"});
+  for (const v1::RingResidency* ring : rings) {
+    for (const v1::SlotResidency& slot : ring->slots()) {
+      const bool loaded = !slot.model_id().empty();
+      table.AddRow({ring->device_uuid(), absl::StrCat(ring->session_id()),
+                    absl::StrCat(ring->ring_id()), absl::StrCat(slot.slot()),
+                    loaded ? ShortModelId(slot.model_id()) : "-",
+                    loaded ? absl::StrCat(slot.block()) : "-", absl::StrCat(slot.filled_seq()),
+                    absl::StrCat(slot.consumed_seq())});
+    }
+  }
+  return table.Render();
+}
+
+json ResidencyJson(const v1::ResidencyReply& reply) {
+  json rings = json::array();
+  for (const v1::RingResidency& ring : reply.rings()) {
+    json slots = json::array();
+    for (const v1::SlotResidency& slot : ring.slots()) {
+      // Block 0 is a real block, so "never filled" is null, not 0.
+      const bool loaded = !slot.model_id().empty();
+      slots.push_back({{"slot", slot.slot()},
+                       {"model_id", loaded ? json(slot.model_id()) : json(nullptr)},
+                       {"block", loaded ? json(slot.block()) : json(nullptr)},
+                       {"filled_seq", slot.filled_seq()},
+                       {"consumed_seq", slot.consumed_seq()}});
+    }
+    rings.push_back({{"device_uuid", ring.device_uuid()},
+                     {"session_id", ring.session_id()},
+                     {"ring_id", ring.ring_id()},
+                     {"slots", std::move(slots)}});
+  }
+  return {{"rings", std::move(rings)}};
+}
+
+// --- stats -------------------------------------------------------------------------
+
+std::vector<const v1::PassStats*> LatestPassPerDirection(
+    const google::protobuf::RepeatedPtrField<v1::PassStats>& passes) {
+  auto rank = [](const std::string& direction) {
+    if (direction == "forward") return 0;
+    if (direction == "backward") return 1;
+    return 2;
+  };
+  // Keyed by (rank, name): forward, backward, then the rest by name.
+  std::map<std::pair<int, std::string>, const v1::PassStats*> latest;
+  for (const v1::PassStats& pass : passes) {
+    latest[{rank(pass.direction()), pass.direction()}] = &pass;  // newest last wins
+  }
+  std::vector<const v1::PassStats*> out;
+  for (const auto& [key, pass] : latest) out.push_back(pass);
+  return out;
+}
+
+std::string StatsText(const v1::StatsReply& reply) {
+  std::string out;
+  if (reply.devices().empty()) {
+    out = "no devices\n";
+  } else {
+    TextTable devices(
+        {"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE", "PROTOCOL ERRORS", "RINGS"});
+    for (const v1::DeviceStats& device : reply.devices()) {
+      devices.AddRow({device.device_uuid(), absl::StrCat(device.loads()),
+                      HumanBytes(device.bytes_copied()), HumanDuration(device.copy_seconds()),
+                      HumanRate(device.bytes_copied(), device.copy_seconds()),
+                      absl::StrCat(device.queue_depth()), absl::StrCat(device.protocol_errors()),
+                      absl::StrCat(device.rings())});
+    }
+    out = devices.Render();
+  }
+  out += "\n";
+  if (reply.clients().empty()) return out + "no clients attached\n";
+  // One line per direction of each client's latest passes; the client's own
+  // columns are on its first line only.
+  TextTable clients({"SESSION", "NAME", "LOADS", "REJECTED", "BYTES", "PASSES", "LAST PASS",
+                     "STALL S", "COPY S", "WAITS", "NOT-READY", "SELF-HEALS"});
+  for (const v1::ClientStats& client : reply.clients()) {
+    std::vector<std::string> own = {
+        absl::StrCat(client.session_id()), OrDash(client.client_name()),
+        absl::StrCat(client.loads()),      absl::StrCat(client.rejected_loads()),
+        HumanBytes(client.bytes()),        absl::StrCat(client.passes_size())};
+    std::vector<const v1::PassStats*> latest = LatestPassPerDirection(client.passes());
+    if (latest.empty()) {
+      own.insert(own.end(), 6, "-");
+      clients.AddRow(std::move(own));
+      continue;
+    }
+    for (const v1::PassStats* pass : latest) {
+      std::vector<std::string> row = own;
+      row.insert(row.end(),
+                 {OrDash(pass->direction()), Seconds3(pass->stall_seconds()),
+                  Seconds3(pass->copy_seconds()), absl::StrCat(pass->waits()),
+                  absl::StrCat(pass->not_ready_waits()), absl::StrCat(pass->self_heals())});
+      clients.AddRow(std::move(row));
+      std::fill(own.begin(), own.end(), "");
+    }
+  }
+  return out + clients.Render();
+}
+
+json StatsJson(const v1::StatsReply& reply) {
+  json devices = json::array();
+  for (const v1::DeviceStats& device : reply.devices()) {
+    const bool timed = std::isfinite(device.copy_seconds()) && device.copy_seconds() > 0;
+    devices.push_back({{"device_uuid", device.device_uuid()},
+                       {"loads", device.loads()},
+                       {"bytes_copied", device.bytes_copied()},
+                       {"copy_seconds", device.copy_seconds()},
+                       {"gb_per_second", timed ? json(static_cast<double>(device.bytes_copied()) /
+                                                      device.copy_seconds() / 1e9)
+                                               : json(nullptr)},
+                       {"queue_depth", device.queue_depth()},
+                       {"protocol_errors", device.protocol_errors()},
+                       {"rings", device.rings()}});
+  }
+  json clients = json::array();
+  for (const v1::ClientStats& client : reply.clients()) {
+    json latest = json::object();
+    for (const v1::PassStats* pass : LatestPassPerDirection(client.passes())) {
+      latest[pass->direction()] = PassJson(*pass);
+    }
+    json passes = json::array();
+    for (const v1::PassStats& pass : client.passes()) passes.push_back(PassJson(pass));
+    clients.push_back({{"session_id", client.session_id()},
+                       {"client_name", client.client_name()},
+                       {"loads", client.loads()},
+                       {"rejected_loads", client.rejected_loads()},
+                       {"bytes", client.bytes()},
+                       {"passes_reported", client.passes_size()},
+                       {"latest_passes", std::move(latest)},
+                       {"passes", std::move(passes)}});
+  }
+  return {{"devices", std::move(devices)}, {"clients", std::move(clients)}};
+}
+
+// --- health ------------------------------------------------------------------------
+
+HealthVerdict JudgeHealth(const v1::StatusReply& reply) {
+  std::vector<std::string> failures;
+  for (const v1::Device& device : reply.devices()) {
+    if (device.error().empty()) continue;
+    std::string named = device.name().empty()
+                            ? device.uuid()
+                            : absl::StrCat(device.uuid(), " (", device.name(), ")");
+    failures.push_back(absl::StrCat("device ", named, ": ", OneLine(device.error())));
+  }
+  if (failures.empty()) return {.healthy = true, .reason = ""};
+  return {.healthy = false, .reason = Printable(absl::StrJoin(failures, "; "))};
+}
+
+json HealthJson(absl::string_view socket_path, const HealthVerdict& verdict,
+                const v1::StatusReply* reply) {
+  return {{"healthy", verdict.healthy},
+          {"reason", verdict.reason},
+          {"socket", std::string(socket_path)},
+          {"status", reply != nullptr ? StatusJson(*reply) : json(nullptr)}};
+}
+
+std::string DescribeCallFailure(absl::string_view socket_path, const absl::Status& status) {
+  const std::string message = Printable(OneLine(status.message()));
+  const std::string code = absl::StatusCodeToString(status.code());
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      return absl::StrCat("blockswapd is unreachable at ", socket_path, ": ",
+                          message.empty() ? code : message);
+    case absl::StatusCode::kDeadlineExceeded:
+      return absl::StrCat("blockswapd at ", socket_path,
+                          " did not answer in time: ", message.empty() ? code : message);
+    default:
+      // The daemon's own refusals already say what was wrong.
+      if (message.empty()) return absl::StrCat(code, " from blockswapd at ", socket_path);
+      return message;
+  }
+}
+
+std::string DumpJson(const json& document) {
+  return document.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace blockswap::client
