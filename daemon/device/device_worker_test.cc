@@ -1,0 +1,474 @@
+// DeviceWorker, in-process on the host backend: the worker's thread serves
+// real rings (DaemonRing + RingProducer) whose client halves (ClientRing +
+// RingConsumer) live in this test, as a client process would hold them.
+//
+// No assertion depends on how fast anything runs: a test that must know the
+// worker has looked at something synchronizes with the worker's loop
+// (AwaitWorkerPasses), and every wait has a generous deadline that only
+// turns a hang into a failure.
+#include "daemon/device/device_worker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "shared/backend/backend.h"
+#include "shared/protocol/load_protocol.h"
+#include "shared/protocol/request_ring.h"
+#include "shared/protocol/ring.h"
+
+namespace blockswap::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kBootId = 0xd3f1ce;
+constexpr uint64_t kSessionId = 7;
+constexpr uint64_t kSlotBytes = 4096;
+// Only turns a hang into a failure; never a measure of speed.
+constexpr absl::Duration kHangGuard = absl::Seconds(10);
+// A ring id no test creates.
+constexpr uint64_t kNoSuchRing = 1'000'000;
+
+// Collects what the worker reports for loads.
+class RecordingSink : public LoadEventSink {
+ public:
+  void Send(v1::LoadEvent event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(event));
+  }
+  // The events once there are at least `count` (fewer after kHangGuard).
+  std::vector<v1::LoadEvent> AwaitEvents(size_t count) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return events_.size() >= count;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), kHangGuard);
+    return events_;
+  }
+  std::vector<v1::LoadEvent> events() const {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<v1::LoadEvent> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// The client's half of one ring.
+struct TestRing {
+  uint64_t id = 0;
+  std::unique_ptr<ClientRing> client;
+  std::unique_ptr<RingConsumer> consumer;
+
+  const DaemonControlBlock& control() const { return client->control(); }
+  uint32_t filled_seq(uint32_t slot) const {
+    return control().filled_seq[slot].load(std::memory_order_acquire);
+  }
+  absl::StatusCode error_code() const {
+    return static_cast<absl::StatusCode>(
+        control().status.error_code.load(std::memory_order_acquire));
+  }
+  std::string error_message() const { return control().error_message; }
+};
+
+class DeviceWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = OpenHostBackend(HostBackendOptions{});
+    device_ = backend_->devices()[0].get();
+    auto started = DeviceWorker::Start(*device_, kBootId);
+    ASSERT_TRUE(started.ok()) << started.status();
+    worker_ = std::move(started).value();
+    auto compute = device_->CreateStream();
+    ASSERT_TRUE(compute.ok()) << compute.status();
+    compute_ = std::move(compute).value();
+    for (size_t i = 0; i < block_a_.size(); ++i) {
+      block_a_[i] = static_cast<std::byte>(i * 7 + 1);
+      block_b_[i] = static_cast<std::byte>(i * 13 + 5);
+    }
+  }
+
+  void TearDown() override {
+    // A test that failed half-way may leave the compute stream held.
+    if (!release_compute_.HasBeenNotified()) release_compute_.Notify();
+    if (compute_ != nullptr) (void)compute_->Synchronize();
+    rings_.clear();
+    worker_.reset();
+    compute_.reset();
+  }
+
+  // Creates ring `id` on the worker and imports it as a client would.
+  TestRing& CreateRing(uint64_t id, uint32_t slots = 2,
+                       std::shared_ptr<const LoadResolver> resolver = nullptr) {
+    auto exported = worker_->CreateRing(id, kSessionId, RingShape{slots, kSlotBytes},
+                                        RingOwner{static_cast<uint32_t>(::getpid()), "test"},
+                                        std::move(resolver));
+    EXPECT_TRUE(exported.ok()) << exported.status();
+    auto imported = ClientRing::Import(*device_, std::move(exported).value());
+    EXPECT_TRUE(imported.ok()) << imported.status();
+    auto ring = std::make_unique<TestRing>();
+    ring->id = id;
+    ring->client = std::move(imported).value();
+    ring->consumer = std::make_unique<RingConsumer>(*ring->client);
+    rings_.push_back(std::move(ring));
+    return *rings_.back();
+  }
+
+  LoadTask Task(const TestRing& ring, uint32_t slot, uint32_t generation,
+                const std::vector<std::byte>& block, size_t bytes = kSlotBytes) {
+    LoadTask task;
+    task.ring_id = ring.id;
+    task.slot = slot;
+    task.generation = generation;
+    task.source = block.data();
+    task.bytes = bytes;
+    task.model_id = "model";
+    task.block = 3;
+    task.sink = sink_;
+    return task;
+  }
+
+  // The client's step 1 for `slot`, then the request: returns the generation.
+  uint32_t RequestLoad(TestRing& ring, uint32_t slot, const std::vector<std::byte>& block) {
+    absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(slot, *compute_);
+    EXPECT_TRUE(generation.ok()) << generation.status();
+    worker_->Submit(Task(ring, slot, *generation, block));
+    return *generation;
+  }
+
+  // The client's step 3 for `slot`, then the slot's bytes once the compute
+  // stream may read them.
+  absl::Status AwaitLoaded(TestRing& ring, uint32_t slot) {
+    absl::Status loaded = ring.consumer->AwaitLoaded(slot, *compute_, kHangGuard);
+    if (!loaded.ok()) return loaded;
+    return compute_->Synchronize();
+  }
+  bool SlotHolds(const TestRing& ring, uint32_t slot, const std::vector<std::byte>& block) {
+    return std::memcmp(ring.client->slot(slot), block.data(), kSlotBytes) == 0;
+  }
+
+  // Returns once the worker has completed `passes` whole passes of its loop
+  // that began after this call: each probe (a load for no ring) is answered
+  // in the pass that takes it, and the next probe is taken by a later pass.
+  void AwaitWorkerPasses(int passes) {
+    auto probe = std::make_shared<RecordingSink>();
+    for (int i = 1; i <= passes + 1; ++i) {
+      LoadTask task;
+      task.ring_id = kNoSuchRing;
+      task.sink = probe;
+      worker_->Submit(std::move(task));
+      ASSERT_EQ(probe->AwaitEvents(i).size(), static_cast<size_t>(i)) << "the worker is stuck";
+    }
+  }
+
+  // Waits (bounded) until `ring`'s status word reports an error.
+  static void AwaitRingError(const TestRing& ring) {
+    const absl::Time deadline = absl::Now() + kHangGuard;
+    while (ring.error_code() == absl::StatusCode::kOk && absl::Now() < deadline) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+  }
+
+  bool AwaitIdle() {
+    const absl::Time deadline = absl::Now() + kHangGuard;
+    while (!worker_->idle()) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    return true;
+  }
+
+  // Holds the compute stream until release_compute_ is notified: a slot
+  // released on it after this call is still in use by the client.
+  void HoldCompute() {
+    ASSERT_TRUE(
+        compute_->LaunchHostFunc([this] { release_compute_.WaitForNotification(); }).ok());
+  }
+
+  std::vector<RingSnapshot> SnapshotOf(uint64_t ring_id) const {
+    std::vector<RingSnapshot> out;
+    for (RingSnapshot& ring : worker_->Snapshot()) {
+      if (ring.ring_id == ring_id) out.push_back(std::move(ring));
+    }
+    return out;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  Device* device_ = nullptr;
+  std::unique_ptr<DeviceWorker> worker_;
+  std::unique_ptr<Stream> compute_;  // the client's stream that uses the slots
+  absl::Notification release_compute_;
+  std::vector<std::unique_ptr<TestRing>> rings_;
+  std::shared_ptr<RecordingSink> sink_ = std::make_shared<RecordingSink>();
+  std::vector<std::byte> block_a_ = std::vector<std::byte>(kSlotBytes);
+  std::vector<std::byte> block_b_ = std::vector<std::byte>(kSlotBytes);
+};
+
+TEST_F(DeviceWorkerTest, ALoadFillsTheSlotAndPublishesItsGeneration) {
+  TestRing& ring = CreateRing(1);
+  uint32_t generation = RequestLoad(ring, 1, block_a_);
+  ASSERT_EQ(generation, 1u);
+  ASSERT_TRUE(AwaitLoaded(ring, 1).ok());
+  EXPECT_EQ(ring.filled_seq(1), 1u);
+  EXPECT_EQ(ring.filled_seq(0), 0u) << "only the requested slot is filled";
+  EXPECT_TRUE(SlotHolds(ring, 1, block_a_));
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kOk) << ring.error_message();
+  EXPECT_TRUE(sink_->events().empty()) << "a good load reports nothing";
+}
+
+TEST_F(DeviceWorkerTest, TheNextGenerationOfASlotOverwritesItOnceReleased) {
+  TestRing& ring = CreateRing(1);
+  RequestLoad(ring, 0, block_a_);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  ASSERT_EQ(RequestLoad(ring, 0, block_b_), 2u);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_EQ(ring.filled_seq(0), 2u);
+  EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
+}
+
+TEST_F(DeviceWorkerTest, ALoadIsCopiedOnlyAfterTheSlotsFreeEventHasCompleted) {
+  TestRing& ring = CreateRing(1);
+  // The client's compute still uses slot 0 when it asks for the next load:
+  // free[0] is recorded behind that work.
+  HoldCompute();
+  RequestLoad(ring, 0, block_a_);
+  AwaitWorkerPasses(3);
+  std::vector<RingSnapshot> held = SnapshotOf(ring.id);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_TRUE(held[0].slots[0].loaded) << "the worker accepted the load";
+  EXPECT_EQ(ring.filled_seq(0), 0u) << "copied into a slot the client still uses";
+  EXPECT_EQ(worker_->stats().queue_depth, 1u) << "the copy waits in the worker";
+  EXPECT_FALSE(SlotHolds(ring, 0, block_a_)) << "the slot's bytes changed under the client";
+
+  release_compute_.Notify();
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_EQ(ring.filled_seq(0), 1u);
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
+  EXPECT_EQ(worker_->stats().queue_depth, 0u);
+}
+
+TEST_F(DeviceWorkerTest, ACopyHeldBackOnOneRingDoesNotDelayAnotherRing) {
+  TestRing& held = CreateRing(1);
+  TestRing& other = CreateRing(2);
+  // A second client stream, free to run, for the other ring.
+  auto other_stream = device_->CreateStream();
+  ASSERT_TRUE(other_stream.ok());
+  HoldCompute();
+  RequestLoad(held, 0, block_a_);
+  absl::StatusOr<uint32_t> generation = other.consumer->BeginLoad(0, **other_stream);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  worker_->Submit(Task(other, 0, *generation, block_b_));
+  ASSERT_TRUE(other.consumer->AwaitLoaded(0, **other_stream, kHangGuard).ok());
+  ASSERT_TRUE((*other_stream)->Synchronize().ok());
+  EXPECT_TRUE(SlotHolds(other, 0, block_b_));
+  EXPECT_EQ(held.filled_seq(0), 0u) << "the held ring's slot is still in use";
+  release_compute_.Notify();
+  EXPECT_TRUE(AwaitLoaded(held, 0).ok());
+}
+
+TEST_F(DeviceWorkerTest, AWrongGenerationFailsTheRingWithAMessageAndReportsIt) {
+  TestRing& ring = CreateRing(1);
+  ASSERT_TRUE(ring.consumer->BeginLoad(0, *compute_).ok());
+  worker_->Submit(Task(ring, 0, /*generation=*/2, block_a_));  // the next one is 1
+
+  std::vector<v1::LoadEvent> events = sink_->AwaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].ring_id(), ring.id);
+  EXPECT_EQ(events[0].slot(), 0u);
+  EXPECT_EQ(events[0].generation(), 2u);
+  EXPECT_EQ(events[0].error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(events[0].error_message(), HasSubstr("the next generation is 1"));
+  // The client waiting on the ring reads the same error in its status word.
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ring.error_message(), HasSubstr("the next generation is 1"));
+  EXPECT_EQ(ring.control().status.error_slot.load(), 0u);
+  EXPECT_EQ(ring.filled_seq(0), 0u) << "nothing is copied for a protocol error";
+  EXPECT_EQ(worker_->stats().protocol_errors, 1u);
+}
+
+TEST_F(DeviceWorkerTest, ARequestBeforeTheClientPublishedConsumedSeqFailsTheRing) {
+  TestRing& ring = CreateRing(1);
+  RequestLoad(ring, 0, block_a_);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  // Generation 2 without releasing the slot: consumed_seq[0] is still 0.
+  worker_->Submit(Task(ring, 0, /*generation=*/2, block_b_));
+
+  std::vector<v1::LoadEvent> events = sink_->AwaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(events[0].error_message(), HasSubstr("consumed_seq=0 (must be 1"));
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_)) << "the client's bytes were overwritten";
+  EXPECT_EQ(ring.filled_seq(0), 1u);
+  std::vector<RingSnapshot> snapshot = SnapshotOf(ring.id);
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DeviceWorkerTest, ARingFailedByAProtocolErrorLeavesOtherRingsServing) {
+  TestRing& broken = CreateRing(1);
+  TestRing& healthy = CreateRing(2);
+  worker_->Submit(Task(broken, 0, /*generation=*/5, block_a_));
+  ASSERT_EQ(sink_->AwaitEvents(1).size(), 1u);
+  ASSERT_EQ(broken.error_code(), absl::StatusCode::kFailedPrecondition);
+
+  RequestLoad(healthy, 1, block_b_);
+  ASSERT_TRUE(AwaitLoaded(healthy, 1).ok());
+  EXPECT_TRUE(SlotHolds(healthy, 1, block_b_));
+  EXPECT_EQ(healthy.error_code(), absl::StatusCode::kOk) << healthy.error_message();
+  EXPECT_EQ(sink_->events().size(), 1u) << "the healthy ring's load reported an error";
+}
+
+TEST_F(DeviceWorkerTest, AFailedRingRefusesEveryLaterLoad) {
+  TestRing& ring = CreateRing(1);
+  worker_->Submit(Task(ring, 0, /*generation=*/3, block_a_));
+  ASSERT_EQ(sink_->AwaitEvents(1).size(), 1u);
+  // A correct request after the failure: the ring stays failed, with the
+  // first error, and nothing is copied.
+  RequestLoad(ring, 1, block_b_);
+  ASSERT_EQ(sink_->AwaitEvents(2).size(), 2u);
+  EXPECT_THAT(ring.error_message(), HasSubstr("generation 3 requested"));
+  EXPECT_EQ(ring.filled_seq(1), 0u);
+  EXPECT_FALSE(AwaitLoaded(ring, 1).ok()) << "a wait on a failed ring must fail";
+}
+
+TEST_F(DeviceWorkerTest, ARejectedRequestFailsItsRingWithTheRejection) {
+  TestRing& ring = CreateRing(1);
+  LoadTask task = Task(ring, 1, 1, block_a_);
+  worker_->Reject(std::move(task), absl::OutOfRangeError("block 9 out of range (model has 2)"));
+  AwaitRingError(ring);
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ring.error_message(), "block 9 out of range (model has 2)");
+  EXPECT_EQ(ring.control().status.error_slot.load(), 1u);
+  EXPECT_EQ(ring.filled_seq(1), 0u);
+  EXPECT_EQ(worker_->stats().protocol_errors, 1u);
+  EXPECT_EQ(worker_->stats().loads, 0u);
+}
+
+TEST_F(DeviceWorkerTest, ALoadForARingThatNoLongerExistsIsReportedNotFound) {
+  TestRing& ring = CreateRing(4);
+  worker_->RetireRing(ring.id, /*owner_alive=*/false);
+  worker_->Submit(Task(ring, 0, 1, block_a_));
+  std::vector<v1::LoadEvent> events = sink_->AwaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].ring_id(), 4u);
+  EXPECT_EQ(events[0].error_code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(events[0].error_message(),
+              HasSubstr("ring 4 no longer exists on " + device_->info().uuid));
+}
+
+TEST_F(DeviceWorkerTest, ABadRequestRingEntryFailsTheRingAndCountsARefusal) {
+  auto models = std::make_shared<SessionModels>(kSessionId);  // none open
+  auto counts = std::make_shared<FastPathLoadCounts>();
+  TestRing& ring = CreateRing(1, 2, std::make_shared<LoadResolver>(models, counts));
+  ASSERT_NE(ring.client->doorbell(), nullptr) << "a ring with a resolver gets the doorbell";
+  ASSERT_TRUE(ring.consumer->BeginLoad(0, *compute_).ok());
+
+  ASSERT_TRUE(RequestRingWriter(ring.client->client_control(), ring.control())
+                  .Push({.slot = 0, .generation = 1, .model_handle = 1, .block = 0})
+                  .ok());
+  ring.client->doorbell()->Ring();
+  AwaitRingError(ring);
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ring.error_message(), HasSubstr("model handle 1 is not open in session 7"));
+  EXPECT_EQ(counts->rejected.load(), 1u);
+  EXPECT_EQ(counts->loads.load(), 0u);
+  EXPECT_EQ(ring.filled_seq(0), 0u);
+}
+
+TEST_F(DeviceWorkerTest, ARetiredRingIsNoLongerServed) {
+  TestRing& ring = CreateRing(3);
+  ASSERT_EQ(SnapshotOf(3).size(), 1u);
+  EXPECT_EQ(worker_->stats().rings, 1u);
+  worker_->RetireRing(ring.id, /*owner_alive=*/true);
+  EXPECT_TRUE(SnapshotOf(3).empty());
+  EXPECT_EQ(worker_->stats().rings, 0u);
+}
+
+TEST_F(DeviceWorkerTest, ARetiredRingIsFreedOnlyOnceItsClientHasReleasedItsSlots) {
+  TestRing& ring = CreateRing(3);
+  HoldCompute();
+  ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());  // free[0] behind held work
+  worker_->RetireRing(ring.id, /*owner_alive=*/true);
+  AwaitWorkerPasses(5);
+  EXPECT_FALSE(worker_->idle()) << "freed while the client's stream still uses a slot";
+
+  release_compute_.Notify();
+  EXPECT_TRUE(AwaitIdle()) << "the released ring was not freed";
+  // Its client trace is kept, marked as the one read when it was freed.
+  DeviceTrace trace = worker_->ReadTrace(0);
+  ASSERT_EQ(trace.rings.size(), 1u);
+  EXPECT_EQ(trace.rings[0].ring_id, 3u);
+  EXPECT_TRUE(trace.rings[0].retired);
+  EXPECT_EQ(trace.rings[0].owner.client_name, "test");
+}
+
+TEST_F(DeviceWorkerTest, ARingRetiredAfterItsClientDiedIsFreedWithoutWaitingForItsSlots) {
+  TestRing& ring = CreateRing(3);
+  HoldCompute();
+  ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());
+  // A dead client's free events may never complete.
+  worker_->RetireRing(ring.id, /*owner_alive=*/false);
+  EXPECT_TRUE(AwaitIdle());
+}
+
+TEST_F(DeviceWorkerTest, StatisticsCountAcceptedLoadsAndTheirBytes) {
+  TestRing& ring = CreateRing(1);
+  RequestLoad(ring, 0, block_a_);
+  ASSERT_TRUE(ring.consumer->BeginLoad(1, *compute_).ok());
+  worker_->Submit(Task(ring, 1, 1, block_b_, /*bytes=*/1000));
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  ASSERT_TRUE(AwaitLoaded(ring, 1).ok());
+
+  DeviceStats stats = worker_->stats();
+  EXPECT_EQ(stats.loads, 2u);
+  EXPECT_EQ(stats.bytes, kSlotBytes + 1000);
+  EXPECT_EQ(stats.rings, 1u);
+  EXPECT_EQ(stats.protocol_errors, 0u);
+  EXPECT_EQ(stats.queue_depth, 0u);
+  std::vector<RingSnapshot> snapshot = SnapshotOf(ring.id);
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_EQ(snapshot[0].session_id, kSessionId);
+  EXPECT_EQ(snapshot[0].loads, 2u);
+  EXPECT_EQ(snapshot[0].bytes, kSlotBytes + 1000);
+  EXPECT_EQ(snapshot[0].slots[1].model_id, "model");
+  EXPECT_EQ(snapshot[0].slots[1].block, 3u);
+  EXPECT_EQ(snapshot[0].slots[1].filled_seq, 1u);
+  EXPECT_EQ(snapshot[0].slots[1].consumed_seq, 0u);
+}
+
+TEST_F(DeviceWorkerTest, ARefusedLoadIsNotCountedAsALoad) {
+  TestRing& ring = CreateRing(1);
+  worker_->Submit(Task(ring, 0, /*generation=*/2, block_a_));
+  ASSERT_EQ(sink_->AwaitEvents(1).size(), 1u);
+  EXPECT_EQ(worker_->stats().loads, 0u);
+  EXPECT_EQ(worker_->stats().bytes, 0u);
+  EXPECT_EQ(worker_->stats().protocol_errors, 1u);
+}
+
+TEST_F(DeviceWorkerTest, FailAllRingsPublishesTheErrorInEveryRing) {
+  TestRing& first = CreateRing(1);
+  TestRing& second = CreateRing(2);
+  worker_->FailAllRings(absl::UnavailableError("blockswapd is shutting down"));
+  for (const TestRing* ring : {&first, &second}) {
+    EXPECT_EQ(ring->error_code(), absl::StatusCode::kUnavailable) << "ring " << ring->id;
+    EXPECT_EQ(ring->error_message(), "blockswapd is shutting down");
+  }
+}
+
+}  // namespace
+}  // namespace blockswap::daemon
