@@ -111,6 +111,8 @@ _PROTOTYPES = {
     "bs_ring_slot_count": (_U32, [_P]),
     "bs_ring_slot_bytes": (_U64, [_P]),
     "bs_ring_slot": (_P, [_P, _U32]),
+    "bs_place_blocks": (_INT, [_U32, _U32, _U32, ctypes.POINTER(_U32), _U32,
+                               ctypes.POINTER(_U32), ctypes.POINTER(_U32)]),
     "bs_scheduler_create": (_INT, [_P, _P, _P, ctypes.POINTER(SchedulerConfig), _P, BIND_FN,
                                    _P, _PP]),
     "bs_scheduler_destroy": (None, [_P]),

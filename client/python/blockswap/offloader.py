@@ -83,13 +83,20 @@ def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
     return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
 
 
-def _streaming_blocks(num_blocks, blocks_to_swap):
-    """DESIGN §5's placement, needed before the scheduler exists (to register
-    the backward hooks); checked against the scheduler's once it does."""
-    if blocks_to_swap <= 0:
-        return []
-    return sorted({((2 * i + 1) * num_blocks) // (2 * blocks_to_swap)
-                   for i in range(blocks_to_swap)})
+def _place_blocks(num_blocks, blocks_to_swap, ring_size):
+    """The scheduler's placement (bs_place_blocks), needed before the
+    scheduler exists (to register the backward hooks): the streaming block
+    indices, ascending, and the ring size after the clamp."""
+    lib = _abi.library()
+    count, slots = ctypes.c_uint32(0), ctypes.c_uint32(0)
+    _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, None, 0,
+                                   ctypes.byref(count), ctypes.byref(slots)),
+               "placing the streaming blocks")
+    streaming = (ctypes.c_uint32 * max(count.value, 1))()
+    _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, streaming,
+                                   count.value, ctypes.byref(count), ctypes.byref(slots)),
+               "placing the streaming blocks")
+    return list(streaming[:count.value]), slots.value
 
 
 class _Job:
@@ -147,9 +154,8 @@ class StreamOffloader:
         self._config = config
         self._blocks = blocks
         self._selector = config.swap_tensor_selector or default_swap_tensor_selector
-        self.stream_idx = _streaming_blocks(num_blocks, blocks_to_swap)
+        self.stream_idx, self.B = _place_blocks(num_blocks, blocks_to_swap, config.ring_size)
         self.S = len(self.stream_idx)
-        self.B = min(config.ring_size, self.S)
         self.rank = {block: rank for rank, block in enumerate(self.stream_idx)}
         self.is_stream = [block in self.rank for block in range(num_blocks)]
         if config.model_id and config.model_file:
