@@ -1,6 +1,6 @@
 // Client-supplied text and numbers as they appear in error messages.
 //
-// Part of blockswap_safetensors (no gRPC, no protobuf), so the header parser
+// Part of blockswap_base (no gRPC, no protobuf), so the header parser
 // and its fuzzer can use it.
 #ifndef BLOCKSWAP_SHARED_BASE_MESSAGE_TEXT_H_
 #define BLOCKSWAP_SHARED_BASE_MESSAGE_TEXT_H_

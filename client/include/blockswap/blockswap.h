@@ -151,7 +151,8 @@ const void* bs_model_master(const bs_model* model, uint32_t block);
  * this UUID (one of bs_client_device_uuid). */
 int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,
                    uint64_t slot_bytes, bs_ring** out);
-/* Drains outstanding loads (at most `timeout_ms`) and frees the ring. */
+/* Drains outstanding loads (at most 5 s; not at all once the daemon is gone)
+ * and frees the ring. */
 void bs_ring_destroy(bs_ring* ring);
 
 uint32_t bs_ring_slot_count(const bs_ring* ring);
