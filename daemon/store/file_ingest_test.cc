@@ -294,7 +294,9 @@ TEST_F(FileIngestTest, UnreferencedModelsMakeRoomLeastRecentlyUsedFirst) {
   for (int m = 0; m < 3; ++m) {
     std::string path = absl::StrCat(file_dir_, "/m", m, ".safetensors");
     ASSERT_TRUE(testing::WriteSafetensorsFile(path, testing::TransformerTensors(4, 2, 16), m).ok());
-    if (m == 2) ASSERT_NE(Store().Find(ids[0]), nullptr);  // model 0 used: model 1 is the oldest
+    if (m == 2) {
+      ASSERT_NE(Store().Find(ids[0]), nullptr);  // model 0 used: model 1 is the oldest
+    }
     auto result = ingest.Register(Files(path), kWeights, "");
     ASSERT_TRUE(result.ok()) << result.status();
     ids.push_back(result->model->id());

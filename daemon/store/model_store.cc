@@ -14,13 +14,13 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <system_error>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/store/manifest.h"
 #include "daemon/store/parallel_for.h"
 #include "shared/base/file_io.h"
 #include "shared/base/status.h"
@@ -28,144 +28,20 @@
 namespace blockswap::daemon {
 namespace {
 
-using Json = nlohmann::json;
 
 constexpr absl::string_view kLockName = ".lock";
 constexpr absl::string_view kMastersSuffix = ".masters";
 constexpr absl::string_view kManifestSuffix = ".manifest";
 constexpr absl::string_view kTempSuffix = ".tmp";
-constexpr char kManifestFormat[] = "blockswap-manifest";
-constexpr uint64_t kManifestVersion = 1;
 // A manifest is a few hundred bytes per tensor; anything larger than this
 // was not written by blockswapd.
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr size_t kModelNameLimitBytes = 1024;
-// Bounds placement arithmetic far below 2^64 (ValidateLayout caps a model at
-// 2^46 bytes; padding adds at most one piece per block).
-constexpr uint64_t kMaxAreaBytes = uint64_t{1} << 62;
 
 std::string OctalMode(mode_t mode) {
   char text[8];
   std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
   return text;
-}
-
-absl::StatusOr<BlockPlacement> Place(const ModelLayout& layout, bool avoid_piece_boundaries) {
-  BlockPlacement placement;
-  placement.offsets.reserve(layout.blocks.size());
-  uint64_t end = 0;
-  for (size_t b = 0; b < layout.blocks.size(); ++b) {
-    uint64_t bytes = layout.blocks[b].bytes;
-    if (bytes > kMaxAreaBytes || end > kMaxAreaBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block ", b, " of ", bytes, " bytes at offset ", end, " does not fit in 2^62 bytes"));
-    }
-    if (avoid_piece_boundaries && bytes > kPinPieceBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block ", b, " has ", bytes, " bytes, more than the ", kPinPieceBytes,
-                       " bytes of one pinned piece (a block copy must stay inside one)"));
-    }
-    uint64_t offset = RoundUp(end, kBlockPlacementAlignment);
-    if (avoid_piece_boundaries && bytes > 0 &&
-        offset / kPinPieceBytes != (offset + bytes - 1) / kPinPieceBytes) {
-      offset = RoundUp(offset, kPinPieceBytes);
-    }
-    placement.offsets.push_back(offset);
-    end = offset + bytes;
-  }
-  placement.total_bytes = RoundUp(end, kBlockPlacementAlignment);
-  return placement;
-}
-
-// The parts of a manifest, as read back.
-struct Manifest {
-  std::string id;
-  std::string name;
-  std::string source;
-  ModelLayout layout;
-  std::vector<Sha256Digest> block_hashes;
-  std::vector<uint64_t> master_offsets;
-  uint64_t masters_bytes = 0;
-};
-
-std::string ManifestJson(const Model& model) {
-  Json blocks = Json::array();
-  for (size_t b = 0; b < model.block_count(); ++b) {
-    const BlockSpec& block = model.layout().blocks[b];
-    Json tensors = Json::array();
-    for (const TensorSpec& tensor : block.tensors) {
-      tensors.push_back({{"name", tensor.name},
-                         {"dtype", tensor.dtype},
-                         {"shape", tensor.shape},
-                         {"offset", tensor.offset},
-                         {"length", tensor.length}});
-    }
-    blocks.push_back({{"bytes", block.bytes},
-                      {"master_offset", model.master_offset(b)},
-                      {"sha256", DigestHex(model.block_hashes()[b])},
-                      {"tensors", std::move(tensors)}});
-  }
-  Json manifest = {{"format", kManifestFormat},
-                   {"version", kManifestVersion},
-                   {"id", model.id()},
-                   {"name", model.name()},
-                   {"source", model.source()},
-                   {"masters_bytes", model.masters_bytes()},
-                   {"blocks", std::move(blocks)}};
-  // Tensor names are valid UTF-8 (ValidateLayout); a model name that is not
-  // is informational only, so its bad bytes become U+FFFD instead of failing.
-  return manifest.dump(1, ' ', false, Json::error_handler_t::replace);
-}
-
-uint64_t U64(const Json& object, const char* key) {
-  const Json& value = object.at(key);
-  if (!value.is_number_unsigned())
-    throw std::invalid_argument(absl::StrCat(key, " is not a count"));
-  return value.get<uint64_t>();
-}
-
-std::string String(const Json& object, const char* key) {
-  const Json& value = object.at(key);
-  if (!value.is_string()) throw std::invalid_argument(absl::StrCat(key, " is not a string"));
-  return value.get<std::string>();
-}
-
-absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
-  // nlohmann reports a wrong type or a missing key by exception; they stop
-  // here.
-  try {
-    Json json = Json::parse(text);
-    if (String(json, "format") != kManifestFormat || U64(json, "version") != kManifestVersion) {
-      return absl::FailedPreconditionError("not a version 1 blockswap manifest");
-    }
-    Manifest manifest;
-    manifest.id = String(json, "id");
-    manifest.name = String(json, "name");
-    // Manifests written before models had a source have none.
-    manifest.source = json.contains("source") ? String(json, "source") : "upload";
-    manifest.masters_bytes = U64(json, "masters_bytes");
-    for (const Json& block_json : json.at("blocks")) {
-      BlockSpec& block = manifest.layout.blocks.emplace_back();
-      block.bytes = U64(block_json, "bytes");
-      manifest.master_offsets.push_back(U64(block_json, "master_offset"));
-      BLOCKSWAP_ASSIGN_OR_RETURN(manifest.block_hashes.emplace_back(),
-                                 DigestFromHex(String(block_json, "sha256")));
-      for (const Json& tensor_json : block_json.at("tensors")) {
-        TensorSpec& tensor = block.tensors.emplace_back();
-        tensor.name = String(tensor_json, "name");
-        tensor.dtype = String(tensor_json, "dtype");
-        for (const Json& dim : tensor_json.at("shape")) {
-          if (!dim.is_number_unsigned()) throw std::invalid_argument("a dimension is not a count");
-          tensor.shape.push_back(dim.get<uint64_t>());
-        }
-        tensor.offset = U64(tensor_json, "offset");
-        tensor.length = U64(tensor_json, "length");
-      }
-    }
-    return manifest;
-  } catch (const std::exception& error) {
-    return absl::FailedPreconditionError(absl::StrCat("malformed manifest: ", error.what()));
-  }
 }
 
 // Checks that an open file is a regular file of ours with mode 0600.
@@ -210,14 +86,6 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const UniqueFd& directory
 }
 
 }  // namespace
-
-absl::StatusOr<BlockPlacement> StagingOffsets(const ModelLayout& layout) {
-  return Place(layout, /*avoid_piece_boundaries=*/false);
-}
-
-absl::StatusOr<BlockPlacement> MasterOffsets(const ModelLayout& layout) {
-  return Place(layout, /*avoid_piece_boundaries=*/true);
-}
 
 Model::~Model() = default;
 
@@ -492,7 +360,9 @@ absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_tem
     if (::fchmod(manifest.get(), 0600) != 0) {
       return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(manifest_temp)));
     }
-    const std::string json = ManifestJson(model);
+    const std::string json = EncodeManifest({model.id_, model.name_, model.source_, model.layout_,
+                                             model.block_hashes_, model.master_offsets_,
+                                             model.masters_bytes_});
     BLOCKSWAP_RETURN_IF_ERROR(
         WriteFully(manifest.get(), 0, json.data(), json.size(), PathOf(manifest_temp)));
     if (::fsync(manifest.get()) != 0) {

@@ -39,33 +39,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/store/block_placement.h"
 #include "shared/backend/backend.h"
 #include "shared/protocol/model_layout.h"
 #include "shared/os/shared_memory.h"
 #include "shared/base/unique_fd.h"
 
 namespace blockswap::daemon {
-
-// Blocks of a staging area or a master file start at multiples of this.
-inline constexpr uint64_t kBlockPlacementAlignment = 4096;
-// The backend's pinning piece, the one place it is defined.
-inline constexpr uint64_t kPinPieceBytes = kHostPinPieceBytes;
-
-// Where each block of a model sits in a flat area.
-struct BlockPlacement {
-  std::vector<uint64_t> offsets;  // one per block
-  uint64_t total_bytes = 0;       // size of the area (the last block's end, rounded up)
-};
-
-// A staging area: blocks back to back, each at a kBlockPlacementAlignment-
-// aligned offset. INVALID_ARGUMENT for a layout that would overflow (any
-// layout that passed ValidateLayout fits).
-absl::StatusOr<BlockPlacement> StagingOffsets(const ModelLayout& layout);
-
-// A master file: as StagingOffsets, and a block that would straddle a multiple
-// of kPinPieceBytes starts at that multiple instead. INVALID_ARGUMENT for a
-// block larger than kPinPieceBytes (no pinned piece could hold it).
-absl::StatusOr<BlockPlacement> MasterOffsets(const ModelLayout& layout);
 
 struct ModelStoreOptions {
   std::string directory = "/dev/shm/blockswap";
