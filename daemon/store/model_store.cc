@@ -38,6 +38,16 @@ constexpr absl::string_view kTempSuffix = ".tmp";
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr size_t kModelNameLimitBytes = 1024;
 
+// What every new model must satisfy, whichever way it comes in.
+absl::Status ValidateNewModel(const ModelLayout& layout, absl::string_view name) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateLayout(layout));
+  if (name.size() > kModelNameLimitBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model name has ", name.size(), " bytes (limit ", kModelNameLimitBytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
 std::string OctalMode(mode_t mode) {
   char text[8];
   std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
@@ -420,11 +430,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
                                                     const ModelLayout& layout,
                                                     const std::byte* content,
                                                     size_t content_bytes) {
-  BLOCKSWAP_RETURN_IF_ERROR(ValidateLayout(layout));
-  if (name.size() > kModelNameLimitBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model name has ", name.size(), " bytes (limit ", kModelNameLimitBytes, ")"));
-  }
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement staging, StagingOffsets(layout));
   if (content == nullptr || content_bytes < staging.total_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("content has ", content_bytes,
@@ -445,15 +451,8 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
 
   {
     absl::MutexLock lock(&mu_);
-    while (true) {
-      if (auto it = models_.find(id); it != models_.end()) {
-        TouchLocked(id);
-        return RegisterResult{.model = it->second, .already_present = true};
-      }
-      // A registration of the same content elsewhere: its result is ours. If
-      // it fails, this call tries itself.
-      if (!in_progress_.contains(id)) break;
-      registration_done_.Wait(&mu_);
+    if (std::shared_ptr<const Model> existing = FindOrAwaitLocked(id)) {
+      return RegisterResult{.model = std::move(existing), .already_present = true};
     }
     BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
     in_progress_.insert(id);
@@ -510,6 +509,19 @@ uint64_t ModelStore::References(const std::shared_ptr<const Model>& model) {
 }
 
 void ModelStore::TouchLocked(const std::string& id) const { last_use_[id] = ++use_clock_; }
+
+std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id) {
+  while (true) {
+    if (auto it = models_.find(id); it != models_.end()) {
+      TouchLocked(id);
+      return it->second;
+    }
+    // A registration of the same content elsewhere: its result is ours. If
+    // it fails, the caller registers it itself.
+    if (!in_progress_.contains(id)) return nullptr;
+    registration_done_.Wait(&mu_);
+  }
+}
 
 std::shared_ptr<const Model> ModelStore::PublishLocked(std::unique_ptr<Model> model) {
   std::shared_ptr<const Model> sealed = std::move(model);
@@ -614,11 +626,7 @@ absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data,
 absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
                                                                      absl::string_view name,
                                                                      absl::string_view source) {
-  BLOCKSWAP_RETURN_IF_ERROR(ValidateLayout(layout));
-  if (name.size() > kModelNameLimitBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model name has ", name.size(), " bytes (limit ", kModelNameLimitBytes, ")"));
-  }
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
   auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
   {
@@ -660,15 +668,7 @@ absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDra
   std::shared_ptr<const Model> existing;
   {
     absl::MutexLock lock(&mu_);
-    while (true) {
-      if (auto it = models_.find(id); it != models_.end()) {
-        TouchLocked(id);
-        existing = it->second;
-        break;
-      }
-      if (!in_progress_.contains(id)) break;
-      registration_done_.Wait(&mu_);
-    }
+    existing = FindOrAwaitLocked(id);
     if (existing == nullptr) in_progress_.insert(id);
   }
   if (existing != nullptr) {

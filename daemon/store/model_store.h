@@ -260,6 +260,11 @@ class ModelStore {
   absl::Status MakeRoomLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sealed model `id`, once no registration of it is in progress
+  // (waiting for one that is); nullptr when none is sealed, and then none is
+  // in progress either: the caller may claim `id` in `in_progress_`.
+  std::shared_ptr<const Model> FindOrAwaitLocked(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservation(uint64_t bytes);
   absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes) const;
