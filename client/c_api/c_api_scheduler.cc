@@ -18,6 +18,8 @@ struct bs_scheduler {
   std::unique_ptr<blockswap::client::StreamScheduler> scheduler;
   std::map<int, blockswap::client::PassStats> last_pass;  // by bs_direction
   absl::Status report_error;  // the last failure to report a pass
+  bs_reload_fn on_reload = nullptr;  // bs_scheduler_set_reload_hook
+  void* reload_user_data = nullptr;
 };
 
 using blockswap::client::c_api::Guard;
@@ -113,6 +115,9 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
       // Statistics are best effort: a failed report never fails training.
       raw->report_error = raw->connection->ReportStats({PassStatsToProto(pass)});
     };
+    callbacks.on_before_reload = [raw](uint32_t slot) {
+      if (raw->on_reload != nullptr) raw->on_reload(raw->reload_user_data, slot);
+    };
     auto created = StreamScheduler::Create(
         SchedulerConfig{config->num_blocks, config->blocks_to_swap, config->ring_size,
                         config->forward_only != 0},
@@ -169,6 +174,13 @@ int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block) {
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_forward_only: NULL scheduler");
   scheduler->scheduler->SetForwardOnly(forward_only != 0);
+  return Report(absl::OkStatus());
+}
+
+int bs_scheduler_set_reload_hook(bs_scheduler* scheduler, bs_reload_fn fn, void* user_data) {
+  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_reload_hook: NULL scheduler");
+  scheduler->on_reload = fn;
+  scheduler->reload_user_data = user_data;
   return Report(absl::OkStatus());
 }
 

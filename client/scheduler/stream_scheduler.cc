@@ -129,12 +129,18 @@ absl::Status StreamScheduler::AfterForward(uint32_t block) {
   const uint32_t count = static_cast<uint32_t>(placement_.streaming.size());
   const uint32_t rank = placement_.rank_of_block[block];
   const uint32_t slot = rank % ring;
+  const bool wraps_around = forward_only_ && rank == count - 1 && count > ring;
+  if (rank + ring < count) {
+    BeforeReload(slot);
+  } else if (wraps_around) {
+    for (uint32_t next = 0; next < ring; ++next) BeforeReload(next);
+  }
   BLOCKSWAP_RETURN_IF_ERROR(ReleaseSlot(slot));
   if (rank + ring < count) {
     // Rank + B shares the slot just released.
     return Place(rank + ring, slot, Phase::kForward, /*self_heal=*/false);
   }
-  if (forward_only_ && rank == count - 1 && count > ring) {
+  if (wraps_around) {
     // No backward will consume the retained tail, and the next pass starts at
     // rank 0: preload ranks 0..B-1 now, overlapping the resident blocks and
     // the output layers instead of stalling at the next pass's start. (With
@@ -154,6 +160,7 @@ absl::Status StreamScheduler::AfterBackward(uint32_t block) {
     const uint32_t ring = placement_.ring_slots;
     const uint32_t rank = placement_.rank_of_block[block];
     const uint32_t slot = rank % ring;
+    if (rank >= ring) BeforeReload(slot);
     BLOCKSWAP_RETURN_IF_ERROR(ReleaseSlot(slot));
     if (rank >= ring) {
       BLOCKSWAP_RETURN_IF_ERROR(Place(rank - ring, slot, Phase::kBackward, /*self_heal=*/false));
@@ -214,6 +221,10 @@ absl::Status StreamScheduler::Await(uint32_t block, Phase phase) {
   if (!outcome->was_ready) ++pass_.not_ready_waits;
   if (outcome->copy_time) pass_.copy_time += *outcome->copy_time;
   return absl::OkStatus();
+}
+
+void StreamScheduler::BeforeReload(uint32_t slot) {
+  if (callbacks_.on_before_reload) callbacks_.on_before_reload(slot);
 }
 
 absl::Status StreamScheduler::ReleaseSlot(uint32_t slot) {

@@ -128,6 +128,11 @@ struct SchedulerCallbacks {
   // Every pass with some activity, once it is over: when the direction
   // changes, a new pass starts, Prepare() runs, or FinishPass() is called.
   std::function<void(const PassStats&)> on_pass;
+  // A slot that the hook under way is about to hand back for another block's
+  // load, told before the slot is released: the last moment work the caller
+  // queues on the slot (on the scheduler's stream) is ordered before the
+  // daemon's copy into it.
+  std::function<void(uint32_t slot)> on_before_reload;
 };
 
 // What the scheduler believes a slot holds.
@@ -200,6 +205,8 @@ class StreamScheduler {
   // slot already holds it, otherwise a load.
   absl::Status Place(uint32_t rank, uint32_t slot, Phase phase, bool self_heal);
   absl::Status Await(uint32_t block, Phase phase);
+  // Tells on_before_reload that `slot` is about to get another block.
+  void BeforeReload(uint32_t slot);
   absl::Status ReleaseSlot(uint32_t slot);
   absl::Status DrainIfNeeded();
   // After a failed driver call on `slot`.

@@ -103,6 +103,55 @@ int CountCalls(const std::vector<Call>& calls, CallKind kind) {
 
 // --- placement -------------------------------------------------------------------------
 
+// on_before_reload names exactly the slots a hook hands back for another
+// block's load, each before the driver is asked to release it: the ground
+// truth N=10 S=4 B=2 (forward reloads slots 0 and 1 after blocks 1 and 3,
+// backward slots 1 and 0 after blocks 8 and 6; the tail and the head keep
+// theirs), and in inference the wrap-around after the last block names every
+// slot.
+TEST(StreamSchedulerReload, EachSlotHandedBackForAnotherBlockIsToldBeforeItsRelease) {
+  for (const bool forward_only : {false, true}) {
+    SCOPED_TRACE(forward_only ? "inference" : "training");
+    RecordingSlotDriver driver(2);
+    std::vector<std::pair<uint32_t, size_t>> told;  // slot, driver calls so far
+    SchedulerCallbacks callbacks;
+    callbacks.on_before_reload = [&](uint32_t slot) {
+      told.emplace_back(slot, driver.calls().size());
+    };
+    auto scheduler = StreamScheduler::Create(
+        {.num_blocks = 10, .blocks_to_swap = 4, .ring_size = 2, .forward_only = forward_only},
+        driver, std::move(callbacks));
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    ASSERT_TRUE((*scheduler)->Prepare().ok());
+    EXPECT_TRUE(told.empty()) << "prepare hands no slot back";
+    std::vector<uint32_t> forward;
+    for (uint32_t block = 0; block < 10; ++block) {
+      ASSERT_TRUE((*scheduler)->WaitForBlock(block).ok());
+      told.clear();
+      ASSERT_TRUE((*scheduler)->AfterForward(block).ok());
+      for (const auto& [slot, calls_before] : told) {
+        forward.push_back(slot);
+        // The slot's release comes after the callback, in this hook.
+        bool released_after = false;
+        for (size_t c = calls_before; c < driver.calls().size(); ++c) {
+          released_after |= driver.calls()[c].kind == CallKind::kRelease;
+        }
+        EXPECT_TRUE(released_after) << "slot " << slot << " after block " << block;
+      }
+    }
+    EXPECT_EQ(forward, forward_only ? std::vector<uint32_t>({0, 1, 0, 1})
+                                    : std::vector<uint32_t>({0, 1}));
+    if (forward_only) continue;
+    std::vector<uint32_t> backward;
+    for (uint32_t block = 10; block-- > 0;) {
+      told.clear();
+      ASSERT_TRUE((*scheduler)->AfterBackward(block).ok());
+      for (const auto& entry : told) backward.push_back(entry.first);
+    }
+    EXPECT_EQ(backward, std::vector<uint32_t>({1, 0}));
+  }
+}
+
 TEST(StreamSchedulerPlacement, SpreadsStreamingBlocksByTheMidpointFormula) {
   absl::StatusOr<Placement> placement = PlaceBlocks(10, 4, 2);
   ASSERT_TRUE(placement.ok()) << placement.status();

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -402,33 +403,25 @@ struct StreamOffloader::Impl {
     }
   }
 
-  // Test mode: the slots about to be handed back for a new load in the hook
-  // that follows (the scheduler's rules: forward prefetch B ahead or the
-  // inference wrap-around, backward prefetch B behind).
-  void PoisonBeforeRelease(Direction direction, uint32_t block) {
-    if (!config.poison_released_slots || !is_streaming(block)) return;
-    const uint32_t rank = *rank_of[block];
-    const auto count = static_cast<uint32_t>(streaming.size());
-    std::vector<uint32_t> slots;
-    if (direction == Direction::kForward) {
-      if (rank + ring_slots < count) {
-        slots.push_back(rank % ring_slots);
-      } else if (forward_only && rank == count - 1 && count > ring_slots) {
-        for (uint32_t s = 0; s < ring_slots; ++s) slots.push_back(s);
-      }
-    } else if (rank >= ring_slots) {
-      slots.push_back(rank % ring_slots);
-    }
-    for (uint32_t s : slots) {
-      at::from_blob(ring->slot(s), {static_cast<int64_t>(ring->slot_bytes())},
-                    at::TensorOptions().dtype(at::kByte).device(config.device))
+  // Test mode (BlockSwapConfig.poison_released_slots): the scheduler tells
+  // each slot it is about to hand back for another block's load; filling it
+  // on the scheduler's stream, before the slot's free record, makes a read of
+  // the block that is leaving it see 0xFF instead of plausible weights.
+  static void OnBeforeReload(void* self, uint32_t slot) noexcept {
+    auto* impl = static_cast<Impl*>(self);
+    try {
+      c10::OptionalStreamGuard guard;
+      if (!impl->stream.device().is_cpu()) guard.reset_stream(impl->stream);
+      at::from_blob(impl->ring->slot(slot), {static_cast<int64_t>(impl->ring->slot_bytes())},
+                    at::TensorOptions().dtype(at::kByte).device(impl->config.device))
           .fill_(0xFF);
+    } catch (...) {
+      if (impl->bind_error == nullptr) impl->bind_error = std::current_exception();
     }
   }
 
   void AfterForward(uint32_t block) {
     if (!is_streaming(block)) return;
-    PoisonBeforeRelease(Direction::kForward, block);
     Join(CurrentStream(config.device), stream);
     Check(bs_scheduler_after_forward(scheduler.get(), block), "bs_scheduler_after_forward");
   }
@@ -436,7 +429,6 @@ struct StreamOffloader::Impl {
   // Every block, resident ones too: the hook also waits for block-1.
   void AfterBackward(uint32_t block) {
     if (scheduler == nullptr) return;
-    PoisonBeforeRelease(Direction::kBackward, block);
     const c10::Stream current = CurrentStream(config.device);
     Join(current, stream);
     Check(bs_scheduler_after_backward(scheduler.get(), block), "bs_scheduler_after_backward");
@@ -678,6 +670,10 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
                               NativeStream(m.stream), &Impl::OnBind, &m, &scheduler),
           "bs_scheduler_create");
   m.scheduler.reset(scheduler);
+  if (m.config.poison_released_slots) {
+    m.Check(bs_scheduler_set_reload_hook(scheduler, &Impl::OnBeforeReload, &m),
+            "bs_scheduler_set_reload_hook");
+  }
   m.anchor = at::zeros({0}, at::TensorOptions().device(device)).requires_grad_(true);
 }
 

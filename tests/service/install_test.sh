@@ -66,6 +66,6 @@ cmake --build "${tmp}/consumer" >>"${tmp}/consumer.log" 2>&1 ||
   { cat "${tmp}/consumer.log"; echo "FAIL: building against blockswap::blockswap"; exit 1; }
 out=$(LD_LIBRARY_PATH="${prefix}/lib" "${tmp}/consumer/consumer" "${tmp}/no-daemon.sock")
 echo "${out}"
-grep -q "^abi 2$" <<<"${out}" || { echo "FAIL: the consumer did not run"; exit 1; }
+grep -q "^abi 3$" <<<"${out}" || { echo "FAIL: the consumer did not run"; exit 1; }
 grep -q "no-daemon.sock" <<<"${out}" || { echo "FAIL: the error does not name the socket"; exit 1; }
 echo "ok: find_package(blockswap) consumer built and ran"

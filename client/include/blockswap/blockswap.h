@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 2u
+#define BS_ABI_VERSION 3u
 
 enum bs_code {
   BS_OK = 0,
@@ -234,6 +234,13 @@ int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only);
+/* ABI 3. `fn` is told, inside after_forward / after_backward, each slot that
+ * hook is about to hand back for another block's load, before the slot is
+ * released: work the caller queues on the slot then, on the scheduler's
+ * stream, is ordered before the daemon's copy into it (e.g. poisoning a
+ * slot in a test, to catch reads of a block that has gone). NULL removes it. */
+typedef void (*bs_reload_fn)(void* user_data, uint32_t slot);
+int bs_scheduler_set_reload_hook(bs_scheduler* scheduler, bs_reload_fn fn, void* user_data);
 /* When the daemon is lost (killed, crashed, restarted or shut down), a hook
  * brings the scheduler's session back before it returns: it re-attaches on
  * the same socket, reopens the model by id (a daemon restarted on the same

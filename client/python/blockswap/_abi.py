@@ -160,9 +160,11 @@ def library():
                 function.restype = restype
                 function.argtypes = argtypes
             version = lib.bs_abi_version()
-            if version != ABI_VERSION:
+            # The ABI grows additively: a newer library serves this package.
+            if version < ABI_VERSION:
                 raise ImportError(f"{path} ({where}) has blockswap C ABI version {version}; this "
-                                  f"package needs version {ABI_VERSION}: install matching versions")
+                                  f"package needs version {ABI_VERSION} or later: install "
+                                  "matching versions")
             _lib, _lib_path = lib, path
             return lib
         raise ImportError(
