@@ -20,6 +20,7 @@
 
 #include "blockswap/blockswap.hpp"
 #include "blockswap/torch.h"
+#include "client/torch/block_checkpoint.h"
 
 #if BLOCKSWAP_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -286,6 +287,15 @@ struct StreamOffloader::Impl {
   }
 
   // The UUID of the daemon device that is config.device.
+  // Construction steps (StreamOffloader's constructor runs them in order).
+  void ResolveDevice();
+  void PlaceStreamingBlocks();
+  std::vector<std::vector<Streamed>> SelectStreamedTensors(bool from_daemon);
+  bool OpenOrRegisterModel(bool from_daemon);
+  uint64_t BindEveryMaster(bool every_block, std::vector<std::vector<Streamed>>& picked);
+  void MoveResidentPartsToDevice();
+  void CreateRingAndScheduler(const std::string& uuid, uint64_t slot_bytes, bool every_block);
+
   std::string DaemonDevice() const {
     const c10::Device& device = config.device;
     std::string uuid = config.device_uuid;
@@ -446,92 +456,12 @@ struct StreamOffloader::Impl {
   }
 };
 
-namespace {
+// --- construction, in named steps ------------------------------------------
 
-// What the checkpoint's backward needs. IValue carries it as a capsule
-// (autograd's saved_data holds IValues only).
-struct CheckpointState : ::torch::CustomClassHolder {
-  StreamOffloader* offloader = nullptr;
-  uint32_t block = 0;
-  BlockFnList fn;
-  std::vector<bool> requires_grad;  // per real input (the anchor excluded)
-  // offload_activations: the first input lives on the host until backward.
-  std::optional<c10::Device> offloaded_from;
-};
-
-// A host copy of `x`, made asynchronously (pinned memory) from a cuda tensor.
-Tensor HostCopy(const Tensor& x) {
-  if (!x.is_cuda()) return x.to(at::kCPU);
-  Tensor host = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(true));
-  host.copy_(x, /*non_blocking=*/true);
-  return host;
-}
-
-// The block as a gradient checkpoint: forward without a graph, backward
-// recomputes it with the weights bound now, backpropagates through it, then
-// runs the backward-side scheduling of the block.
-class BlockCheckpoint : public ::torch::autograd::Function<BlockCheckpoint> {
- public:
-  // `inputs` as a TensorList: autograd treats a std::vector as a non-tensor
-  // argument and would build no graph.
-  static Tensors forward(::torch::autograd::AutogradContext* ctx, at::TensorList inputs,
-                         c10::IValue state) {
-    auto* s = static_cast<CheckpointState*>(state.toCapsule().get());
-    ctx->saved_data["state"] = state;
-    Tensors saved = inputs.vec();
-    if (s->offloaded_from.has_value()) saved[0] = HostCopy(saved[0]);
-    ctx->save_for_backward(saved);
-    at::NoGradGuard no_grad;
-    return s->fn(Tensors(inputs.begin(), inputs.begin() + s->requires_grad.size()));
-  }
-
-  static Tensors backward(::torch::autograd::AutogradContext* ctx, Tensors grad_outputs) {
-    auto state = ctx->saved_data["state"].toCapsule();
-    auto* s = static_cast<CheckpointState*>(state.get());
-    Tensors saved = ctx->get_saved_variables();
-    if (s->offloaded_from.has_value()) {
-      saved[0] = saved[0].to(*s->offloaded_from, /*non_blocking=*/true);
-    }
-    const size_t real = s->requires_grad.size();
-    Tensors inputs;
-    for (size_t i = 0; i < real; ++i) {
-      inputs.push_back(saved[i].detach().requires_grad_(s->requires_grad[i]));
-    }
-    Tensors outputs;
-    {
-      at::AutoGradMode grad(true);
-      outputs = s->fn(inputs);
-    }
-    Tensors roots, grads;
-    for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
-      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
-        roots.push_back(outputs[i]);
-        grads.push_back(grad_outputs[i]);
-      }
-    }
-    if (!roots.empty()) ::torch::autograd::backward(roots, grads);
-    Tensors input_grads(saved.size() + 1);  // + the state argument
-    for (size_t i = 0; i < real; ++i) {
-      if (s->requires_grad[i]) input_grads[i] = inputs[i].grad();
-    }
-    s->offloader->AfterBackward(s->block);
-    return input_grads;
-  }
-};
-
-}  // namespace
-
-StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig config)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.config = std::move(config);
-  m.blocks = std::move(blocks);
-  m.forward_only = !m.config.supports_backward;
-  TORCH_CHECK(!m.blocks.empty(), "StreamOffloader needs at least one block");
-  for (size_t b = 0; b < m.blocks.size(); ++b) {
-    TORCH_CHECK(m.blocks[b] != nullptr, "block ", b, " is null");
-  }
-  c10::Device& device = m.config.device;
+// The device (a bare "cuda" is the current one) and the stream the
+// scheduler orders against.
+void StreamOffloader::Impl::ResolveDevice() {
+  c10::Device& device = config.device;
   TORCH_CHECK(device.is_cpu() || device.is_cuda(),
               "BlockSwapConfig.device must be cpu or cuda, not ", device);
 #if BLOCKSWAP_TORCH_CUDA
@@ -541,40 +471,42 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
 #else
   TORCH_CHECK(!device.is_cuda(), "this blockswap::torch was built without CUDA support");
 #endif
-  m.CheckNotCapturing("creating a StreamOffloader");
-  m.stream = m.config.stream.value_or(CurrentStream(device));
-  TORCH_CHECK(m.stream.device() == device, "BlockSwapConfig.stream is on ", m.stream.device(),
+  CheckNotCapturing("creating a StreamOffloader");
+  stream = config.stream.value_or(CurrentStream(device));
+  TORCH_CHECK(stream.device() == device, "BlockSwapConfig.stream is on ", stream.device(),
               ", not on the offloader's device ", device);
+}
 
-  // Placement first: only the streaming blocks are registered.
-  const auto n = static_cast<uint32_t>(m.blocks.size());
+// Which blocks stream and how many slots the ring has: the scheduler's
+// placement (bs_place_blocks), before anything is registered.
+void StreamOffloader::Impl::PlaceStreamingBlocks() {
+  const auto n = static_cast<uint32_t>(blocks.size());
   uint32_t count = 0;
-  m.Check(bs_place_blocks(n, m.config.blocks_to_swap, m.config.ring_size, nullptr, 0, &count,
-                          &m.ring_slots),
-          "bs_place_blocks");
-  m.streaming.resize(count);
-  m.Check(bs_place_blocks(n, m.config.blocks_to_swap, m.config.ring_size, m.streaming.data(), count,
-                          &count, &m.ring_slots),
-          "bs_place_blocks");
-  m.rank_of.assign(n, std::nullopt);
-  for (uint32_t r = 0; r < count; ++r) m.rank_of[m.streaming[r]] = r;
-  const bool from_daemon = !m.config.model_id.empty() || !m.config.model_file.empty();
-  TORCH_CHECK(m.config.model_id.empty() || m.config.model_file.empty(),
-              "BlockSwapConfig.model_id and model_file are exclusive (the file's model has its "
-              "own id)");
-  if (count == 0 && !from_daemon) {
-    for (const ModulePtr& block : m.blocks) block->to(device);
-    return;
-  }
+  Check(
+      bs_place_blocks(n, config.blocks_to_swap, config.ring_size, nullptr, 0, &count, &ring_slots),
+      "bs_place_blocks");
+  streaming.resize(count);
+  Check(bs_place_blocks(n, config.blocks_to_swap, config.ring_size, streaming.data(), count, &count,
+                        &ring_slots),
+        "bs_place_blocks");
+  rank_of.assign(n, std::nullopt);
+  for (uint32_t r = 0; r < count; ++r) rank_of[streaming[r]] = r;
+}
 
-  // Select and check the streamed tensors (of every block when the model
-  // comes from the daemon: a model of every block also feeds resident ones).
-  const Selector select = m.config.selector ? m.config.selector : Selector(LinearWeights);
+// The streamed tensors the selector picks: of the streaming blocks, and of
+// every block when the model comes from the daemon (a model of every block
+// also feeds resident ones). Keeps the streaming ones (by rank) and returns
+// every block's pick.
+std::vector<std::vector<StreamOffloader::Impl::Streamed>>
+StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
+  const auto n = static_cast<uint32_t>(blocks.size());
+  const auto count = static_cast<uint32_t>(streaming.size());
+  const Selector select = config.selector ? config.selector : Selector(LinearWeights);
   std::vector<std::vector<Impl::Streamed>> picked(n);
   for (uint32_t b = 0; b < n; ++b) {
-    if (!from_daemon && !m.is_streaming(b)) continue;
-    const std::vector<StreamedTensor> entries = select(m.blocks[b]);
-    TORCH_CHECK(!entries.empty() || !m.is_streaming(b), "block ", b,
+    if (!from_daemon && !is_streaming(b)) continue;
+    const std::vector<StreamedTensor> entries = select(blocks[b]);
+    TORCH_CHECK(!entries.empty() || !is_streaming(b), "block ", b,
                 " streams, but the selector picked no tensor in it");
     for (const StreamedTensor& entry : entries) {
       Tensor tensor = FindTensor(entry, b);
@@ -586,22 +518,26 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
           Impl::Streamed{tensor, FullName(entry), tensor.sizes().vec(), tensor.scalar_type()});
     }
   }
-  m.streamed.resize(count);
+  streamed.resize(count);
   for (uint32_t r = 0; r < count; ++r) {
-    m.streamed[r] = std::move(picked[m.streaming[r]]);
-    m.CheckFrozen(m.streaming[r]);
+    streamed[r] = std::move(picked[streaming[r]]);
+    CheckFrozen(streaming[r]);
   }
+  return picked;
+}
 
-  m.client.emplace(m.config.socket_path, m.config.client_name);
-  const std::string uuid = m.DaemonDevice();
-
-  // model block -> transformer block: rank order, or every block.
+// Uploads the streaming blocks' tensors, or opens the daemon's model (by id
+// or from a file). Returns whether the model holds every block (model block
+// b is transformer block b) rather than only the streaming ones in rank order.
+bool StreamOffloader::Impl::OpenOrRegisterModel(bool from_daemon) {
+  const auto n = static_cast<uint32_t>(blocks.size());
+  const auto count = static_cast<uint32_t>(streaming.size());
   bool every_block = false;
   if (!from_daemon) {
     std::vector<Block> layout(count);
     Tensors host_copies;
     for (uint32_t r = 0; r < count; ++r) {
-      for (const Impl::Streamed& t : m.streamed[r]) {
+      for (const Impl::Streamed& t : streamed[r]) {
         Tensor host = t.tensor.detach().to(at::kCPU).contiguous();
         host_copies.push_back(host);
         layout[r].push_back(blockswap::Tensor{t.name, DtypeName(t.dtype),
@@ -609,72 +545,121 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
                                               host.data_ptr()});
       }
     }
-    m.model.emplace(m.client->Register(m.config.model_name, layout));
+    model.emplace(client->Register(config.model_name, layout));
   } else {
-    m.model.emplace(m.config.model_file.empty()
-                        ? m.client->Open(m.config.model_id)
-                        : m.client->RegisterFile(m.config.model_file, m.config.model_block_pattern,
-                                                 m.config.model_select,
-                                                 m.config.model_select_rank));
-    const uint32_t have = m.model->block_count();
-    TORCH_CHECK(have == n || have == count, "model ", m.model->id(), " has ", have,
+    model.emplace(config.model_file.empty()
+                      ? client->Open(config.model_id)
+                      : client->RegisterFile(config.model_file, config.model_block_pattern,
+                                             config.model_select, config.model_select_rank));
+    const uint32_t have = model->block_count();
+    TORCH_CHECK(have == n || have == count, "model ", model->id(), " has ", have,
                 " blocks; the offloader has ", n, " blocks of which ", count,
                 " stream: the model must hold every block (", n, ") or only the streaming ones (",
                 count, ", in order)");
     every_block = have == n && count < n;
   }
+  return every_block;
+}
 
-  // Masters: the model's layout says where each tensor sits in its block.
+// Points every streamed tensor at its master (the model's layout says where
+// each sits in its block) and, with a model of every block, copies the
+// resident blocks' streamed tensors to the device once. Returns the bytes a
+// slot needs.
+uint64_t StreamOffloader::Impl::BindEveryMaster(bool every_block,
+                                                std::vector<std::vector<Streamed>>& picked) {
+  const auto n = static_cast<uint32_t>(blocks.size());
+  const auto count = static_cast<uint32_t>(streaming.size());
+  const c10::Device& device = config.device;
   uint64_t slot_bytes = 0;
   for (uint32_t r = 0; r < count; ++r) {
-    const uint32_t b = m.streaming[r];
+    const uint32_t b = streaming[r];
     const uint32_t model_block = every_block ? b : r;
-    slot_bytes = std::max(slot_bytes, m.model->block_bytes(model_block));
-    m.BindMasters(b, model_block, m.streamed[r]);
+    slot_bytes = std::max(slot_bytes, model->block_bytes(model_block));
+    BindMasters(b, model_block, streamed[r]);
   }
   // A model of every block gives the resident blocks' streamed tensors too:
   // copied once from the masters to the device.
   for (uint32_t b = 0; b < n && every_block; ++b) {
-    if (m.is_streaming(b)) continue;
-    m.BindMasters(b, b, picked[b]);
-    m.CheckFrozen(b, picked[b]);
+    if (is_streaming(b)) continue;
+    BindMasters(b, b, picked[b]);
+    CheckFrozen(b, picked[b]);
     for (Impl::Streamed& t : picked[b]) {
       Rebind(t.tensor,
              at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(device)).copy_(t.master));
     }
   }
+  return slot_bytes;
+}
 
-  // Everything but the streamed tensors goes to the device; the streamed
-  // ones are out of the way (empty) during the move, then point at masters.
+// Everything but the streamed tensors goes to the device; the streamed ones
+// are out of the way (empty) during the move, then point at their masters.
+void StreamOffloader::Impl::MoveResidentPartsToDevice() {
+  const auto n = static_cast<uint32_t>(blocks.size());
+  const c10::Device& device = config.device;
   for (uint32_t b = 0; b < n; ++b) {
-    std::vector<Impl::Streamed>* own = m.is_streaming(b) ? &m.streamed[*m.rank_of[b]] : nullptr;
+    std::vector<Impl::Streamed>* own = is_streaming(b) ? &streamed[*rank_of[b]] : nullptr;
     if (own != nullptr) {
       for (Impl::Streamed& t : *own) {
         Rebind(t.tensor, at::empty({0}, at::TensorOptions().dtype(t.dtype)));
       }
     }
-    m.CheckNoMeta(b);
-    m.blocks[b]->to(device);
+    CheckNoMeta(b);
+    blocks[b]->to(device);
     if (own != nullptr) {
       for (Impl::Streamed& t : *own) t.tensor.set_data(t.master);
     }
   }
-  if (count == 0) return;
+}
 
-  m.ring.emplace(m.client->CreateRing(uuid, m.ring_slots, slot_bytes));
-  m.slot_block.assign(m.ring_slots, std::nullopt);
-  const bs_scheduler_config scheduler_config{n, m.config.blocks_to_swap, m.config.ring_size,
-                                             m.forward_only ? 1 : 0, every_block ? 1 : 0};
-  bs_scheduler* scheduler = nullptr;
-  m.Check(bs_scheduler_create(m.client->get(), m.ring->get(), m.model->get(), &scheduler_config,
-                              NativeStream(m.stream), &Impl::OnBind, &m, &scheduler),
-          "bs_scheduler_create");
-  m.scheduler.reset(scheduler);
-  if (m.config.poison_released_slots) {
-    m.Check(bs_scheduler_set_reload_hook(scheduler, &Impl::OnBeforeReload, &m),
-            "bs_scheduler_set_reload_hook");
+// The ring on the daemon's device and the C ABI's scheduler over it.
+void StreamOffloader::Impl::CreateRingAndScheduler(const std::string& uuid, uint64_t slot_bytes,
+                                                   bool every_block) {
+  const auto n = static_cast<uint32_t>(blocks.size());
+  const c10::Device& device = config.device;
+  ring.emplace(client->CreateRing(uuid, ring_slots, slot_bytes));
+  slot_block.assign(ring_slots, std::nullopt);
+  const bs_scheduler_config scheduler_config{n, config.blocks_to_swap, config.ring_size,
+                                             forward_only ? 1 : 0, every_block ? 1 : 0};
+  bs_scheduler* created = nullptr;
+  Check(bs_scheduler_create(client->get(), ring->get(), model->get(), &scheduler_config,
+                            NativeStream(stream), &Impl::OnBind, this, &created),
+        "bs_scheduler_create");
+  scheduler.reset(created);
+  if (config.poison_released_slots) {
+    Check(bs_scheduler_set_reload_hook(created, &Impl::OnBeforeReload, this),
+          "bs_scheduler_set_reload_hook");
   }
-  m.anchor = at::zeros({0}, at::TensorOptions().device(device)).requires_grad_(true);
+  anchor = at::zeros({0}, at::TensorOptions().device(device)).requires_grad_(true);
+}
+
+StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig config)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.config = std::move(config);
+  m.blocks = std::move(blocks);
+  m.forward_only = !m.config.supports_backward;
+  TORCH_CHECK(!m.blocks.empty(), "StreamOffloader needs at least one block");
+  for (size_t b = 0; b < m.blocks.size(); ++b) {
+    TORCH_CHECK(m.blocks[b] != nullptr, "block ", b, " is null");
+  }
+  m.ResolveDevice();
+  m.PlaceStreamingBlocks();
+  const bool from_daemon = !m.config.model_id.empty() || !m.config.model_file.empty();
+  TORCH_CHECK(m.config.model_id.empty() || m.config.model_file.empty(),
+              "BlockSwapConfig.model_id and model_file are exclusive (the file's model has its "
+              "own id)");
+  if (m.streaming.empty() && !from_daemon) {
+    for (const ModulePtr& block : m.blocks) block->to(m.config.device);
+    return;
+  }
+  std::vector<std::vector<Impl::Streamed>> picked = m.SelectStreamedTensors(from_daemon);
+  m.client.emplace(m.config.socket_path, m.config.client_name);
+  const std::string uuid = m.DaemonDevice();
+  const bool every_block = m.OpenOrRegisterModel(from_daemon);
+  const uint64_t slot_bytes = m.BindEveryMaster(every_block, picked);
+  m.MoveResidentPartsToDevice();
+  if (m.streaming.empty()) return;
+  m.CreateRingAndScheduler(uuid, slot_bytes, every_block);
 }
 
 StreamOffloader::~StreamOffloader() {
@@ -741,21 +726,7 @@ Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const
   if (!c10::GradMode::is_enabled() || !m.config.supports_backward || m.scheduler == nullptr) {
     return fn(inputs);
   }
-  auto state = c10::make_intrusive<CheckpointState>();
-  state->offloader = this;
-  state->block = block;
-  state->fn = fn;
-  if (m.config.offload_activations && !inputs.empty() && inputs[0].defined()) {
-    state->offloaded_from = inputs[0].device();
-  }
-  bool any = false;
-  for (const Tensor& input : inputs) {
-    state->requires_grad.push_back(input.defined() && input.requires_grad());
-    any = any || state->requires_grad.back();
-  }
-  Tensors args = inputs;
-  if (!any) args.push_back(m.anchor);  // so that backward reaches this block
-  return BlockCheckpoint::apply(at::TensorList(args), c10::IValue::make_capsule(std::move(state)));
+  return RunAsCheckpoint(*this, block, fn, inputs, m.anchor, m.config.offload_activations);
 }
 
 void StreamOffloader::FinishPass() {

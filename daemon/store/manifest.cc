@@ -1,8 +1,7 @@
 #include "daemon/store/manifest.h"
 
-#include <nlohmann/json.hpp>
-
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"

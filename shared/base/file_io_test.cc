@@ -1,12 +1,11 @@
 #include "shared/base/file_io.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "shared/base/unique_fd.h"
 

@@ -195,11 +195,11 @@ class Demo {
       }
     };
 
-    std::printf("demo %d: model %s, %u blocks, streaming %zu of %llu bytes through %u slots, "
-                "%u steps\n",
-                ::getpid(), model.id(), flags_.blocks, placement_.streaming.size(),
-                static_cast<unsigned long long>(flags_.block_bytes), placement_.ring_slots,
-                flags_.steps);
+    std::printf(
+        "demo %d: model %s, %u blocks, streaming %zu of %llu bytes through %u slots, "
+        "%u steps\n",
+        ::getpid(), model.id(), flags_.blocks, placement_.streaming.size(),
+        static_cast<unsigned long long>(flags_.block_bytes), placement_.ring_slots, flags_.steps);
     uint64_t total_loads = 0;
     for (uint32_t step = 1; step <= flags_.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
@@ -238,13 +238,13 @@ class Demo {
     scheduler.reset();
     stream.Synchronize();
     if (stream.mismatches() > 0) {
-      std::fprintf(stderr, "blockswap-demo: %llu of %llu checked blocks had wrong bytes; first: %s\n",
+      std::fprintf(stderr,
+                   "blockswap-demo: %llu of %llu checked blocks had wrong bytes; first: %s\n",
                    Ull(stream.mismatches()), Ull(stream.checks()), stream.FirstMismatch().c_str());
       return 1;
     }
     std::printf("demo ok: model %s steps %u loads %llu checks %llu mismatches 0 peak-rss %ld KiB\n",
-                model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()),
-                PeakRssKiB());
+                model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()), PeakRssKiB());
     return 0;
   }
 
@@ -264,12 +264,23 @@ class Demo {
 
 // The name of a bs_code, as gRPC and absl spell it.
 const char* CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return code >= 0 && code <= BS_UNAUTHENTICATED ? kNames[code] : "UNKNOWN";
 }
 

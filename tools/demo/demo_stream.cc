@@ -63,9 +63,9 @@ class CudaStream final : public DemoStream {
   }
   void Check(const void* slot_memory, uint32_t slot, const std::vector<std::byte>& want,
              uint32_t block) override {
-    CheckCuda(cudaMemcpyAsync(readback_[slot], slot_memory, want.size(), cudaMemcpyDeviceToHost,
-                              stream_),
-              "cudaMemcpyAsync");
+    CheckCuda(
+        cudaMemcpyAsync(readback_[slot], slot_memory, want.size(), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync");
     pending_.push_back(PendingCheck{this, readback_[slot], &want, block, slot});
     CheckCuda(cudaLaunchHostFunc(
                   stream_,
@@ -80,10 +80,10 @@ class CudaStream final : public DemoStream {
   void Compute(uint32_t us) override {
     if (us == 0) return;
     computes_.push_back(us);
-    CheckCuda(cudaLaunchHostFunc(
-                  stream_, [](void* user) { Spin(*static_cast<uint32_t*>(user)); },
-                  &computes_.back()),
-              "cudaLaunchHostFunc");
+    CheckCuda(
+        cudaLaunchHostFunc(
+            stream_, [](void* user) { Spin(*static_cast<uint32_t*>(user)); }, &computes_.back()),
+        "cudaLaunchHostFunc");
   }
   void Synchronize() override {
     CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
