@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "shared/protocol/grpc_status.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring_wire.h"
 #include "shared/base/status.h"
 
@@ -123,7 +123,7 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
   // model opened in an earlier session keeps its id, not its handle).
   if (ring_->doorbell() != nullptr && model.handle() != 0 &&
       model.session_token() == ring_session_) {
-    BLOCKSWAP_RETURN_IF_ERROR(RequestRingWriter(ring_->client_control(), ring_->control())
+    BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(ring_->client_control(), ring_->control())
                                   .Push({slot, *generation, model.handle(), block}));
     ring_->doorbell()->Ring();
     return absl::OkStatus();

@@ -28,7 +28,7 @@ struct DeviceWorker::RingState {
   std::unique_ptr<DaemonRing> ring;
   std::unique_ptr<RingProducer> producer;  // after `ring`: destroyed first
   // The load fast path, when the client asked for it.
-  std::unique_ptr<RequestRingReader> requests;
+  std::unique_ptr<RequestQueueReader> requests;
   std::shared_ptr<const LoadResolver> resolver;
   std::vector<SlotSnapshot> residency;
   std::vector<std::shared_ptr<const void>> keep_alive;  // per slot
@@ -121,7 +121,7 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(
   if (resolver != nullptr) {
     BLOCKSWAP_ASSIGN_OR_RETURN(exported.doorbell, doorbell_->Export());
     exported.request_ring_capacity = kRequestRingCapacity;
-    state->requests = std::make_unique<RequestRingReader>(ring->client_control(), ring->control());
+    state->requests = std::make_unique<RequestQueueReader>(ring->client_control(), ring->control());
     state->resolver = std::move(resolver);
   }
   state->ring = std::move(ring);
@@ -448,7 +448,7 @@ DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
   absl::MutexLock lock(&rings_mu_);
   for (const RingTrace& ring : retired_traces_) {
     RingTrace copy = ring;
-    // As TraceRing::Read: what a ring lost is older than all it held, so a
+    // As TraceLog::Read: what a ring lost is older than all it held, so a
     // ring that reaches back to the window lost nothing of it.
     if (since_ns > 0 && !copy.events.empty() && copy.events.front().time_ns <= since_ns) {
       copy.lost = 0;

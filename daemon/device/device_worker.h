@@ -7,7 +7,7 @@
 // The worker sleeps on one thing, the device's doorbell (shared/os/doorbell.h),
 // with the timeout of its next poll or heartbeat: the daemon's own threads
 // ring it after queueing work (Submit, Reject, RetireRing), and clients ring
-// it after writing their rings' request rings (shared/protocol/request_ring.h).
+// it after writing their rings' request rings (shared/protocol/request_queue.h).
 #ifndef BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 #define BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 
@@ -30,9 +30,9 @@
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
 #include "shared/protocol/load_protocol.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 namespace blockswap::daemon {
 

@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "shared/backend/backend.h"
 #include "shared/protocol/load_protocol.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
 
 namespace blockswap::daemon {
@@ -378,7 +378,7 @@ TEST_F(DeviceWorkerTest, ABadRequestRingEntryFailsTheRingAndCountsARefusal) {
   ASSERT_NE(ring.client->doorbell(), nullptr) << "a ring with a resolver gets the doorbell";
   ASSERT_TRUE(ring.consumer->BeginLoad(0, *compute_).ok());
 
-  ASSERT_TRUE(RequestRingWriter(ring.client->client_control(), ring.control())
+  ASSERT_TRUE(RequestQueueWriter(ring.client->client_control(), ring.control())
                   .Push({.slot = 0, .generation = 1, .model_handle = 1, .block = 0})
                   .ok());
   ring.client->doorbell()->Ring();

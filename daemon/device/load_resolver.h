@@ -22,7 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/store/model_store.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
 
 namespace blockswap::daemon {

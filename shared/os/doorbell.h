@@ -1,6 +1,6 @@
 // Doorbell: how a device worker of the daemon sleeps on ONE thing while
 // requests arrive from its own threads (the gRPC transport, rejections,
-// retirements) and from clients' request rings (request_ring.h).
+// retirements) and from clients' request rings (request_queue.h).
 //
 // Two 32-bit words, each in its own shared-memory object, one pair per device:
 //   bell      rung (fetch_add) by whoever published work; the worker futex-

@@ -4,7 +4,7 @@
 // side only; the other side maps it read-only:
 //   DaemonControlBlock  filled_seq per slot and the status word (daemon)
 //   ClientControlBlock  consumed_seq per slot (client), and the request ring
-//                       of the shared-memory load fast path (request_ring.h)
+//                       of the shared-memory load fast path (request_queue.h)
 // No locks live here (a process that died holding one would block everybody);
 // waiters sleep on the 32-bit sequence words with shared futexes (futex.h).
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_CONTROL_BLOCK_H_
@@ -56,7 +56,7 @@ struct DaemonControlBlock {
   // after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
   alignas(64) std::atomic<uint32_t> filled_seq[kMaxRingSlots];
   // --- appended for the request ring; zero in rings that have none.
-  // How many request-ring entries the daemon has taken (request_ring.h).
+  // How many request-ring entries the daemon has taken (request_queue.h).
   alignas(64) std::atomic<uint32_t> request_head;
   // Why the ring failed, NUL-terminated: written once, BEFORE error_code is
   // published (release), so a client that saw error_code != 0 (acquire) may
@@ -83,7 +83,7 @@ struct ClientControlBlock {
   // The client is done with generation consumed_seq[s] of slot s: free[s] was
   // recorded after its last use. Published before requesting generation g+1.
   alignas(64) std::atomic<uint32_t> consumed_seq[kMaxRingSlots];
-  // --- appended for the request ring (request_ring.h), unused without one.
+  // --- appended for the request ring (request_queue.h), unused without one.
   // Entries published so far (wraps); entry i lives at i % capacity.
   alignas(64) std::atomic<uint32_t> request_tail;
   alignas(64) RequestEntry requests[kRequestRingCapacity];

@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "shared/backend/backend.h"
 #include "shared/protocol/ring.h"
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 namespace blockswap {
 
@@ -73,7 +73,7 @@ class RingProducer {
   // copied. `source` must stay valid until the copy completes.
   absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes);
 
-  // What Poll issued, for the daemon's trace (trace_ring.h).
+  // What Poll issued, for the daemon's trace (trace_log.h).
   struct Issued {
     uint32_t slot = 0;
     uint32_t generation = 0;
@@ -159,7 +159,7 @@ class RingConsumer {
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
   absl::Status CheckSlot(uint32_t slot) const;
-  // Into the ring's trace buffer (trace_ring.h): a clock read and a few stores.
+  // Into the ring's trace buffer (trace_log.h): a clock read and a few stores.
   void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
                    uint64_t value = 0, uint16_t flags = 0);
 

@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
     client->magic = kClientControlMagic;
     client->version = kControlBlockVersion;
     client->slot_count = shape.slot_count;
-    TraceRing(static_cast<std::byte*>(init.data()) + kClientTraceOffset, kClientTraceCapacity)
+    TraceLog(static_cast<std::byte*>(init.data()) + kClientTraceOffset, kClientTraceCapacity)
         .Initialize();
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_,
@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
 TraceSnapshot DaemonRing::ReadClientTrace(uint64_t since_ns) const {
   // Read never writes through the view, so the read-only mapping suits it.
   auto* memory = const_cast<std::byte*>(static_cast<const std::byte*>(client_control_map_.data()));
-  return TraceRing(memory + kClientTraceOffset, kClientTraceCapacity).Read(since_ns);
+  return TraceLog(memory + kClientTraceOffset, kClientTraceCapacity).Read(since_ns);
 }
 
 absl::StatusOr<RingExport> DaemonRing::Export() const {
@@ -150,7 +150,7 @@ absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
       SharedMemory client_control,
       SharedMemory::Adopt(std::move(exported.client_control), kClientControlObjectBytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_, client_control.Map(Access::kReadWrite));
-  ring->trace_ = TraceRing(
+  ring->trace_ = TraceLog(
       static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
       kClientTraceCapacity);
 

@@ -18,20 +18,20 @@
 #include "shared/protocol/control_block.h"
 #include "shared/os/doorbell.h"
 #include "shared/os/shared_memory.h"
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 namespace blockswap {
 
 // Slots start at multiples of this, so any dtype view of a slot is aligned.
 inline constexpr uint64_t kSlotAlignment = 256;
 
-// Each ring's client trace buffer (trace_ring.h) lives in the client's control
+// Each ring's client trace buffer (trace_log.h) lives in the client's control
 // object, after its control block: written by the client (RingConsumer), read
 // by the daemon for Admin.Trace. About 2000 loads of history.
 inline constexpr uint32_t kClientTraceCapacity = 8192;
 inline constexpr size_t kClientTraceOffset = kControlBlockBytes;
 inline constexpr size_t kClientControlObjectBytes =
-    kClientTraceOffset + TraceRingBytes(kClientTraceCapacity);
+    kClientTraceOffset + TraceLogBytes(kClientTraceCapacity);
 
 struct RingShape {
   uint32_t slot_count = 0;
@@ -83,7 +83,7 @@ class DaemonRing {
     return *static_cast<const ClientControlBlock*>(client_control_map_.data());
   }
   // The client's trace buffer, read-only: what a client wrote there is
-  // untrusted (TraceRing::Read bounds it; the caller checks kinds).
+  // untrusted (TraceLog::Read bounds it; the caller checks kinds).
   TraceSnapshot ReadClientTrace(uint64_t since_ns) const;
 
  private:
@@ -123,7 +123,7 @@ class ClientRing {
     return *static_cast<ClientControlBlock*>(client_control_map_.data());
   }
   // This ring's trace buffer; its one writer is the ring's RingConsumer.
-  TraceRing& trace() { return trace_; }
+  TraceLog& trace() { return trace_; }
   // The device's doorbell when the daemon granted a request ring, else null.
   Doorbell* doorbell() const { return doorbell_.get(); }
 
@@ -139,7 +139,7 @@ class ClientRing {
   std::vector<std::unique_ptr<Event>> free_;
   Mapping daemon_control_map_;  // read-only
   Mapping client_control_map_;  // read-write
-  TraceRing trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
+  TraceLog trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
   std::unique_ptr<Doorbell> doorbell_;
 };
 

@@ -46,7 +46,7 @@
 #include "shared/backend/backend.h"
 #include "shared/os/fd_passing.h"
 #include "shared/protocol/model_layout.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
 #include "shared/protocol/ring_wire.h"
 #include "shared/protocol/side_channel_wire.h"
@@ -461,10 +461,10 @@ class Sequence {
     if (token.size() >= 2 && token[1] == '!') {
       ring.client_control().request_tail.fetch_add(request.block(), std::memory_order_release);
     } else {
-      CheckClean(RequestRingWriter(ring.client_control(), ring.control())
+      CheckClean(RequestQueueWriter(ring.client_control(), ring.control())
                      .Push({request.slot(), request.generation(),
                             static_cast<uint8_t>(token[0]) % 4u, request.block()}),
-                 "RequestRingWriter::Push");
+                 "RequestQueueWriter::Push");
     }
     ring.doorbell()->Ring();
   }
@@ -518,7 +518,7 @@ void CheckWorkerServes(Daemon& daemon) {
   absl::Status submitted = manager.SubmitLoad(session, load, sink);
   Require(submitted.ok(), absl::StrCat("canary SubmitLoad: ", submitted.ToString()));
   // Then block 0 into slot 0 through the request ring (the fast path).
-  Require(RequestRingWriter(imported->client_control(), imported->control())
+  Require(RequestQueueWriter(imported->client_control(), imported->control())
               .Push({0, 1, model->model_handle(), 0})
               .ok(),
           "canary request ring full");

@@ -16,7 +16,7 @@
 #include "client/core/model.h"
 #include "client/core/ring.h"
 #include "shared/protocol/grpc_status.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 #include "shared/base/status.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
@@ -65,7 +65,7 @@ absl::Status AwaitRingFailed(client::Ring& ring) {
 // Writes `entry` into the ring's request ring as it is, and rings the bell.
 absl::Status PushRaw(client::Ring& ring, const RequestValues& entry) {
   ClientRing& shared = ring.shared_ring_for_testing();
-  BLOCKSWAP_RETURN_IF_ERROR(RequestRingWriter(shared.client_control(), shared.control()).Push(entry));
+  BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(shared.client_control(), shared.control()).Push(entry));
   shared.doorbell()->Ring();
   return absl::OkStatus();
 }

@@ -53,7 +53,7 @@
 #include "client/core/file_model.h"
 #include "client/scheduler/stream_scheduler.h"
 #include "tools/blockswapctl/trace_json.h"
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 #include "shared/protocol/grpc_status.h"
 
 namespace blockswap::client {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 namespace blockswap::client {
 namespace {

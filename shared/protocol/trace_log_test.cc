@@ -1,4 +1,4 @@
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 #include <atomic>
 #include <chrono>
@@ -35,7 +35,7 @@ void ExpectIsEventNumber(const TraceEvent& event, uint64_t i) {
   EXPECT_EQ(event.flags, want.flags);
 }
 
-TEST(TraceRing, ReturnsEveryFieldOfEachEventInOrder) {
+TEST(TraceLog, ReturnsEveryFieldOfEachEventInOrder) {
   TraceBuffer buffer(16);
   for (uint64_t i = 0; i < 10; ++i) buffer.ring().Record(EventNumber(i));
   TraceSnapshot snapshot = buffer.ring().Read();
@@ -45,7 +45,7 @@ TEST(TraceRing, ReturnsEveryFieldOfEachEventInOrder) {
   EXPECT_EQ(snapshot.written, 10u);
 }
 
-TEST(TraceRing, WrapKeepsTheNewestAndCountsTheRestAsLost) {
+TEST(TraceLog, WrapKeepsTheNewestAndCountsTheRestAsLost) {
   TraceBuffer buffer(8);
   for (uint64_t i = 0; i < 21; ++i) buffer.ring().Record(EventNumber(i));
   TraceSnapshot snapshot = buffer.ring().Read();
@@ -57,7 +57,7 @@ TEST(TraceRing, WrapKeepsTheNewestAndCountsTheRestAsLost) {
   EXPECT_EQ(snapshot.written, 21u);
 }
 
-TEST(TraceRing, SinceDropsOlderEventsWithoutCountingThemLost) {
+TEST(TraceLog, SinceDropsOlderEventsWithoutCountingThemLost) {
   TraceBuffer buffer(16);
   for (uint64_t i = 0; i < 10; ++i) buffer.ring().Record(EventNumber(i));
   TraceSnapshot snapshot = buffer.ring().Read(EventNumber(6).time_ns);
@@ -66,7 +66,7 @@ TEST(TraceRing, SinceDropsOlderEventsWithoutCountingThemLost) {
   EXPECT_EQ(snapshot.lost, 0u);
 }
 
-TEST(TraceRing, LossBeforeTheWindowIsNotReported) {
+TEST(TraceLog, LossBeforeTheWindowIsNotReported) {
   TraceBuffer buffer(8);
   for (uint64_t i = 0; i < 21; ++i) buffer.ring().Record(EventNumber(i));
   // 14..20 are held: a window from 15 lost nothing, one from 10 did.
@@ -75,7 +75,7 @@ TEST(TraceRing, LossBeforeTheWindowIsNotReported) {
   EXPECT_EQ(buffer.ring().Read(EventNumber(10).time_ns).lost, 14u);
 }
 
-TEST(TraceRing, ReaderNeverReturnsATornEntryWhileTheWriterOverwrites) {
+TEST(TraceLog, ReaderNeverReturnsATornEntryWhileTheWriterOverwrites) {
   // A ring this small is lapped by the writer while reads are under way;
   // without the second read of the index (or with it off by one) this test
   // sees torn and overwritten entries within milliseconds.
@@ -114,21 +114,21 @@ TEST(TraceRing, ReaderNeverReturnsATornEntryWhileTheWriterOverwrites) {
   EXPECT_GT(reads_with_loss, 0u) << "the writer never outran the reader: nothing was tested";
 }
 
-TEST(TraceRing, RingsInOneBlockOfMemoryAreIndependentViews) {
+TEST(TraceLog, RingsInOneBlockOfMemoryAreIndependentViews) {
   // As in shared memory: the creator initialises, another view reads.
   struct alignas(64) Memory {
-    std::byte bytes[TraceRingBytes(4)];
+    std::byte bytes[TraceLogBytes(4)];
   } memory;
-  TraceRing writer(&memory, 4);
+  TraceLog writer(&memory, 4);
   writer.Initialize();
   writer.Record(EventNumber(1));
-  TraceRing reader(&memory, 4);
+  TraceLog reader(&memory, 4);
   TraceSnapshot snapshot = reader.Read();
   ASSERT_EQ(snapshot.events.size(), 1u);
   ExpectIsEventNumber(snapshot.events[0], 1);
 }
 
-TEST(TraceRing, KindsHaveNames) {
+TEST(TraceLog, KindsHaveNames) {
   EXPECT_EQ(TraceKindName(TraceKind::kCopyDone), "copy-done");
   EXPECT_EQ(TraceKindName(TraceKind::kWait), "wait");
   EXPECT_TRUE(IsClientTraceKind(static_cast<uint16_t>(TraceKind::kRelease)));

@@ -1,4 +1,4 @@
-// The request ring of the load fast path (request_ring.h) and the doorbell
+// The request ring of the load fast path (request_queue.h) and the doorbell
 // beside it (doorbell.h), in one process: both control blocks as plain
 // memory, the indices started wherever a test needs them.
 #include <gtest/gtest.h>
@@ -11,27 +11,27 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "shared/os/doorbell.h"
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 
 namespace blockswap {
 namespace {
 
-class RequestRingTest : public ::testing::Test {
+class RequestQueueTest : public ::testing::Test {
  protected:
   // Both indices at `start`, as after `start` requests taken.
   void StartAt(uint32_t start) {
     client_->request_tail.store(start);
     daemon_->request_head.store(start);
-    reader_ = std::make_unique<RequestRingReader>(*client_, *daemon_);
+    reader_ = std::make_unique<RequestQueueReader>(*client_, *daemon_);
   }
 
   std::unique_ptr<ClientControlBlock> client_ = std::make_unique<ClientControlBlock>();
   std::unique_ptr<DaemonControlBlock> daemon_ = std::make_unique<DaemonControlBlock>();
-  RequestRingWriter writer_{*client_, *daemon_};
-  std::unique_ptr<RequestRingReader> reader_;
+  RequestQueueWriter writer_{*client_, *daemon_};
+  std::unique_ptr<RequestQueueReader> reader_;
 };
 
-TEST_F(RequestRingTest, EntriesArriveInOrderAcrossTheWrapOfTheIndices) {
+TEST_F(RequestQueueTest, EntriesArriveInOrderAcrossTheWrapOfTheIndices) {
   StartAt(UINT32_MAX - 2);
   for (uint32_t i = 0; i < 7; ++i) ASSERT_TRUE(writer_.Push({i, i + 1, 3, 10 + i}).ok());
   EXPECT_EQ(client_->request_tail.load(), 4u);  // wrapped
@@ -52,7 +52,7 @@ TEST_F(RequestRingTest, EntriesArriveInOrderAcrossTheWrapOfTheIndices) {
   EXPECT_TRUE(got.empty());
 }
 
-TEST_F(RequestRingTest, TheWriterNeverOverwritesEntriesTheDaemonHasNotTaken) {
+TEST_F(RequestQueueTest, TheWriterNeverOverwritesEntriesTheDaemonHasNotTaken) {
   StartAt(UINT32_MAX - 10);
   for (uint32_t i = 0; i < kRequestRingCapacity; ++i) ASSERT_TRUE(writer_.Push({0, i, 1, 0}).ok());
   absl::Status full = writer_.Push({0, 99, 1, 0});
@@ -66,7 +66,7 @@ TEST_F(RequestRingTest, TheWriterNeverOverwritesEntriesTheDaemonHasNotTaken) {
   EXPECT_TRUE(writer_.Push({0, 99, 1, 0}).ok()) << "room again once taken";
 }
 
-TEST_F(RequestRingTest, ATailFarPastTheHeadIsAPreciseErrorAndTakesNothing) {
+TEST_F(RequestQueueTest, ATailFarPastTheHeadIsAPreciseErrorAndTakesNothing) {
   StartAt(UINT32_MAX - 1);
   // What only a misbehaving client writes: 65 entries in a 64-entry ring.
   client_->request_tail.store(UINT32_MAX - 1 + kRequestRingCapacity + 1);
@@ -80,7 +80,7 @@ TEST_F(RequestRingTest, ATailFarPastTheHeadIsAPreciseErrorAndTakesNothing) {
   EXPECT_EQ(daemon_->request_head.load(), UINT32_MAX - 1);
 }
 
-TEST_F(RequestRingTest, AFullRingIsNotAnOverrun) {
+TEST_F(RequestQueueTest, AFullRingIsNotAnOverrun) {
   StartAt(7);
   client_->request_tail.store(7 + kRequestRingCapacity);
   std::vector<RequestValues> got;
@@ -88,7 +88,7 @@ TEST_F(RequestRingTest, AFullRingIsNotAnOverrun) {
   EXPECT_EQ(got.size(), kRequestRingCapacity);
 }
 
-TEST_F(RequestRingTest, ATailBehindTheHeadIsAnOverrun) {
+TEST_F(RequestQueueTest, ATailBehindTheHeadIsAnOverrun) {
   // A client that moves its tail backwards: 2^32 - 1 entries "published".
   StartAt(100);
   client_->request_tail.store(99);

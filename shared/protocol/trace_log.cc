@@ -1,4 +1,4 @@
-#include "shared/protocol/trace_ring.h"
+#include "shared/protocol/trace_log.h"
 
 #include <algorithm>
 
@@ -28,7 +28,7 @@ absl::string_view TraceKindName(TraceKind kind) {
   return "unknown";
 }
 
-void TraceRing::Initialize() {
+void TraceLog::Initialize() {
   header_->magic = kTraceMagic;
   header_->version = kTraceVersion;
   header_->capacity = capacity_;
@@ -36,7 +36,7 @@ void TraceRing::Initialize() {
   header_->write_index.store(0, std::memory_order_release);
 }
 
-TraceSnapshot TraceRing::Read(uint64_t since_ns) const {
+TraceSnapshot TraceLog::Read(uint64_t since_ns) const {
   TraceSnapshot out;
   const uint64_t first_index = header_->write_index.load(std::memory_order_acquire);
   const uint64_t begin = first_index > capacity_ ? first_index - capacity_ : 0;
@@ -81,7 +81,7 @@ TraceSnapshot TraceRing::Read(uint64_t since_ns) const {
 }
 
 TraceBuffer::TraceBuffer(uint32_t capacity)
-    : memory_(new Line[(TraceRingBytes(capacity) + sizeof(Line) - 1) / sizeof(Line)]),
+    : memory_(new Line[(TraceLogBytes(capacity) + sizeof(Line) - 1) / sizeof(Line)]),
       ring_(memory_.get(), capacity) {
   ring_.Initialize();
 }

@@ -1,10 +1,10 @@
-#include "shared/protocol/request_ring.h"
+#include "shared/protocol/request_queue.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace blockswap {
 
-absl::Status RequestRingWriter::Push(const RequestValues& request) {
+absl::Status RequestQueueWriter::Push(const RequestValues& request) {
   // The only writer of request_tail, so a relaxed read of it is exact.
   const uint32_t tail = client_.request_tail.load(std::memory_order_relaxed);
   const uint32_t head = daemon_.request_head.load(std::memory_order_acquire);
@@ -23,12 +23,12 @@ absl::Status RequestRingWriter::Push(const RequestValues& request) {
   return absl::OkStatus();
 }
 
-RequestRingReader::RequestRingReader(const ClientControlBlock& client, DaemonControlBlock& daemon)
+RequestQueueReader::RequestQueueReader(const ClientControlBlock& client, DaemonControlBlock& daemon)
     : client_(client),
       daemon_(daemon),
       head_(daemon.request_head.load(std::memory_order_relaxed)) {}
 
-absl::Status RequestRingReader::Take(std::vector<RequestValues>& out) {
+absl::Status RequestQueueReader::Take(std::vector<RequestValues>& out) {
   const uint32_t tail = client_.request_tail.load(std::memory_order_acquire);
   const uint32_t pending = tail - head_;  // serial-number distance: wraps
   if (pending > kRequestRingCapacity) {

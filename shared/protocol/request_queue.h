@@ -3,7 +3,7 @@
 // daemon's device worker reads (control_block.h), beside the gRPC Load
 // stream, which stays the reference transport.
 //
-//   client (RequestRingWriter)           daemon (RequestRingReader)
+//   client (RequestQueueWriter)           daemon (RequestQueueReader)
 //   entries[tail % cap] = request        tail = request_tail (acquire)
 //   request_tail = tail + 1 (release)    copy entries head..tail into locals
 //   ring the device's doorbell           request_head = tail (release)
@@ -13,8 +13,8 @@
 // A well-behaved client has at most one outstanding request per slot, so a
 // ring of kRequestRingCapacity >= kMaxRingSlots entries never fills; a tail
 // more than the capacity past the head is that client's protocol error.
-#ifndef BLOCKSWAP_SHARED_PROTOCOL_REQUEST_RING_H_
-#define BLOCKSWAP_SHARED_PROTOCOL_REQUEST_RING_H_
+#ifndef BLOCKSWAP_SHARED_PROTOCOL_REQUEST_QUEUE_H_
+#define BLOCKSWAP_SHARED_PROTOCOL_REQUEST_QUEUE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -34,10 +34,10 @@ struct RequestValues {
 };
 
 // The client's side. Thread-compatible (the client's Ring holds its mutex).
-class RequestRingWriter {
+class RequestQueueWriter {
  public:
   // `client` and `daemon` (the ring's two control blocks) must outlive it.
-  RequestRingWriter(ClientControlBlock& client, const DaemonControlBlock& daemon)
+  RequestQueueWriter(ClientControlBlock& client, const DaemonControlBlock& daemon)
       : client_(client), daemon_(daemon) {}
 
   // Publishes `request`; the caller then rings the doorbell. RESOURCE_EXHAUSTED
@@ -51,11 +51,11 @@ class RequestRingWriter {
 };
 
 // The daemon's side. Thread-compatible (the device worker owns it).
-class RequestRingReader {
+class RequestQueueReader {
  public:
   // `client` is the daemon's read-only mapping of the client's control
   // block, `daemon` its own; both must outlive it.
-  RequestRingReader(const ClientControlBlock& client, DaemonControlBlock& daemon);
+  RequestQueueReader(const ClientControlBlock& client, DaemonControlBlock& daemon);
 
   // Whether the client has published entries not yet taken.
   bool HasRequests() const {
@@ -76,4 +76,4 @@ class RequestRingReader {
 
 }  // namespace blockswap
 
-#endif  // BLOCKSWAP_SHARED_PROTOCOL_REQUEST_RING_H_
+#endif  // BLOCKSWAP_SHARED_PROTOCOL_REQUEST_QUEUE_H_

@@ -15,8 +15,8 @@
 // A writer in another process may write anything into its ring: readers
 // treat the index and entries as untrusted (Read clamps, callers validate
 // kinds and ring ids).
-#ifndef BLOCKSWAP_SHARED_PROTOCOL_TRACE_RING_H_
-#define BLOCKSWAP_SHARED_PROTOCOL_TRACE_RING_H_
+#ifndef BLOCKSWAP_SHARED_PROTOCOL_TRACE_LOG_H_
+#define BLOCKSWAP_SHARED_PROTOCOL_TRACE_LOG_H_
 
 #include <time.h>
 
@@ -87,7 +87,7 @@ inline constexpr uint32_t kTraceVersion = 1;
 static_assert(sizeof(TraceEntry) == 40);
 
 // Bytes of a ring of `capacity` entries.
-inline constexpr size_t TraceRingBytes(uint32_t capacity) {
+inline constexpr size_t TraceLogBytes(uint32_t capacity) {
   return sizeof(TraceHeader) + size_t{capacity} * sizeof(TraceEntry);
 }
 
@@ -104,11 +104,11 @@ struct TraceSnapshot {
 // A view of a ring in memory owned elsewhere (a mapping, or TraceBuffer).
 // The memory must outlive the view. Record: the one writer thread only;
 // Read: any thread or process.
-class TraceRing {
+class TraceLog {
  public:
-  // `memory` holds TraceRingBytes(capacity) bytes, at least 64-byte aligned.
+  // `memory` holds TraceLogBytes(capacity) bytes, at least 64-byte aligned.
   // A null `memory` makes a view to be assigned later (never used as is).
-  TraceRing(void* memory, uint32_t capacity)
+  TraceLog(void* memory, uint32_t capacity)
       : header_(static_cast<TraceHeader*>(memory)),
         entries_(memory == nullptr ? nullptr
                                    : reinterpret_cast<TraceEntry*>(static_cast<std::byte*>(memory) +
@@ -147,17 +147,17 @@ class TraceRing {
 class TraceBuffer {
  public:
   explicit TraceBuffer(uint32_t capacity);
-  TraceRing& ring() { return ring_; }
-  const TraceRing& ring() const { return ring_; }
+  TraceLog& ring() { return ring_; }
+  const TraceLog& ring() const { return ring_; }
 
  private:
   struct alignas(64) Line {
     std::byte bytes[64];
   };
   std::unique_ptr<Line[]> memory_;
-  TraceRing ring_;
+  TraceLog ring_;
 };
 
 }  // namespace blockswap
 
-#endif  // BLOCKSWAP_SHARED_PROTOCOL_TRACE_RING_H_
+#endif  // BLOCKSWAP_SHARED_PROTOCOL_TRACE_LOG_H_
