@@ -28,6 +28,7 @@
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
+#include "tests/support/recording_load_sink.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -42,31 +43,7 @@ constexpr absl::Duration kHangGuard = absl::Seconds(10);
 // A ring id no test creates.
 constexpr uint64_t kNoSuchRing = 1'000'000;
 
-// Collects what the worker reports for loads.
-class RecordingSink : public LoadEventSink {
- public:
-  void Send(v1::LoadEvent event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
-  }
-  // The events once there are at least `count` (fewer after kHangGuard).
-  std::vector<v1::LoadEvent> AwaitEvents(size_t count) const {
-    absl::MutexLock lock(&mu_);
-    auto enough = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return events_.size() >= count;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&enough), kHangGuard);
-    return events_;
-  }
-  std::vector<v1::LoadEvent> events() const {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<v1::LoadEvent> events_ ABSL_GUARDED_BY(mu_);
-};
+using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 
 // The client's half of one ring.
 struct TestRing {

@@ -43,6 +43,7 @@
 #include "shared/protocol/ring.h"
 #include "shared/protocol/ring_wire.h"
 #include "shared/protocol/side_channel_wire.h"
+#include "tests/support/recording_load_sink.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -83,22 +84,7 @@ TestModel MakeModel(uint8_t seed) {
   return model;
 }
 
-// Collects what the worker reports for loads.
-class RecordingSink : public LoadEventSink {
- public:
-  void Send(v1::LoadEvent event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
-  }
-  std::vector<v1::LoadEvent> events() const {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<v1::LoadEvent> events_ ABSL_GUARDED_BY(mu_);
-};
+using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 
 // One attached session of this process and the client end of its side
 // channel.

@@ -51,6 +51,7 @@
 #include "shared/protocol/ring_wire.h"
 #include "shared/protocol/side_channel_wire.h"
 #include "tests/fuzz/request_stream.h"
+#include "tests/support/recording_load_sink.h"
 
 namespace blockswap::fuzz {
 namespace {
@@ -86,22 +87,7 @@ bool Parse(absl::string_view payload, Message* message) {
   return message->ParseFromArray(payload.data(), static_cast<int>(payload.size()));
 }
 
-// Collects what the worker reports for loads.
-class RecordingSink : public daemon::LoadEventSink {
- public:
-  void Send(v1::LoadEvent event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
-  }
-  std::vector<v1::LoadEvent> events() const {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<v1::LoadEvent> events_ ABSL_GUARDED_BY(mu_);
-};
+using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 
 // The daemon side, built once per process: host backend with one device, a
 // model store under /dev/shm (removed at exit), one worker, the manager, and
