@@ -1,0 +1,21 @@
+// The commands that change what the daemon holds: `register` (a model from
+// safetensors files, read by the daemon), `verify` (re-hash its masters) and
+// `evict`.
+#ifndef BLOCKSWAP_TOOLS_BLOCKSWAPCTL_MODEL_COMMANDS_H_
+#define BLOCKSWAP_TOOLS_BLOCKSWAPCTL_MODEL_COMMANDS_H_
+
+#include <string>
+
+#include "client/core/file_model.h"
+#include "tools/blockswapctl/admin_caller.h"
+
+namespace blockswap::client {
+
+int Register(const Options& options, const std::string& file,
+             const FileRegistrationOptions& registration);
+int Verify(const Options& options, const std::string& model_id);
+int Evict(const Options& options, const std::string& model_id);
+
+}  // namespace blockswap::client
+
+#endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_MODEL_COMMANDS_H_
