@@ -26,7 +26,7 @@ absl::StatusOr<LoadTransport> LoadTransportFromEnvironment() {
       absl::StrCat("BLOCKSWAP_LOAD_TRANSPORT=", value, " (must be grpc or shm)"));
 }
 
-absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection, Device& device,
+absl::StatusOr<std::unique_ptr<RingImport>> Ring::Import(Connection& connection, Device& device,
                                                          uint32_t slot_count, uint64_t slot_bytes,
                                                          LoadTransport transport) {
   v1::CreateRingRequest request;
@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<ClientRing>> Ring::Import(Connection& connection,
   if (exported.boot_id != connection.boot_id()) {
     return absl::UnavailableError("the ring comes from a different daemon than the session's");
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
-                             ClientRing::Import(device, std::move(exported)));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
+                             RingImport::Import(device, std::move(exported)));
   // Loads will not open the Load stream: open it now, so that the daemon's
   // loss still ends waits at once (Connection::Liveness).
   if (ring->doorbell() != nullptr) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
@@ -60,13 +60,13 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
                                                    uint32_t slot_count, uint64_t slot_bytes) {
   BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
   BLOCKSWAP_ASSIGN_OR_RETURN(LoadTransport transport, LoadTransportFromEnvironment());
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection, *device, slot_count, slot_bytes, transport));
   return std::unique_ptr<Ring>(new Ring(connection, *device, transport, std::move(ring)));
 }
 
 absl::Status Ring::Recreate() {
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<ClientRing> ring,
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection_, device_, ring_->shape().slot_count,
                                     ring_->shape().slot_bytes, transport_));
   absl::MutexLock lock(&mu_);

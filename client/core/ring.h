@@ -72,11 +72,11 @@ class Ring {
   // granted one, and the fast path was asked for).
   bool has_request_ring() const { return ring_->doorbell() != nullptr; }
   // The imported ring itself, for tests that misbehave on purpose.
-  ClientRing& shared_ring_for_testing() const { return *ring_; }
+  RingImport& shared_ring_for_testing() const { return *ring_; }
 
  private:
   Ring(Connection& connection, Device& device, LoadTransport transport,
-       std::unique_ptr<ClientRing> ring)
+       std::unique_ptr<RingImport> ring)
       : connection_(connection),
         device_(device),
         transport_(transport),
@@ -84,11 +84,11 @@ class Ring {
         ring_session_(connection.token()),
         consumer_(NewConsumer(*ring_)) {}
   // The CreateRing call and the import, in the connection's current session.
-  static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Connection& connection,
+  static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection,
                                                             Device& device, uint32_t slot_count,
                                                             uint64_t slot_bytes,
                                                             LoadTransport transport);
-  std::unique_ptr<RingConsumer> NewConsumer(ClientRing& ring) {
+  std::unique_ptr<RingConsumer> NewConsumer(RingImport& ring) {
     return std::make_unique<RingConsumer>(
         ring, ConsumerOptions{.liveness = [&connection = connection_] {
           return connection.Liveness();
@@ -100,9 +100,9 @@ class Ring {
   Connection& connection_;
   Device& device_;
   const LoadTransport transport_;
-  std::unique_ptr<ClientRing> ring_;  // replaced only by Recreate()
+  std::unique_ptr<RingImport> ring_;  // replaced only by Recreate()
   std::string ring_session_;  // the token of the session ring_ belongs to
-  std::vector<std::unique_ptr<ClientRing>> retired_;  // rings replaced by Recreate()
+  std::vector<std::unique_ptr<RingImport>> retired_;  // rings replaced by Recreate()
   absl::Mutex mu_;
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,5 +1,5 @@
 // DeviceWorker, in-process on the host backend: the worker's thread serves
-// real rings (DaemonRing + RingProducer) whose client halves (ClientRing +
+// real rings (DaemonRing + RingProducer) whose client halves (RingImport +
 // RingConsumer) live in this test, as a client process would hold them.
 //
 // No assertion depends on how fast anything runs: a test that must know the
@@ -48,7 +48,7 @@ using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 // The client's half of one ring.
 struct TestRing {
   uint64_t id = 0;
-  std::unique_ptr<ClientRing> client;
+  std::unique_ptr<RingImport> client;
   std::unique_ptr<RingConsumer> consumer;
 
   const DaemonControlBlock& control() const { return client->control(); }
@@ -95,7 +95,7 @@ class DeviceWorkerTest : public ::testing::Test {
                                         RingOwner{static_cast<uint32_t>(::getpid()), "test"},
                                         std::move(resolver));
     EXPECT_TRUE(exported.ok()) << exported.status();
-    auto imported = ClientRing::Import(*device_, std::move(exported).value());
+    auto imported = RingImport::Import(*device_, std::move(exported).value());
     EXPECT_TRUE(imported.ok()) << imported.status();
     auto ring = std::make_unique<TestRing>();
     ring->id = id;

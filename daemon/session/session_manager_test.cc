@@ -236,7 +236,7 @@ class SessionManagerTest : public ::testing::Test {
   }
 
   // The client's import of a ring CreateRing made.
-  std::unique_ptr<ClientRing> CreateAndImportRing(Client& client, uint64_t slot_bytes) {
+  std::unique_ptr<RingImport> CreateAndImportRing(Client& client, uint64_t slot_bytes) {
     std::vector<UniqueFd> fds;
     auto ring = CreateRing(client, 2, slot_bytes, &fds);
     EXPECT_TRUE(ring.ok()) << ring.status();
@@ -244,7 +244,7 @@ class SessionManagerTest : public ::testing::Test {
     auto exported = RingFromWire(*ring, std::move(fds), ring->daemon_control().batch());
     EXPECT_TRUE(exported.ok()) << exported.status();
     if (!exported.ok()) return nullptr;
-    auto imported = ClientRing::Import(device(), std::move(exported).value());
+    auto imported = RingImport::Import(device(), std::move(exported).value());
     EXPECT_TRUE(imported.ok()) << imported.status();
     return imported.ok() ? std::move(imported).value() : nullptr;
   }
@@ -556,7 +556,7 @@ TEST_F(SessionManagerTest, ARingIsCreatedOnTheDeviceAndTheClientCanImportIt) {
   EXPECT_EQ(ring->request_ring_capacity(), 0u) << "not asked for";
   auto exported = RingFromWire(*ring, std::move(fds), ring->daemon_control().batch());
   ASSERT_TRUE(exported.ok()) << exported.status();
-  auto imported = ClientRing::Import(device(), std::move(exported).value());
+  auto imported = RingImport::Import(device(), std::move(exported).value());
   ASSERT_TRUE(imported.ok()) << imported.status();
   EXPECT_EQ((*imported)->ring_id(), ring->ring_id());
 
@@ -690,7 +690,7 @@ TEST_F(SessionManagerTest, ALoadFillsTheSlotWithTheBlocksBytes) {
   ASSERT_NE(model, nullptr);
   Client client = Attach();
   ASSERT_TRUE(OpenModel(client, model->id()).ok());
-  std::unique_ptr<ClientRing> ring = CreateAndImportRing(client, model->block_bytes(1));
+  std::unique_ptr<RingImport> ring = CreateAndImportRing(client, model->block_bytes(1));
   ASSERT_NE(ring, nullptr);
   auto compute = device().CreateStream();
   ASSERT_TRUE(compute.ok());
@@ -715,7 +715,7 @@ TEST_F(SessionManagerTest, ALoadOfAModelNotOpenInTheSessionIsRefusedAndFailsTheR
   std::shared_ptr<const Model> model = Register(MakeModel(9));
   ASSERT_NE(model, nullptr);
   Client client = Attach();  // never opens the model
-  std::unique_ptr<ClientRing> ring = CreateAndImportRing(client, 4096);
+  std::unique_ptr<RingImport> ring = CreateAndImportRing(client, 4096);
   ASSERT_NE(ring, nullptr);
   absl::Status submitted =
       manager_->SubmitLoad(*client.session, Load(ring->ring_id(), 0, model->id(), 0, 1), sink_);

@@ -185,7 +185,7 @@ absl::Status RingProducer::status() const { return status_; }
 // ---------------------------------------------------------------------------
 // RingConsumer
 
-RingConsumer::RingConsumer(ClientRing& ring, ConsumerOptions options)
+RingConsumer::RingConsumer(RingImport& ring, ConsumerOptions options)
     : ring_(ring),
       options_(options),
       requested_(ring.shape().slot_count, 0),

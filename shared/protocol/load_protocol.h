@@ -125,7 +125,7 @@ struct ConsumerOptions {
 class RingConsumer {
  public:
   // `ring` must outlive this object.
-  RingConsumer(ClientRing& ring, ConsumerOptions options = {});
+  RingConsumer(RingImport& ring, ConsumerOptions options = {});
 
   // Releases `slot`, saying that the work on `stream` so far is done with
   // it: once its outstanding generation is filled (a slot's next free is
@@ -154,7 +154,7 @@ class RingConsumer {
 
   // The generation last requested for `slot` (0: never).
   uint32_t requested(uint32_t slot) const { return requested_[slot]; }
-  ClientRing& ring() const { return ring_; }
+  RingImport& ring() const { return ring_; }
 
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
@@ -163,7 +163,7 @@ class RingConsumer {
   void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
                    uint64_t value = 0, uint16_t flags = 0);
 
-  ClientRing& ring_;
+  RingImport& ring_;
   const ConsumerOptions options_;
   std::vector<uint32_t> requested_;
   std::vector<bool> filled_seen_;  // requested_[s] is known to be filled

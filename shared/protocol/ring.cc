@@ -94,7 +94,7 @@ absl::StatusOr<RingExport> DaemonRing::Export() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
+absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
                                                                RingExport exported) {
   const RingShape& shape = exported.shape;
   BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<ClientRing>> ClientRing::Import(Device& device,
         absl::StrCat("ring ", exported.ring_id, " arrived without its control block"));
   }
 
-  std::unique_ptr<ClientRing> ring(new ClientRing());
+  std::unique_ptr<RingImport> ring(new RingImport());
   ring->ring_id_ = exported.ring_id;
   ring->boot_id_ = exported.boot_id;
   ring->shape_ = shape;

@@ -4,7 +4,7 @@
 // The daemon creates every part of a ring (DaemonRing::Create) — including
 // both events, because an imported event is undefined once its creator has
 // died, so the daemon must never depend on an event a client created — and
-// exports it to exactly one client, which imports it (ClientRing::Import).
+// exports it to exactly one client, which imports it (RingImport::Import).
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 #define BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 
@@ -103,12 +103,14 @@ class DaemonRing {
   Mapping client_control_map_;  // read-only: the daemon never writes it
 };
 
-// The client's side: imports of everything the daemon exported.
-class ClientRing {
+// The client's side, a ring imported: everything the daemon exported
+// (memory, control blocks, events), mapped and validated. client::Ring owns
+// one beside the ring's id in the session.
+class RingImport {
  public:
   // Validates what arrived (counts, offsets inside the memory, magic numbers)
   // before trusting it.
-  static absl::StatusOr<std::unique_ptr<ClientRing>> Import(Device& device, RingExport exported);
+  static absl::StatusOr<std::unique_ptr<RingImport>> Import(Device& device, RingExport exported);
 
   uint64_t ring_id() const { return ring_id_; }
   uint64_t boot_id() const { return boot_id_; }
@@ -128,7 +130,7 @@ class ClientRing {
   Doorbell* doorbell() const { return doorbell_.get(); }
 
  private:
-  ClientRing() = default;
+  RingImport() = default;
 
   uint64_t ring_id_ = 0;
   uint64_t boot_id_ = 0;

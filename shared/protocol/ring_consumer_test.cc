@@ -14,7 +14,7 @@ class RingConsumerTest : public ::testing::Test {
     backend_ = OpenHostBackend({});
     device_ = backend_->devices()[0].get();
     daemon_ring_ = DaemonRing::Create(*device_, 1, RingShape{2, 4096}, 42).value();
-    client_ring_ = ClientRing::Import(*device_, daemon_ring_->Export().value()).value();
+    client_ring_ = RingImport::Import(*device_, daemon_ring_->Export().value()).value();
     copy_stream_ = device_->CreateStream().value();
     producer_ = std::make_unique<RingProducer>(*daemon_ring_, *copy_stream_);
     consumer_ = std::make_unique<RingConsumer>(*client_ring_);
@@ -36,7 +36,7 @@ class RingConsumerTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_;
   Device* device_ = nullptr;
   std::unique_ptr<DaemonRing> daemon_ring_;
-  std::unique_ptr<ClientRing> client_ring_;
+  std::unique_ptr<RingImport> client_ring_;
   std::unique_ptr<Stream> copy_stream_;
   std::unique_ptr<RingProducer> producer_;
   std::unique_ptr<RingConsumer> consumer_;

@@ -220,12 +220,12 @@ absl::StatusOr<Client> AttachClient(Daemon& daemon, const v1::AttachRequest& req
 }
 
 // The client's import of a ring CreateRing sent with `fds`.
-std::unique_ptr<ClientRing> ImportRing(Daemon& daemon, const v1::RingDescriptor& ring,
+std::unique_ptr<RingImport> ImportRing(Daemon& daemon, const v1::RingDescriptor& ring,
                                        std::vector<UniqueFd> fds) {
   const uint64_t batch = ring.daemon_control().batch();
   auto exported = RingFromWire(ring, std::move(fds), batch);
   Require(exported.ok(), exported.status().ToString());
-  auto imported = ClientRing::Import(*daemon.backend->devices()[0], std::move(exported).value());
+  auto imported = RingImport::Import(*daemon.backend->devices()[0], std::move(exported).value());
   Require(imported.ok(), imported.status().ToString());
   return std::move(imported).value();
 }
@@ -442,7 +442,7 @@ class Sequence {
   // Writes `request` into the ring's request ring as it is, the model
   // handle being the token's first byte (mod 4: 0 is never a handle); a
   // token "x!" instead moves the tail by `block` (an overrun, or not).
-  static void PushEntry(ClientRing& ring, const v1::LoadRequest& request) {
+  static void PushEntry(RingImport& ring, const v1::LoadRequest& request) {
     const std::string& token = request.session_token();
     if (token.size() >= 2 && token[1] == '!') {
       ring.client_control().request_tail.fetch_add(request.block(), std::memory_order_release);
@@ -456,7 +456,7 @@ class Sequence {
   }
 
   Daemon& daemon_;
-  std::map<uint64_t, std::unique_ptr<ClientRing>> request_rings_;  // by ring id
+  std::map<uint64_t, std::unique_ptr<RingImport>> request_rings_;  // by ring id
   Client clients_[2];
   std::vector<std::shared_ptr<Session>> sessions_;
   std::vector<uint64_t> rings_;
@@ -491,7 +491,7 @@ void CheckWorkerServes(Daemon& daemon) {
   auto ring = manager.CreateRing(session, create);
   Require(ring.ok(), absl::StrCat("canary CreateRing: ", ring.status().ToString()));
   Require(ring->request_ring_capacity() != 0, "canary CreateRing granted no request ring");
-  std::unique_ptr<ClientRing> imported = ImportRing(
+  std::unique_ptr<RingImport> imported = ImportRing(
       daemon, *ring, ExpectBatch(client, ring->daemon_control().batch(), "canary CreateRing"));
 
   v1::LoadRequest load;
@@ -509,7 +509,7 @@ void CheckWorkerServes(Daemon& daemon) {
               .ok(),
           "canary request ring full");
   imported->doorbell()->Ring();
-  const ClientRing& client_ring = *imported;
+  const RingImport& client_ring = *imported;
   for (uint32_t slot : {1u, 0u}) {
     absl::Time deadline = absl::Now() + kBound;
     while (true) {

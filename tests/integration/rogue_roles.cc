@@ -64,7 +64,7 @@ absl::Status AwaitRingFailed(client::Ring& ring) {
 
 // Writes `entry` into the ring's request ring as it is, and rings the bell.
 absl::Status PushRaw(client::Ring& ring, const RequestValues& entry) {
-  ClientRing& shared = ring.shared_ring_for_testing();
+  RingImport& shared = ring.shared_ring_for_testing();
   BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(shared.client_control(), shared.control()).Push(entry));
   shared.doorbell()->Ring();
   return absl::OkStatus();

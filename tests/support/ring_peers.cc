@@ -201,7 +201,7 @@ int RunConsumer(const std::vector<std::string>& argv) {
   if (!exported.ok()) return Fail("consumer", exported.status(), kPeerSetupFailed);
   auto device = (*backend)->FindDevice(exported->device_uuid);
   if (!device.ok()) return Fail("consumer", device.status(), kPeerSetupFailed);
-  auto ring = ClientRing::Import(**device, std::move(*exported));
+  auto ring = RingImport::Import(**device, std::move(*exported));
   if (!ring.ok()) return Fail("consumer", ring.status(), kPeerSetupFailed);
   auto stream = (*device)->CreateStream();
   if (!stream.ok()) return Fail("consumer", stream.status(), kPeerSetupFailed);
