@@ -205,6 +205,30 @@ class SessionManagerTest : public ::testing::Test {
     return registered.ok() ? registered->model : nullptr;
   }
 
+  // Begins an upload of `model` (named `name`) and fills its staging area, as
+  // a client does: the upload's reply, or the refusal.
+  absl::StatusOr<v1::BeginUploadReply> StageUpload(Client& client, const TestModel& model,
+                                                   const std::string& name = "") {
+    v1::BeginUploadRequest begin;
+    if (!name.empty()) begin.set_name(name);
+    *begin.mutable_layout() = LayoutToProto(model.layout);
+    auto upload = manager_->BeginUpload(*client.session, begin);
+    if (!upload.ok()) return upload;
+    std::vector<UniqueFd> staging = ExpectBatch(client, upload->staging().batch());
+    EXPECT_EQ(staging.size(), 1u);
+    if (staging.size() == 1) {
+      EXPECT_EQ(::pwrite(staging[0].get(), model.content.data(), model.content.size(), 0),
+                static_cast<ssize_t>(model.content.size()));
+    }
+    return upload;
+  }
+
+  absl::StatusOr<v1::ModelReply> Commit(Client& client, uint64_t upload_id) {
+    v1::CommitUploadRequest commit;
+    commit.set_upload_id(upload_id);
+    return manager_->CommitUpload(*client.session, commit);
+  }
+
   absl::StatusOr<v1::ModelReply> OpenModel(Client& client, const std::string& model_id) {
     v1::OpenModelRequest request;
     request.set_model_id(model_id);
@@ -389,22 +413,13 @@ TEST_F(SessionManagerTest, AReplyWithDescriptorsNeedsTheSideChannel) {
 TEST_F(SessionManagerTest, AnUploadCommittedBecomesAModelOpenInTheSession) {
   Client client = Attach();
   TestModel model = MakeModel(2);
-  v1::BeginUploadRequest begin;
-  begin.set_name("uploaded");
-  *begin.mutable_layout() = LayoutToProto(model.layout);
-  auto upload = manager_->BeginUpload(*client.session, begin);
+  auto upload = StageUpload(client, model, "uploaded");
   ASSERT_TRUE(upload.ok()) << upload.status();
   EXPECT_EQ(upload->staging_bytes(), model.placement.total_bytes);
   ASSERT_EQ(upload->block_offsets_size(), 2);
   EXPECT_EQ(upload->block_offsets(1), model.placement.offsets[1]);
-  std::vector<UniqueFd> staging = ExpectBatch(client, upload->staging().batch());
-  ASSERT_EQ(staging.size(), 1u);
-  ASSERT_EQ(::pwrite(staging[0].get(), model.content.data(), model.content.size(), 0),
-            static_cast<ssize_t>(model.content.size()));
 
-  v1::CommitUploadRequest commit;
-  commit.set_upload_id(upload->upload_id());
-  auto reply = manager_->CommitUpload(*client.session, commit);
+  auto reply = Commit(client, upload->upload_id());
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_FALSE(reply->already_present());
   EXPECT_TRUE(ValidateModelId(reply->model_id()).ok()) << reply->model_id();
@@ -436,17 +451,9 @@ TEST_F(SessionManagerTest, UploadingContentAlreadyRegisteredFindsItsModel) {
   std::shared_ptr<const Model> registered = Register(model);
   ASSERT_NE(registered, nullptr);
   Client client = Attach();
-  v1::BeginUploadRequest begin;
-  *begin.mutable_layout() = LayoutToProto(model.layout);
-  auto upload = manager_->BeginUpload(*client.session, begin);
+  auto upload = StageUpload(client, model);
   ASSERT_TRUE(upload.ok()) << upload.status();
-  std::vector<UniqueFd> staging = ExpectBatch(client, upload->staging().batch());
-  ASSERT_EQ(staging.size(), 1u);
-  ASSERT_EQ(::pwrite(staging[0].get(), model.content.data(), model.content.size(), 0),
-            static_cast<ssize_t>(model.content.size()));
-  v1::CommitUploadRequest commit;
-  commit.set_upload_id(upload->upload_id());
-  auto reply = manager_->CommitUpload(*client.session, commit);
+  auto reply = Commit(client, upload->upload_id());
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_TRUE(reply->already_present());
   EXPECT_EQ(reply->model_id(), registered->id());
@@ -455,21 +462,13 @@ TEST_F(SessionManagerTest, UploadingContentAlreadyRegisteredFindsItsModel) {
 TEST_F(SessionManagerTest, AnUploadCannotBeCommittedTwice) {
   Client client = Attach();
   TestModel model = MakeModel(4);
-  v1::BeginUploadRequest begin;
-  *begin.mutable_layout() = LayoutToProto(model.layout);
-  auto upload = manager_->BeginUpload(*client.session, begin);
+  auto upload = StageUpload(client, model);
   ASSERT_TRUE(upload.ok()) << upload.status();
-  std::vector<UniqueFd> staging = ExpectBatch(client, upload->staging().batch());
-  ASSERT_EQ(staging.size(), 1u);
-  ASSERT_EQ(::pwrite(staging[0].get(), model.content.data(), model.content.size(), 0),
-            static_cast<ssize_t>(model.content.size()));
-  v1::CommitUploadRequest commit;
-  commit.set_upload_id(upload->upload_id());
-  auto committed = manager_->CommitUpload(*client.session, commit);
+  auto committed = Commit(client, upload->upload_id());
   ASSERT_TRUE(committed.ok()) << committed.status();
   ExpectBatch(client, committed->masters().batch());
 
-  auto again = manager_->CommitUpload(*client.session, commit);
+  auto again = Commit(client, upload->upload_id());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(again.status().message(),
               HasSubstr(absl::StrCat("no upload ", upload->upload_id(), " in session ",
