@@ -129,15 +129,16 @@ absl::Status StreamScheduler::AfterForward(uint32_t block) {
   const uint32_t count = static_cast<uint32_t>(placement_.streaming.size());
   const uint32_t rank = placement_.rank_of_block[block];
   const uint32_t slot = rank % ring;
+  // Rank + B shares the slot about to be released.
+  const bool prefetches = rank + ring < count;
   const bool wraps_around = forward_only_ && rank == count - 1 && count > ring;
-  if (rank + ring < count) {
+  if (prefetches) {
     BeforeReload(slot);
   } else if (wraps_around) {
     for (uint32_t next = 0; next < ring; ++next) BeforeReload(next);
   }
   BLOCKSWAP_RETURN_IF_ERROR(ReleaseSlot(slot));
-  if (rank + ring < count) {
-    // Rank + B shares the slot just released.
+  if (prefetches) {
     return Place(rank + ring, slot, Phase::kForward, /*self_heal=*/false);
   }
   if (wraps_around) {
