@@ -3,8 +3,9 @@
 // Two parts, each in its own shared-memory object and each written by ONE
 // side only; the other side maps it read-only:
 //   DaemonControlBlock  filled_seq per slot and the status word (daemon)
-//   ClientControlBlock  consumed_seq per slot (client), and the request ring
-//                       of the shared-memory load fast path (request_queue.h)
+//   ClientControlBlock  consumed_seq per slot (client), the request ring of
+//                       the shared-memory load fast path (request_queue.h),
+//                       and the release notifications (releasable_seq)
 // No locks live here (a process that died holding one would block everybody);
 // waiters sleep on the 32-bit sequence words with shared futexes (futex.h).
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_CONTROL_BLOCK_H_
@@ -20,7 +21,7 @@ namespace blockswap {
 
 inline constexpr uint32_t kDaemonControlMagic = 0x42534443;  // "BSDC"
 inline constexpr uint32_t kClientControlMagic = 0x42534343;  // "BSCC"
-inline constexpr uint32_t kControlBlockVersion = 1;
+inline constexpr uint32_t kControlBlockVersion = 2;
 inline constexpr uint32_t kMaxRingSlots = 64;
 inline constexpr size_t kControlBlockBytes = 4096;
 // Entries of a ring's request ring: at least kMaxRingSlots, so a client with
@@ -87,6 +88,14 @@ struct ClientControlBlock {
   // Entries published so far (wraps); entry i lives at i % capacity.
   alignas(64) std::atomic<uint32_t> request_tail;
   alignas(64) RequestEntry requests[kRequestRingCapacity];
+  // --- appended for release notifications (DESIGN §3, step 2). Written by
+  // the client's notifier (a host function on a side stream that waited on
+  // free[s]) once free[s] has completed: generation releasable_seq[s] may be
+  // copied into slot s, and released_ns[s] is when the notifier ran
+  // (CLOCK_MONOTONIC; for the trace). 0: never notified. A hint only: the
+  // daemon wakes on it, then queries free[s] itself before any copy.
+  alignas(64) std::atomic<uint32_t> releasable_seq[kMaxRingSlots];
+  alignas(64) std::atomic<uint64_t> released_ns[kMaxRingSlots];
 };
 
 static_assert(sizeof(DaemonControlBlock) <= kControlBlockBytes);

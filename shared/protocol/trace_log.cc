@@ -14,6 +14,8 @@ absl::string_view TraceKindName(TraceKind kind) {
       return "wait";
     case TraceKind::kRelease:
       return "release";
+    case TraceKind::kStall:
+      return "stall";
     case TraceKind::kAccepted:
       return "accepted";
     case TraceKind::kCopyIssued:
@@ -24,6 +26,8 @@ absl::string_view TraceKindName(TraceKind kind) {
       return "copy-done";
     case TraceKind::kRejected:
       return "rejected";
+    case TraceKind::kReleaseNotified:
+      return "release-notified";
   }
   return "unknown";
 }

@@ -39,18 +39,25 @@ enum class TraceKind : uint16_t {
   kWait = 2,     // a wait for (slot, generation); value = its length in ns,
                  // flags & kTraceStalled when the slot was not filled yet
   kRelease = 3,  // free[s] recorded and consumed_seq published
+  kStall = 4,    // the compute stream sat idle at the wait for (slot,
+                 // generation): time_ns = when it began idling, value = ns
+                 // idle (timing events on cuda, the stream worker on host)
   // Daemon.
   kAccepted = 16,   // a request passed the protocol checks; value = bytes
   kCopyIssued = 17, // its copy was queued on the copy stream; value = bytes
   kFilled = 18,     // ready[s] recorded and filled_seq published
-  kCopyDone = 19,   // the copy stream got past the copy (a host function)
+  kCopyDone = 19,   // the worker saw the copy complete (an event it queries)
   kRejected = 20,   // a request broke the protocol; its ring failed
+  kReleaseNotified = 21,  // the copy of (slot, generation) was waiting for
+                          // free[s] and the client's notification said it
+                          // completed: time_ns = when the client's host
+                          // function ran (as the client wrote it)
 };
 inline constexpr uint16_t kTraceStalled = 1;
 
 absl::string_view TraceKindName(TraceKind kind);
-inline bool IsClientTraceKind(uint16_t kind) { return kind >= 1 && kind <= 3; }
-inline bool IsDaemonTraceKind(uint16_t kind) { return kind >= 16 && kind <= 20; }
+inline bool IsClientTraceKind(uint16_t kind) { return kind >= 1 && kind <= 4; }
+inline bool IsDaemonTraceKind(uint16_t kind) { return kind >= 16 && kind <= 21; }
 
 // One event as the writer records it and a reader returns it.
 struct TraceEvent {
