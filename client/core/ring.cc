@@ -4,10 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring_wire.h"
-#include "shared/base/status.h"
 
 namespace blockswap::client {
 namespace {
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<RingImport>> Ring::Import(Connection& connection,
                              RingImport::Import(device, std::move(exported)));
   // Loads will not open the Load stream: open it now, so that the daemon's
   // loss still ends waits at once (Connection::Liveness).
-  if (ring->doorbell() != nullptr) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
+  if (ring->has_request_ring()) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
   return ring;
 }
 
@@ -62,7 +62,9 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
   BLOCKSWAP_ASSIGN_OR_RETURN(LoadTransport transport, LoadTransportFromEnvironment());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection, *device, slot_count, slot_bytes, transport));
-  return std::unique_ptr<Ring>(new Ring(connection, *device, transport, std::move(ring)));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> notifier, device->CreateStream());
+  return std::unique_ptr<Ring>(
+      new Ring(connection, *device, transport, std::move(ring), std::move(notifier)));
 }
 
 absl::Status Ring::Recreate() {
@@ -95,8 +97,7 @@ absl::Status Ring::Explain(const absl::Status& status) const {
   absl::Status reported = connection_.RingError(ring_->ring_id());
   if (reported.ok()) return status;
   return absl::Status(reported.code(), absl::StrCat("ring ", ring_->ring_id(),
-                                                    " failed in blockswapd: ",
-                                                    reported.message()));
+                                                    " failed in blockswapd: ", reported.message()));
 }
 
 absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream) {
@@ -121,8 +122,7 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
   if (!generation.ok()) return Explain(generation.status());
   // The fast path needs the model's handle in the ring's own session (a
   // model opened in an earlier session keeps its id, not its handle).
-  if (ring_->doorbell() != nullptr && model.handle() != 0 &&
-      model.session_token() == ring_session_) {
+  if (ring_->has_request_ring() && model.handle() != 0 && model.session_token() == ring_session_) {
     BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(ring_->client_control(), ring_->control())
                                   .Push({slot, *generation, model.handle(), block}));
     ring_->doorbell()->Ring();

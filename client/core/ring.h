@@ -70,29 +70,30 @@ class Ring {
   absl::Status Health();
   // Whether loads travel through the ring's request ring (the daemon
   // granted one, and the fast path was asked for).
-  bool has_request_ring() const { return ring_->doorbell() != nullptr; }
+  bool has_request_ring() const { return ring_->has_request_ring(); }
   // The imported ring itself, for tests that misbehave on purpose.
   RingImport& shared_ring_for_testing() const { return *ring_; }
 
  private:
   Ring(Connection& connection, Device& device, LoadTransport transport,
-       std::unique_ptr<RingImport> ring)
+       std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier)
       : connection_(connection),
         device_(device),
         transport_(transport),
         ring_(std::move(ring)),
         ring_session_(connection.token()),
+        notifier_(std::move(notifier)),
         consumer_(NewConsumer(*ring_)) {}
   // The CreateRing call and the import, in the connection's current session.
-  static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection,
-                                                            Device& device, uint32_t slot_count,
+  static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection, Device& device,
+                                                            uint32_t slot_count,
                                                             uint64_t slot_bytes,
                                                             LoadTransport transport);
   std::unique_ptr<RingConsumer> NewConsumer(RingImport& ring) {
     return std::make_unique<RingConsumer>(
-        ring, ConsumerOptions{.liveness = [&connection = connection_] {
-          return connection.Liveness();
-        }});
+        ring,
+        ConsumerOptions{.liveness = [&connection = connection_] { return connection.Liveness(); },
+                        .notifier = notifier_.get()});
   }
   // A ring that failed says why: the daemon's own message where it sent one.
   absl::Status Explain(const absl::Status& status) const;
@@ -100,9 +101,13 @@ class Ring {
   Connection& connection_;
   Device& device_;
   const LoadTransport transport_;
-  std::unique_ptr<RingImport> ring_;  // replaced only by Recreate()
-  std::string ring_session_;  // the token of the session ring_ belongs to
+  std::unique_ptr<RingImport> ring_;                  // replaced only by Recreate()
+  std::string ring_session_;                          // the token of the session ring_ belongs to
   std::vector<std::unique_ptr<RingImport>> retired_;  // rings replaced by Recreate()
+  // The side stream of the release notifications (RingConsumer): its host
+  // functions write into ring_ and retired_, so it is destroyed (drained)
+  // before them.
+  std::unique_ptr<Stream> notifier_;
   absl::Mutex mu_;
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
 };

@@ -8,14 +8,14 @@
 namespace blockswap::daemon {
 namespace {
 
-// How long the worker sleeps between polls while a copy waits for a client's
-// `free` event, and while idle (the heartbeat period).
-// A copy held back only by its client (a slow or stuck consumer) should not
-// cost the daemon a core, nor other clients their speed: each ring's poll
-// period doubles up to kPendingPollMax while its polls make no progress; a
-// new request for the ring or an issued copy resets it.
-constexpr absl::Duration kPendingPoll = absl::Microseconds(50);
-constexpr absl::Duration kPendingPollMax = absl::Milliseconds(1);
+// The fallback poll of a copy that waits for its slot's `free` event: the
+// client's notification normally wakes the worker when the event completes,
+// so this only serves a client that does not notify (slowly: it costs that
+// client, not the daemon's core nor other clients). Each ring's period
+// doubles up to kFallbackPollMax while its polls make no progress; a new
+// request for the ring or an issued copy resets it.
+constexpr absl::Duration kFallbackPoll = absl::Milliseconds(1);
+constexpr absl::Duration kFallbackPollMax = absl::Milliseconds(8);
 constexpr absl::Duration kRetirePoll = absl::Milliseconds(1);
 constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
 
@@ -31,35 +31,16 @@ struct DeviceWorker::RingState {
   std::unique_ptr<RequestQueueReader> requests;
   std::shared_ptr<const LoadResolver> resolver;
   std::vector<SlotSnapshot> residency;
-  std::vector<std::shared_ptr<const void>> keep_alive;  // per slot
+  // Per slot: what the accepted, not yet issued copy reads (then copies_).
+  std::vector<std::shared_ptr<const void>> pending_keep_alive;
   std::shared_ptr<LoadEventSink> last_sink;
-  absl::Duration poll_period = kPendingPoll;
-  absl::Time next_poll = absl::InfinitePast();
+  absl::Duration poll_period = kFallbackPoll;
+  absl::Time next_fallback_poll = absl::InfiniteFuture();
   uint64_t loads = 0;
   uint64_t bytes = 0;
   // Retirement.
   bool owner_alive = false;
   absl::Time release_deadline;
-  std::shared_ptr<std::atomic<bool>> copies_done;  // set by a fence on the copy stream
-};
-
-struct DeviceWorker::CopyClock {
-  absl::Mutex mu;
-  absl::Time last_complete ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  absl::Duration busy ABSL_GUARDED_BY(mu);
-
-  // Called on the copy stream once the copies issued at `issued` are done:
-  // counts the time the stream was busy, not overlapping periods twice.
-  void Tick(absl::Time issued) {
-    absl::Time now = absl::Now();
-    absl::MutexLock lock(&mu);
-    busy += now - std::max(issued, last_complete);
-    last_complete = now;
-  }
-  double seconds() {
-    absl::MutexLock lock(&mu);
-    return absl::ToDoubleSeconds(busy);
-  }
 };
 
 v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
@@ -88,8 +69,7 @@ DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Str
       boot_id_(boot_id),
       copy_stream_(std::move(copy_stream)),
       doorbell_(std::move(doorbell)),
-      clock_(std::make_shared<CopyClock>()),
-      copies_done_trace_(std::make_shared<TraceBuffer>(kDeviceTraceCapacity)),
+      copies_(device, *copy_stream_),
       thread_([this] { Run(); }) {}
 
 DeviceWorker::~DeviceWorker() {
@@ -106,9 +86,9 @@ DeviceWorker::~DeviceWorker() {
   retired_.clear();
 }
 
-absl::StatusOr<RingExport> DeviceWorker::CreateRing(
-    uint64_t ring_id, uint64_t session_id, const RingShape& shape, RingOwner owner,
-    std::shared_ptr<const LoadResolver> resolver) {
+absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
+                                                    const RingShape& shape, RingOwner owner,
+                                                    std::shared_ptr<const LoadResolver> resolver) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonRing> ring,
                              DaemonRing::Create(device_, ring_id, shape, boot_id_));
@@ -118,15 +98,16 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(
   state->session_id = session_id;
   state->owner = std::move(owner);
   state->producer = std::make_unique<RingProducer>(*ring, *copy_stream_);
+  // Every ring's client rings the doorbell when a slot's free[s] completes.
+  BLOCKSWAP_ASSIGN_OR_RETURN(exported.doorbell, doorbell_->Export());
   if (resolver != nullptr) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(exported.doorbell, doorbell_->Export());
     exported.request_ring_capacity = kRequestRingCapacity;
     state->requests = std::make_unique<RequestQueueReader>(ring->client_control(), ring->control());
     state->resolver = std::move(resolver);
   }
   state->ring = std::move(ring);
   state->residency.resize(shape.slot_count);
-  state->keep_alive.resize(shape.slot_count);
+  state->pending_keep_alive.resize(shape.slot_count);
   absl::MutexLock lock(&rings_mu_);
   rings_[ring_id] = std::move(state);
   return exported;
@@ -145,8 +126,7 @@ void DeviceWorker::Reject(LoadTask task, absl::Status error) {
   Submit(std::move(task));
 }
 
-void DeviceWorker::RetireRing(uint64_t ring_id, bool owner_alive,
-                              absl::Duration release_timeout) {
+void DeviceWorker::RetireRing(uint64_t ring_id, bool owner_alive, absl::Duration release_timeout) {
   absl::MutexLock lock(&rings_mu_);
   auto it = rings_.find(ring_id);
   if (it == rings_.end()) return;
@@ -188,7 +168,7 @@ void DeviceWorker::Run() {
     absl::MutexLock lock(&rings_mu_);
     ProcessTasks(tasks);
     ReadRequestRings();
-    absl::Time next_poll = PollRings();
+    const absl::Time next_poll = std::min(PollRings(), RetireCopies());
     Heartbeat();
     FreeRetiredRings();
     wait = std::min(kHeartbeatPeriod, std::max(absl::ZeroDuration(), next_poll - absl::Now()));
@@ -203,6 +183,9 @@ bool DeviceWorker::HasWork() {
   }
   absl::MutexLock lock(&rings_mu_);
   for (const auto& [id, state] : rings_) {
+    // A release the client announced must be looked at before sleeping: its
+    // ring of the doorbell may have come before this pass read the bell.
+    if (state->producer->HasAnnouncedRelease()) return true;
     if (state->requests != nullptr && state->producer->status().ok() &&
         state->requests->HasRequests()) {
       return true;
@@ -286,11 +269,11 @@ bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
   slot.model_id = std::move(task.model_id);
   slot.block = task.block;
   RecordTrace(TraceKind::kAccepted, ring, task.slot, task.generation, task.bytes);
-  ring.keep_alive[task.slot] = std::move(task.keep_alive);
+  ring.pending_keep_alive[task.slot] = std::move(task.keep_alive);
   ++ring.loads;
   ring.bytes += task.bytes;
-  ring.poll_period = kPendingPoll;
-  ring.next_poll = absl::InfinitePast();
+  ring.poll_period = kFallbackPoll;
+  ring.next_fallback_poll = absl::Now() + ring.poll_period;
   loads_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
   return true;
@@ -299,48 +282,79 @@ bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
 absl::Time DeviceWorker::PollRings() {
   const absl::Time now = absl::Now();
   absl::Time earliest = absl::InfiniteFuture();
-  bool issued_any = false;
-  std::vector<RingProducer::Issued> issued_loads;
-  std::vector<TraceEvent> copies;  // traced done by the host function below
+  std::vector<RingProducer::Issued> issued;
+  std::vector<CopyTracker::Copy> batch;  // every copy of this pass, one completion event
   for (auto& [id, state] : rings_) {
-    if (!state->producer->has_pending()) continue;
-    if (now < state->next_poll) {
-      earliest = std::min(earliest, state->next_poll);
+    RingState& ring = *state;
+    if (!ring.producer->status().ok()) {
+      // A failed ring issues nothing more: let its masters go.
+      for (auto& keep_alive : ring.pending_keep_alive) keep_alive.reset();
       continue;
     }
-    issued_loads.clear();
-    absl::StatusOr<int> issued = state->producer->Poll(&issued_loads);
-    for (const RingProducer::Issued& load : issued_loads) {
-      RecordTrace(TraceKind::kCopyIssued, *state, load.slot, load.generation, load.bytes,
-                  load.issued_ns);
-      RecordTrace(TraceKind::kFilled, *state, load.slot, load.generation, load.bytes,
-                  load.filled_ns);
-      copies.push_back(TraceEvent{0, id, load.bytes, load.slot, load.generation,
-                                  state->residency[load.slot].block, TraceKind::kCopyDone, 0});
-    }
-    if (!issued.ok()) {
-      Report(*state, issued.status(), UINT32_MAX, 0, state->last_sink);
+    if (!ring.producer->has_pending()) continue;
+    const bool fallback_poll = now >= ring.next_fallback_poll;
+    issued.clear();
+    absl::StatusOr<int> count = ring.producer->Poll(fallback_poll, &issued);
+    IssuedOn(ring, issued, batch);
+    if (!count.ok()) {
+      Report(ring, count.status(), UINT32_MAX, 0, ring.last_sink);
       continue;
     }
-    issued_any = issued_any || *issued > 0;
-    if (!state->producer->has_pending()) continue;
-    state->poll_period =
-        *issued > 0 ? kPendingPoll : std::min(state->poll_period * 2, kPendingPollMax);
-    state->next_poll = now + state->poll_period;
-    earliest = std::min(earliest, state->next_poll);
+    if (!ring.producer->has_pending()) continue;
+    if (*count > 0) {
+      ring.poll_period = kFallbackPoll;
+      ring.next_fallback_poll = now + ring.poll_period;
+    } else if (fallback_poll) {
+      ring.poll_period = std::min(ring.poll_period * 2, kFallbackPollMax);
+      ring.next_fallback_poll = now + ring.poll_period;
+    }
+    earliest = std::min(earliest, ring.next_fallback_poll);
   }
-  if (issued_any) {
-    (void)copy_stream_->LaunchHostFunc([clock = clock_, issued = absl::Now(),
-                                        done = copies_done_trace_, copies = std::move(copies)] {
-      clock->Tick(issued);
-      const uint64_t now = MonotonicNanos();
-      for (TraceEvent copy : copies) {
-        copy.time_ns = now;
-        done->ring().Record(copy);
-      }
-    });
+  if (absl::Status tracked = copies_.Track(std::move(batch)); !tracked.ok()) {
+    // The device failed under the copies just issued: their rings cannot be
+    // trusted any more.
+    for (auto& [id, state] : rings_) state->producer->Fail(tracked);
   }
   return earliest;
+}
+
+void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
+                            std::vector<CopyTracker::Copy>& batch) {
+  for (const RingProducer::Issued& load : issued) {
+    const uint32_t block = ring.residency[load.slot].block;
+    switch (load.release) {
+      case RingProducer::ReleaseSeen::kAtRequest:
+        releases_at_request_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case RingProducer::ReleaseSeen::kByNotification:
+        releases_notified_.fetch_add(1, std::memory_order_relaxed);
+        // The client wrote the time: trace it only if it is plausible.
+        if (load.notified_ns != 0 && load.notified_ns <= load.issued_ns) {
+          RecordTrace(TraceKind::kReleaseNotified, ring, load.slot, load.generation, 0,
+                      load.notified_ns);
+        }
+        break;
+      case RingProducer::ReleaseSeen::kByPoll:
+        releases_polled_.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+    RecordTrace(TraceKind::kCopyIssued, ring, load.slot, load.generation, load.bytes,
+                load.issued_ns);
+    RecordTrace(TraceKind::kFilled, ring, load.slot, load.generation, load.bytes, load.filled_ns);
+    batch.push_back(CopyTracker::Copy{ring.ring_id, load.slot, load.generation, block, load.bytes,
+                                      std::move(ring.pending_keep_alive[load.slot])});
+  }
+}
+
+absl::Time DeviceWorker::RetireCopies() {
+  absl::StatusOr<absl::Time> next =
+      copies_.Retire([this](const CopyTracker::Copy& copy, uint64_t completed_ns) {
+        trace_.ring().Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot,
+                                        copy.generation, copy.block, TraceKind::kCopyDone, 0});
+      });
+  if (next.ok()) return *next;
+  for (auto& [id, state] : rings_) state->producer->Fail(next.status());
+  return absl::Now() + kRetirePoll;
 }
 
 void DeviceWorker::Heartbeat() {
@@ -354,20 +368,15 @@ void DeviceWorker::FreeRetiredRings() {
   absl::Time now = absl::Now();
   for (auto it = retired_.begin(); it != retired_.end();) {
     RingState& state = **it;
-    if (state.copies_done == nullptr) {
-      // Fence: everything issued so far on the copy stream, this ring's
-      // copies included, has completed once this runs.
-      state.copies_done = std::make_shared<std::atomic<bool>>(false);
-      (void)copy_stream_->LaunchHostFunc([done = state.copies_done] { done->store(true); });
-    }
-    bool released = state.copies_done->load();
+    const bool copies_done = !copies_.InFlight(state.ring_id);
+    bool released = copies_done;
     if (released && state.owner_alive && now < state.release_deadline) {
       for (uint32_t s = 0; s < state.ring->shape().slot_count && released; ++s) {
         absl::StatusOr<bool> done = state.ring->free(s).Query();
         released = !done.ok() || *done;
       }
     }
-    if (released || (now >= state.release_deadline && state.copies_done->load())) {
+    if (released || (now >= state.release_deadline && copies_done)) {
       retired_traces_.push_back(ReadRingTrace(state, 0));
       retired_traces_.back().retired = true;
       if (retired_traces_.size() > kRetiredRingTraces) {
@@ -413,8 +422,7 @@ std::vector<RingSnapshot> DeviceWorker::Snapshot() const {
 void DeviceWorker::RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot,
                                uint32_t generation, uint64_t bytes, uint64_t time_ns) {
   uint32_t block = slot < ring.residency.size() ? ring.residency[slot].block : 0;
-  trace_.ring().Record(
-      TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
+  trace_.ring().Record(TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
 }
 
 RingTrace DeviceWorker::ReadRingTrace(const RingState& ring, uint64_t since_ns) {
@@ -439,10 +447,9 @@ RingTrace DeviceWorker::ReadRingTrace(const RingState& ring, uint64_t since_ns) 
 DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
   DeviceTrace out;
   TraceSnapshot own = trace_.ring().Read(since_ns);
-  TraceSnapshot done = copies_done_trace_->ring().Read(since_ns);
-  out.lost = own.lost + done.lost;
+  out.lost = own.lost;
   out.events = std::move(own.events);
-  out.events.insert(out.events.end(), done.events.begin(), done.events.end());
+  // Issue, fill and notification times are taken before they are recorded.
   std::stable_sort(out.events.begin(), out.events.end(),
                    [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
   absl::MutexLock lock(&rings_mu_);
@@ -466,8 +473,11 @@ DeviceStats DeviceWorker::stats() const {
   DeviceStats stats;
   stats.loads = loads_.load(std::memory_order_relaxed);
   stats.bytes = bytes_.load(std::memory_order_relaxed);
-  stats.copy_seconds = clock_->seconds();
+  stats.releases_at_request = releases_at_request_.load(std::memory_order_relaxed);
+  stats.releases_notified = releases_notified_.load(std::memory_order_relaxed);
+  stats.releases_polled = releases_polled_.load(std::memory_order_relaxed);
   absl::MutexLock lock(&rings_mu_);
+  stats.copy_seconds = absl::ToDoubleSeconds(copies_.busy());
   for (const auto& [id, state] : rings_) stats.queue_depth += state->producer->pending_count();
   stats.protocol_errors = protocol_errors_;
   stats.rings = rings_.size();

@@ -5,9 +5,13 @@
 // gRPC reactor ever blocks on a device.
 //
 // The worker sleeps on one thing, the device's doorbell (shared/os/doorbell.h),
-// with the timeout of its next poll or heartbeat: the daemon's own threads
-// ring it after queueing work (Submit, Reject, RetireRing), and clients ring
-// it after writing their rings' request rings (shared/protocol/request_queue.h).
+// with the timeout of its next fallback poll, copy-completion check or
+// heartbeat: the daemon's own threads ring it after queueing work (Submit,
+// Reject, RetireRing), and clients ring it after writing their rings' request
+// rings (shared/protocol/request_queue.h) and when a slot's free[s] has
+// completed (their release notifications, shared/protocol/load_protocol.h).
+// A ring it cannot wake the worker for is one whose client does not notify:
+// its copies wait for the fallback poll, which slows that client only.
 #ifndef BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 #define BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 
@@ -26,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/device/copy_tracker.h"
 #include "daemon/device/load_resolver.h"
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
@@ -55,7 +60,8 @@ struct LoadTask {
   uint32_t generation = 0;
   const std::byte* source = nullptr;  // the block's master bytes
   size_t bytes = 0;
-  std::shared_ptr<const void> keep_alive;  // keeps `source` mapped until copied
+  // Keeps `source` mapped until the copy reading it has completed.
+  std::shared_ptr<const void> keep_alive;
   std::string model_id;
   uint32_t block = 0;
   std::shared_ptr<LoadEventSink> sink;
@@ -105,8 +111,9 @@ struct RingTrace {
   uint64_t invalid = 0;  // entries that are not the client's kinds, ring or slots
 };
 
-// What a worker holds for Admin.Trace: its own events (accepted, copy
-// issued/done, filled, rejected), oldest first, and every ring's client trace.
+// What a worker holds for Admin.Trace: its own events (accepted, release
+// notified, copy issued/done, filled, rejected), oldest first, and every
+// ring's client trace.
 struct DeviceTrace {
   std::vector<TraceEvent> events;
   uint64_t lost = 0;
@@ -122,10 +129,15 @@ inline constexpr size_t kRetiredRingTraces = 128;
 struct DeviceStats {
   uint64_t loads = 0;
   uint64_t bytes = 0;
-  double copy_seconds = 0;  // time the copy stream was busy
+  double copy_seconds = 0;   // time the copy stream was busy
   uint64_t queue_depth = 0;  // loads accepted but not yet issued
   uint64_t protocol_errors = 0;
   uint64_t rings = 0;
+  // How the worker learnt that each issued copy's slot was released
+  // (RingProducer::ReleaseSeen).
+  uint64_t releases_at_request = 0;
+  uint64_t releases_notified = 0;
+  uint64_t releases_polled = 0;
 };
 
 class DeviceWorker {
@@ -192,11 +204,15 @@ class DeviceWorker {
   // Issues what can be issued; returns when copies still waiting for a
   // `free` should next be polled (InfiniteFuture: none waits).
   absl::Time PollRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Traces and counts what Poll issued on `ring`, and hands it to copies_.
+  void IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
+                std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Retires completed copies; returns when to look again.
+  absl::Time RetireCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
-              const std::shared_ptr<LoadEventSink>& sink)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+              const std::shared_ptr<LoadEventSink>& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Into trace_ (the worker thread's own ring).
   void RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot, uint32_t generation,
                    uint64_t bytes, uint64_t time_ns = MonotonicNanos());
@@ -206,7 +222,7 @@ class DeviceWorker {
   const uint64_t boot_id_;
   // Used by the worker thread only, after construction.
   std::unique_ptr<Stream> copy_stream_;
-  const std::unique_ptr<Doorbell> doorbell_;  // thread-safe
+  const std::unique_ptr<Doorbell> doorbell_;                       // thread-safe
   std::vector<RequestValues> entries_ ABSL_GUARDED_BY(rings_mu_);  // ReadRequestRings scratch
 
   mutable absl::Mutex queue_mu_;
@@ -221,17 +237,17 @@ class DeviceWorker {
   uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
   absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
 
-  // Copy accounting, updated from the copy stream's host functions.
-  struct CopyClock;
-  std::shared_ptr<CopyClock> clock_;
+  // The copies issued and not yet seen complete, with their keep-alives.
+  CopyTracker copies_ ABSL_GUARDED_BY(rings_mu_);
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> releases_at_request_{0};
+  std::atomic<uint64_t> releases_notified_{0};
+  std::atomic<uint64_t> releases_polled_{0};
 
-  // Tracing: trace_ is written by the worker thread only, copies_done_trace_
-  // by the copy stream's host functions only (one writer each); readers are
+  // Tracing: trace_ is written by the worker thread only; readers are
   // Admin.Trace threads. Client traces of freed rings are kept, bounded.
   TraceBuffer trace_{kDeviceTraceCapacity};
-  std::shared_ptr<TraceBuffer> copies_done_trace_;
   std::deque<RingTrace> retired_traces_ ABSL_GUARDED_BY(rings_mu_);
   uint64_t retired_traces_dropped_ ABSL_GUARDED_BY(rings_mu_) = 0;
 

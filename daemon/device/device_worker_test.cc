@@ -28,6 +28,7 @@
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
+#include "tests/support/held_copy_device.h"
 #include "tests/support/recording_load_sink.h"
 
 namespace blockswap::daemon {
@@ -49,6 +50,9 @@ using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 struct TestRing {
   uint64_t id = 0;
   std::unique_ptr<RingImport> client;
+  // The client's release notifications, when it sends them; destroyed
+  // (drained) before `client`, into which its host functions write.
+  std::unique_ptr<Stream> notifier;
   std::unique_ptr<RingConsumer> consumer;
 
   const DaemonControlBlock& control() const { return client->control(); }
@@ -83,14 +87,28 @@ class DeviceWorkerTest : public ::testing::Test {
     // A test that failed half-way may leave the compute stream held.
     if (!release_compute_.HasBeenNotified()) release_compute_.Notify();
     if (compute_ != nullptr) (void)compute_->Synchronize();
+    if (held_ != nullptr) held_->ReleaseCopies();
     rings_.clear();
     worker_.reset();
     compute_.reset();
   }
 
-  // Creates ring `id` on the worker and imports it as a client would.
+  // Replaces the worker by one whose copies run only once the test calls
+  // held_->ReleaseCopies(); before any ring is created.
+  void HoldCopies() {
+    held_ = std::make_unique<::blockswap::testing::HeldCopyDevice>(*device_);
+    worker_.reset();
+    auto started = DeviceWorker::Start(*held_, kBootId);
+    ASSERT_TRUE(started.ok()) << started.status();
+    worker_ = std::move(started).value();
+  }
+
+  // Creates ring `id` on the worker and imports it as a client would; with
+  // `notify` its consumer tells the worker when a slot's free completes, as
+  // the client library does.
   TestRing& CreateRing(uint64_t id, uint32_t slots = 2,
-                       std::shared_ptr<const LoadResolver> resolver = nullptr) {
+                       std::shared_ptr<const LoadResolver> resolver = nullptr,
+                       bool notify = false) {
     auto exported = worker_->CreateRing(id, kSessionId, RingShape{slots, kSlotBytes},
                                         RingOwner{static_cast<uint32_t>(::getpid()), "test"},
                                         std::move(resolver));
@@ -100,7 +118,13 @@ class DeviceWorkerTest : public ::testing::Test {
     auto ring = std::make_unique<TestRing>();
     ring->id = id;
     ring->client = std::move(imported).value();
-    ring->consumer = std::make_unique<RingConsumer>(*ring->client);
+    if (notify) {
+      auto notifier = device_->CreateStream();
+      EXPECT_TRUE(notifier.ok()) << notifier.status();
+      ring->notifier = std::move(notifier).value();
+    }
+    ring->consumer = std::make_unique<RingConsumer>(
+        *ring->client, ConsumerOptions{.notifier = ring->notifier.get()});
     rings_.push_back(std::move(ring));
     return *rings_.back();
   }
@@ -172,8 +196,24 @@ class DeviceWorkerTest : public ::testing::Test {
   // Holds the compute stream until release_compute_ is notified: a slot
   // released on it after this call is still in use by the client.
   void HoldCompute() {
-    ASSERT_TRUE(
-        compute_->LaunchHostFunc([this] { release_compute_.WaitForNotification(); }).ok());
+    ASSERT_TRUE(compute_->LaunchHostFunc([this] { release_compute_.WaitForNotification(); }).ok());
+  }
+
+  // Loads slot 0 of `ring` twice: the second load is requested while the
+  // held compute still uses the slot, so its copy waits for the release.
+  // Returns the statistics from between the two loads.
+  DeviceStats LoadAgainBehindHeldCompute(TestRing& ring) {
+    RequestLoad(ring, 0, block_a_);
+    EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
+    const DeviceStats before = worker_->stats();
+    HoldCompute();
+    RequestLoad(ring, 0, block_b_);
+    AwaitWorkerPasses(2);
+    EXPECT_EQ(ring.filled_seq(0), 1u) << "copied into a slot the client still uses";
+    release_compute_.Notify();
+    EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
+    EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
+    return before;
   }
 
   std::vector<RingSnapshot> SnapshotOf(uint64_t ring_id) const {
@@ -186,6 +226,7 @@ class DeviceWorkerTest : public ::testing::Test {
 
   std::unique_ptr<Backend> backend_;
   Device* device_ = nullptr;
+  std::unique_ptr<::blockswap::testing::HeldCopyDevice> held_;  // see HoldCopies()
   std::unique_ptr<DeviceWorker> worker_;
   std::unique_ptr<Stream> compute_;  // the client's stream that uses the slots
   absl::Notification release_compute_;
@@ -236,6 +277,83 @@ TEST_F(DeviceWorkerTest, ALoadIsCopiedOnlyAfterTheSlotsFreeEventHasCompleted) {
   EXPECT_EQ(ring.filled_seq(0), 1u);
   EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
   EXPECT_EQ(worker_->stats().queue_depth, 0u);
+}
+
+// The second load waits for the held compute; its release is then seen by
+// the notification.
+TEST_F(DeviceWorkerTest, AReleaseTheClientNotifiesIsSeenByTheNotification) {
+  TestRing& ring = CreateRing(1, 2, nullptr, /*notify=*/true);
+  const DeviceStats before = LoadAgainBehindHeldCompute(ring);
+  const DeviceStats after = worker_->stats();
+  EXPECT_EQ(after.releases_at_request, before.releases_at_request);
+  EXPECT_EQ(after.releases_notified - before.releases_notified, 1u);
+  EXPECT_EQ(after.releases_polled - before.releases_polled, 0u);
+  std::vector<TraceEvent> notified;
+  for (const TraceEvent& event : worker_->ReadTrace(0).events) {
+    if (event.kind == TraceKind::kReleaseNotified) notified.push_back(event);
+  }
+  ASSERT_FALSE(notified.empty()) << "the notification is traced";
+  EXPECT_EQ(notified.back().generation, 2u);
+}
+
+TEST_F(DeviceWorkerTest, AReleaseNobodyNotifiesIsFoundByTheFallbackPoll) {
+  TestRing& ring = CreateRing(1);
+  const DeviceStats before = LoadAgainBehindHeldCompute(ring);
+  const DeviceStats after = worker_->stats();
+  EXPECT_EQ(after.releases_at_request, before.releases_at_request);
+  EXPECT_EQ(after.releases_notified - before.releases_notified, 0u);
+  EXPECT_EQ(after.releases_polled - before.releases_polled, 1u);
+}
+
+// The notification only wakes the worker: it copies once its own query of
+// free[s] says so, whatever the client wrote.
+TEST_F(DeviceWorkerTest, AReleaseAnnouncedBeforeTheSlotsFreeCompletedCopiesNothing) {
+  TestRing& ring = CreateRing(1);
+  HoldCompute();
+  const uint32_t generation = RequestLoad(ring, 0, block_a_);
+  ClientControlBlock& control = ring.client->client_control();
+  control.releasable_seq[0].store(generation, std::memory_order_release);
+  ring.client->doorbell()->Ring();
+  AwaitWorkerPasses(3);
+  EXPECT_EQ(ring.filled_seq(0), 0u) << "a client's word made the daemon copy early";
+  EXPECT_FALSE(SlotHolds(ring, 0, block_a_)) << "the slot's bytes changed under the client";
+  release_compute_.Notify();
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
+}
+
+// An eviction drops the model store's reference to a model's masters; the
+// copies reading them hold theirs (LoadTask::keep_alive) until they have
+// completed, not until the slot's next request.
+TEST_F(DeviceWorkerTest, AnEvictedMasterStaysMappedUntilTheQueuedCopyFromItCompletes) {
+  HoldCopies();
+  TestRing& ring = CreateRing(1, 2, nullptr, /*notify=*/true);
+  auto master_a = std::make_shared<std::vector<std::byte>>(block_a_);
+  auto master_b = std::make_shared<std::vector<std::byte>>(block_b_);
+  std::weak_ptr<std::vector<std::byte>> a = master_a, b = master_b;
+  auto submit = [&](std::shared_ptr<std::vector<std::byte>>& master) {
+    absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(0, *compute_);
+    ASSERT_TRUE(generation.ok()) << generation.status();
+    LoadTask task = Task(ring, 0, *generation, *master);
+    task.keep_alive = std::move(master);  // the worker holds the only reference
+    worker_->Submit(std::move(task));
+  };
+  submit(master_a);
+  ASSERT_TRUE(ring.consumer->Drain(kHangGuard).ok()) << "issued (its copy is held)";
+  submit(master_b);  // the slot's next request, while the copy of A is queued
+  AwaitWorkerPasses(3);
+  EXPECT_FALSE(a.expired()) << "the master of a queued copy was let go";
+  EXPECT_FALSE(b.expired());
+
+  held_->ReleaseCopies();
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while ((!a.expired() || !b.expired()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  EXPECT_TRUE(a.expired()) << "a completed copy still holds its master";
+  EXPECT_TRUE(b.expired());
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
 }
 
 TEST_F(DeviceWorkerTest, ACopyHeldBackOnOneRingDoesNotDelayAnotherRing) {

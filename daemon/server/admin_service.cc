@@ -129,6 +129,9 @@ v1::StatsReply BuildStats(const DaemonView& view) {
     out->set_queue_depth(stats.queue_depth);
     out->set_protocol_errors(stats.protocol_errors);
     out->set_rings(static_cast<uint32_t>(stats.rings));
+    out->set_releases_at_request(stats.releases_at_request);
+    out->set_releases_notified(stats.releases_notified);
+    out->set_releases_polled(stats.releases_polled);
     for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;
   }
   for (const auto& session : view.sessions->Sessions()) {

@@ -157,6 +157,15 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
              [](const DeviceMetrics& d) { return d.stats.protocol_errors; });
   per_device("device_rings", "gauge", "rings on the device",
              [](const DeviceMetrics& d) { return d.stats.rings; });
+  per_device("device_releases_at_request_total", "counter",
+             "copies whose slot was already free when their request arrived",
+             [](const DeviceMetrics& d) { return d.stats.releases_at_request; });
+  per_device("device_releases_notified_total", "counter",
+             "copies issued when the client's notification said their slot was free",
+             [](const DeviceMetrics& d) { return d.stats.releases_notified; });
+  per_device("device_releases_polled_total", "counter",
+             "copies whose free slot the fallback poll found (the client did not notify)",
+             [](const DeviceMetrics& d) { return d.stats.releases_polled; });
 
   auto per_client = [&](absl::string_view name, absl::string_view type, absl::string_view help,
                         auto value) {

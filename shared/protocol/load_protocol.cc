@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
-
-#include "absl/strings/string_view.h"
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "shared/os/futex.h"
+#include "absl/strings/string_view.h"
 #include "shared/base/status.h"
+#include "shared/os/futex.h"
 
 namespace blockswap {
 namespace {
@@ -39,12 +38,17 @@ absl::string_view ProtocolStepName(ProtocolStep step) {
       return "daemon-record-ready";
     case ProtocolStep::kDaemonPublishFilled:
       return "daemon-publish-filled";
+    case ProtocolStep::kClientNotifyRelease:
+      return "client-notify-release";
   }
   return "unknown";
 }
 
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
-  for (ProtocolStep step : kAllProtocolSteps) {
+  for (ProtocolStep step : kSafetyProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
+  for (ProtocolStep step : kSpeedProtocolSteps) {
     if (ProtocolStepName(step) == name) return step;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
@@ -79,25 +83,26 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
     error = absl::InvalidArgumentError(
         absl::StrCat("slot ", slot, " out of range (ring has ", shape.slot_count, " slots)"));
   } else if (bytes > shape.slot_bytes) {
-    error = absl::InvalidArgumentError(absl::StrCat(
-        "block of ", bytes, " bytes does not fit slot ", slot, " of ", shape.slot_bytes, " bytes"));
+    error = absl::InvalidArgumentError(absl::StrCat("block of ", bytes, " bytes does not fit slot ",
+                                                    slot, " of ", shape.slot_bytes, " bytes"));
   } else if (pending_[slot].active) {
     error = absl::FailedPreconditionError(
         absl::StrCat("slot ", slot, " generation ", generation, " requested while generation ",
                      pending_[slot].generation, " is still pending"));
   } else {
     uint32_t filled = ring_.control().filled_seq[slot].load(std::memory_order_relaxed);
-    uint32_t consumed =
-        ring_.client_control().consumed_seq[slot].load(std::memory_order_acquire);
+    uint32_t consumed = ring_.client_control().consumed_seq[slot].load(std::memory_order_acquire);
     if (generation != filled + 1) {
-      error = absl::FailedPreconditionError(
-          absl::StrCat("slot ", slot, " generation ", generation,
-                       " requested, but the next generation is ", filled + 1));
+      error = absl::FailedPreconditionError(absl::StrCat("slot ", slot, " generation ", generation,
+                                                         " requested, but the next generation is ",
+                                                         filled + 1));
     } else if (consumed != generation - 1) {
       // Loading now could overwrite bytes the client is still reading.
-      error = absl::FailedPreconditionError(absl::StrCat(
-          "slot ", slot, " generation ", generation, " requested, but the client published "
-          "consumed_seq=", consumed, " (must be ", generation - 1, " before the request)"));
+      error = absl::FailedPreconditionError(absl::StrCat("slot ", slot, " generation ", generation,
+                                                         " requested, but the client published "
+                                                         "consumed_seq=",
+                                                         consumed, " (must be ", generation - 1,
+                                                         " before the request)"));
     }
   }
   if (!error.ok()) {
@@ -108,24 +113,58 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RingProducer::Poll(std::vector<Issued>* issued_out) {
+bool RingProducer::Announced(uint32_t slot, const PendingLoad& load) const {
+  return ring_.client_control().releasable_seq[slot].load(std::memory_order_acquire) ==
+         load.generation;
+}
+
+bool RingProducer::HasAnnouncedRelease() const {
+  if (!status_.ok()) return false;
+  for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
+    const PendingLoad& load = pending_[slot];
+    if (load.active && (!load.looked_at || Announced(slot, load))) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* issued_out) {
   BLOCKSWAP_RETURN_IF_ERROR(status_);
   int issued = 0;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
-    if (!pending_[slot].active) continue;
+    PendingLoad& load = pending_[slot];
+    if (!load.active) continue;
+    ReleaseSeen seen = ReleaseSeen::kAtRequest;
+    if (load.looked_at) {
+      seen = Announced(slot, load) ? ReleaseSeen::kByNotification : ReleaseSeen::kByPoll;
+      if (seen == ReleaseSeen::kByPoll && !fallback_poll) continue;
+    }
     if (!Skipped(ProtocolStep::kDaemonAwaitFree)) {
-      // A host-side poll, never a GPU-side wait: a client that dies with its
-      // free record pending must not be able to hang the copy stream.
+      // The daemon's own query, whatever the client announced: a client's
+      // word can wake the worker, never make it copy early. A host-side
+      // query, never a GPU-side wait: a client that dies with its free record
+      // pending must not be able to hang the copy stream.
       absl::StatusOr<bool> released = ring_.free(slot).Query();
       if (!released.ok()) {
         Fail(released.status(), slot);
         return released.status();
       }
+      load.looked_at = true;
       if (!*released) continue;
     }
-    PendingLoad load = pending_[slot];
-    pending_[slot].active = false;
-    if (absl::Status issued_status = Issue(slot, load, issued_out); !issued_status.ok()) {
+    // A client that notifies (it announced some generation of this slot
+    // before) gets kNotifyGrace for the notification to land.
+    if (seen == ReleaseSeen::kByPoll &&
+        ring_.client_control().releasable_seq[slot].load(std::memory_order_relaxed) != 0) {
+      const uint64_t now = MonotonicNanos();
+      if (load.unannounced_since_ns == 0) load.unannounced_since_ns = now;
+      if (now - load.unannounced_since_ns <
+          static_cast<uint64_t>(absl::ToInt64Nanoseconds(kNotifyGrace))) {
+        continue;
+      }
+    }
+    PendingLoad taken = load;
+    load.active = false;
+    if (absl::Status issued_status = Issue(slot, taken, seen, issued_out); !issued_status.ok()) {
       Fail(issued_status, slot);
       return issued_status;
     }
@@ -134,7 +173,7 @@ absl::StatusOr<int> RingProducer::Poll(std::vector<Issued>* issued_out) {
   return issued;
 }
 
-absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load,
+absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, ReleaseSeen release,
                                  std::vector<Issued>* issued) {
   const uint64_t issued_ns = issued != nullptr ? MonotonicNanos() : 0;
   BLOCKSWAP_RETURN_IF_ERROR(
@@ -150,7 +189,12 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load,
     FutexWakeAll(&filled);
   }
   if (issued != nullptr) {
-    issued->push_back(Issued{slot, load.generation, load.bytes, issued_ns, MonotonicNanos()});
+    const uint64_t notified_ns =
+        release == ReleaseSeen::kByNotification
+            ? ring_.client_control().released_ns[slot].load(std::memory_order_relaxed)
+            : 0;
+    issued->push_back(Issued{slot, load.generation, load.bytes, issued_ns, MonotonicNanos(),
+                             release, notified_ns});
   }
   return absl::OkStatus();
 }
@@ -216,11 +260,29 @@ absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
     ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
   }
   RecordTrace(TraceKind::kRelease, slot, requested_[slot], MonotonicNanos());
-  return absl::OkStatus();
+  return NotifyRelease(slot, requested_[slot] + 1);
 }
 
-void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation,
-                               uint64_t time_ns, uint64_t value, uint16_t flags) {
+absl::Status RingConsumer::NotifyRelease(uint32_t slot, uint32_t releasable) {
+  Doorbell* doorbell = ring_.doorbell();
+  if (options_.notifier == nullptr || doorbell == nullptr ||
+      Skipped(ProtocolStep::kClientNotifyRelease)) {
+    return absl::OkStatus();
+  }
+  // The side stream's wait binds to the record just issued. Its host
+  // function touches only shared memory and the doorbell (no backend call,
+  // as a CUDA host function must not make CUDA calls).
+  BLOCKSWAP_RETURN_IF_ERROR(options_.notifier->Wait(ring_.free(slot)));
+  ClientControlBlock& control = ring_.client_control();
+  return options_.notifier->LaunchHostFunc([&control, doorbell, slot, releasable] {
+    control.released_ns[slot].store(MonotonicNanos(), std::memory_order_relaxed);
+    control.releasable_seq[slot].store(releasable, std::memory_order_release);
+    doorbell->Ring();
+  });
+}
+
+void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
+                               uint64_t value, uint16_t flags) {
   TraceEvent event;
   event.time_ns = time_ns;
   event.ring_id = ring_.ring_id();
@@ -296,15 +358,14 @@ absl::Status RingConsumer::CheckHealth() const {
     uint64_t last = status.heartbeat_ms.load(std::memory_order_acquire);
     uint64_t now = MonotonicMillis();
     if (now > last && absl::Milliseconds(now - last) > options_.heartbeat_timeout) {
-      return absl::UnavailableError(absl::StrCat("daemon silent for ", now - last,
-                                                 " ms (ring ", ring_.ring_id(), ")"));
+      return absl::UnavailableError(
+          absl::StrCat("daemon silent for ", now - last, " ms (ring ", ring_.ring_id(), ")"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation,
-                                       absl::Duration timeout) {
+absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout) {
   const std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
   // A stall: the slot was not filled yet when the client came to use it.
   const bool stalled = filled.load(std::memory_order_acquire) != generation;
@@ -317,10 +378,10 @@ absl::Status RingConsumer::AwaitFilled(uint32_t slot, uint32_t generation,
   RecordTrace(TraceKind::kWait, slot, generation, started_ns, ended_ns - started_ns,
               stalled ? kTraceStalled : 0);
   if (absl::IsDeadlineExceeded(waited)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "slot ", slot, " generation ", generation, " not filled within ",
-        absl::FormatDuration(timeout), " (ring ", ring_.ring_id(), ", filled_seq=",
-        filled.load(std::memory_order_relaxed), ")"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("slot ", slot, " generation ", generation, " not filled within ",
+                     absl::FormatDuration(timeout), " (ring ", ring_.ring_id(),
+                     ", filled_seq=", filled.load(std::memory_order_relaxed), ")"));
   }
   return waited;
 }

@@ -4,10 +4,16 @@
 // Generation g of slot s:
 //  1. client  (RingConsumer::BeginLoad)  record free[s] on the stream that used
 //             the slot, publish consumed_seq[s] = g-1, then send the request.
+//     client  (RingConsumer::Release, with a notifier stream) make a side
+//             stream wait on free[s] and queue there a host function that
+//             publishes releasable_seq[s] = g and rings the device's doorbell
+//             (the compute stream gets no host function).
 //  2. daemon  (RingProducer::Submit/Poll) check consumed_seq[s] == g-1; once
-//             free[s] has completed (polled on the host, never a GPU-side
-//             wait on a client's event) copy master -> slot, record ready[s],
-//             publish filled_seq[s] = g and wake waiters.
+//             free[s] has completed — woken by the notification, but trusting
+//             only its own query of free[s] (never a GPU-side wait on a
+//             client's event); a slow fallback poll covers a client that does
+//             not notify — copy master -> slot, record ready[s], publish
+//             filled_seq[s] = g and wake waiters.
 //  3. client  (RingConsumer::AwaitLoaded) wait until filled_seq[s] == g,
 //             checking the status word, then make the stream wait on ready[s].
 // So every cross-process wait is issued only after the record it must bind
@@ -21,9 +27,9 @@
 #include <ostream>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "shared/backend/backend.h"
 #include "shared/protocol/ring.h"
@@ -39,15 +45,21 @@ enum class ProtocolStep : uint32_t {
   kClientPublishConsumed,
   kClientAwaitFilled,
   kClientStreamWaitReady,
-  kDaemonAwaitFree,
+  kDaemonAwaitFree,  // the daemon's own query of free[s] before a copy
   kDaemonRecordReady,
   kDaemonPublishFilled,
+  // Speed only: without it the daemon finds releases by its fallback poll.
+  kClientNotifyRelease,
 };
-inline constexpr ProtocolStep kAllProtocolSteps[] = {
+// The steps whose loss is a correctness bug: skipping any one of them must
+// make a test see wrong bytes or an error.
+inline constexpr ProtocolStep kSafetyProtocolSteps[] = {
     ProtocolStep::kClientRecordFree,   ProtocolStep::kClientPublishConsumed,
     ProtocolStep::kClientAwaitFilled,  ProtocolStep::kClientStreamWaitReady,
     ProtocolStep::kDaemonAwaitFree,    ProtocolStep::kDaemonRecordReady,
     ProtocolStep::kDaemonPublishFilled};
+// The steps whose loss costs only speed; tests check their counters instead.
+inline constexpr ProtocolStep kSpeedProtocolSteps[] = {ProtocolStep::kClientNotifyRelease};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
@@ -64,6 +76,10 @@ absl::Status SkipProtocolStepsFromEnvironment();
 // Thread-compatible: the daemon's device worker owns it.
 class RingProducer {
  public:
+  // How long a notifying client's notification may lag its free[s]'s
+  // completion before the fallback poll issues the copy without it.
+  static constexpr absl::Duration kNotifyGrace = absl::Milliseconds(5);
+
   // `ring` and `copy_stream` (on the ring's device) must outlive this object.
   RingProducer(DaemonRing& ring, Stream& copy_stream);
 
@@ -73,19 +89,36 @@ class RingProducer {
   // copied. `source` must stay valid until the copy completes.
   absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes);
 
-  // What Poll issued, for the daemon's trace (trace_log.h).
+  // How the daemon learnt that a copy's slot was released.
+  enum class ReleaseSeen : uint8_t {
+    kAtRequest,       // free[s] had completed when the request was first looked at
+    kByNotification,  // the client's notification (releasable_seq) said so
+    kByPoll,          // the fallback poll found it without a notification
+  };
+
+  // What Poll issued, for the daemon's trace (trace_log.h) and statistics.
   struct Issued {
     uint32_t slot = 0;
     uint32_t generation = 0;
     uint64_t bytes = 0;
     uint64_t issued_ns = 0;  // before the copy was queued
     uint64_t filled_ns = 0;  // after filled_seq was published
+    ReleaseSeen release = ReleaseSeen::kAtRequest;
+    uint64_t notified_ns = 0;  // kByNotification: when the client's notifier ran
   };
 
-  // Issues the queued copies whose slot has been released (free[s] done);
-  // returns how many, and appends each to `issued` when given. A device
-  // error fails the ring.
-  absl::StatusOr<int> Poll(std::vector<Issued>* issued = nullptr);
+  // Issues the queued copies whose slot has been released; returns how many,
+  // and appends each to `issued` when given. A slot is queried (free[s]) when
+  // its request is new, when the client announced its release
+  // (releasable_seq), and when `fallback_poll` is set (the caller's slow
+  // timer). A client that notifies is given kNotifyGrace for its
+  // notification to land before the fallback poll issues a copy, so that the
+  // counters say which path saw the release. A device error fails the ring.
+  absl::StatusOr<int> Poll(bool fallback_poll, std::vector<Issued>* issued = nullptr);
+
+  // Whether a pending copy's slot was announced released by the client and
+  // not yet looked at: the device worker's reason not to sleep.
+  bool HasAnnouncedRelease() const;
 
   bool has_pending() const { return pending_count() > 0; }
   int pending_count() const;
@@ -102,8 +135,15 @@ class RingProducer {
     uint32_t generation = 0;
     const void* source = nullptr;
     size_t bytes = 0;
+    bool looked_at = false;  // free[s] was queried once since the request
+    // When the fallback poll first found free[s] complete without a
+    // notification from a client that notifies (0: not yet).
+    uint64_t unannounced_since_ns = 0;
   };
-  absl::Status Issue(uint32_t slot, const PendingLoad& load, std::vector<Issued>* issued);
+  // Whether the client announced that `load`'s slot may take its generation.
+  bool Announced(uint32_t slot, const PendingLoad& load) const;
+  absl::Status Issue(uint32_t slot, const PendingLoad& load, ReleaseSeen release,
+                     std::vector<Issued>* issued);
 
   DaemonRing& ring_;
   Stream& copy_stream_;
@@ -119,6 +159,13 @@ struct ConsumerOptions {
   // Checked with the status word on every wake: a non-OK answer (the
   // client's connection to the daemon broke, say) ends a wait at once.
   std::function<absl::Status()> liveness;
+  // The side stream (on the ring's device) that tells the daemon when a
+  // slot's free[s] has completed: it waits on free[s], then a host function
+  // publishes releasable_seq and rings the ring's doorbell. Null, or a ring
+  // without a doorbell: no notifications (the daemon's fallback poll finds
+  // the releases, slowly). Must outlive the consumer's notifications: the
+  // caller destroys (drains) it before the ring.
+  Stream* notifier = nullptr;
 };
 
 // The client's half for one ring. Thread-compatible: one thread drives it.
@@ -158,6 +205,9 @@ class RingConsumer {
 
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
+  // Queues the notification that generation `releasable` may be copied into
+  // `slot` once the free[s] just recorded has completed.
+  absl::Status NotifyRelease(uint32_t slot, uint32_t releasable);
   absl::Status CheckSlot(uint32_t slot) const;
   // Into the ring's trace buffer (trace_log.h): a clock read and a few stores.
   void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,

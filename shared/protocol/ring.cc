@@ -7,8 +7,8 @@ namespace blockswap {
 
 absl::Status ValidateRingShape(const RingShape& shape) {
   if (shape.slot_count == 0 || shape.slot_count > kMaxRingSlots) {
-    return absl::InvalidArgumentError(absl::StrCat("ring of ", shape.slot_count,
-                                                   " slots (must be 1..", kMaxRingSlots, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring of ", shape.slot_count, " slots (must be 1..", kMaxRingSlots, ")"));
   }
   if (shape.slot_bytes == 0) return absl::InvalidArgumentError("ring slots of 0 bytes");
   // Keeps slot_count * stride far from overflow.
@@ -47,10 +47,9 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
   control.status.error_slot.store(UINT32_MAX, std::memory_order_relaxed);
   control.status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
 
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      ring->client_control_,
-      SharedMemory::Create(absl::StrCat("ring-", ring_id, "-client-control"),
-                           kClientControlObjectBytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_,
+                             SharedMemory::Create(absl::StrCat("ring-", ring_id, "-client-control"),
+                                                  kClientControlObjectBytes));
   {
     // Written once before the client has it; the daemon's lasting mapping
     // below is read-only.
@@ -103,8 +102,8 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
       exported.free_events.size() != shape.slot_count) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ring ", exported.ring_id, " announces ", shape.slot_count, " slots but carries ",
-        exported.slot_offsets.size(), " offsets, ", exported.ready_events.size(),
-        " ready and ", exported.free_events.size(), " free events"));
+        exported.slot_offsets.size(), " offsets, ", exported.ready_events.size(), " ready and ",
+        exported.free_events.size(), " free events"));
   }
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
     uint64_t offset = exported.slot_offsets[s];
@@ -135,8 +134,7 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ring->memory_, device.ImportMemory(std::move(exported.memory), exported.memory_bytes));
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready,
-                               device.ImportEvent(std::move(exported.ready_events[s])));
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.ImportEvent(std::move(exported.ready_events[s])));
     BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.ImportEvent(std::move(exported.free_events[s])));
     ring->ready_.push_back(std::move(ready));
     ring->free_.push_back(std::move(free));
@@ -150,11 +148,16 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
       SharedMemory client_control,
       SharedMemory::Adopt(std::move(exported.client_control), kClientControlObjectBytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->client_control_map_, client_control.Map(Access::kReadWrite));
-  ring->trace_ = TraceLog(
-      static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
-      kClientTraceCapacity);
+  ring->trace_ =
+      TraceLog(static_cast<std::byte*>(ring->client_control_map_.data()) + kClientTraceOffset,
+               kClientTraceCapacity);
 
-  if (exported.request_ring_capacity != 0) {
+  if (exported.request_ring_capacity != 0 && !exported.doorbell.bell.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring ", exported.ring_id, " announces a request ring but carries no doorbell"));
+  }
+  ring->has_request_ring_ = exported.request_ring_capacity != 0;
+  if (exported.doorbell.bell.valid()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(ring->doorbell_, Doorbell::Import(std::move(exported.doorbell)));
   }
 
@@ -162,9 +165,9 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
   if (control.magic != kDaemonControlMagic || control.version != kControlBlockVersion ||
       control.slot_count != shape.slot_count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ring ", exported.ring_id, ": daemon control block has magic ", control.magic,
-        " version ", control.version, " slots ", control.slot_count, "; expected version ",
-        kControlBlockVersion, " with ", shape.slot_count, " slots"));
+        "ring ", exported.ring_id, ": daemon control block has magic ", control.magic, " version ",
+        control.version, " slots ", control.slot_count, "; expected version ", kControlBlockVersion,
+        " with ", shape.slot_count, " slots"));
   }
   const ClientControlBlock& client = ring->client_control();
   if (client.magic != kClientControlMagic || client.slot_count != shape.slot_count) {

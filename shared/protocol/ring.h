@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "shared/backend/backend.h"
-#include "shared/protocol/control_block.h"
 #include "shared/os/doorbell.h"
 #include "shared/os/shared_memory.h"
+#include "shared/protocol/control_block.h"
 #include "shared/protocol/trace_log.h"
 
 namespace blockswap {
@@ -55,9 +55,10 @@ struct RingExport {
   UniqueFd daemon_control;  // read-only descriptor
   UniqueFd client_control;  // read-write descriptor
   uint64_t boot_id = 0;
-  // The load fast path, when granted: kRequestRingCapacity, and the device's
-  // doorbell (DeviceWorker adds it); 0 and no descriptors otherwise.
+  // The load fast path, when granted: kRequestRingCapacity; 0 otherwise.
   uint32_t request_ring_capacity = 0;
+  // The device's doorbell (DeviceWorker adds it to every ring): rung after
+  // writing the request ring and by the client's release notifications.
   DoorbellExport doorbell;
 };
 
@@ -126,8 +127,10 @@ class RingImport {
   }
   // This ring's trace buffer; its one writer is the ring's RingConsumer.
   TraceLog& trace() { return trace_; }
-  // The device's doorbell when the daemon granted a request ring, else null.
+  // The device's doorbell, or null from a daemon that sent none.
   Doorbell* doorbell() const { return doorbell_.get(); }
+  // Whether the daemon granted a request ring (the load fast path).
+  bool has_request_ring() const { return has_request_ring_; }
 
  private:
   RingImport() = default;
@@ -139,10 +142,11 @@ class RingImport {
   std::unique_ptr<DeviceMemory> memory_;
   std::vector<std::unique_ptr<Event>> ready_;
   std::vector<std::unique_ptr<Event>> free_;
-  Mapping daemon_control_map_;  // read-only
-  Mapping client_control_map_;  // read-write
+  Mapping daemon_control_map_;                     // read-only
+  Mapping client_control_map_;                     // read-write
   TraceLog trace_{nullptr, kClientTraceCapacity};  // in client_control_map_
   std::unique_ptr<Doorbell> doorbell_;
+  bool has_request_ring_ = false;
 };
 
 }  // namespace blockswap

@@ -27,7 +27,7 @@ class RingConsumerTest : public ::testing::Test {
     ASSERT_TRUE(producer_->Submit(slot, generation, source_, sizeof(source_)).ok());
     for (absl::Time until = absl::Now() + absl::Seconds(5);
          producer_->has_pending() && absl::Now() < until; absl::SleepFor(absl::Microseconds(50))) {
-      ASSERT_TRUE(producer_->Poll().ok());
+      ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
     }
     ASSERT_FALSE(producer_->has_pending());
   }
@@ -55,11 +55,11 @@ TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
   // ...so the next load must wait for that use, not for the first one.
   uint32_t g2 = consumer_->BeginLoad(0, *compute_).value();
   ASSERT_TRUE(producer_->Submit(0, g2, source_, sizeof(source_)).ok());
-  ASSERT_TRUE(producer_->Poll().ok());
+  ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
   EXPECT_TRUE(producer_->has_pending()) << "the copy would overwrite a slot still in use";
   finish_compute.Notify();
   ASSERT_TRUE(compute_->Synchronize().ok());
-  ASSERT_TRUE(producer_->Poll().ok());
+  ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
   EXPECT_FALSE(producer_->has_pending()) << "the use is over: the copy may go";
   EXPECT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
 }

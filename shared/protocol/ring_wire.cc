@@ -1,8 +1,7 @@
 #include "shared/protocol/ring_wire.h"
 
-
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "shared/base/status.h"
 
 namespace blockswap {
@@ -16,8 +15,7 @@ v1::FdRef AddFd(UniqueFd fd, uint64_t batch, std::vector<UniqueFd>& fds) {
   return ref;
 }
 
-v1::ExportedHandle HandleToWire(ExportedHandle handle, uint64_t batch,
-                                std::vector<UniqueFd>& fds) {
+v1::ExportedHandle HandleToWire(ExportedHandle handle, uint64_t batch, std::vector<UniqueFd>& fds) {
   v1::ExportedHandle out;
   out.set_blob(std::move(handle.blob));
   if (handle.fd.valid()) {
@@ -33,13 +31,13 @@ class FdTaker {
 
   absl::StatusOr<UniqueFd> Take(const v1::FdRef& ref, absl::string_view field) {
     if (ref.batch() != batch_) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " names descriptor batch ",
-                                                     ref.batch(), ", expected ", batch_));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " names descriptor batch ", ref.batch(), ", expected ", batch_));
     }
     if (ref.index() >= fds_.size() || !fds_[ref.index()].valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " names descriptor ", ref.index(), " of ", fds_.size(),
-                       " received (missing or used twice)"));
+      return absl::InvalidArgumentError(absl::StrCat(field, " names descriptor ", ref.index(),
+                                                     " of ", fds_.size(),
+                                                     " received (missing or used twice)"));
     }
     return std::move(fds_[ref.index()]);
   }
@@ -80,11 +78,10 @@ RingOnWire RingToWire(RingExport exported, uint64_t batch) {
   *d.mutable_daemon_control() = AddFd(std::move(exported.daemon_control), batch, wire.fds);
   *d.mutable_client_control() = AddFd(std::move(exported.client_control), batch, wire.fds);
   d.set_daemon_boot_id(exported.boot_id);
-  if (exported.request_ring_capacity != 0) {
-    d.set_request_ring_capacity(exported.request_ring_capacity);
+  d.set_request_ring_capacity(exported.request_ring_capacity);
+  if (exported.doorbell.bell.valid()) {
     *d.mutable_doorbell() = AddFd(std::move(exported.doorbell.bell), batch, wire.fds);
-    *d.mutable_doorbell_sleeping() =
-        AddFd(std::move(exported.doorbell.sleeping), batch, wire.fds);
+    *d.mutable_doorbell_sleeping() = AddFd(std::move(exported.doorbell.sleeping), batch, wire.fds);
   }
   return wire;
 }
@@ -114,7 +111,7 @@ absl::StatusOr<RingExport> RingFromWire(const v1::RingDescriptor& d, std::vector
   BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, taker.Take(d.client_control(), "client_control"));
   out.boot_id = d.daemon_boot_id();
   out.request_ring_capacity = d.request_ring_capacity();
-  if (out.request_ring_capacity != 0) {
+  if (d.has_doorbell()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.bell, taker.Take(d.doorbell(), "doorbell"));
     BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.sleeping,
                                taker.Take(d.doorbell_sleeping(), "doorbell_sleeping"));

@@ -6,13 +6,13 @@
 #ifndef BLOCKSWAP_TESTS_SUPPORT_DAEMON_ROLES_TEST_H_
 #define BLOCKSWAP_TESTS_SUPPORT_DAEMON_ROLES_TEST_H_
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -51,7 +51,8 @@ class DaemonRolesTest : public ::testing::Test {
   // Everything the role reported (the last value of each key), for messages.
   std::string Describe(const std::string& name) const {
     std::string text;
-    for (const auto& [key, values] : Report(name)) absl::StrAppend(&text, key, "=", values.back(), " ");
+    for (const auto& [key, values] : Report(name))
+      absl::StrAppend(&text, key, "=", values.back(), " ");
     return text.empty() ? "(nothing)" : text;
   }
 
@@ -73,8 +74,8 @@ class DaemonRolesTest : public ::testing::Test {
              absl::Duration timeout = absl::Seconds(120)) {
     absl::StatusOr<int> code = child.Wait(timeout);
     if (!code.ok()) {
-      ADD_FAILURE() << name << " did not finish within " << timeout << " (killed): "
-                    << code.status() << "; it reported: " << Describe(name);
+      ADD_FAILURE() << name << " did not finish within " << timeout
+                    << " (killed): " << code.status() << "; it reported: " << Describe(name);
       return -1;
     }
     return *code;
@@ -98,23 +99,22 @@ class DaemonRolesTest : public ::testing::Test {
   }
 
   v1::ClientsReply Clients() {
-    v1::ClientsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Clients(&context, v1::ClientsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
+    return AdminCall<v1::ClientsRequest, v1::ClientsReply>(&Stub::Clients);
   }
-  v1::ModelsReply Models() {
-    v1::ModelsReply reply;
-    grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Models(&context, v1::ModelsRequest(), &reply);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return reply;
-  }
+  v1::ModelsReply Models() { return AdminCall<v1::ModelsRequest, v1::ModelsReply>(&Stub::Models); }
+  v1::StatsReply Stats() { return AdminCall<v1::StatsRequest, v1::StatsReply>(&Stub::Stats); }
   v1::ResidencyReply Residency() {
-    v1::ResidencyReply reply;
+    return AdminCall<v1::ResidencyRequest, v1::ResidencyReply>(&Stub::Residency);
+  }
+
+  using Stub = v1::Admin::Stub;
+  // One Admin call with an empty request; a failed call fails the test.
+  template <typename Request, typename Reply>
+  Reply AdminCall(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Reply*)) {
+    Reply reply;
     grpc::ClientContext context;
-    grpc::Status status = daemon_->Admin()->Residency(&context, v1::ResidencyRequest(), &reply);
+    std::unique_ptr<Stub> stub = daemon_->Admin();
+    grpc::Status status = ((*stub).*method)(&context, Request(), &reply);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return reply;
   }

@@ -161,7 +161,7 @@ int RunProducer(const std::vector<std::string>& argv) {
     }
     if (producer.status().ok()) {
       // A failed Poll fails the ring; the consumer sees it in the status word.
-      (void)timed([&] { return producer.Poll(); });
+      (void)timed([&] { return producer.Poll(/*fallback_poll=*/true); });
     }
     producer.Heartbeat();
     if (got < 0) {

@@ -355,14 +355,19 @@ std::string StatsText(const v1::StatsReply& reply) {
   if (reply.devices().empty()) {
     out = "no devices\n";
   } else {
-    TextTable devices(
-        {"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE", "PROTOCOL ERRORS", "RINGS"});
+    // RELEASES: how the daemon learnt that each copy's slot was free —
+    // already at the request / by the client's notification / by the
+    // fallback poll (a client that does not notify).
+    TextTable devices({"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE",
+                       "PROTOCOL ERRORS", "RINGS", "RELEASES REQ/NOTIFIED/POLLED"});
     for (const v1::DeviceStats& device : reply.devices()) {
       devices.AddRow({device.device_uuid(), absl::StrCat(device.loads()),
                       HumanBytes(device.bytes_copied()), HumanDuration(device.copy_seconds()),
                       HumanRate(device.bytes_copied(), device.copy_seconds()),
                       absl::StrCat(device.queue_depth()), absl::StrCat(device.protocol_errors()),
-                      absl::StrCat(device.rings())});
+                      absl::StrCat(device.rings()),
+                      absl::StrCat(device.releases_at_request(), "/", device.releases_notified(),
+                                   "/", device.releases_polled())});
     }
     out = devices.Render();
   }
@@ -409,7 +414,10 @@ json StatsJson(const v1::StatsReply& reply) {
                                                : json(nullptr)},
                        {"queue_depth", device.queue_depth()},
                        {"protocol_errors", device.protocol_errors()},
-                       {"rings", device.rings()}});
+                       {"rings", device.rings()},
+                       {"releases_at_request", device.releases_at_request()},
+                       {"releases_notified", device.releases_notified()},
+                       {"releases_polled", device.releases_polled()}});
   }
   json clients = json::array();
   for (const v1::ClientStats& client : reply.clients()) {
