@@ -26,45 +26,65 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // Block sizes are multiples of this (the daemon's block placement does not
 // need it; it keeps the sizes readable).
 constexpr uint64_t kBlockGranule = 64 << 10;
-// The size the copy rate is first measured at, to pick the case's size from.
-constexpr uint64_t kProbeBytes = 8 * kMiB;
 // Each ceiling measurement copies for about this long.
 constexpr double kCeilingSeconds = 0.1;
 
-// A block size whose copy takes about `copy_seconds` here, and that copy's
-// measured time (seconds): the rate at the probe size gives a first size, the
-// rate at that size (small copies are slower per byte on a GPU) the final
-// one. The best of `rounds` measurements, as for the other ceilings.
-struct CopySize {
+// The copy time of a block size on this backend (the best of the rounds:
+// other processes only ever add time).
+struct CopyTime {
   uint64_t bytes = 0;
-  double copy_seconds = 0;
+  double seconds = 0;
 };
 
-absl::StatusOr<double> BestGbps(Device& device, uint64_t bytes, double copy_seconds, int rounds) {
-  const int copies = std::max(16, static_cast<int>(kCeilingSeconds / copy_seconds));
-  double best = 0;
+absl::StatusOr<CopyTime> MeasureCopyTime(Device& device, uint64_t bytes, int rounds) {
+  // About kCeilingSeconds of copies at 20 GB/s (the order of a host memcpy
+  // and of a PCIe link alike), at least 16.
+  const int copies = std::clamp(static_cast<int>(kCeilingSeconds * 20e9 / bytes), 16, 2000);
+  double best_gbps = 0;
   for (int round = 0; round < rounds; ++round) {
     BLOCKSWAP_ASSIGN_OR_RETURN(Rate rate, Ceiling(device, bytes, copies));
-    best = std::max(best, rate.gbps);
+    best_gbps = std::max(best_gbps, rate.gbps);
   }
-  return best;
+  return CopyTime{bytes, static_cast<double>(bytes) / (best_gbps * 1e9)};
 }
 
-uint64_t BytesFor(double gbps, double copy_seconds) {
-  const double bytes = gbps * 1e9 * copy_seconds;
+// The copy times of block sizes from kMinProbeBytes to kMaxProbeBytes in
+// steps of 2x. The rate is no constant: blocks whose working set fits the
+// CPU's cache copy faster on the host backend, small copies are slower per
+// byte on a GPU; so a case's size is interpolated between measured sizes
+// rather than extrapolated from one rate.
+constexpr uint64_t kMinProbeBytes = 256 << 10;
+constexpr uint64_t kMaxProbeBytes = 512 * kMiB;
+
+absl::StatusOr<std::vector<CopyTime>> CopyTimeCurve(Device& device, double longest_seconds,
+                                                    int rounds) {
+  std::vector<CopyTime> curve;
+  for (uint64_t bytes = kMinProbeBytes; bytes <= kMaxProbeBytes; bytes *= 2) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(CopyTime time, MeasureCopyTime(device, bytes, rounds));
+    curve.push_back(time);
+    if (time.seconds > longest_seconds) break;  // the longest case is bracketed
+  }
+  return curve;
+}
+
+// The size whose copy takes `seconds` by linear interpolation on the curve
+// (a noisy point can make it non-monotonic: the first bracket is used),
+// rounded to kBlockGranule.
+uint64_t BytesTaking(const std::vector<CopyTime>& curve, double seconds) {
+  double bytes = static_cast<double>(curve.back().bytes) * seconds / curve.back().seconds;
+  if (seconds <= curve.front().seconds) {
+    bytes = static_cast<double>(curve.front().bytes) * seconds / curve.front().seconds;
+  }
+  for (size_t i = 1; i < curve.size(); ++i) {
+    const CopyTime &low = curve[i - 1], &high = curve[i];
+    if (low.seconds <= seconds && seconds <= high.seconds) {
+      const double t = (seconds - low.seconds) / (high.seconds - low.seconds);
+      bytes = static_cast<double>(low.bytes) + t * static_cast<double>(high.bytes - low.bytes);
+      break;
+    }
+  }
   return std::max<uint64_t>(
       kBlockGranule, static_cast<uint64_t>(std::llround(bytes / kBlockGranule)) * kBlockGranule);
-}
-
-absl::StatusOr<CopySize> ChooseCopySize(Device& device, double copy_seconds, int rounds) {
-  BLOCKSWAP_ASSIGN_OR_RETURN(double probe_gbps, BestGbps(device, kProbeBytes, copy_seconds, 1));
-  CopySize size;
-  size.bytes = BytesFor(probe_gbps, copy_seconds);
-  BLOCKSWAP_ASSIGN_OR_RETURN(double gbps, BestGbps(device, size.bytes, copy_seconds, 1));
-  size.bytes = BytesFor(gbps, copy_seconds);
-  BLOCKSWAP_ASSIGN_OR_RETURN(gbps, BestGbps(device, size.bytes, copy_seconds, rounds));
-  size.copy_seconds = static_cast<double>(size.bytes) / (gbps * 1e9);
-  return size;
 }
 
 // The least-disturbed step times of one case (the minimum over rounds of
@@ -90,9 +110,16 @@ class PipelinedStall {
         id_(kind == BackendKind::kCuda ? "P4-GPU" : "P4-host") {}
 
   absl::Status Run() {
+    if (options_.copy_ms.empty()) return absl::OkStatus();
+    const double longest_ms = *std::max_element(options_.copy_ms.begin(), options_.copy_ms.end());
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<CopyTime> curve,
+                               CopyTimeCurve(device_, longest_ms / 1e3, options_.rounds));
     for (double copy_ms : options_.copy_ms) {
-      BLOCKSWAP_ASSIGN_OR_RETURN(CopySize size,
-                                 ChooseCopySize(device_, copy_ms / 1e3, options_.rounds));
+      // The case's copy time is measured again at its own size: the kernels
+      // are multiples of that, not of the target.
+      BLOCKSWAP_ASSIGN_OR_RETURN(
+          CopyTime size,
+          MeasureCopyTime(device_, BytesTaking(curve, copy_ms / 1e3), options_.rounds));
       BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<InProcessPipeline> pipeline,
                                  InProcessPipeline::Create(kind_, device_, size.bytes));
       model_id_.clear();  // a model of this case's block size, registered by its first client
@@ -105,12 +132,11 @@ class PipelinedStall {
   }
 
  private:
-  absl::Status Case(double copy_ms, const CopySize& size, double factor,
+  absl::Status Case(double copy_ms, const CopyTime& size, double factor,
                     InProcessPipeline& pipeline) {
     // Whole µs, as gpu-stream's --compute-us takes it: both sides run the
     // same kernels.
-    const absl::Duration compute =
-        absl::Microseconds(std::llround(factor * size.copy_seconds * 1e6));
+    const absl::Duration compute = absl::Microseconds(std::llround(factor * size.seconds * 1e6));
     StepTimes blockswap, in_process;
     for (int round = 0; round < options_.rounds; ++round) {
       // Alternated, so that neither side always runs right after the other
@@ -132,10 +158,10 @@ class PipelinedStall {
         "%s: %d blocks of %.2f MiB (copy %.0f us), kernel %.0f us: blockswap step %.4f s "
         "streaming, %.4f s kernels only, stall %.2f%%; in-process %.4f s, %.4f s, stall %.2f%%; "
         "difference %.2f points\n",
-        name.c_str(), options_.blocks, static_cast<double>(size.bytes) / kMiB,
-        size.copy_seconds * 1e6, absl::ToDoubleMicroseconds(compute), blockswap.streaming,
-        blockswap.compute_only, 100 * blockswap.Stall(), in_process.streaming,
-        in_process.compute_only, 100 * in_process.Stall(), points);
+        name.c_str(), options_.blocks, static_cast<double>(size.bytes) / kMiB, size.seconds * 1e6,
+        absl::ToDoubleMicroseconds(compute), blockswap.streaming, blockswap.compute_only,
+        100 * blockswap.Stall(), in_process.streaming, in_process.compute_only,
+        100 * in_process.Stall(), points);
     std::fflush(stdout);
     // Goals hold from 0.7 ms copies on (below that the daemon's per-load
     // latency is a fixed cost a short copy cannot hide; reported only).
