@@ -6,9 +6,13 @@
 //           daemon streaming into one client's ring, then 2..4 clients at
 //           once (aggregate over the common wall-clock window). Goal: one
 //           client >= 0.97 of the ceiling at >= 64 MiB.
-//   P4-GPU  a pipelined pass whose per-block kernel takes 1.25x the copy
-//           time: (step time streaming - step time with the same kernels
-//           and no loads) / step time streaming. Goal <= 1%.
+//   P4-GPU  pipelined passes (2 slots, kernel 1.25x and 1.0x the copy time)
+//           at block sizes whose copy takes ~0.3, ~0.7 and ~1.5 ms: the
+//           stall (step streaming vs the same kernels alone) through the
+//           daemon minus the stall of the same pass in one process with the
+//           reference's design, in percentage points, and the daemon's
+//           release-to-issue latency from its trace
+//           (tests/bench/pipelined_stall.h).
 //   memory  the daemon's device memory with no ring allocated (its CUDA
 //           context), from nvidia-smi.
 //
@@ -43,8 +47,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "shared/backend/backend.h"
-#include "shared/os/shared_memory.h"
 #include "shared/base/status.h"
+#include "tests/bench/copy_ceiling.h"
+#include "tests/bench/pipelined_stall.h"
 #include "tests/bench/stream_clients.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
@@ -57,54 +62,15 @@ using testing::DaemonProcess;
 using testing::ScratchDirs;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint32_t kModelBlocks = 4;
-constexpr uint32_t kSlots = 2;
 
 struct Options {
   std::string backend = "cuda";
   std::vector<uint64_t> sizes_mib = {1, 8, 64, 256};
   std::vector<int> client_counts = {2, 4};
-  double gigabytes_per_case = 24;  // streamed per measurement
-  int stall_loads = 300;           // blocks of the P4 pass
-  int repeat = 1;                  // ceiling/one-client alternations, best kept
+  double gigabytes_per_case = 24;   // streamed per measurement
+  int repeat = 1;                   // ceiling/one-client alternations, best kept
+  PipelinedStallOptions pipelined;  // P4; its rounds are --repeat's
 };
-
-// The ceiling: `bytes` copies from the kModelBlocks blocks of one pinned
-// host buffer in turn into kSlots device buffers in turn, on one stream of
-// this process, as a trainer pinning its own copy would do: the daemon's
-// working set (model and ring), so that small blocks are not measured from
-// a cache the daemon's copies cannot use. On the host backend each copy is
-// one std::memcpy on the stream's thread.
-struct Rate {
-  double gbps = 0;      // per wall-clock second
-  double cpu_gbps = 0;  // per CPU second of the copying process
-};
-
-absl::StatusOr<Rate> Ceiling(Device& device, uint64_t bytes, int copies) {
-  const uint64_t host_bytes = kModelBlocks * bytes;
-  BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory host, SharedMemory::Create("bench-h2d", host_bytes));
-  BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, host.Map(Access::kReadWrite));
-  std::fill_n(static_cast<char*>(mapping.data()), host_bytes, 7);
-  BLOCKSWAP_ASSIGN_OR_RETURN(auto pinned, device.RegisterHostMemory(mapping.data(), host_bytes));
-  BLOCKSWAP_ASSIGN_OR_RETURN(auto target, device.Allocate(kSlots * bytes));
-  BLOCKSWAP_ASSIGN_OR_RETURN(auto stream, device.CreateStream());
-  auto copy = [&](int i) {
-    return stream->CopyHostToDevice(
-        target->data() + (i % kSlots) * bytes,
-        static_cast<const char*>(mapping.data()) + (i % kModelBlocks) * bytes, bytes);
-  };
-  for (int i = 0; i < static_cast<int>(kModelBlocks); ++i) {  // warm-up
-    BLOCKSWAP_RETURN_IF_ERROR(copy(i));
-  }
-  BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
-  const double cpu_start = ProcessCpuSeconds(::getpid());
-  const absl::Time start = absl::Now();
-  for (int i = 0; i < copies; ++i) BLOCKSWAP_RETURN_IF_ERROR(copy(i));
-  BLOCKSWAP_RETURN_IF_ERROR(stream->Synchronize());
-  const double gigabytes = static_cast<double>(bytes) * copies / 1e9;
-  return Rate{gigabytes / absl::ToDoubleSeconds(absl::Now() - start),
-              gigabytes / (ProcessCpuSeconds(::getpid()) - cpu_start)};
-}
 
 class Bench {
  public:
@@ -175,12 +141,12 @@ class Bench {
                        daemon_cpu_gbps / best_ceiling.cpu_gbps, true);
         }
       }
-      // P4 at 64 MiB, or at the largest size when 64 MiB is not measured.
-      const bool has_64 = std::count(options_.sizes_mib.begin(), options_.sizes_mib.end(), 64) > 0;
-      if (has_64 ? mib == 64 : mib == options_.sizes_mib.back()) {
-        BLOCKSWAP_RETURN_IF_ERROR(StallFraction(bytes, ceiling, devices));
-      }
     }
+    PipelinedStallOptions pipelined = options_.pipelined;
+    pipelined.rounds = options_.repeat;
+    BLOCKSWAP_RETURN_IF_ERROR(MeasurePipelinedStall(pipelined, backend->kind(),
+                                                    *backend->devices().front(), devices, *daemon_,
+                                                    clients_, summary_));
     DaemonMemory();
     BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon_->Stop(SIGTERM));
     if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
@@ -193,47 +159,15 @@ class Bench {
   // their common window, then each client's own.
   absl::StatusOr<std::vector<double>> Clients(int n, uint64_t bytes, int loads, size_t devices,
                                               std::vector<std::string> extra) {
-    std::vector<std::string> args = {absl::StrCat("--block-bytes=", bytes),
-                                     absl::StrCat("--blocks=", kModelBlocks),
-                                     absl::StrCat("--slots=", kSlots),
-                                     absl::StrCat("--loads=", loads),
-                                     "--verify=0",
-                                     "--timeout-ms=60000"};
-    if (!model_id_.empty()) args.push_back("--model-id=" + model_id_);
+    std::vector<std::string> args = GpuStreamArgs(bytes, kModelBlocks, kSlots, loads, model_id_);
     args.insert(args.end(), extra.begin(), extra.end());
     BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients_.Run(n, args, devices));
     std::vector<double> result = {run.aggregate_gbps};
     for (const auto& report : run.reports) {
       if (model_id_.empty()) model_id_ = testing::FirstValue(report, "model");
       result.push_back(testing::NumberValue(report, "gbps"));
-      seconds_.push_back(testing::NumberValue(report, "seconds"));
     }
     return result;
-  }
-
-  // P4-GPU (P4-host on the host backend): the same kernels with and without
-  // streaming.
-  absl::Status StallFraction(uint64_t bytes, double ceiling_gbps, size_t devices) {
-    const double copy_us = static_cast<double>(bytes) / (ceiling_gbps * 1e9) * 1e6;
-    const int64_t compute_us = static_cast<int64_t>(1.25 * copy_us) + 1;
-    const int loads = options_.stall_loads;
-    const std::vector<std::string> compute = {absl::StrCat("--compute-us=", compute_us)};
-    seconds_.clear();
-    BLOCKSWAP_RETURN_IF_ERROR(Clients(1, bytes, loads, devices, compute).status());
-    std::vector<std::string> compute_only = compute;
-    compute_only.push_back("--compute-only=1");
-    BLOCKSWAP_RETURN_IF_ERROR(Clients(1, bytes, loads, devices, compute_only).status());
-    const double streaming = seconds_[0], alone = seconds_[1];
-    const double stall = std::max(0.0, (streaming - alone) / streaming);
-    std::printf(
-        "%s: %d blocks of %.0f MiB, kernel %lld us (copy %.0f us): step %.4f s "
-        "streaming, %.4f s without loads: stall %.2f%%\n",
-        host_ ? "P4-host" : "P4-GPU", loads, bytes / double(kMiB),
-        static_cast<long long>(compute_us), copy_us, streaming, alone, 100 * stall);
-    const double goal = host_ ? 0.02 : 0.01;
-    summary_.Add(host_ ? "P4-host" : "P4-GPU", "stall-per-step", absl::StrFormat("<=%.2f", goal),
-                 stall, stall <= goal);
-    return absl::OkStatus();
   }
 
   // The daemon's own device memory once no ring exists: its CUDA contexts.
@@ -267,7 +201,6 @@ class Bench {
   const bool host_;
   std::unique_ptr<DaemonProcess> daemon_;
   std::string model_id_;
-  std::vector<double> seconds_;
   Summary summary_;
 };
 
@@ -282,8 +215,15 @@ int main(int argc, char** argv) {
   app.add_option("--sizes-mib", options.sizes_mib, "block sizes in MiB")->delimiter(',');
   app.add_option("--clients", options.client_counts, "concurrent client counts")->delimiter(',');
   app.add_option("--gigabytes", options.gigabytes_per_case, "GB streamed per measurement");
-  app.add_option("--stall-loads", options.stall_loads, "blocks of the P4 pass");
-  app.add_option("--repeat", options.repeat, "ceiling/one-client rounds per size, best kept");
+  app.add_option("--stall-loads", options.pipelined.blocks, "blocks of each P4 pass");
+  app.add_option("--p4-copy-ms", options.pipelined.copy_ms,
+                 "P4: one copy's time on this backend, ms, per case")
+      ->delimiter(',');
+  app.add_option("--p4-factors", options.pipelined.compute_factors,
+                 "P4: kernel time as multiples of the copy time")
+      ->delimiter(',');
+  app.add_option("--repeat", options.repeat,
+                 "ceiling/one-client rounds per size and P4 rounds per case, best kept");
   CLI11_PARSE(app, argc, argv);
   return blockswap::bench::RunBenchmark(
       "blockswap-bench-h2d",

@@ -4,8 +4,8 @@
 # metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
 # Each program measures blockswap beside its ceiling in the same run; the
 # full output is kept in ${BLOCKSWAP_BENCH_LOG:-<build>/bench-run.log}.
-# About 2 minutes on 2 cores; docs/BENCHMARKS.md records a run.
-#   --quick   small sizes (seconds; numbers mean little)
+# About 3-4 minutes on 2 cores; docs/BENCHMARKS.md records a run.
+#   --quick   small sizes and short P4 passes (seconds; numbers mean little)
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -60,7 +60,7 @@ if (( quick )); then
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
-    --clients=2 --gigabytes=4 --stall-loads=150 --repeat=3
+    --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
 fi

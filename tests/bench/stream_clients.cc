@@ -85,10 +85,28 @@ absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std:
   return run;
 }
 
+std::vector<std::string> GpuStreamArgs(uint64_t block_bytes, uint32_t blocks, uint32_t slots,
+                                       int loads, const std::string& model_id) {
+  std::vector<std::string> args = {absl::StrCat("--block-bytes=", block_bytes),
+                                   absl::StrCat("--blocks=", blocks),
+                                   absl::StrCat("--slots=", slots),
+                                   absl::StrCat("--loads=", loads),
+                                   "--verify=0",
+                                   "--timeout-ms=60000"};
+  if (!model_id.empty()) args.push_back("--model-id=" + model_id);
+  return args;
+}
+
 void Summary::Add(const std::string& id, const std::string& name, const std::string& goal,
                   double measured, bool pass) {
   absl::StrAppend(&text_, absl::StrFormat("%s %s goal=%s measured=%.4g %s\n", id, name, goal,
                                           measured, pass ? "PASS" : "MISS"));
+}
+
+void Summary::AddUnmeasured(const std::string& id, const std::string& name, const std::string& goal,
+                            const std::string& why) {
+  absl::StrAppend(&text_,
+                  absl::StrFormat("%s %s goal=%s measured=none MISS (%s)\n", id, name, goal, why));
 }
 
 }  // namespace blockswap::bench

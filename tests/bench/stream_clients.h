@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,11 +55,21 @@ class StreamClients {
   int spawned_ = 0;
 };
 
+// The gpu-stream arguments of one streaming pass: `loads` blocks of a model
+// of `blocks` blocks of `block_bytes` through a ring of `slots` slots, with no
+// byte comparisons (a benchmark measures the daemon, not the check). With a
+// `model_id` the client opens that model instead of registering one.
+std::vector<std::string> GpuStreamArgs(uint64_t block_bytes, uint32_t blocks, uint32_t slots,
+                                       int loads, const std::string& model_id);
+
 // The summary lines of one program.
 class Summary {
  public:
   void Add(const std::string& id, const std::string& name, const std::string& goal, double measured,
            bool pass);
+  // A metric that could not be measured: `measured=none MISS (<why>)`.
+  void AddUnmeasured(const std::string& id, const std::string& name, const std::string& goal,
+                     const std::string& why);
   const std::string& text() const { return text_; }
 
  private:
