@@ -195,7 +195,7 @@ bench_h2d() {
   local args=(--backend="${backend}")
   [[ ${backend} == host ]] && args+=(--sizes-mib=1,64 --clients=2 --gigabytes=0.2)
   [[ ${backend} == cuda ]] && args+=(--gigabytes=8)
-  timeout 150 blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
+  timeout 240 blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
   return "${PIPESTATUS[0]}"
 }
 
