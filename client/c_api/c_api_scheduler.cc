@@ -1,6 +1,9 @@
 // The C ABI of the StreamScheduler (blockswap.h, "stream scheduler"): the
 // scheduler over a RingSlotDriver on the caller's ring, model and stream,
 // reporting each finished pass to the daemon.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -30,6 +33,19 @@ namespace {
 
 int Direction(blockswap::client::Phase phase) {
   return phase == blockswap::client::Phase::kBackward ? BS_BACKWARD : BS_FORWARD;
+}
+
+// The last finished pass in `direction`, once the stream has passed its
+// waits (StreamScheduler::SettlePasses: the stall is measured on the
+// stream). A failed measurement still leaves the pass with what it counted.
+absl::StatusOr<blockswap::client::PassStats> LastPass(const bs_scheduler& scheduler,
+                                                      int direction) {
+  (void)scheduler.scheduler->SettlePasses();
+  auto it = scheduler.last_pass.find(direction);
+  if (it == scheduler.last_pass.end()) {
+    return absl::NotFoundError("no pass in that direction has finished yet");
+  }
+  return it->second;
 }
 
 }  // namespace
@@ -204,19 +220,43 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
   if (scheduler == nullptr || out == nullptr) {
     return InvalidArgument("bs_scheduler_last_pass: scheduler and out are needed");
   }
-  auto it = scheduler->last_pass.find(direction);
-  if (it == scheduler->last_pass.end()) {
-    return Report(absl::NotFoundError("no pass in that direction has finished yet"));
-  }
-  const blockswap::client::PassStats& pass = it->second;
+  absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
+  if (!pass.ok()) return Report(pass.status());
+  // ABI 1's stall_seconds has always been the thread's blocking time.
   *out = bs_pass_stats{direction,
-                       absl::ToDoubleSeconds(pass.stall),
-                       absl::ToDoubleSeconds(pass.copy_time),
-                       pass.waits,
-                       pass.not_ready_waits,
-                       pass.self_heals,
-                       pass.loads,
-                       pass.rebinds};
+                       absl::ToDoubleSeconds(pass->host_wait),
+                       absl::ToDoubleSeconds(pass->copy_time),
+                       pass->waits,
+                       pass->not_ready_waits,
+                       pass->self_heals,
+                       pass->loads,
+                       pass->rebinds};
+  return Report(absl::OkStatus());
+}
+
+int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out) {
+  if (scheduler == nullptr || out == nullptr) {
+    return InvalidArgument("bs_scheduler_last_pass_v2: scheduler and out are needed");
+  }
+  const uint32_t size = out->struct_size;
+  if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
+    return Report(absl::InvalidArgumentError(absl::StrCat(
+        "bs_scheduler_last_pass_v2: struct_size ", size,
+        " is too small (set it to sizeof(bs_pass_stats_v2), ", sizeof(bs_pass_stats_v2), ")")));
+  }
+  absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
+  if (!pass.ok()) return Report(pass.status());
+  const bs_pass_stats_v2 full{size,
+                              direction,
+                              absl::ToDoubleSeconds(pass->stall),
+                              absl::ToDoubleSeconds(pass->host_wait),
+                              absl::ToDoubleSeconds(pass->copy_time),
+                              pass->waits,
+                              pass->not_ready_waits,
+                              pass->self_heals,
+                              pass->loads,
+                              pass->rebinds};
+  std::memcpy(out, &full, std::min<size_t>(size, sizeof(full)));
   return Report(absl::OkStatus());
 }
 

@@ -73,6 +73,7 @@ absl::Status Ring::Recreate() {
                                     ring_->shape().slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
   consumer_ = NewConsumer(*ring);
+  first_traced_ticket_ = meter_.next_ticket();
   ring_session_ = connection_.token();
   retired_.push_back(std::exchange(ring_, std::move(ring)));
   return absl::OkStatus();
@@ -140,6 +141,25 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
 absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   return Explain(consumer_->AwaitLoaded(slot, stream, timeout));
+}
+
+absl::StatusOr<uint64_t> Ring::WaitTimed(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  BLOCKSWAP_ASSIGN_OR_RETURN(WaitTimer * timer, meter_.Acquire());
+  if (absl::Status waited = consumer_->AwaitLoaded(slot, stream, timeout, timer); !waited.ok()) {
+    meter_.Unused();
+    return Explain(waited);
+  }
+  const uint64_t ticket = meter_.Issued(slot, consumer_->requested(slot));
+  // Results of earlier waits, without blocking: the trace gets them soon.
+  BLOCKSWAP_RETURN_IF_ERROR(meter_.Collect(/*wait_for_all=*/false));
+  return ticket;
+}
+
+absl::StatusOr<std::vector<MeasuredStall>> Ring::TakeMeasuredStalls(bool wait_for_all) {
+  absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(meter_.Collect(wait_for_all));
+  return meter_.TakeCollected();
 }
 
 absl::Status Ring::Release(uint32_t slot, Stream& stream) {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "client/core/connection.h"
 #include "client/core/model.h"
+#include "client/core/stall_meter.h"
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/ring.h"
 
@@ -60,6 +61,17 @@ class Ring {
   absl::Status Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream);
   absl::Status Wait(uint32_t slot, Stream& stream, absl::Duration timeout);
   absl::Status Release(uint32_t slot, Stream& stream);
+  // Wait, also measuring how long `stream` sits idle at it (the compute
+  // stream's stall; StallMeter) without blocking for the measurement;
+  // returns the wait's ticket. Each measured wait is kept for
+  // TakeMeasuredStalls and, when it idled at least kSmallestTracedStall,
+  // traced (kStall).
+  absl::StatusOr<uint64_t> WaitTimed(uint32_t slot, Stream& stream, absl::Duration timeout);
+  // The timed waits measured since the last call, in ticket order. With
+  // `wait_for_all`, blocks until the streams have passed every wait timed so
+  // far: a ticket issued before such a call and not returned is never
+  // measured (its timer failed). One caller (the ring's scheduler) takes them.
+  absl::StatusOr<std::vector<MeasuredStall>> TakeMeasuredStalls(bool wait_for_all);
   Device& device() const { return device_; }
   absl::Status Drain(absl::Duration timeout);
   // Whether the daemon has already filled `slot`'s most recent load (so a
@@ -110,6 +122,19 @@ class Ring {
   std::unique_ptr<Stream> notifier_;
   absl::Mutex mu_;
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
+  // A shorter idle time is the wait's own cost, not a stall: tracing it
+  // would draw a red hair at every wait (the statistics still count it).
+  static constexpr absl::Duration kSmallestTracedStall = absl::Microseconds(10);
+  // Waits timed before this ticket belong to a ring replaced by Recreate():
+  // their slots and generations mean nothing in consumer_'s trace.
+  uint64_t first_traced_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  StallMeter meter_ ABSL_GUARDED_BY(mu_){
+      device_, [this](const MeasuredStall& stall) {
+        mu_.AssertHeld();  // the meter runs inside this ring's calls
+        if (stall.ticket >= first_traced_ticket_ && stall.idle.idle >= kSmallestTracedStall) {
+          consumer_->RecordStall(stall.slot, stall.generation, stall.idle);
+        }
+      }};
 };
 
 }  // namespace blockswap::client

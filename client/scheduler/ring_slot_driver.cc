@@ -21,6 +21,7 @@ v1::PassStats PassStatsToProto(const PassStats& pass) {
   v1::PassStats proto;
   proto.set_direction(std::string(DirectionName(pass.direction)));
   proto.set_stall_seconds(absl::ToDoubleSeconds(pass.stall));
+  proto.set_host_wait_seconds(absl::ToDoubleSeconds(pass.host_wait));
   proto.set_copy_seconds(absl::ToDoubleSeconds(pass.copy_time));
   proto.set_waits(pass.waits);
   proto.set_not_ready_waits(pass.not_ready_waits);
@@ -114,7 +115,10 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
   WaitOutcome outcome;
   absl::Status waited = WithRecovery(std::nullopt, [&] {
     outcome.was_ready = ring_.Filled(slot);
-    return ring_.Wait(slot, stream_, options_.timeout);
+    absl::StatusOr<uint64_t> ticket = ring_.WaitTimed(slot, stream_, options_.timeout);
+    if (!ticket.ok()) return ticket.status();
+    outcome.stall_ticket = *ticket;
+    return absl::OkStatus();
   });
   if (!waited.ok()) return waited;
   SlotTiming& timing = timing_[slot];
@@ -123,6 +127,15 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
     if (!outcome.was_ready) outcome.copy_time = absl::Now() - timing.requested;
   }
   return outcome;
+}
+
+absl::StatusOr<std::vector<StreamStall>> RingSlotDriver::TakeStreamStalls(bool wait_for_all) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<MeasuredStall> measured,
+                             ring_.TakeMeasuredStalls(wait_for_all));
+  std::vector<StreamStall> stalls;
+  stalls.reserve(measured.size());
+  for (const MeasuredStall& stall : measured) stalls.push_back({stall.ticket, stall.idle.idle});
+  return stalls;
 }
 
 absl::Status RingSlotDriver::Release(uint32_t slot) {

@@ -71,6 +71,8 @@ class RingSlotDriver final : public SlotDriver {
   absl::StatusOr<WaitOutcome> Wait(uint32_t slot) override;
   absl::Status Release(uint32_t slot) override;
   absl::Status Drain() override;
+  // The compute stream's idle time at each Wait (Ring::WaitTimed).
+  absl::StatusOr<std::vector<StreamStall>> TakeStreamStalls(bool wait_for_all) override;
 
  private:
   struct SlotTiming {

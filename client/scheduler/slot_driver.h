@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +51,16 @@ struct WaitOutcome {
   // How long the copy of the waited load took, when the driver can measure
   // it and has not reported that load before; unset otherwise.
   std::optional<absl::Duration> copy_time = std::nullopt;
+  // Set when the driver measures how long the compute stream sits idle at
+  // this wait: TakeStreamStalls reports it later under this ticket (the
+  // stream reaches the wait after Wait returned: its caller runs ahead).
+  std::optional<uint64_t> stall_ticket = std::nullopt;
+};
+
+// The compute stream's idle time at the wait of `ticket` (WaitOutcome).
+struct StreamStall {
+  uint64_t ticket = 0;
+  absl::Duration idle = absl::ZeroDuration();
 };
 
 // Called by one thread at a time (the scheduler's caller); implementations
@@ -62,6 +73,14 @@ class SlotDriver {
   virtual absl::StatusOr<WaitOutcome> Wait(uint32_t slot) = 0;
   virtual absl::Status Release(uint32_t slot) = 0;
   virtual absl::Status Drain() = 0;
+  // The stalls of the waits the compute stream has passed since the last
+  // call, never blocking; with `wait_for_all`, blocks until it has passed
+  // every wait issued so far, and a ticket not reported then never will be.
+  // A driver that measures nothing reports nothing.
+  virtual absl::StatusOr<std::vector<StreamStall>> TakeStreamStalls(bool wait_for_all) {
+    (void)wait_for_all;
+    return std::vector<StreamStall>{};
+  }
 };
 
 }  // namespace blockswap::client

@@ -211,7 +211,7 @@ absl::Status StreamScheduler::Await(uint32_t block, Phase phase) {
   }
   const absl::Time start = absl::Now();
   absl::StatusOr<WaitOutcome> outcome = driver_.Wait(slot);
-  pass_.stall += absl::Now() - start;
+  pass_.host_wait += absl::Now() - start;
   ++pass_.waits;
   if (!outcome.ok()) {
     Distrust(slot);
@@ -221,8 +221,53 @@ absl::Status StreamScheduler::Await(uint32_t block, Phase phase) {
   slots_[slot].trust = Trust::kLoaded;
   if (!outcome->was_ready) ++pass_.not_ready_waits;
   if (outcome->copy_time) pass_.copy_time += *outcome->copy_time;
+  if (outcome->stall_ticket) {
+    pass_of_ticket_[*outcome->stall_ticket] = pass_serial_;
+    ++pass_.unmeasured_stalls;
+  }
+  // Statistics never fail a hook: a stall the driver could not measure
+  // stays unmeasured.
+  (void)CollectStalls(/*wait_for_all=*/false);
   return absl::OkStatus();
 }
+
+absl::Status StreamScheduler::CollectStalls(bool wait_for_all) {
+  if (pass_of_ticket_.empty() && !wait_for_all) {
+    ReportSettledPasses();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<StreamStall>> stalls = driver_.TakeStreamStalls(wait_for_all);
+  for (const StreamStall& stall : stalls.ok() ? *stalls : std::vector<StreamStall>{}) {
+    auto ticket = pass_of_ticket_.find(stall.ticket);
+    if (ticket == pass_of_ticket_.end()) continue;  // not a wait of this scheduler's
+    PassStats* pass = ticket->second == pass_serial_ ? &pass_ : nullptr;
+    for (FinishedPass& finished : unsettled_) {
+      if (finished.serial == ticket->second) pass = &finished.stats;
+    }
+    pass_of_ticket_.erase(ticket);
+    if (pass == nullptr) continue;
+    pass->stall += stall.idle;
+    --pass->unmeasured_stalls;
+  }
+  if (wait_for_all) {
+    // What was not reported now never will be: the passes are complete.
+    pass_of_ticket_.clear();
+    pass_.unmeasured_stalls = 0;
+    for (FinishedPass& finished : unsettled_) finished.stats.unmeasured_stalls = 0;
+  }
+  ReportSettledPasses();
+  return stalls.status();
+}
+
+void StreamScheduler::ReportSettledPasses() {
+  while (!unsettled_.empty() && unsettled_.front().stats.unmeasured_stalls == 0) {
+    PassStats done = std::move(unsettled_.front().stats);
+    unsettled_.pop_front();
+    if (callbacks_.on_pass) callbacks_.on_pass(done);
+  }
+}
+
+absl::Status StreamScheduler::SettlePasses() { return CollectStalls(/*wait_for_all=*/true); }
 
 void StreamScheduler::BeforeReload(uint32_t slot) {
   if (callbacks_.on_before_reload) callbacks_.on_before_reload(slot);
@@ -291,9 +336,17 @@ void StreamScheduler::EnterBackward(uint32_t block) {
 
 void StreamScheduler::FinishPass() {
   PassStats done = std::exchange(pass_, PassStats{.direction = pass_.direction});
+  const uint64_t serial = pass_serial_++;
   last_forward_block_.reset();
   last_backward_block_.reset();
-  if (!done.empty() && callbacks_.on_pass) callbacks_.on_pass(done);
+  if (done.empty()) {
+    for (auto it = pass_of_ticket_.begin(); it != pass_of_ticket_.end();) {
+      it = it->second == serial ? pass_of_ticket_.erase(it) : std::next(it);
+    }
+    return;
+  }
+  unsettled_.push_back(FinishedPass{serial, std::move(done)});
+  (void)CollectStalls(/*wait_for_all=*/false);  // statistics never fail a hook
 }
 
 SlotState StreamScheduler::slot_state(uint32_t slot) const {
@@ -371,6 +424,12 @@ absl::StatusOr<WaitOutcome> RecordingSlotDriver::Wait(uint32_t slot) {
   if (options_.wait_delay > absl::ZeroDuration()) absl::SleepFor(options_.wait_delay);
   WaitOutcome outcome{.was_ready = !(state.in_flight && follows_own_load)};
   state.in_flight = false;
+  if (options_.not_ready_stream_stall) {
+    outcome.stall_ticket = ++last_ticket_;
+    unreported_stalls_.push_back(
+        StreamStall{*outcome.stall_ticket,
+                    outcome.was_ready ? absl::ZeroDuration() : *options_.not_ready_stream_stall});
+  }
   if (!state.copy_reported && options_.copy_time > absl::ZeroDuration()) {
     outcome.copy_time = options_.copy_time;
   }
@@ -392,6 +451,11 @@ absl::Status RecordingSlotDriver::Drain() {
   if (std::optional<absl::Status> error = Injected(CallKind::kDrain)) return *error;
   for (FakeSlot& state : slots_) state.in_flight = false;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StreamStall>> RecordingSlotDriver::TakeStreamStalls(bool wait_for_all) {
+  if (options_.stream_lags && !wait_for_all) return std::vector<StreamStall>{};
+  return std::exchange(unreported_stalls_, {});
 }
 
 std::optional<uint32_t> RecordingSlotDriver::content(uint32_t slot) const {

@@ -32,7 +32,9 @@
 #define BLOCKSWAP_CLIENT_SCHEDULER_STREAM_SCHEDULER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,16 +101,25 @@ struct SlotEvent {
 std::string TraceLine(const SlotEvent& event);
 
 // Statistics of one pass in one direction (DESIGN §5), as reported to the
-// daemon (v1::PassStats).
+// daemon (v1::PassStats). Two different waits:
+//   stall      how long the compute stream sat idle at the pass's waits (the
+//              reference's "GPU stall"; time the trainer really lost), as
+//              the driver measured it on the stream;
+//   host_wait  how long the trainer's thread blocked in the driver's Wait:
+//              mostly its own queued compute draining, not time lost.
 struct PassStats {
   Phase direction = Phase::kForward;                // kForward or kBackward
-  absl::Duration stall = absl::ZeroDuration();      // time spent in the driver's Wait
+  absl::Duration stall = absl::ZeroDuration();      // compute-stream idle time
+  absl::Duration host_wait = absl::ZeroDuration();  // time spent in the driver's Wait
   absl::Duration copy_time = absl::ZeroDuration();  // as the driver reported it, where it could
   uint64_t waits = 0;
   uint64_t not_ready_waits = 0;  // waits that found the copy unfinished
   uint64_t self_heals = 0;
   uint64_t loads = 0;    // copies requested (self-heals included)
   uint64_t rebinds = 0;  // no-op rebinds: no copy
+  // Waits whose stall the driver measures but has not reported (yet; once
+  // the pass was reported, never: `stall` leaves them out).
+  uint64_t unmeasured_stalls = 0;
 
   bool empty() const { return waits == 0 && loads == 0 && rebinds == 0; }
 };
@@ -125,8 +136,11 @@ struct SchedulerCallbacks {
   // Every load and no-op rebind, in order, after the scheduler's own state
   // has been updated (so a callback that throws leaves it consistent).
   std::function<void(const SlotEvent&)> on_bind;
-  // Every pass with some activity, once it is over: when the direction
-  // changes, a new pass starts, Prepare() runs, or FinishPass() is called.
+  // Every pass with some activity, once it is over (the direction changes,
+  // a new pass starts, Prepare() runs, or FinishPass() is called) AND its
+  // compute-stream stall is measured: that is known only once the stream
+  // has passed the pass's waits, which a later hook notices without
+  // blocking, or SettlePasses() waits for. In pass order.
   std::function<void(const PassStats&)> on_pass;
   // A slot that the hook under way is about to hand back for another block's
   // load, told before the slot is released: the last moment work the caller
@@ -167,9 +181,15 @@ class StreamScheduler {
   absl::Status AfterForward(uint32_t block);
   absl::Status AfterBackward(uint32_t block);
 
-  // Ends the current pass: reports its statistics (on_pass) if it did
-  // anything, and starts counting afresh.
+  // Ends the current pass and starts counting afresh; its statistics are
+  // reported (on_pass) if it did anything, at once when the stream has
+  // passed its waits, else once it has (see on_pass).
   void FinishPass();
+  // Blocks until the compute stream has passed every wait issued so far and
+  // reports every finished pass (a statistics read: on a GPU it costs what a
+  // stream synchronisation costs). An error of the measurement leaves the
+  // stalls it lost out, and is returned once the passes are reported.
+  absl::Status SettlePasses();
   // The pass being counted.
   const PassStats& current_pass() const { return pass_; }
 
@@ -212,6 +232,10 @@ class StreamScheduler {
   // After a failed driver call on `slot`.
   void Distrust(uint32_t slot);
   void Notify(const SlotEvent& event);
+  // Adds the driver's measured stalls to their passes and reports the
+  // finished passes that are complete; `wait_for_all` as the driver's.
+  absl::Status CollectStalls(bool wait_for_all);
+  void ReportSettledPasses();
 
   const Placement placement_;
   SlotDriver& driver_;
@@ -222,6 +246,13 @@ class StreamScheduler {
   bool drain_needed_ = false;
 
   PassStats pass_;
+  uint64_t pass_serial_ = 0;  // pass_'s number; finished passes have lower ones
+  struct FinishedPass {
+    uint64_t serial = 0;
+    PassStats stats;
+  };
+  std::deque<FinishedPass> unsettled_;           // finished, some stall not reported yet
+  std::map<uint64_t, uint64_t> pass_of_ticket_;  // stall ticket -> pass serial
   // The last block index of the pass seen by a forward / backward hook, to
   // notice that a new pass began (indices run up in forward, down in
   // backward); nullopt right after the pass opened.
@@ -247,8 +278,16 @@ class RecordingSlotDriver final : public SlotDriver {
   struct Options {
     // Reported once per load, at its first successful wait.
     absl::Duration copy_time = absl::ZeroDuration();
-    // Slept in every successful wait, to give the stall statistics something to measure.
+    // Slept in every successful wait, to give the host-wait statistics
+    // something to measure.
     absl::Duration wait_delay = absl::ZeroDuration();
+    // When set, the fake measures the compute stream's stall: every
+    // successful wait gets a stall ticket, and the stream sat idle this long
+    // at each not-ready wait (a copy still running), 0 at the others.
+    std::optional<absl::Duration> not_ready_stream_stall = std::nullopt;
+    // The stream runs behind its caller: the stalls are measured only once
+    // TakeStreamStalls waits for all, never when it polls.
+    bool stream_lags = false;
   };
 
   explicit RecordingSlotDriver(uint32_t slot_count) : RecordingSlotDriver(slot_count, Options()) {}
@@ -258,6 +297,7 @@ class RecordingSlotDriver final : public SlotDriver {
   absl::StatusOr<WaitOutcome> Wait(uint32_t slot) override;
   absl::Status Release(uint32_t slot) override;
   absl::Status Drain() override;
+  absl::StatusOr<std::vector<StreamStall>> TakeStreamStalls(bool wait_for_all) override;
 
   // Fault injection: the call of `kind` after `skip` more successful calls of
   // that kind returns `error`. A failed load has still sent its request and
@@ -297,6 +337,8 @@ class RecordingSlotDriver final : public SlotDriver {
   };
   std::vector<Fault> faults_;
   int loads_over_unawaited_ = 0;
+  uint64_t last_ticket_ = 0;
+  std::vector<StreamStall> unreported_stalls_;
 };
 
 }  // namespace blockswap::client

@@ -453,7 +453,7 @@ TEST(StreamSchedulerStats, CountsEachPassAndDirection) {
   EXPECT_EQ(first.not_ready_waits, 0u);
   EXPECT_EQ(first.self_heals, 0u);
   EXPECT_EQ(first.copy_time, 4 * kCopy);
-  EXPECT_GE(first.stall, 4 * kWait);
+  EXPECT_GE(first.host_wait, 4 * kWait);
 
   const PassStats& second = trainer.passes()[1];
   EXPECT_EQ(second.direction, Phase::kForward);
@@ -485,6 +485,56 @@ TEST(StreamSchedulerStats, CountsRebindsAndReportsOnlyPassesThatDidSomething) {
   trainer.scheduler().FinishPass();  // nothing happened since: nothing reported
   ASSERT_EQ(trainer.passes().size(), 3u);
   EXPECT_EQ(trainer.passes()[2].rebinds, 2u);
+}
+
+// The two waits of a pass are different numbers: the thread blocking in Wait
+// (host_wait) and the compute stream sitting idle (stall, measured by the
+// driver on the stream and reported after the fact).
+TEST(StreamSchedulerStats, AThreadThatBlocksWhileItsStreamNeverIdlesHasNoStall) {
+  constexpr absl::Duration kWait = absl::Milliseconds(2);
+  Trainer trainer({.num_blocks = 10, .blocks_to_swap = 4, .ring_size = 2},
+                  {.wait_delay = kWait, .not_ready_stream_stall = absl::ZeroDuration()});
+  ASSERT_TRUE(trainer.scheduler().Prepare().ok());
+  ASSERT_TRUE(trainer.Forward().ok());
+  trainer.scheduler().FinishPass();
+  ASSERT_EQ(trainer.passes().size(), 1u);
+  EXPECT_GE(trainer.passes()[0].host_wait, 4 * kWait);
+  EXPECT_EQ(trainer.passes()[0].stall, absl::ZeroDuration());
+  EXPECT_EQ(trainer.passes()[0].unmeasured_stalls, 0u);
+}
+
+TEST(StreamSchedulerStats, ASlowCopyIsAStallOfTheStreamThatWaitedForIt) {
+  constexpr absl::Duration kIdle = absl::Milliseconds(7);
+  Trainer trainer({.num_blocks = 10, .blocks_to_swap = 4, .ring_size = 2},
+                  {.not_ready_stream_stall = kIdle});
+  ASSERT_TRUE(trainer.scheduler().Prepare().ok());
+  ASSERT_TRUE(trainer.Forward().ok());
+  ASSERT_TRUE(trainer.Forward().ok());  // cold: two self-heals wait on their own copies
+  trainer.scheduler().FinishPass();
+  ASSERT_EQ(trainer.passes().size(), 2u);
+  EXPECT_EQ(trainer.passes()[0].stall, absl::ZeroDuration());  // every copy was done
+  EXPECT_EQ(trainer.passes()[1].not_ready_waits, 2u);
+  EXPECT_EQ(trainer.passes()[1].stall, 2 * kIdle);
+  EXPECT_LT(trainer.passes()[1].host_wait, trainer.passes()[1].stall) << "the fake never blocks";
+}
+
+TEST(StreamSchedulerStats, AStreamBehindItsCallerReportsEachStallInItsOwnPass) {
+  constexpr absl::Duration kIdle = absl::Milliseconds(3);
+  Trainer trainer({.num_blocks = 10, .blocks_to_swap = 4, .ring_size = 2},
+                  {.not_ready_stream_stall = kIdle, .stream_lags = true});
+  ASSERT_TRUE(trainer.scheduler().Prepare().ok());
+  ASSERT_TRUE(trainer.Forward().ok());
+  ASSERT_TRUE(trainer.Forward().ok());
+  ASSERT_TRUE(trainer.Backward().ok());
+  trainer.scheduler().FinishPass();
+  EXPECT_TRUE(trainer.passes().empty()) << "no pass is complete before its stalls are measured";
+  ASSERT_TRUE(trainer.scheduler().SettlePasses().ok());
+  ASSERT_EQ(trainer.passes().size(), 3u);
+  EXPECT_EQ(trainer.passes()[0].stall, absl::ZeroDuration());
+  EXPECT_EQ(trainer.passes()[1].stall, 2 * kIdle);
+  EXPECT_EQ(trainer.passes()[2].direction, Phase::kBackward);
+  EXPECT_EQ(trainer.passes()[2].stall, trainer.passes()[2].not_ready_waits * kIdle);
+  for (const PassStats& pass : trainer.passes()) EXPECT_EQ(pass.unmeasured_stalls, 0u);
 }
 
 TEST(StreamSchedulerStats, ADriverErrorStillCountsTheWait) {

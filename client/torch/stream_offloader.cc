@@ -127,15 +127,22 @@ struct SchedulerDeleter {
   void operator()(bs_scheduler* scheduler) const { bs_scheduler_destroy(scheduler); }
 };
 
-PassStats FromC(const bs_pass_stats& c) {
-  return PassStats{static_cast<Direction>(c.direction),
-                   c.stall_seconds,
-                   c.copy_seconds,
-                   c.waits,
-                   c.not_ready_waits,
-                   c.self_heals,
-                   c.loads,
-                   c.rebinds};
+// The last finished pass in `direction`, if there is one.
+std::optional<PassStats> LastPassOf(const bs_scheduler* scheduler, Direction direction) {
+  bs_pass_stats_v2 c{};
+  c.struct_size = sizeof(c);
+  if (bs_scheduler_last_pass_v2(scheduler, static_cast<int>(direction), &c) != BS_OK) {
+    return std::nullopt;
+  }
+  return PassStats{.direction = static_cast<Direction>(c.direction),
+                   .stall_seconds = c.stall_seconds,
+                   .host_wait_seconds = c.host_wait_seconds,
+                   .copy_seconds = c.copy_seconds,
+                   .waits = c.waits,
+                   .not_ready_waits = c.not_ready_waits,
+                   .self_heals = c.self_heals,
+                   .loads = c.loads,
+                   .rebinds = c.rebinds};
 }
 
 }  // namespace
@@ -163,15 +170,15 @@ void ReleaseToMeta(const at::Tensor& tensor) {
 
 std::string FormatPassStats(const PassStats& s) {
   char line[256];
-  std::snprintf(line, sizeof(line),
-                "%s: stall %.3f ms, copy %.3f ms, waits %llu, not-ready %llu, self-heals %llu, "
-                "loads %llu, rebinds %llu",
-                s.direction == Direction::kBackward ? "bwd" : "fwd", s.stall_seconds * 1e3,
-                s.copy_seconds * 1e3, static_cast<unsigned long long>(s.waits),
-                static_cast<unsigned long long>(s.not_ready_waits),
-                static_cast<unsigned long long>(s.self_heals),
-                static_cast<unsigned long long>(s.loads),
-                static_cast<unsigned long long>(s.rebinds));
+  std::snprintf(
+      line, sizeof(line),
+      "%s: stall %.3f ms, host wait %.3f ms, copy %.3f ms, waits %llu, not-ready %llu, "
+      "self-heals %llu, loads %llu, rebinds %llu",
+      s.direction == Direction::kBackward ? "bwd" : "fwd", s.stall_seconds * 1e3,
+      s.host_wait_seconds * 1e3, s.copy_seconds * 1e3, static_cast<unsigned long long>(s.waits),
+      static_cast<unsigned long long>(s.not_ready_waits),
+      static_cast<unsigned long long>(s.self_heals), static_cast<unsigned long long>(s.loads),
+      static_cast<unsigned long long>(s.rebinds));
   return line;
 }
 
@@ -404,10 +411,9 @@ struct StreamOffloader::Impl {
 
   void PrintPasses() const {
     for (Direction direction : {Direction::kForward, Direction::kBackward}) {
-      bs_pass_stats c{};
-      if (bs_scheduler_last_pass(scheduler.get(), static_cast<int>(direction), &c) == BS_OK) {
+      if (std::optional<PassStats> pass = LastPassOf(scheduler.get(), direction)) {
         std::fprintf(stderr, "[blockswap %s] %s\n", config.model_name.c_str(),
-                     FormatPassStats(FromC(c)).c_str());
+                     FormatPassStats(*pass).c_str());
       }
     }
   }
@@ -695,11 +701,7 @@ void StreamOffloader::FinishPass() {
 
 std::optional<PassStats> StreamOffloader::LastPass(Direction direction) const {
   if (impl_->scheduler == nullptr) return std::nullopt;
-  bs_pass_stats c{};
-  if (bs_scheduler_last_pass(impl_->scheduler.get(), static_cast<int>(direction), &c) != BS_OK) {
-    return std::nullopt;
-  }
-  return FromC(c);
+  return LastPassOf(impl_->scheduler.get(), direction);
 }
 
 uint32_t StreamOffloader::num_blocks() const { return static_cast<uint32_t>(impl_->blocks.size()); }

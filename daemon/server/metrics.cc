@@ -97,6 +97,7 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
     client.loads = session->all_loads();
     client.rejected_loads = session->all_rejected_loads();
     client.stall_seconds = session->reported_stall_seconds;
+    client.host_wait_seconds = session->reported_host_wait_seconds;
     client.copy_seconds = session->reported_copy_seconds;
     snapshot.clients.push_back(std::move(client));
   }
@@ -185,8 +186,13 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_client("client_bytes_total", "counter", "bytes copied into the client's rings",
              [](const ClientMetrics& c) { return c.bytes; });
   per_client("client_stall_seconds_total", "counter",
-             "seconds the client's compute waited for a block, as the client reported them",
+             "seconds the client's compute stream sat idle waiting for a block, as the client "
+             "reported them",
              [](const ClientMetrics& c) { return c.stall_seconds; });
+  per_client("client_host_wait_seconds_total", "counter",
+             "seconds the client's training thread blocked waiting for a block (mostly its own "
+             "compute draining), as the client reported them",
+             [](const ClientMetrics& c) { return c.host_wait_seconds; });
   per_client("client_copy_seconds_total", "counter",
              "seconds from request to fill of the client's loads, as the client reported them",
              [](const ClientMetrics& c) { return c.copy_seconds; });

@@ -35,9 +35,10 @@ struct ClientMetrics {
   uint64_t ring_bytes = 0;     // device memory of its rings
   uint64_t staging_bytes = 0;  // host memory of its uploads in progress
   uint64_t loads = 0;
-  uint64_t rejected_loads = 0;  // its protocol and validation errors
-  uint64_t bytes = 0;           // copied into its rings
-  double stall_seconds = 0;     // as the client reported them (all passes)
+  uint64_t rejected_loads = 0;   // its protocol and validation errors
+  uint64_t bytes = 0;            // copied into its rings
+  double stall_seconds = 0;      // as the client reported them (all passes)
+  double host_wait_seconds = 0;  // the same
   double copy_seconds = 0;
 };
 

@@ -52,6 +52,7 @@ MetricsSnapshot TwoDevicesOneClient() {
                        .rejected_loads = 1,
                        .bytes = 7000,
                        .stall_seconds = 1.5,
+                       .host_wait_seconds = 2.5,
                        .copy_seconds = 0.5});
   return s;
 }
@@ -87,6 +88,7 @@ TEST(Metrics, PerClientSamplesCarryEscapedLabels) {
   const std::string text = FormatMetrics(TwoDevicesOneClient());
   const std::string labels = "{session=\"3\",client=\"rank \\\"0\\\"\",pid=\"42\",uid=\"1000\"}";
   EXPECT_TRUE(HasLine(text, "blockswap_client_stall_seconds_total" + labels + " 1.5")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_client_host_wait_seconds_total" + labels + " 2.5")) << text;
   EXPECT_TRUE(HasLine(text, "blockswap_client_loads_total" + labels + " 7")) << text;
   EXPECT_TRUE(HasLine(text, "blockswap_client_protocol_errors_total" + labels + " 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_client_ring_bytes" + labels + " 8192"));

@@ -89,7 +89,8 @@ class Session {
   uint64_t loads ABSL_GUARDED_BY(mu) = 0;
   uint64_t rejected_loads ABSL_GUARDED_BY(mu) = 0;
   // Sums over every pass the client reported (pass_stats keeps the last ones).
-  double reported_stall_seconds ABSL_GUARDED_BY(mu) = 0;
+  double reported_stall_seconds ABSL_GUARDED_BY(mu) = 0;      // compute-stream idle
+  double reported_host_wait_seconds ABSL_GUARDED_BY(mu) = 0;  // trainer thread blocked
   double reported_copy_seconds ABSL_GUARDED_BY(mu) = 0;
 
  private:

@@ -528,6 +528,9 @@ void SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest&
     if (std::isfinite(pass.stall_seconds()) && pass.stall_seconds() > 0) {
       session.reported_stall_seconds += pass.stall_seconds();
     }
+    if (std::isfinite(pass.host_wait_seconds()) && pass.host_wait_seconds() > 0) {
+      session.reported_host_wait_seconds += pass.host_wait_seconds();
+    }
     if (std::isfinite(pass.copy_seconds()) && pass.copy_seconds() > 0) {
       session.reported_copy_seconds += pass.copy_seconds();
     }

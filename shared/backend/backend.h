@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,31 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
+// How long a stream sat idle at one wait: from when the stream reached the
+// wait until the event's record completed (the reference offloader's "GPU
+// stall", measured on the stream, not on the thread that issued the wait).
+struct WaitIdle {
+  uint64_t began_ns = 0;  // CLOCK_MONOTONIC when the stream reached the wait
+  absl::Duration idle = absl::ZeroDuration();
+};
+
+// Measures the stream's idle time at the waits issued with it
+// (Stream::WaitTimed), one at a time: each timed wait replaces the previous
+// measurement, so a timer is reused once its result has been read. Created by
+// a Device, used with streams of that device; one thread issues and reads
+// (the one that issues the stream's work). On cuda a pair of timing events
+// around the wait; on host the stream worker's (or the waiting caller's)
+// clock. May be destroyed with its wait still pending.
+class WaitTimer {
+ public:
+  virtual ~WaitTimer() = default;
+  // The last timed wait's idle time once the stream has passed the wait;
+  // nullopt while it has not (or when no wait was timed yet). Never blocks.
+  virtual absl::StatusOr<std::optional<WaitIdle>> Poll() = 0;
+  // The same, blocking until the stream has passed the last timed wait.
+  virtual absl::StatusOr<std::optional<WaitIdle>> Await() = 0;
+};
+
 // An in-order work queue. Not thread-safe: one thread issues work on a
 // stream. Destroying a stream waits for the work already issued, except for
 // waits on events that can no longer complete (a dead peer), which are
@@ -100,6 +126,10 @@ class Stream {
   virtual absl::Status Record(Event& event) = 0;
   // Later work on this stream waits for `event`'s record as of NOW.
   virtual absl::Status Wait(Event& event) = 0;
+  // Wait(event), measuring in `timer` how long this stream sits idle at it.
+  // `timer` (of this stream's device) must not be reused before the stream
+  // has passed this wait or its result has been read.
+  virtual absl::Status WaitTimed(Event& event, WaitTimer& timer) = 0;
   // Runs `fn` on a backend thread once all earlier work has completed; later
   // work waits for it. `fn` must not call into the backend.
   virtual absl::Status LaunchHostFunc(std::function<void()> fn) = 0;
@@ -121,6 +151,7 @@ class Device {
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  virtual absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() = 0;
   // A non-owning view of the caller's own stream, so that the protocol's
   // records and waits are ordered against the caller's work: on cuda
   // `native` is a cudaStream_t (nullptr is the legacy default stream); on

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "shared/backend/backend.h"
 #include "shared/backend/cuda_check.h"
+#include "shared/base/monotonic_clock.h"
 #include "shared/os/shared_memory.h"
 #include "shared/base/status.h"
 
@@ -328,6 +330,143 @@ absl::StatusOr<CudaEvent*> AsCudaEvent(Event& event) {
   return cuda_event;
 }
 
+// Places a completed timing event of one device on CLOCK_MONOTONIC: an
+// anchor event, recorded on a private idle stream and synchronised, is read
+// against the host clock right after; an event's host time is the anchor's
+// plus cudaEventElapsedTime between them. Re-anchored every few seconds, as
+// the elapsed time is a float of milliseconds (its resolution coarsens with
+// distance) and the two clocks drift. Thread-safe; owned by its CudaDevice.
+class CudaClockAnchor {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaClockAnchor>> Create(DeviceHealth& health) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health));
+    cudaStream_t stream = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health,
+                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaEvent_t event = nullptr;
+    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cudaEventCreate(&event));
+    if (!created.ok()) {
+      (void)BLOCKSWAP_CUDA_STATUS(&health, cudaStreamDestroy(stream));
+      return created;
+    }
+    return std::unique_ptr<CudaClockAnchor>(new CudaClockAnchor(health, stream, event));
+  }
+  CudaClockAnchor(const CudaClockAnchor&) = delete;
+  CudaClockAnchor& operator=(const CudaClockAnchor&) = delete;
+
+  ~CudaClockAnchor() {
+    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(event_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamDestroy(stream_));
+  }
+
+  // CLOCK_MONOTONIC when `completed` (a completed timing event of this
+  // device) completed. The caller is inside a ScopedDevice of the device.
+  absl::StatusOr<uint64_t> HostNanosOf(cudaEvent_t completed) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (anchored_ns_ == 0 || MonotonicNanos() - anchored_ns_ > kReanchorNanos) {
+      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(event_, stream_));
+      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventSynchronize(event_));
+      anchored_ns_ = MonotonicNanos();
+    }
+    float ms = 0;  // negative for an event that completed before the anchor
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventElapsedTime(&ms, event_, completed));
+    return static_cast<uint64_t>(static_cast<int64_t>(anchored_ns_) +
+                                 static_cast<int64_t>(static_cast<double>(ms) * 1e6));
+  }
+
+ private:
+  static constexpr uint64_t kReanchorNanos = uint64_t{5} * 1000000000u;
+
+  CudaClockAnchor(DeviceHealth& health, cudaStream_t stream, cudaEvent_t event)
+      : health_(health), stream_(stream), event_(event) {}
+
+  DeviceHealth& health_;
+  const cudaStream_t stream_;
+  const cudaEvent_t event_;
+  absl::Mutex mu_;
+  uint64_t anchored_ns_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Two timing events (cudaEventCreate's default flags: timing on) recorded
+// just before and just after the stream's wait: the time between their
+// completions is how long the stream sat at the wait, exactly as the
+// reference offloader measures its compute stream's stall.
+class CudaWaitTimer final : public WaitTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaWaitTimer>> Create(DeviceHealth& health,
+                                                               CudaClockAnchor& anchor) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health));
+    cudaEvent_t start = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cudaEventCreate(&start));
+    cudaEvent_t end = nullptr;
+    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cudaEventCreate(&end));
+    if (!created.ok()) {
+      (void)BLOCKSWAP_CUDA_STATUS(&health, cudaEventDestroy(start));
+      return created;
+    }
+    return std::unique_ptr<CudaWaitTimer>(new CudaWaitTimer(health, anchor, start, end));
+  }
+  CudaWaitTimer(const CudaWaitTimer&) = delete;
+  CudaWaitTimer& operator=(const CudaWaitTimer&) = delete;
+
+  // CUDA releases an event whose record is pending once the record is done.
+  ~CudaWaitTimer() override {
+    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(start_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(end_));
+  }
+
+  absl::StatusOr<std::optional<WaitIdle>> Poll() override {
+    if (!issued_) return std::nullopt;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    cudaError_t error = cudaEventQuery(end_);
+    if (error == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not yet" is an answer (as in CudaEvent::Query)
+      return std::nullopt;
+    }
+    BLOCKSWAP_RETURN_IF_ERROR(health_.Check(error, "cudaEventQuery(end_)", __FILE__, __LINE__));
+    return Measured();
+  }
+
+  absl::StatusOr<std::optional<WaitIdle>> Await() override {
+    if (!issued_) return std::nullopt;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventSynchronize(end_));
+    return Measured();
+  }
+
+  // The wait itself, between the two records (on the stream's device, as
+  // the caller's ScopedDevice has it).
+  absl::Status RecordAround(cudaStream_t stream, cudaEvent_t awaited) {
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(start_, stream));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaStreamWaitEvent(stream, awaited, 0));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(end_, stream));
+    issued_ = true;
+    return absl::OkStatus();
+  }
+
+  const DeviceHealth& health() const { return health_; }
+
+ private:
+  CudaWaitTimer(DeviceHealth& health, CudaClockAnchor& anchor, cudaEvent_t start, cudaEvent_t end)
+      : health_(health), anchor_(anchor), start_(start), end_(end) {}
+
+  // Both events have completed (the stream runs in order).
+  absl::StatusOr<std::optional<WaitIdle>> Measured() {
+    float ms = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventElapsedTime(&ms, start_, end_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t began_ns, anchor_.HostNanosOf(start_));
+    return WaitIdle{began_ns, absl::Nanoseconds(static_cast<int64_t>(ms * 1e6))};
+  }
+
+  DeviceHealth& health_;
+  CudaClockAnchor& anchor_;
+  const cudaEvent_t start_;
+  const cudaEvent_t end_;
+  bool issued_ = false;  // a wait was timed: the events have records
+};
+
 // Runs on a CUDA runtime thread. noexcept: an exception must not unwind into
 // the runtime's C frames; it terminates here instead.
 void CUDART_CB RunHostFunction(void* user_data) noexcept {
@@ -387,6 +526,18 @@ class CudaStream final : public Stream {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaEvent * cuda_event, AsCudaEvent(event));
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
     return BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamWaitEvent(stream_, cuda_event->get(), 0));
+  }
+
+  absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(CudaEvent * cuda_event, AsCudaEvent(event));
+    auto* cuda_timer = dynamic_cast<CudaWaitTimer*>(&timer);
+    if (cuda_timer == nullptr || &cuda_timer->health() != &health_) {
+      return absl::InvalidArgumentError(absl::StrCat("a wait on a stream of ", health_.label(),
+                                                     " can only be timed by a timer of ",
+                                                     health_.label()));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    return cuda_timer->RecordAround(stream_, cuda_event->get());
   }
 
   // The function is owned by the runtime from a successful launch on and
@@ -535,6 +686,19 @@ class CudaDevice final : public Device {
     return std::make_unique<CudaStream>(health_, stream);
   }
 
+  absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() override {
+    CudaClockAnchor* anchor = nullptr;
+    {
+      absl::MutexLock lock(&anchor_mu_);
+      if (clock_anchor_ == nullptr) {
+        BLOCKSWAP_ASSIGN_OR_RETURN(clock_anchor_, CudaClockAnchor::Create(health_));
+      }
+      anchor = clock_anchor_.get();
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto timer, CudaWaitTimer::Create(health_, *anchor));
+    return std::unique_ptr<WaitTimer>(std::move(timer));
+  }
+
   absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native, absl::Duration) override {
     BLOCKSWAP_RETURN_IF_ERROR(health_.status());
     return std::make_unique<CudaStream>(health_, static_cast<cudaStream_t>(native),
@@ -603,6 +767,9 @@ class CudaDevice final : public Device {
 
   const DeviceInfo info_;
   DeviceHealth health_;
+  // Shared by the device's wait timers, created with the first of them.
+  absl::Mutex anchor_mu_;
+  std::unique_ptr<CudaClockAnchor> clock_anchor_ ABSL_GUARDED_BY(anchor_mu_);
 };
 
 class CudaBackend final : public Backend {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "shared/backend/backend.h"
+#include "shared/base/monotonic_clock.h"
 #include "shared/os/futex.h"
 #include "shared/os/shared_memory.h"
 #include "shared/base/status.h"
@@ -151,6 +152,59 @@ absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
   return host_event;
 }
 
+// A timer's result, shared with the stream worker that measures it (the
+// timer may be destroyed while its wait is still queued). `issued` counts
+// timed waits issued, `measured` the ones whose result is in `last`.
+struct HostWaitTimerState {
+  absl::Mutex mu;
+  uint64_t issued ABSL_GUARDED_BY(mu) = 0;
+  uint64_t measured ABSL_GUARDED_BY(mu) = 0;
+  WaitIdle last ABSL_GUARDED_BY(mu);
+
+  uint64_t Issue() {
+    absl::MutexLock lock(&mu);
+    return ++issued;
+  }
+  // A wait that was skipped (a failed stream) still completes its
+  // measurement, as zero idle, so that Await never blocks for ever.
+  void Complete(uint64_t wait, WaitIdle idle) {
+    absl::MutexLock lock(&mu);
+    if (wait < measured) return;
+    measured = wait;
+    last = idle;
+  }
+};
+
+class HostWaitTimer final : public WaitTimer {
+ public:
+  absl::StatusOr<std::optional<WaitIdle>> Poll() override {
+    absl::MutexLock lock(&state_->mu);
+    return Result();
+  }
+  absl::StatusOr<std::optional<WaitIdle>> Await() override {
+    absl::MutexLock lock(&state_->mu);
+    auto passed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+      return state_->measured == state_->issued;
+    };
+    state_->mu.Await(absl::Condition(&passed));
+    return Result();
+  }
+  const std::shared_ptr<HostWaitTimerState>& state() const { return state_; }
+
+ private:
+  std::optional<WaitIdle> Result() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+    if (state_->issued == 0 || state_->measured != state_->issued) return std::nullopt;
+    return state_->last;
+  }
+  const std::shared_ptr<HostWaitTimerState> state_ = std::make_shared<HostWaitTimerState>();
+};
+
+absl::StatusOr<HostWaitTimer*> AsHostWaitTimer(WaitTimer& timer) {
+  auto* host_timer = dynamic_cast<HostWaitTimer*>(&timer);
+  if (host_timer == nullptr) return absl::InvalidArgumentError("not a host-backend wait timer");
+  return host_timer;
+}
+
 class HostMemory final : public DeviceMemory {
  public:
   HostMemory(SharedMemory shm, Mapping mapping, size_t size)
@@ -204,28 +258,13 @@ class HostStream final : public Stream {
         /*even_after_failure=*/true);
   }
 
-  absl::Status Wait(Event& event) override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
-    HostEventState* state = host_event->state();
-    // The snapshot is what makes an early wait bind to the previous record.
-    uint32_t target = host_event->WaitTarget();
-    return Enqueue([this, state, target, keep = host_event->mapping(),
-                    creator = host_event->creator()] {
-      absl::Time abandon_at = absl::InfiniteFuture();
-      while (true) {
-        uint32_t done = state->completed_count.load(std::memory_order_acquire);
-        if (HostEvent::Reached(state, target)) return;
-        if (creator->Dead()) {
-          Fail(creator->DeadError());
-          return;
-        }
-        if (absl::Now() >= abandon_at) return;
-        if (abandon_at == absl::InfiniteFuture() && Stopping()) {
-          abandon_at = absl::Now() + kShutdownWaitGrace;
-        }
-        FutexWait(&state->completed_count, done, absl::Milliseconds(20));
-      }
-    });
+  absl::Status Wait(Event& event) override { return EnqueueWait(event, nullptr); }
+
+  // The worker measures its own idle time: from reaching the wait until the
+  // record it binds to completed (the jitter before an op is not idling).
+  absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostWaitTimer * host_timer, AsHostWaitTimer(timer));
+    return EnqueueWait(event, host_timer->state());
   }
 
   absl::Status LaunchHostFunc(std::function<void()> fn) override {
@@ -243,13 +282,60 @@ class HostStream final : public Stream {
   struct Op {
     std::function<void()> fn;
     bool even_after_failure = false;
+    std::function<void()> if_skipped;  // run instead of fn when skipped
   };
 
-  absl::Status Enqueue(std::function<void()> fn, bool even_after_failure = false) {
+  absl::Status Enqueue(std::function<void()> fn, bool even_after_failure = false,
+                       std::function<void()> if_skipped = nullptr) {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
-    queue_.push_back(Op{std::move(fn), even_after_failure});
+    queue_.push_back(Op{std::move(fn), even_after_failure, std::move(if_skipped)});
     return absl::OkStatus();
+  }
+
+  // `timer`, when set, gets the worker's idle time at the wait.
+  absl::Status EnqueueWait(Event& event, std::shared_ptr<HostWaitTimerState> timer) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    HostEventState* state = host_event->state();
+    // The snapshot is what makes an early wait bind to the previous record.
+    uint32_t target = host_event->WaitTarget();
+    const uint64_t timed_wait = timer != nullptr ? timer->Issue() : 0;
+    std::function<void()> if_skipped;
+    if (timer != nullptr) {
+      if_skipped = [timer, timed_wait] { timer->Complete(timed_wait, WaitIdle{MonotonicNanos()}); };
+    }
+    absl::Status queued = Enqueue(
+        [this, state, target, keep = host_event->mapping(), creator = host_event->creator(), timer,
+         timed_wait] {
+          const uint64_t began_ns = MonotonicNanos();
+          AwaitRecord(state, target, *creator);
+          if (timer != nullptr) {
+            timer->Complete(timed_wait,
+                            WaitIdle{began_ns, absl::Nanoseconds(MonotonicNanos() - began_ns)});
+          }
+        },
+        /*even_after_failure=*/false, if_skipped);
+    if (!queued.ok() && if_skipped) if_skipped();
+    return queued;
+  }
+
+  // On the worker: blocks until `target` of the event completed, its
+  // recorder died (the stream fails) or the stream is being destroyed.
+  void AwaitRecord(HostEventState* state, uint32_t target, const EventCreator& creator) {
+    absl::Time abandon_at = absl::InfiniteFuture();
+    while (true) {
+      uint32_t done = state->completed_count.load(std::memory_order_acquire);
+      if (HostEvent::Reached(state, target)) return;
+      if (creator.Dead()) {
+        Fail(creator.DeadError());
+        return;
+      }
+      if (absl::Now() >= abandon_at) return;
+      if (abandon_at == absl::InfiniteFuture() && Stopping()) {
+        abandon_at = absl::Now() + kShutdownWaitGrace;
+      }
+      FutexWait(&state->completed_count, done, absl::Milliseconds(20));
+    }
   }
 
   absl::Status failure() {
@@ -292,7 +378,10 @@ class HostStream final : public Stream {
         queue_.pop_front();
         failed = !failure_.ok();
       }
-      if (failed && !op.even_after_failure) continue;
+      if (failed && !op.even_after_failure) {
+        if (op.if_skipped) op.if_skipped();
+        continue;
+      }
       Jitter();
       op.fn();
     }
@@ -326,6 +415,16 @@ class InlineHostStream final : public Stream {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
     HostEvent::CompleteRecord(host_event->state(), host_event->IssueRecord());
     return absl::OkStatus();
+  }
+  // The calling thread is the stream: its idle time is the time it blocks.
+  absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostWaitTimer * host_timer, AsHostWaitTimer(timer));
+    const std::shared_ptr<HostWaitTimerState>& state = host_timer->state();
+    const uint64_t timed_wait = state->Issue();
+    const uint64_t began_ns = MonotonicNanos();
+    absl::Status waited = Wait(event);
+    state->Complete(timed_wait, WaitIdle{began_ns, absl::Nanoseconds(MonotonicNanos() - began_ns)});
+    return waited;
   }
   absl::Status Wait(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
@@ -400,6 +499,9 @@ class HostDevice final : public Device {
   }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::make_unique<HostStream>(jitter_us_);
+  }
+  absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() override {
+    return std::make_unique<HostWaitTimer>();
   }
   absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native,
                                                      absl::Duration wait_timeout) override {

@@ -4,10 +4,13 @@
 #include <cstring>
 
 #include <gtest/gtest.h>
+#include <optional>
 
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "shared/backend/backend.h"
+#include "shared/base/monotonic_clock.h"
 
 namespace blockswap {
 namespace {
@@ -144,6 +147,84 @@ TEST_F(HostBackendTest, WrappedCallerStreamRecordsAtOnceAndWaitsInline) {
   EXPECT_TRUE((*patient)->Wait(*event).ok());
   int native = 0;
   EXPECT_EQ(device().WrapStream(&native).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A stream's idle time at a wait (WaitTimer): the reference's "GPU stall".
+// Bounds are loose on the side a loaded machine can stretch (a late worker
+// shortens what it sees idle, never lengthens it past the delay it waits on).
+constexpr absl::Duration kRecorderDelay = absl::Milliseconds(20);
+
+TEST_F(HostBackendTest, WaitBehindASlowRecorderMeasuresTheStreamIdleTime) {
+  auto recorder = NewStream();
+  auto waiter = NewStream();
+  auto event = NewEvent();
+  auto timer = device().CreateWaitTimer().value();
+  EXPECT_FALSE(timer->Poll().value().has_value()) << "no wait timed yet";
+
+  const uint64_t issued_ns = MonotonicNanos();
+  ASSERT_TRUE(recorder->LaunchHostFunc([] { absl::SleepFor(kRecorderDelay); }).ok());
+  ASSERT_TRUE(recorder->Record(*event).ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  std::optional<WaitIdle> idle = timer->Await().value();
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_GE(idle->idle, kRecorderDelay - absl::Milliseconds(5));
+  EXPECT_GE(idle->began_ns, issued_ns);
+  EXPECT_LE(idle->began_ns, MonotonicNanos());
+  EXPECT_EQ(timer->Poll().value()->idle, idle->idle) << "a result stays until the next wait";
+}
+
+TEST_F(HostBackendTest, TimedWaitIsPendingUntilTheStreamPassesIt) {
+  auto recorder = NewStream();
+  auto waiter = NewStream();
+  auto event = NewEvent();
+  auto timer = device().CreateWaitTimer().value();
+  absl::Notification release;
+  ASSERT_TRUE(recorder->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(recorder->Record(*event).ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  EXPECT_FALSE(timer->Poll().value().has_value()) << "the stream cannot have passed the wait";
+  release.Notify();
+  EXPECT_TRUE(timer->Await().value().has_value());
+}
+
+TEST_F(HostBackendTest, WaitOnACompletedEventMeasuresNoIdleTime) {
+  auto recorder = NewStream();
+  auto waiter = NewStream();
+  auto event = NewEvent();
+  auto timer = device().CreateWaitTimer().value();
+  ASSERT_TRUE(recorder->Record(*event).ok());
+  ASSERT_TRUE(recorder->Synchronize().ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  EXPECT_LT(timer->Await().value()->idle, absl::Milliseconds(5));
+}
+
+TEST_F(HostBackendTest, ComputeQueuedBeforeTheWaitIsNotIdleTime) {
+  // The thread that issues the wait returns at once, and the stream is busy
+  // for the whole delay: by the time it reaches the wait, the record has
+  // long completed. A thread-side measure would count nothing either; the
+  // point is that the stream's own work before the wait never counts.
+  auto recorder = NewStream();
+  auto waiter = NewStream();
+  auto event = NewEvent();
+  auto timer = device().CreateWaitTimer().value();
+  ASSERT_TRUE(waiter->LaunchHostFunc([] { absl::SleepFor(2 * kRecorderDelay); }).ok());
+  ASSERT_TRUE(recorder->LaunchHostFunc([] { absl::SleepFor(kRecorderDelay); }).ok());
+  ASSERT_TRUE(recorder->Record(*event).ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  EXPECT_LT(timer->Await().value()->idle, kRecorderDelay / 2);
+}
+
+TEST_F(HostBackendTest, CallerStreamMeasuresTheTimeItBlocked) {
+  auto recorder = NewStream();
+  auto event = NewEvent();
+  auto timer = device().CreateWaitTimer().value();
+  auto caller = device().WrapStream(nullptr).value();
+  ASSERT_TRUE(recorder->LaunchHostFunc([] { absl::SleepFor(kRecorderDelay); }).ok());
+  ASSERT_TRUE(recorder->Record(*event).ok());
+  ASSERT_TRUE(caller->WaitTimed(*event, *timer).ok());
+  std::optional<WaitIdle> idle = timer->Poll().value();
+  ASSERT_TRUE(idle.has_value()) << "the caller has passed its wait when it returns";
+  EXPECT_GE(idle->idle, kRecorderDelay - absl::Milliseconds(5));
 }
 
 TEST(BackendChoice, ParsesTheThreeNamesAndRefusesOthers) {

@@ -307,6 +307,11 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream) {
 }
 
 absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout) {
+  return AwaitLoaded(slot, stream, timeout, nullptr);
+}
+
+absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout,
+                                       WaitTimer* timer) {
   BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
   if (requested_[slot] == 0) {
     return absl::FailedPreconditionError(
@@ -320,9 +325,15 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
   }
   filled_seen_[slot] = true;
   if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
-    BLOCKSWAP_RETURN_IF_ERROR(stream.Wait(ring_.ready(slot)));
+    BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
+                                               : stream.Wait(ring_.ready(slot)));
   }
   return absl::OkStatus();
+}
+
+void RingConsumer::RecordStall(uint32_t slot, uint32_t generation, const WaitIdle& idle) {
+  RecordTrace(TraceKind::kStall, slot, generation, idle.began_ns,
+              static_cast<uint64_t>(absl::ToInt64Nanoseconds(idle.idle)));
 }
 
 absl::Status RingConsumer::Drain() { return Drain(options_.wait_timeout); }

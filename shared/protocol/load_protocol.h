@@ -189,6 +189,13 @@ class RingConsumer {
   // a released slot whose block is used again (a backward pass).
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
+  // The same, with `timer` (of the ring's device) measuring how long
+  // `stream` sits idle at its wait on ready[s] (Stream::WaitTimed).
+  absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout, WaitTimer* timer);
+  // Traces a measured compute-stream stall at the wait for (slot,
+  // generation): TraceKind::kStall. The ring's trace has one writer, this
+  // consumer, so the results of timers go through it.
+  void RecordStall(uint32_t slot, uint32_t generation, const WaitIdle& idle);
 
   // Waits until every outstanding generation is filled, so no request of
   // this ring is left in the daemon (re-prepare, teardown).

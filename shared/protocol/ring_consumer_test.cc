@@ -2,7 +2,10 @@
 // in this process on the host backend.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "shared/protocol/load_protocol.h"
 
 namespace blockswap {
@@ -62,6 +65,44 @@ TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
   ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
   EXPECT_FALSE(producer_->has_pending()) << "the use is over: the copy may go";
   EXPECT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+}
+
+// A timed wait measures the compute stream's idle time at ready[s] (the
+// reference's stall), and RecordStall traces it as the ring's kStall.
+constexpr absl::Duration kSlowCopy = absl::Milliseconds(20);
+
+TEST_F(RingConsumerTest, ATimedWaitBehindASlowCopyMeasuresTheStreamsStallAndTracesIt) {
+  auto timer = device_->CreateWaitTimer().value();
+  uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
+  // The copy engine is busy first: ready[s] completes only after it.
+  ASSERT_TRUE(copy_stream_->LaunchHostFunc([] { absl::SleepFor(kSlowCopy); }).ok());
+  Serve(0, generation);
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_, absl::Seconds(5), timer.get()).ok());
+  std::optional<WaitIdle> idle = timer->Await().value();
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_GE(idle->idle, kSlowCopy - absl::Milliseconds(5));
+
+  consumer_->RecordStall(0, generation, *idle);
+  TraceSnapshot trace = client_ring_->trace().Read();
+  ASSERT_FALSE(trace.events.empty());
+  const TraceEvent& stall = trace.events.back();
+  EXPECT_EQ(stall.kind, TraceKind::kStall);
+  EXPECT_EQ(stall.slot, 0u);
+  EXPECT_EQ(stall.generation, generation);
+  EXPECT_EQ(stall.time_ns, idle->began_ns);
+  EXPECT_EQ(stall.value, static_cast<uint64_t>(absl::ToInt64Nanoseconds(idle->idle)));
+}
+
+TEST_F(RingConsumerTest, ComputeQueuedBeforeATimedWaitIsNotAStall) {
+  auto timer = device_->CreateWaitTimer().value();
+  uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
+  Serve(0, generation);
+  // The stream reaches its wait only after its own long compute, by when
+  // the copy has long completed: the thread returns at once, the stream
+  // never idles.
+  ASSERT_TRUE(compute_->LaunchHostFunc([] { absl::SleepFor(2 * kSlowCopy); }).ok());
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_, absl::Seconds(5), timer.get()).ok());
+  EXPECT_LT(timer->Await().value()->idle, kSlowCopy / 2);
 }
 
 TEST_F(RingConsumerTest, WaitOnASlotNeverLoadedIsRefused) {

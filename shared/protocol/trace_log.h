@@ -18,8 +18,6 @@
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_TRACE_LOG_H_
 #define BLOCKSWAP_SHARED_PROTOCOL_TRACE_LOG_H_
 
-#include <time.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "shared/base/monotonic_clock.h"
 
 namespace blockswap {
 
@@ -70,12 +69,6 @@ struct TraceEvent {
   TraceKind kind = TraceKind::kNone;
   uint16_t flags = 0;
 };
-
-inline uint64_t MonotonicNanos() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // The fixed layout in memory: a header line, then `capacity` entries of five
 // 64-bit words. Lock-free, so it works across processes.

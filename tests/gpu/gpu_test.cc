@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "shared/backend/backend.h"
+#include "shared/base/monotonic_clock.h"
 #include "shared/protocol/load_protocol.h"
 #include "tests/gpu/gpu_roles.h"
 #include "tests/support/child_process.h"
@@ -123,6 +126,36 @@ INSTANTIATE_TEST_SUITE_P(Slots, GpuStreamingTest, ::testing::Values(2, 4),
 // A consumer whose compute sometimes takes 20 ms on the GPU: the next copy
 // into that slot must wait for it (the daemon gates on `free`), or the
 // comparison after the long kernel sees the next block.
+// The stall a pass reports is the compute stream's idle time at its waits
+// (WaitTimer): on cuda two timing events around the wait, placed on the host
+// clock by the device's anchor. In process: no daemon needed.
+TEST(GpuWaitTimer, AStreamBehindAnotherStreamsWorkMeasuresItsIdleTimeOnTheHostClock) {
+  if (AvailableDevices().count == 0) GTEST_SKIP() << AvailableDevices().why_none;
+  constexpr absl::Duration kBusy = absl::Milliseconds(20);
+  std::unique_ptr<Backend> backend = OpenBackend(ParseBackendChoice(TestBackend()).value()).value();
+  Device& device = *backend->devices()[0];
+  std::unique_ptr<Stream> busy = device.CreateStream().value();
+  std::unique_ptr<Stream> waiter = device.CreateStream().value();
+  std::unique_ptr<Event> event = device.CreateInterprocessEvent().value();
+  std::unique_ptr<WaitTimer> timer = device.CreateWaitTimer().value();
+
+  const uint64_t issued_ns = MonotonicNanos();
+  ASSERT_TRUE(busy->LaunchHostFunc([kBusy] { absl::SleepFor(kBusy); }).ok());
+  ASSERT_TRUE(busy->Record(*event).ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  std::optional<WaitIdle> idle = timer->Await().value();
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_GE(idle->idle, kBusy - absl::Milliseconds(5));
+  EXPECT_LT(idle->idle, absl::Seconds(5));
+  // The anchor's error is a synchronisation's latency: well under 2 ms.
+  EXPECT_GE(idle->began_ns + 2'000'000, issued_ns);
+  EXPECT_LE(idle->began_ns, MonotonicNanos());
+
+  ASSERT_TRUE(busy->Synchronize().ok());
+  ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
+  EXPECT_LT(timer->Await().value()->idle, absl::Milliseconds(5)) << "the record had completed";
+}
+
 TEST_F(GpuTest, SlowKernelConsumerNeverReadsAStaleSlot) {
   StartDaemon();
   ChildProcess client =

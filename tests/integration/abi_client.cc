@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -99,7 +100,23 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
   bs_pass_stats forward{}, backward{};
   run(bs_scheduler_last_pass(scheduler, BS_FORWARD, &forward), "last_pass forward");
   run(bs_scheduler_last_pass(scheduler, BS_BACKWARD, &backward), "last_pass backward");
+  // ABI 4: both waits. ABI 1's stall_seconds is the host wait, and the
+  // compute stream cannot idle longer than the thread waited for it (the
+  // host backend's caller stream is the thread); a struct_size that ends
+  // before a field leaves the field alone.
+  bs_pass_stats_v2 forward_v2{};
+  forward_v2.struct_size = sizeof(forward_v2);
+  run(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &forward_v2), "last_pass_v2 forward");
+  bs_pass_stats_v2 short_v2{};
+  short_v2.struct_size = offsetof(bs_pass_stats_v2, host_wait_seconds);
+  short_v2.host_wait_seconds = -1;
+  run(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &short_v2), "last_pass_v2 short");
+  const bool v2_consistent =
+      forward_v2.host_wait_seconds == forward.stall_seconds && forward_v2.loads == forward.loads &&
+      forward_v2.stall_seconds >= 0 && forward_v2.stall_seconds <= forward_v2.host_wait_seconds &&
+      short_v2.stall_seconds == forward_v2.stall_seconds && short_v2.host_wait_seconds == -1;
   owned.reset();
+  report << "v2_consistent " << (v2_consistent ? 1 : 0) << "\n";
   report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
          << "\nbackward_loads " << backward.loads << "\nwrong " << wrong << "\n";
   if (wrong > 0) {

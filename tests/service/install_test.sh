@@ -66,6 +66,9 @@ cmake --build "${tmp}/consumer" >>"${tmp}/consumer.log" 2>&1 ||
   { cat "${tmp}/consumer.log"; echo "FAIL: building against blockswap::blockswap"; exit 1; }
 out=$(LD_LIBRARY_PATH="${prefix}/lib" "${tmp}/consumer/consumer" "${tmp}/no-daemon.sock")
 echo "${out}"
-grep -q "^abi 3$" <<<"${out}" || { echo "FAIL: the consumer did not run"; exit 1; }
+# The version the installed header promises (BS_ABI_VERSION), so that a bump needs no edit here.
+abi=$(sed -n 's/^#define BS_ABI_VERSION \([0-9]*\)u$/\1/p' "${prefix}/include/blockswap/blockswap.h")
+[[ -n ${abi} ]] || { echo "FAIL: no BS_ABI_VERSION in the installed blockswap.h"; exit 1; }
+grep -q "^abi ${abi}$" <<<"${out}" || { echo "FAIL: the consumer did not run (abi ${abi})"; exit 1; }
 grep -q "no-daemon.sock" <<<"${out}" || { echo "FAIL: the error does not name the socket"; exit 1; }
 echo "ok: find_package(blockswap) consumer built and ran"

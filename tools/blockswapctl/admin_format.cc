@@ -81,6 +81,7 @@ json DeviceJson(const v1::Device& device) {
 json PassJson(const v1::PassStats& pass) {
   return {{"direction", pass.direction()},
           {"stall_seconds", pass.stall_seconds()},
+          {"host_wait_seconds", pass.host_wait_seconds()},
           {"copy_seconds", pass.copy_seconds()},
           {"waits", pass.waits()},
           {"not_ready_waits", pass.not_ready_waits()},
@@ -376,7 +377,7 @@ std::string StatsText(const v1::StatsReply& reply) {
   // One line per direction of each client's latest passes; the client's own
   // columns are on its first line only.
   TextTable clients({"SESSION", "NAME", "LOADS", "REJECTED", "BYTES", "PASSES", "LAST PASS",
-                     "STALL S", "COPY S", "WAITS", "NOT-READY", "SELF-HEALS"});
+                     "STALL S", "HOST WAIT S", "COPY S", "WAITS", "NOT-READY", "SELF-HEALS"});
   for (const v1::ClientStats& client : reply.clients()) {
     std::vector<std::string> own = {
         absl::StrCat(client.session_id()), OrDash(client.client_name()),
@@ -384,16 +385,16 @@ std::string StatsText(const v1::StatsReply& reply) {
         HumanBytes(client.bytes()),        absl::StrCat(client.passes_size())};
     std::vector<const v1::PassStats*> latest = LatestPassPerDirection(client.passes());
     if (latest.empty()) {
-      own.insert(own.end(), 6, "-");
+      own.insert(own.end(), 7, "-");
       clients.AddRow(std::move(own));
       continue;
     }
     for (const v1::PassStats* pass : latest) {
       std::vector<std::string> row = own;
-      row.insert(row.end(),
-                 {OrDash(pass->direction()), Seconds3(pass->stall_seconds()),
-                  Seconds3(pass->copy_seconds()), absl::StrCat(pass->waits()),
-                  absl::StrCat(pass->not_ready_waits()), absl::StrCat(pass->self_heals())});
+      row.insert(row.end(), {OrDash(pass->direction()), Seconds3(pass->stall_seconds()),
+                             Seconds3(pass->host_wait_seconds()), Seconds3(pass->copy_seconds()),
+                             absl::StrCat(pass->waits()), absl::StrCat(pass->not_ready_waits()),
+                             absl::StrCat(pass->self_heals())});
       clients.AddRow(std::move(row));
       std::fill(own.begin(), own.end(), "");
     }

@@ -43,6 +43,7 @@ v1::PassStats Pass(const std::string& direction, double stall, double copy, uint
   v1::PassStats pass;
   pass.set_direction(direction);
   pass.set_stall_seconds(stall);
+  pass.set_host_wait_seconds(stall + 1);  // a number of its own, shown in its own column
   pass.set_copy_seconds(copy);
   pass.set_waits(waits);
   pass.set_not_ready_waits(waits / 2);
@@ -492,18 +493,18 @@ TEST(StatsText, ClientTableShowsTheLatestPassOfEachDirection) {
   ASSERT_EQ(lines.size(), 8u);
   EXPECT_EQ(lines[3], "");
   EXPECT_EQ(lines[4],
-            "SESSION  NAME     LOADS  REJECTED  BYTES     PASSES  LAST PASS  STALL S  COPY S  "
-            "WAITS  NOT-READY  SELF-HEALS");
+            "SESSION  NAME     LOADS  REJECTED  BYTES     PASSES  LAST PASS  STALL S  HOST WAIT S  "
+            "COPY S  WAITS  NOT-READY  SELF-HEALS");
   EXPECT_EQ(lines[5],
-            "3        trainer  1200   1         22.9 GiB  3       forward    0.125    1.500   "
-            "30     15         1");
+            "3        trainer  1200   1         22.9 GiB  3       forward    0.125    1.125        "
+            "1.500   30     15         1");
   // The second direction's line leaves the client's own columns blank.
   EXPECT_EQ(lines[6].find_first_not_of(' '), ColumnOf(lines[4], "LAST PASS"));
   EXPECT_EQ(lines[6].substr(ColumnOf(lines[4], "LAST PASS")),
-            "backward   0.250    0.750   20     10         1");
+            "backward   0.250    1.250        0.750   20     10         1");
   EXPECT_EQ(lines[7],
-            "4        quiet    0      0         0 B       0       -          -        -       "
-            "-      -          -");
+            "4        quiet    0      0         0 B       0       -          -        -            "
+            "-       -      -          -");
 }
 
 TEST(StatsText, SaysSoWhenNoClientIsAttached) {
@@ -535,6 +536,7 @@ TEST(StatsJson, HasRatesCountsAndTheLatestPasses) {
   EXPECT_EQ(trainer["passes"].size(), 3u);
   EXPECT_EQ(trainer["latest_passes"]["forward"]["waits"], 30);
   EXPECT_EQ(trainer["latest_passes"]["forward"]["stall_seconds"], 0.125);
+  EXPECT_EQ(trainer["latest_passes"]["forward"]["host_wait_seconds"], 1.125);
   EXPECT_EQ(trainer["latest_passes"]["backward"]["not_ready_waits"], 10);
   EXPECT_EQ(trainer["latest_passes"]["backward"]["self_heals"], 1);
   EXPECT_TRUE(json["clients"][1]["latest_passes"].is_object());

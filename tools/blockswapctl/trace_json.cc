@@ -16,6 +16,7 @@ using LoadKey = std::tuple<uint64_t, uint32_t, uint32_t>;  // ring, slot, genera
 
 constexpr int kLoadsTid = 1;
 constexpr int kStallsTid = 2;
+constexpr int kHostWaitsTid = 3;
 
 double Micros(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
@@ -143,6 +144,7 @@ json TraceToChromeJson(const v1::TraceReply& reply, uint64_t since_ns) {
                               absl::StrCat(client.client_name(), " (pid ", pid, ")")));
     events.push_back(Metadata("thread_name", pid, kLoadsTid, "loads"));
     events.push_back(Metadata("thread_name", pid, kStallsTid, "stalls"));
+    events.push_back(Metadata("thread_name", pid, kHostWaitsTid, "host waits"));
     for (const v1::TraceEvent& event : client.events()) {
       if (event.time_ns() < since_ns) continue;
       const LoadKey key = KeyOf(event);
@@ -165,17 +167,21 @@ json TraceToChromeJson(const v1::TraceReply& reply, uint64_t since_ns) {
                             {"id", flow_id}, {"pid", daemon_pid}, {"tid", load.device_tid},
                             {"ts", start->second}});
         }
-      } else if (KindOf(event) == TraceKind::kWait && (event.flags() & kTraceStalled) != 0) {
+      } else if (KindOf(event) == TraceKind::kStall ||
+                 (KindOf(event) == TraceKind::kWait && (event.flags() & kTraceStalled) != 0)) {
+        const bool stall = KindOf(event) == TraceKind::kStall;
         auto found = loads.find(key);
         json args = {{"ring", event.ring_id()}, {"slot", event.slot()},
                      {"generation", event.generation()}};
         if (found != loads.end() && found->second.filled != nullptr) {
           args["block"] = found->second.filled->block();
         }
-        events.push_back({{"ph", "X"}, {"name", absl::StrCat("stall slot ", event.slot())},
-                          {"cat", "stall"}, {"pid", pid}, {"tid", kStallsTid},
-                          {"ts", Micros(event.time_ns())}, {"dur", Micros(event.value())},
-                          {"args", args}});
+        events.push_back(
+            {{"ph", "X"},
+             {"name", absl::StrCat(stall ? "stall slot " : "host wait slot ", event.slot())},
+             {"cat", stall ? "stall" : "host_wait"}, {"pid", pid},
+             {"tid", stall ? kStallsTid : kHostWaitsTid}, {"ts", Micros(event.time_ns())},
+             {"dur", Micros(event.value())}, {"args", args}});
       }
     }
   }

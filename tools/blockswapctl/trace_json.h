@@ -5,7 +5,13 @@
 //   tid 1 "loads"   an X span per load, from the client's request to the
 //                   daemon publishing filled_seq (args: ring, slot,
 //                   generation, block, bytes, copy times);
-//   tid 2 "stalls"  an X span per wait that found its slot not filled yet.
+//   tid 2 "stalls"  an X span (cat "stall") per compute-stream stall: the
+//                   stream sat idle at a wait (kStall: timing events on
+//                   cuda), the time the trainer really lost;
+//   tid 3 "host waits"  an X span (cat "host_wait") per wait whose thread
+//                   found its slot not filled yet and blocked (kWait with
+//                   kTraceStalled): mostly the trainer's own compute
+//                   draining, not lost time.
 // One process for blockswapd (its pid) with a track per device (tid 1, 2, ...):
 //   an X span per copy, from when the copy stream could start it (issued, or
 //   the previous copy's completion if later) to its completion; args name

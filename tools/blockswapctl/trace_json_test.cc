@@ -56,6 +56,8 @@ v1::TraceReply TwoClientsOneLoadEach() {
   a->add_ring_ids(1);
   Add(a->mutable_events(), TraceKind::kRequest, 10000, 1, 0, 1);
   Add(a->mutable_events(), TraceKind::kWait, 14000, 1, 0, 1, /*value=*/6000, kTraceStalled);
+  // The compute stream reached the wait later than the thread, and idled less.
+  Add(a->mutable_events(), TraceKind::kStall, 17000, 1, 0, 1, /*value=*/2500);
   Add(a->mutable_events(), TraceKind::kWait, 25000, 1, 0, 1, /*value=*/100, /*flags=*/0);
   Add(a->mutable_events(), TraceKind::kRelease, 26000, 1, 0, 1);
   v1::TraceClient* b = reply.add_clients();
@@ -134,14 +136,25 @@ TEST(TraceJson, ACopyStartsWhenTheCopyBeforeItOnTheDeviceIsDone) {
   }
 }
 
-TEST(TraceJson, OnlyWaitsThatFoundTheSlotUnfilledAreStalls) {
+TEST(TraceJson, StallsAreTheComputeStreamsIdleTimeNotTheThreadsWait) {
   json document = TraceToChromeJson(TwoClientsOneLoadEach(), 0);
   std::vector<json> stalls = Events(document, "X", "stall");
   ASSERT_EQ(stalls.size(), 1u);
   EXPECT_EQ(stalls[0]["pid"], kClientA);
   EXPECT_EQ(stalls[0]["tid"], 2);
-  EXPECT_DOUBLE_EQ(stalls[0]["ts"].get<double>(), 14.0);
-  EXPECT_DOUBLE_EQ(stalls[0]["dur"].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(stalls[0]["ts"].get<double>(), 17.0);
+  EXPECT_DOUBLE_EQ(stalls[0]["dur"].get<double>(), 2.5);
+  EXPECT_EQ(stalls[0]["args"]["block"], 7);
+}
+
+TEST(TraceJson, OnlyHostWaitsThatFoundTheSlotUnfilledAreShown) {
+  json document = TraceToChromeJson(TwoClientsOneLoadEach(), 0);
+  std::vector<json> waits = Events(document, "X", "host_wait");
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0]["pid"], kClientA);
+  EXPECT_EQ(waits[0]["tid"], 3);
+  EXPECT_DOUBLE_EQ(waits[0]["ts"].get<double>(), 14.0);
+  EXPECT_DOUBLE_EQ(waits[0]["dur"].get<double>(), 6.0);
 }
 
 TEST(TraceJson, AFlowLinksEachRequestToItsCopy) {

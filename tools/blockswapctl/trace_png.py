@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Draws a blockswap trace (the Chrome trace-event JSON `blockswapctl trace`
 writes) as a per-client timeline PNG: one row per client, its copies (the
-daemon's copy spans for the client's rings) and its stalls (waits that found
-their slot not filled) as bars; time in ms from the window's start.
+daemon's copy spans for the client's rings), its stalls (red: the compute
+stream sat idle at a wait, the time the trainer really lost) and, lighter, its
+host waits (the thread blocked on a slot not filled yet, mostly while its own
+queued compute drained) as bars; time in ms from the window's start.
 
 Usage: trace_png.py TRACE.json OUT.png
 Exit 0 on success, 1 when matplotlib is missing or the input is not a trace,
@@ -14,8 +16,8 @@ import sys
 
 
 def load_rows(document):
-    """{client pid: {"name", "copies": [(start_ms, dur_ms)], "stalls": [...]}}
-    and the window's start in µs."""
+    """{client pid: {"name", "copies": [(start_ms, dur_ms)], "stalls": [...],
+    "host_waits": [...]}}."""
     events = document["traceEvents"]
     daemon_pid = document.get("otherData", {}).get("daemon_pid")
     names = {}
@@ -31,7 +33,7 @@ def load_rows(document):
 
     def row(pid):
         return rows.setdefault(pid, {"name": names.get(pid, "pid %d" % pid),
-                                     "copies": [], "stalls": []})
+                                     "copies": [], "stalls": [], "host_waits": []})
 
     for event in spans:
         start = (event["ts"] - since) / 1000.0
@@ -42,6 +44,8 @@ def load_rows(document):
                 row(pid)["copies"].append((start, length))
         elif event.get("cat") == "stall":
             row(event["pid"])["stalls"].append((start, length))
+        elif event.get("cat") == "host_wait":
+            row(event["pid"])["host_waits"].append((start, length))
     for event in events:  # clients that neither copied nor stalled still get a row
         if event.get("ph") == "M" and event.get("name") == "process_name" and \
                 event["pid"] != daemon_pid:
@@ -79,15 +83,19 @@ def main(argv):
         # Thin bars of 0 ms would vanish: give every bar at least a hair.
         copies = [(s, max(d, 0.02)) for s, d in data["copies"]]
         stalls = [(s, max(d, 0.02)) for s, d in data["stalls"]]
+        host_waits = [(s, max(d, 0.02)) for s, d in data["host_waits"]]
         axes.broken_barh(copies, (y + 0.05, 0.4), facecolors="tab:blue")
+        # The host waits first and thin, so that a stall drawn over one shows.
+        axes.broken_barh(host_waits, (y - 0.3, 0.1), facecolors="lightgray")
         axes.broken_barh(stalls, (y - 0.45, 0.4), facecolors="tab:red")
     axes.set_yticks(range(len(pids)))
-    axes.set_yticklabels(["%s\n%d copies, %d stalls" % (rows[p]["name"], len(rows[p]["copies"]),
-                                                       len(rows[p]["stalls"]))
+    axes.set_yticklabels(["%s\n%d copies, %.1f ms stalled" % (
+        rows[p]["name"], len(rows[p]["copies"]), sum(d for _, d in rows[p]["stalls"]))
                           for p in reversed(pids)])
     axes.set_ylim(-0.6, max(len(pids), 1) - 0.4)
     axes.set_xlabel("ms since the trace window started")
-    axes.set_title("blockswap trace: copies (blue, upper bar) and stalls (red, lower bar) per client")
+    axes.set_title("blockswap trace per client: copies (blue, upper bar), compute-stream stalls "
+                   "(red, lower bar), host waits (grey line)")
     axes.grid(axis="x", alpha=0.3)
     figure.tight_layout()
     try:

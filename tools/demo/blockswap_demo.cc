@@ -219,18 +219,27 @@ class Demo {
       const double wall_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
-      bs_pass_stats fwd{}, bwd{};
-      detail::Check(bs_scheduler_last_pass(raw, BS_FORWARD, &fwd), "last_pass forward");
-      detail::Check(bs_scheduler_last_pass(raw, BS_BACKWARD, &bwd), "last_pass backward");
+      bs_pass_stats_v2 fwd{}, bwd{};
+      fwd.struct_size = bwd.struct_size = sizeof(bs_pass_stats_v2);
+      detail::Check(bs_scheduler_last_pass_v2(raw, BS_FORWARD, &fwd), "last_pass forward");
+      detail::Check(bs_scheduler_last_pass_v2(raw, BS_BACKWARD, &bwd), "last_pass backward");
+      if (step == 1) {
+        std::printf(
+            "stall: time the compute stream sat idle waiting for a copy (time lost); host-wait: "
+            "time this thread blocked in the waits (mostly its own compute draining)\n");
+      }
       total_loads += fwd.loads + bwd.loads;
       std::printf(
-          "step %u/%u: stall %.3f ms (fwd %.3f bwd %.3f) copy %.3f ms loads %llu (fwd %llu bwd "
+          "step %u/%u: stall %.3f ms (fwd %.3f bwd %.3f) host-wait %.3f ms (fwd %.3f bwd %.3f) "
+          "copy %.3f ms loads %llu (fwd %llu bwd "
           "%llu) rebinds %llu waits %llu not-ready %llu self-heals %llu checks %llu mismatches "
           "%llu wall %.1f ms peak-rss %ld KiB\n",
           step, flags_.steps, 1e3 * (fwd.stall_seconds + bwd.stall_seconds),
           1e3 * fwd.stall_seconds, 1e3 * bwd.stall_seconds,
-          1e3 * (fwd.copy_seconds + bwd.copy_seconds), Ull(fwd.loads + bwd.loads), Ull(fwd.loads),
-          Ull(bwd.loads), Ull(fwd.rebinds + bwd.rebinds), Ull(fwd.waits + bwd.waits),
+          1e3 * (fwd.host_wait_seconds + bwd.host_wait_seconds), 1e3 * fwd.host_wait_seconds,
+          1e3 * bwd.host_wait_seconds, 1e3 * (fwd.copy_seconds + bwd.copy_seconds),
+          Ull(fwd.loads + bwd.loads), Ull(fwd.loads), Ull(bwd.loads),
+          Ull(fwd.rebinds + bwd.rebinds), Ull(fwd.waits + bwd.waits),
           Ull(fwd.not_ready_waits + bwd.not_ready_waits), Ull(fwd.self_heals + bwd.self_heals),
           Ull(stream.checks()), Ull(stream.mismatches()), wall_ms, PeakRssKiB());
       std::fflush(stdout);

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 3u
+#define BS_ABI_VERSION 4u
 
 enum bs_code {
   BS_OK = 0,
@@ -198,9 +198,12 @@ typedef void (*bs_bind_fn)(void* user_data, uint32_t block, uint32_t slot, int l
 
 enum bs_direction { BS_FORWARD = 1, BS_BACKWARD = 2 };
 
+/* What bs_scheduler_last_pass reports (ABI 1): stall_seconds there is the
+ * time the thread blocked in the pass's waits, host_wait_seconds of
+ * bs_pass_stats_v2; the compute stream's stall is only in the v2 struct. */
 typedef struct bs_pass_stats {
-  int direction; /* enum bs_direction */
-  double stall_seconds;
+  int direction;        /* enum bs_direction */
+  double stall_seconds; /* the thread's blocking time (host wait) */
   double copy_seconds;
   uint64_t waits;
   uint64_t not_ready_waits;
@@ -254,8 +257,33 @@ int bs_scheduler_set_reload_hook(bs_scheduler* scheduler, bs_reload_fn fn, void*
 int bs_scheduler_set_reconnect_timeout(bs_scheduler* scheduler, uint32_t timeout_ms);
 /* Ends the current pass (reports it); the next hook starts a new one. */
 int bs_scheduler_finish_pass(bs_scheduler* scheduler);
-/* The statistics of the last finished pass in `direction`. */
+/* The statistics of the last finished pass in `direction`. Reads block until
+ * the stream has passed the waits issued so far (on a GPU, about what a
+ * stream synchronisation costs): a pass's stall is measured on the stream. */
 int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass_stats* out);
+
+/* ABI 4. A pass's statistics with both of its waits:
+ *   stall_seconds      how long the compute stream sat idle at the pass's
+ *                      waits, measured on the stream (timing events around
+ *                      the wait on cuda): the time the trainer really lost;
+ *   host_wait_seconds  how long the calling thread blocked in them, mostly
+ *                      its own queued compute draining, not time lost.
+ * The caller sets struct_size to sizeof(bs_pass_stats_v2); the library
+ * writes only the fields that fit in it (so a newer header's larger struct
+ * and an older one both work). */
+typedef struct bs_pass_stats_v2 {
+  uint32_t struct_size;
+  int direction; /* enum bs_direction */
+  double stall_seconds;
+  double host_wait_seconds;
+  double copy_seconds;
+  uint64_t waits;
+  uint64_t not_ready_waits;
+  uint64_t self_heals;
+  uint64_t loads;
+  uint64_t rebinds;
+} bs_pass_stats_v2;
+int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -122,10 +122,11 @@ struct BlockSwapConfig {
 
 enum class Direction { kForward = 1, kBackward = 2 };
 
-// The statistics of one finished pass (bs_pass_stats).
+// The statistics of one finished pass (bs_pass_stats_v2).
 struct PassStats {
   Direction direction = Direction::kForward;
-  double stall_seconds = 0;
+  double stall_seconds = 0;      // the compute stream sat idle at the waits (time lost)
+  double host_wait_seconds = 0;  // the thread blocked in the waits (mostly compute draining)
   double copy_seconds = 0;
   uint64_t waits = 0;
   uint64_t not_ready_waits = 0;

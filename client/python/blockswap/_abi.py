@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 2
+ABI_VERSION = 4  # bs_scheduler_last_pass_v2
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -72,10 +72,16 @@ class SchedulerConfig(ctypes.Structure):
 
 
 class PassStats(ctypes.Structure):
-    _fields_ = [("direction", ctypes.c_int), ("stall_seconds", ctypes.c_double),
+    """bs_pass_stats_v2: stall_seconds is the compute stream's idle time at the
+    pass's waits (time lost), host_wait_seconds the thread's blocking time."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("direction", ctypes.c_int),
+                ("stall_seconds", ctypes.c_double), ("host_wait_seconds", ctypes.c_double),
                 ("copy_seconds", ctypes.c_double), ("waits", ctypes.c_uint64),
                 ("not_ready_waits", ctypes.c_uint64), ("self_heals", ctypes.c_uint64),
                 ("loads", ctypes.c_uint64), ("rebinds", ctypes.c_uint64)]
+
+    def __init__(self):
+        super().__init__(struct_size=ctypes.sizeof(PassStats))
 
 
 BIND_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int)
@@ -126,7 +132,7 @@ _PROTOTYPES = {
     "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
     "bs_scheduler_set_reconnect_timeout": (_INT, [_P, _U32]),
     "bs_scheduler_finish_pass": (_INT, [_P]),
-    "bs_scheduler_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
+    "bs_scheduler_last_pass_v2": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
 }
 
 _lock = threading.Lock()
@@ -155,16 +161,19 @@ def library():
             except OSError as error:
                 tried.append(f"{path} ({where}): {error}")
                 continue
-            for name, (restype, argtypes) in _PROTOTYPES.items():
-                function = getattr(lib, name)
-                function.restype = restype
-                function.argtypes = argtypes
+            # Checked first: an older library lacks the newer functions.
+            lib.bs_abi_version.restype = ctypes.c_uint32
+            lib.bs_abi_version.argtypes = []
             version = lib.bs_abi_version()
             # The ABI grows additively: a newer library serves this package.
             if version < ABI_VERSION:
                 raise ImportError(f"{path} ({where}) has blockswap C ABI version {version}; this "
                                   f"package needs version {ABI_VERSION} or later: install "
                                   "matching versions")
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                function = getattr(lib, name)
+                function.restype = restype
+                function.argtypes = argtypes
             _lib, _lib_path = lib, path
             return lib
         raise ImportError(

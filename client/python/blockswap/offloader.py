@@ -571,7 +571,10 @@ class StreamOffloader:
         return [(flat.data_ptr(), flat.data_ptr() + self._slot_bytes) for flat in self._slot_flat]
 
     def stats(self, finish_pass=True):
-        """Placement and the last finished pass's statistics per direction."""
+        """Placement and the last finished pass's statistics per direction:
+        stall_seconds is how long the compute stream sat idle at the pass's
+        waits (time lost), host_wait_seconds how long the training thread
+        blocked in them (mostly its own compute draining)."""
         result = {"block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
@@ -581,10 +584,10 @@ class StreamOffloader:
             self._call(self._lib.bs_scheduler_finish_pass, what="stats")
         for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):
             out = _abi.PassStats()
-            if self._lib.bs_scheduler_last_pass(self._scheduler, direction, ctypes.byref(out)):
+            if self._lib.bs_scheduler_last_pass_v2(self._scheduler, direction, ctypes.byref(out)):
                 continue  # no pass in that direction yet
             result[key] = {name: getattr(out, name) for name, _ in _abi.PassStats._fields_
-                           if name != "direction"}
+                           if name not in ("direction", "struct_size")}
         return result
 
     # ------------------------------------------------------------------ teardown

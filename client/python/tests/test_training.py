@@ -68,6 +68,11 @@ def test_lora_training_matches_and_computes_on_ring_slots(daemon):
     # step's backward), 2 backward loads.
     assert stats["backward"]["loads"] == 2
     assert stats["forward"]["waits"] == 4 and stats["forward"]["self_heals"] == 0
+    # Both waits are reported, each a time of its own (the host backend's
+    # compute stream is the training thread, so neither can exceed the step).
+    for direction in ("forward", "backward"):
+        assert 0 <= stats[direction]["stall_seconds"] < 60
+        assert 0 < stats[direction]["host_wait_seconds"] < 60
     offloader.close()
     # The blocks stay usable with private copies of their weights.
     x, _ = data[0]

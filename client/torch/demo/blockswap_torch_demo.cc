@@ -144,6 +144,9 @@ int Run(const Args& args) {
   uint64_t loads = 0;
   int mismatches = 0;
   double first_loss = 0;
+  std::printf(
+      "stall: time the compute stream sat idle waiting for a copy (time lost); host wait: time "
+      "the training thread blocked in the waits (mostly its own compute draining)\n");
   for (int step = 1; step <= args.steps; ++step) {
     offloader.PrepareBlockDevicesBeforeForward();
     at::Tensor loss = ::torch::mse_loss(RunStack(blocks, &offloader, input), target);
