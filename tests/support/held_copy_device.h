@@ -37,6 +37,9 @@ class HeldCopyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
     return device_.ImportEvent(std::move(handle));
   }
+  absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() override {
+    return device_.CreateWaitTimer();
+  }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     absl::StatusOr<std::unique_ptr<Stream>> stream = device_.CreateStream();
     if (!stream.ok()) return stream.status();
@@ -70,6 +73,9 @@ class HeldCopyDevice final : public Device {
     }
     absl::Status Record(Event& event) override { return stream_->Record(event); }
     absl::Status Wait(Event& event) override { return stream_->Wait(event); }
+    absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
+      return stream_->WaitTimed(event, timer);
+    }
     absl::Status LaunchHostFunc(std::function<void()> fn) override {
       return stream_->LaunchHostFunc(std::move(fn));
     }
