@@ -88,10 +88,9 @@ absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report
   setup.connection = *std::move(connection);
   setup.data = ModelTensorData(seed, blocks, elements);
   absl::StatusOr<std::unique_ptr<client::Model>> model =
-      args.Str("model-id").empty()
-          ? client::Model::Register(*setup.connection, "integration",
-                                    ModelUploads(setup.data, blocks))
-          : client::Model::Open(*setup.connection, args.Str("model-id"));
+      args.Str("model-id").empty() ? client::Model::Register(*setup.connection, "integration",
+                                                             ModelUploads(setup.data, blocks))
+                                   : client::Model::Open(*setup.connection, args.Str("model-id"));
   if (!model.ok()) return model.status();
   setup.model = *std::move(model);
   report.Add("model", setup.model->id());
@@ -129,7 +128,8 @@ int RunStream(const std::vector<std::string>& argv) {
   const absl::Duration compute = absl::Microseconds(args.Int("compute-us", 0));
   const uint32_t slots = ring.shape().slot_count;
   const uint32_t blocks = setup->model->block_count();
-  std::vector<std::vector<std::byte>> readback(slots, std::vector<std::byte>(ring.shape().slot_bytes));
+  std::vector<std::vector<std::byte>> readback(slots,
+                                               std::vector<std::byte>(ring.shape().slot_bytes));
   std::atomic<int64_t> wrong{0};
   // After what its queued work touches, so destroyed (drained) first on
   // every return, an early error's included (ThreadSanitizer found the
@@ -149,7 +149,11 @@ int RunStream(const std::vector<std::string>& argv) {
   for (int64_t k = 0; k < total; ++k) {
     uint32_t slot = static_cast<uint32_t>(k % slots);
     const std::vector<std::byte>& want = setup->expected[k % blocks];
-    if (absl::Status s = ring.Wait(slot, **stream, timeout); !s.ok()) return Exit(s, report);
+    // Timed, as the scheduler's waits are: the compute stream's idle time at
+    // the wait is traced (kStall) and counted below.
+    if (absl::Status s = ring.WaitTimed(slot, **stream, timeout).status(); !s.ok()) {
+      return Exit(s, report);
+    }
     std::byte* copy = readback[slot].data();
     (void)(*stream)->CopyDeviceToHost(copy, ring.slot(slot), want.size());
     (void)(*stream)->LaunchHostFunc([&wrong, &report, copy, &want, compute, k] {
@@ -171,6 +175,10 @@ int RunStream(const std::vector<std::string>& argv) {
   }
   if (absl::Status s = ring.Drain(timeout); !s.ok()) return Exit(s, report);
   (void)(*stream)->Synchronize();
+  absl::StatusOr<std::vector<client::MeasuredStall>> stalls =
+      ring.TakeMeasuredStalls(/*wait_for_all=*/true);
+  if (!stalls.ok()) return Exit(stalls.status(), report);
+  report.Add("timed_waits", absl::StrCat(stalls->size()));
   report.Add("loads", absl::StrCat(total));
   report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
   report.Add("wrong", absl::StrCat(wrong.load()));
