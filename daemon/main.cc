@@ -22,6 +22,7 @@
 #include "daemon/daemon.h"
 #include "daemon/os/logging.h"
 #include "daemon/os/notify.h"
+#include "shared/build_info/build_info.h"
 #include "shared/protocol/load_protocol.h"
 
 namespace {
@@ -83,6 +84,7 @@ void Notify(absl::string_view state) {
 int main(int argc, char** argv) {
   CommandLine line;
   CLI::App app{"blockswapd: one pinned copy of every frozen block per node, streamed to GPU rings"};
+  app.set_version_flag("--version", blockswap::VersionText("blockswapd", blockswap::ThisBuild()));
   app.add_option("--config", line.config_path, "config file (TOML); options given here override it")
       ->capture_default_str();
   app.add_flag("--check-config", line.check_config,

@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/load_protocol.h"
-#include "shared/base/status.h"
 
 namespace blockswap::client {
 namespace {
@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
                                                                 absl::string_view client_name) {
   BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
   std::unique_ptr<Connection> connection(new Connection());
-  connection->socket_path_ = socket_path.empty() ? kDefaultSocketPath : std::string(socket_path);
+  connection->socket_path_ = ResolveSocket(socket_path).path;
   connection->client_name_ = std::string(client_name);
   BLOCKSWAP_ASSIGN_OR_RETURN(v1::AttachReply reply, connection->Attach(kCallTimeout));
   // The same kind of backend as the daemon's: no silent fallback.
@@ -102,10 +102,10 @@ absl::Status Connection::Reconnect(absl::Duration timeout) {
   }
   const bool cuda = reply->backend() == v1::BACKEND_CUDA;
   if (cuda != (kind == BackendKind::kCuda) || device_uuids_ != devices) {
-    absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
-        "blockswapd at ", socket_path_, " came back with other devices (",
-        absl::StrJoin(device_uuids_, ", "), "; the session had ", absl::StrJoin(devices, ", "),
-        ")"));
+    absl::Status mismatch = absl::FailedPreconditionError(
+        absl::StrCat("blockswapd at ", socket_path_, " came back with other devices (",
+                     absl::StrJoin(device_uuids_, ", "), "; the session had ",
+                     absl::StrJoin(devices, ", "), ")"));
     device_uuids_ = devices;
     return mismatch;
   }
@@ -227,9 +227,8 @@ void Connection::ReadLoadEvents() {
     ring_errors_.emplace(event.ring_id(), error);  // the first error explains the rest
   }
   grpc::Status finished = stream->Finish();
-  absl::Status error = finished.ok()
-                           ? absl::UnavailableError("blockswapd closed the Load stream")
-                           : CallError(finished, "the Load stream ended");
+  absl::Status error = finished.ok() ? absl::UnavailableError("blockswapd closed the Load stream")
+                                     : CallError(finished, "the Load stream ended");
   {
     absl::MutexLock lock(&errors_mu_);
     ended_error_ = error;

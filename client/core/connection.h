@@ -4,6 +4,8 @@
 #ifndef BLOCKSWAP_CLIENT_CORE_CONNECTION_H_
 #define BLOCKSWAP_CLIENT_CORE_CONNECTION_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -12,19 +14,17 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.grpc.pb.h"
 #include "client/core/side_channel_client.h"
+#include "client/core/socket_path.h"
 #include "shared/backend/backend.h"
 
 namespace blockswap::client {
 
-inline constexpr char kDefaultSocketPath[] = "/run/blockswap/blockswapd.sock";
 // How long a unary call to the daemon may take (an upload's commit hashes
 // and copies the model, so it gets its own, longer limit).
 inline constexpr absl::Duration kCallTimeout = absl::Seconds(30);
@@ -33,6 +33,7 @@ inline constexpr absl::Duration kCommitTimeout = absl::Minutes(30);
 // Thread-safe.
 class Connection {
  public:
+  // `socket_path` empty: ResolveSocket's order ($BLOCKSWAP_SOCKET, then the system socket).
   static absl::StatusOr<std::unique_ptr<Connection>> Connect(absl::string_view socket_path,
                                                              absl::string_view client_name);
   // Closes the Load stream and detaches.

@@ -36,6 +36,14 @@ else
   echo "SKIP (systemd-analyze verify): systemd-analyze is not installed"
 fi
 
+for binary in blockswapd blockswapctl; do
+  "${prefix}/bin/${binary}" --version >"${tmp}/version.txt" ||
+    { echo "FAIL: installed ${binary} --version exited $?"; exit 1; }
+  grep -q "^${binary} [0-9]" "${tmp}/version.txt" && grep -q "^C ABI version: " "${tmp}/version.txt" ||
+    { echo "FAIL: installed ${binary} --version:"; cat "${tmp}/version.txt"; exit 1; }
+done
+echo "ok: the installed binaries answer --version"
+
 "${prefix}/bin/blockswapd" --config "${config}" --check-config >"${tmp}/effective.toml"
 grep -q '^socket_group = "blockswap"$' "${tmp}/effective.toml" ||
   { echo "FAIL: --check-config of the installed config:"; cat "${tmp}/effective.toml"; exit 1; }

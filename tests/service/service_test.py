@@ -7,6 +7,7 @@ the metrics endpoint and the drain on SIGTERM.
 """
 import grp
 import os
+import pty
 import re
 import select
 import signal
@@ -145,22 +146,28 @@ class ServiceTest(unittest.TestCase):
     def test_stats_watch_redraws_in_place_until_interrupted(self):
         daemon = self.start()
         self.assertTrue(daemon.messages(until="READY=1"))
+        # On a terminal (a pty here; into a pipe it appends instead, which
+        # blockswapctl_test checks) each refresh homes the cursor and clears
+        # the screen, then draws the table.
+        terminal, terminal_side = pty.openpty()
         watch = subprocess.Popen([os.path.join(BIN, "blockswapctl"), "--socket=" + daemon.socket_path,
-                                  "stats", "--watch", "0.2"], stdout=subprocess.PIPE)
-        # Each refresh homes the cursor and clears the screen, then draws the
-        # table. Read until three frames are drawn (however slowly this machine
+                                  "stats", "--watch", "0.2"], stdout=terminal_side)
+        os.close(terminal_side)
+        reader = os.fdopen(terminal, "rb", buffering=0)
+        # The table. Read until three frames are drawn (however slowly this machine
         # draws them), then interrupt: the watch must keep redrawing until then.
         clear = b"\x1b[H\x1b[J"
         out = b""
         deadline = time.monotonic() + 30
         while out.count(clear) < 3 and time.monotonic() < deadline and watch.poll() is None:
-            ready, _, _ = select.select([watch.stdout], [], [], 0.5)
+            ready, _, _ = select.select([reader], [], [], 0.5)
             if ready:
-                out += os.read(watch.stdout.fileno(), 65536)
+                out += os.read(terminal, 65536)
         self.assertIsNone(watch.poll(), "the watch exited before it was interrupted")
         watch.send_signal(signal.SIGINT)
-        rest, _ = watch.communicate(timeout=10)
-        out = (out + rest).decode()
+        watch.wait(timeout=10)
+        reader.close()
+        out = out.decode()
         frames = out.split("\x1b[H\x1b[J")
         self.assertGreaterEqual(len(frames) - 1, 3, out)
         self.assertTrue(all("blockswapctl stats --watch" in frame for frame in frames[1:]), out)

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.grpc.pb.h"
 #include "client/core/connection.h"
+#include "client/core/socket_path.h"
 #include "shared/protocol/grpc_status.h"
 #include "tools/blockswapctl/admin_format.h"
 
@@ -28,7 +29,9 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kMaxMessageBytes = 64 << 20;
 
 struct Options {
-  std::string socket_path = kDefaultSocketPath;
+  // --socket; after parsing, ResolveSocket's choice ($BLOCKSWAP_SOCKET, then
+  // the system socket), so every command and message uses the same path.
+  std::string socket_path;
   bool json = false;
   double timeout_seconds = 10;
 };

@@ -359,8 +359,8 @@ std::string StatsText(const v1::StatsReply& reply) {
     // RELEASES: how the daemon learnt that each copy's slot was free —
     // already at the request / by the client's notification / by the
     // fallback poll (a client that does not notify).
-    TextTable devices({"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE",
-                       "PROTOCOL ERRORS", "RINGS", "RELEASES REQ/NOTIFIED/POLLED"});
+    TextTable devices({"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE", "PROTOCOL ERRORS",
+                       "RINGS", "RELEASES REQ/NOTIFIED/POLLED"});
     for (const v1::DeviceStats& device : reply.devices()) {
       devices.AddRow({device.device_uuid(), absl::StrCat(device.loads()),
                       HumanBytes(device.bytes_copied()), HumanDuration(device.copy_seconds()),
@@ -482,6 +482,10 @@ std::string DescribeCallFailure(absl::string_view socket_path, const absl::Statu
 
 std::string DumpJson(const json& document) {
   return document.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+std::string DumpJsonLine(const json& document) {
+  return document.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace blockswap::client

@@ -13,10 +13,9 @@
 #define BLOCKSWAP_TOOLS_BLOCKSWAPCTL_ADMIN_FORMAT_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -108,6 +107,9 @@ std::string DescribeCallFailure(absl::string_view socket_path, const absl::Statu
 // Serialises a document: two-space indent, invalid UTF-8 replaced rather than
 // thrown on.
 std::string DumpJson(const nlohmann::json& document);
+// The same document on one line (no newline inside it): a record of an NDJSON
+// stream (`--json stats --watch` into a pipe).
+std::string DumpJsonLine(const nlohmann::json& document);
 
 }  // namespace blockswap::client
 

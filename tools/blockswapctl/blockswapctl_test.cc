@@ -3,22 +3,23 @@
 // exit codes and output checked. Both binaries are built beside this one
 // (build/bin).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -73,7 +74,8 @@ std::ostream& operator<<(std::ostream& os, const CommandResult& result) {
 // every path).
 absl::StatusOr<CommandResult> RunProgram(const std::string& program,
                                          const std::vector<std::string>& args,
-                                         absl::Duration timeout) {
+                                         absl::Duration timeout,
+                                         std::map<std::string, std::string> env = {}) {
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
@@ -81,8 +83,10 @@ absl::StatusOr<CommandResult> RunProgram(const std::string& program,
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
   UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
 
-  absl::StatusOr<ChildProcess> child = ChildProcess::SpawnProgram(
-      program, {.args = args, .inherit = {{out_write.get(), 1}, {err_write.get(), 2}}, .env = {}});
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::SpawnProgram(program, {.args = args,
+                                           .inherit = {{out_write.get(), 1}, {err_write.get(), 2}},
+                                           .env = std::move(env)});
   if (!child.ok()) return child.status();
   // Only the child may hold the write ends, or EOF never comes.
   out_write.Reset();
@@ -171,6 +175,18 @@ class BlockswapctlTest : public ::testing::Test {
     args.insert(args.begin(), {"--socket", socket_path});
     absl::StatusOr<CommandResult> result =
         RunProgram(BinaryDirectory() + "/blockswapctl", args, kCommandTimeout);
+    if (!result.ok()) {
+      ADD_FAILURE() << "running blockswapctl: " << result.status();
+      return {};
+    }
+    return *std::move(result);
+  }
+
+  // blockswapctl ARGS... with `env` added to its environment and no --socket.
+  CommandResult CtlWithEnvironment(std::vector<std::string> args,
+                                   std::map<std::string, std::string> env) {
+    absl::StatusOr<CommandResult> result =
+        RunProgram(BinaryDirectory() + "/blockswapctl", args, kCommandTimeout, std::move(env));
     if (!result.ok()) {
       ADD_FAILURE() << "running blockswapctl: " << result.status();
       return {};
@@ -278,6 +294,81 @@ TEST_F(BlockswapctlTest, UsageErrorsExitTwo) {
   EXPECT_EQ(Ctl({"--no-such-flag", "status"}).exit_code, 2);
   EXPECT_EQ(Ctl({"status", "clients"}).exit_code, 2);
   EXPECT_EQ(Ctl({"--help"}).exit_code, 0);
+}
+
+TEST_F(BlockswapctlTest, TheSocketEnvironmentVariableNamesTheDaemon) {
+  CommandResult result = CtlWithEnvironment({"health"}, {{"BLOCKSWAP_SOCKET", socket_path_}});
+  EXPECT_EQ(result.exit_code, 0) << result;
+  EXPECT_EQ(result.out, "ok\n");
+}
+
+TEST_F(BlockswapctlTest, TheSocketFlagBeatsTheEnvironmentVariable) {
+  const std::string nowhere = dirs_->temp_dir() + "/no-daemon.sock";
+  CommandResult flag_wins =
+      CtlWithEnvironment({"--socket", socket_path_, "health"}, {{"BLOCKSWAP_SOCKET", nowhere}});
+  EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins;
+
+  CommandResult flag_to_nowhere =
+      CtlWithEnvironment({"--socket", nowhere, "health"}, {{"BLOCKSWAP_SOCKET", socket_path_}});
+  EXPECT_EQ(flag_to_nowhere.exit_code, 1) << flag_to_nowhere;
+  EXPECT_TRUE(Contains(flag_to_nowhere.err, nowhere));
+}
+
+TEST_F(BlockswapctlTest, HelpPrintsTheToolsOrACommandsHelp) {
+  CommandResult all = Ctl({"help"});
+  EXPECT_EQ(all.exit_code, 0) << all;
+  EXPECT_TRUE(Contains(all.out, "Usage: blockswapctl"));
+  EXPECT_TRUE(Contains(all.out, "register"));
+  EXPECT_TRUE(Contains(all.out, "trace"));
+
+  CommandResult verify = Ctl({"help", "verify"});
+  EXPECT_EQ(verify.exit_code, 0) << verify;
+  EXPECT_TRUE(Contains(verify.out, "Usage: blockswapctl verify"));
+  EXPECT_TRUE(Contains(verify.out, "MODEL"));
+  EXPECT_FALSE(Contains(verify.out, "--block-pattern"));  // register's, not verify's
+}
+
+TEST_F(BlockswapctlTest, HelpOfAnUnknownCommandIsAUsageErrorNamingIt) {
+  CommandResult result = Ctl({"help", "frobnicate"});
+  EXPECT_EQ(result.exit_code, 2) << result;
+  EXPECT_EQ(result.out, "");
+  EXPECT_TRUE(Contains(result.err, "blockswapctl: help: unknown command 'frobnicate' (status,"));
+}
+
+TEST_F(BlockswapctlTest, JsonStatsWatchIntoAPipeIsOneDocumentPerLine) {
+  int out_pipe[2];
+  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
+  absl::StatusOr<ChildProcess> child = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswapctl",
+      {.args = {"--socket", socket_path_, "--json", "stats", "--watch", "0.05"},
+       .inherit = {{out_write.get(), 1}}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  out_write.Reset();
+
+  // Three records, then the watcher is stopped (the child's destructor reaps it).
+  std::string out;
+  const absl::Time deadline = absl::Now() + kCommandTimeout;
+  while (std::count(out.begin(), out.end(), '\n') < 3 && absl::Now() < deadline) {
+    pollfd fd = {out_read.get(), POLLIN, 0};
+    if (::poll(&fd, 1, 100) <= 0) continue;
+    char buffer[4096];
+    ssize_t n = ::read(out_read.get(), buffer, sizeof(buffer));
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  child->Kill(SIGTERM);
+  EXPECT_EQ(out.find('\033'), std::string::npos) << "an escape in:\n" << out;
+  std::istringstream lines(out);
+  std::string line;
+  int documents = 0;
+  while (documents < 3 && std::getline(lines, line)) {
+    nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(json.is_discarded()) << "line " << documents << " is not a document:\n" << out;
+    EXPECT_TRUE(json.contains("devices")) << line;
+    ++documents;
+  }
+  EXPECT_EQ(documents, 3) << out;
 }
 
 TEST_F(BlockswapctlTest, AnIdleDaemonHasNoClientsModelsOrRings) {
@@ -426,9 +517,8 @@ constexpr uint64_t kFileSeed = 5;
 
 std::string WriteModelFile(const ScratchDirs& dirs, const std::string& name) {
   std::string path = dirs.temp_dir() + "/" + name;
-  absl::Status written =
-      blockswap::testing::WriteSafetensorsFile(path, blockswap::testing::TransformerTensors(4, 2, 16),
-                                               kFileSeed);
+  absl::Status written = blockswap::testing::WriteSafetensorsFile(
+      path, blockswap::testing::TransformerTensors(4, 2, 16), kFileSeed);
   EXPECT_TRUE(written.ok()) << written;
   return path;
 }
@@ -491,6 +581,44 @@ TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
   EXPECT_EQ(Ctl({"verify", id}).exit_code, 1);
 }
 
+TEST_F(BlockswapctlTest, VerifyAndEvictTakeAUniquePrefixOfAModelId) {
+  std::string file = WriteModelFile(*dirs_, "model.safetensors");
+  CommandResult registered =
+      Ctl({"register", file, "--block-pattern", kBlockPattern, "--select", kWeights});
+  ASSERT_EQ(registered.exit_code, 0) << registered;
+  const std::string id = registered.out.substr(0, 64);
+  nlohmann::json models = CtlJson({"models"});
+  ASSERT_EQ(models["models"].size(), 2u) << models;  // the blocks and the extras
+  std::string other;
+  for (const nlohmann::json& model : models["models"]) {
+    if (model["model_id"] != id) other = model["model_id"];
+  }
+  // The shortest prefix of `id` that `other` does not share.
+  size_t unique = 1;
+  while (id.substr(0, unique) == other.substr(0, unique)) ++unique;
+
+  nlohmann::json verified = CtlJson({"verify", id.substr(0, unique)});
+  EXPECT_EQ(verified["model_id"], id);
+  EXPECT_EQ(verified["blocks"], 4);
+
+  const std::string absent = other[0] == 'f' && id[0] != 'e' ? "e" : "f";
+  if (id[0] != absent[0] && other[0] != absent[0]) {
+    CommandResult none = Ctl({"verify", absent});
+    EXPECT_EQ(none.exit_code, 1) << none;
+    EXPECT_TRUE(Contains(none.err, "blockswapctl: verify: no model id starts with '" + absent));
+  }
+  CommandResult not_hex = Ctl({"evict", "xyz"});
+  EXPECT_EQ(not_hex.exit_code, 1) << not_hex;
+  EXPECT_TRUE(Contains(not_hex.err, "'xyz' is not a model id"));
+
+  CommandResult evicted = Ctl({"evict", id.substr(0, unique)});
+  EXPECT_EQ(evicted.exit_code, 0) << evicted;
+  EXPECT_EQ(evicted.out, "evicted " + id + "\n");
+  models = CtlJson({"models"});
+  ASSERT_EQ(models["models"].size(), 1u) << models;
+  EXPECT_EQ(models["models"][0]["model_id"], other);
+}
+
 TEST_F(BlockswapctlTest, EightConcurrentRegistrationsReadTheFileOnce) {
   std::string file = WriteModelFile(*dirs_, "shared.safetensors");
   std::vector<CommandResult> results(8);
@@ -527,7 +655,7 @@ TEST_F(BlockswapctlTest, RegisteringOverTheBudgetIsResourceExhaustedAndLeavesNot
   ASSERT_TRUE(small.ok()) << small.status();
   std::string file = WriteModelFile(**dirs, "big.safetensors");
   CommandResult refused = CtlOn((*dirs)->socket_path(), {"register", file, "--block-pattern",
-                                                          kBlockPattern, "--select", kWeights});
+                                                         kBlockPattern, "--select", kWeights});
   EXPECT_EQ(refused.exit_code, 1) << refused;
   EXPECT_TRUE(Contains(refused.err,
                        "model of 32768 bytes would exceed --max-pinned-bytes=20000 (0 already "
@@ -552,8 +680,8 @@ TEST_F(BlockswapctlTest, RegisterNamesWhatIsWrongWithTheFile) {
   CommandResult unknown = Ctl({"register", bad, "--block-pattern", kBlockPattern});
   EXPECT_EQ(unknown.exit_code, 1) << unknown;
   EXPECT_TRUE(Contains(unknown.err, "unknown dtype 'F12'"));
-  CommandResult missing = Ctl({"register", dirs_->temp_dir() + "/none.safetensors",
-                               "--block-pattern", kBlockPattern});
+  CommandResult missing =
+      Ctl({"register", dirs_->temp_dir() + "/none.safetensors", "--block-pattern", kBlockPattern});
   EXPECT_EQ(missing.exit_code, 1) << missing;
   EXPECT_TRUE(Contains(missing.err, "none.safetensors"));
   EXPECT_EQ(Ctl({"register", file}).exit_code, 2);  // --block-pattern is required

@@ -4,15 +4,18 @@
 //                status|clients|models|residency|stats|health
 //   blockswapctl register FILE --block-pattern REGEX [--select REGEX]
 //                [--select-rank N] [--name NAME]      (prints the model id)
-//   blockswapctl verify MODEL | evict MODEL
+//   blockswapctl verify MODEL | evict MODEL   (MODEL: an id or a unique prefix of one)
+//   blockswapctl help [COMMAND]
+//   blockswapctl --version
 //   blockswapctl plan --blocks N --swap S [--ring B] --script STEP,STEP,...
 //                [--trace] [--block-bytes BYTES [--bandwidth GB/S]]
 //   blockswapctl trace [--seconds N] --out run.json [--png run.png]
 //                (Chrome trace-event JSON of the next N seconds, or until
 //                SIGINT/SIGTERM; tools/blockswapctl/trace_json.h)
 //
-// Readable tables by default; --json prints one JSON document per command
-// (tools/blockswapctl/admin_format.h says what is stable in it). `health` is what probes
+// The socket: --socket, else $BLOCKSWAP_SOCKET, else the system socket
+// (client/core/socket_path.h). Readable tables by default; --json prints one JSON document per
+// command (tools/blockswapctl/admin_format.h says what is stable in it). `health` is what probes
 // run: exit 0 and "ok" when the daemon answers and every device is healthy,
 // exit 1 with the reason otherwise.
 //
@@ -22,39 +25,45 @@
 //
 // Exit codes: 0 success, 1 a failed call or an unhealthy daemon, 2 a usage
 // error.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.grpc.pb.h"
+#include "client/core/connection.h"
+#include "client/core/file_model.h"
+#include "client/core/socket_path.h"
+#include "shared/build_info/build_info.h"
 #include "tools/blockswapctl/admin_caller.h"
 #include "tools/blockswapctl/admin_format.h"
 #include "tools/blockswapctl/model_commands.h"
 #include "tools/blockswapctl/plan_command.h"
 #include "tools/blockswapctl/trace_command.h"
-#include "client/core/connection.h"
-#include "client/core/file_model.h"
 
 namespace blockswap::client {
 namespace {
 
-// `stats --watch S`: the table redrawn in place every S seconds (cursor home,
-// clear to the end of the screen) until interrupted or a call fails.
+// `stats --watch S`, every S seconds until interrupted or a call fails. On a
+// terminal the table (or document) is redrawn in place (cursor home, clear to
+// the end of the screen) under a header line. Into a pipe or a file there are
+// no escapes: --json appends one document per line (NDJSON, for jq or a log
+// shipper), the table is appended under its header.
 int WatchStats(const Options& options, double seconds) {
   AdminCaller caller(options);
+  const bool on_terminal = ::isatty(STDOUT_FILENO) == 1;
   while (true) {
     absl::StatusOr<v1::StatsReply> reply = caller.Call(&v1::Admin::Stub::Stats);
     if (!reply.ok()) {
@@ -62,17 +71,48 @@ int WatchStats(const Options& options, double seconds) {
                 << DescribeCallFailure(options.socket_path, reply.status()) << "\n";
       return kExitFailure;
     }
-    std::cout << "\033[H\033[J"
-              << "blockswapctl stats --watch " << seconds << "  "
-              << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()) << "\n\n";
-    if (options.json) {
-      PrintJson(StatsJson(*reply));
+    if (options.json && !on_terminal) {
+      std::cout << DumpJsonLine(StatsJson(*reply)) << "\n";
     } else {
-      std::cout << StatsText(*reply);
+      if (on_terminal) std::cout << "\033[H\033[J";
+      std::cout << "blockswapctl stats --watch " << seconds << "  "
+                << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()) << "\n\n";
+      if (options.json) {
+        PrintJson(StatsJson(*reply));
+      } else {
+        std::cout << StatsText(*reply) << (on_terminal ? "" : "\n");
+      }
     }
     std::cout << std::flush;
     absl::SleepFor(absl::Seconds(seconds));
   }
+}
+
+// "status, clients, ..." : the commands, for messages about an unknown one.
+std::string CommandNames(CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    names.push_back(command->get_name());
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+// `help [COMMAND]`: what --help prints, for the whole tool or one command.
+int Help(CLI::App& app, const std::string& topic) {
+  if (topic.empty()) {
+    // Not app.help(): once `help` was parsed, that prints the selected subcommand's help.
+    std::cout << app.get_formatter()->make_help(&app, app.get_name(), CLI::AppFormatMode::Normal);
+    return 0;
+  }
+  for (CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (command->get_name() == topic) {
+      std::cout << command->help(app.get_name());
+      return 0;
+    }
+  }
+  std::cerr << "blockswapctl: help: unknown command '" << topic << "' (" << CommandNames(app)
+            << ")\n";
+  return kExitUsage;
 }
 
 int Health(const Options& options) {
@@ -109,9 +149,12 @@ int Health(const Options& options) {
 
 int Main(int argc, char** argv) {
   Options options;
-  CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd"};
-  app.add_option("--socket", options.socket_path, "blockswapd's control socket")
-      ->capture_default_str();
+  CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd",
+               "blockswapctl"};
+  app.set_version_flag("--version", blockswap::VersionText("blockswapctl", blockswap::ThisBuild()));
+  app.add_option("--socket", options.socket_path,
+                 absl::StrCat("blockswapd's control socket (default: $", kSocketEnvironmentVariable,
+                              " if set, else ", kDefaultSocketPath, ")"));
   app.add_flag("--json", options.json, "print one JSON document instead of tables");
   app.add_option("--timeout", options.timeout_seconds, "seconds each call may take")
       ->check(CLI::PositiveNumber)
@@ -133,6 +176,9 @@ int Main(int argc, char** argv) {
       ->default_str("2")
       ->check(CLI::PositiveNumber);
   app.add_subcommand("health", "exit 0 and print ok when blockswapd answers and no device failed");
+  std::string help_topic;
+  app.add_subcommand("help", "print this help, or with COMMAND that command's")
+      ->add_option("COMMAND", help_topic, "the command to explain");
   std::string file;
   std::string model_id;
   FileRegistrationOptions registration;
@@ -153,7 +199,8 @@ int Main(int argc, char** argv) {
     app.add_subcommand(name, std::string(name) == "verify"
                                  ? "re-hash a model's masters against its manifest"
                                  : "remove a model no session holds")
-        ->add_option("MODEL", model_id, "the model id (64 hex digits)")
+        ->add_option("MODEL", model_id,
+                     "the model id (64 hex digits) or a prefix of exactly one registered id")
         ->required();
   }
   PlanOptions plan;
@@ -188,8 +235,8 @@ int Main(int argc, char** argv) {
     // CLI11 reports an unknown command as "A subcommand is required"; name
     // the word it did not know instead.
     if (app.get_subcommands().empty() && app.remaining_size() > 0) {
-      std::cerr << "blockswapctl: unknown command '" << app.remaining().front()
-                << "' (status, clients, models, residency, stats, health, register, verify, evict, plan or trace)\n";
+      std::cerr << "blockswapctl: unknown command '" << app.remaining().front() << "' ("
+                << CommandNames(app) << ")\n";
       return kExitUsage;
     }
     // CLI11 prints the message (or the help) and returns its own codes
@@ -199,6 +246,8 @@ int Main(int argc, char** argv) {
   }
 
   const std::string command = app.get_subcommands().front()->get_name();
+  if (command == "help") return Help(app, help_topic);
+  options.socket_path = ResolveSocket(options.socket_path).path;
   if (command == "plan") return Plan(options, plan);
   if (command == "trace") return Trace(options, trace);
   if (command == "register") return Register(options, file, registration);

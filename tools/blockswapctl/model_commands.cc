@@ -1,11 +1,36 @@
 #include "tools/blockswapctl/model_commands.h"
 
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "client/core/connection.h"
+#include "tools/blockswapctl/model_id_prefix.h"
 
 namespace blockswap::client {
+namespace {
+
+// A whole id as given; a prefix expanded against the daemon's models. On
+// failure the error has been printed, prefixed with the command.
+std::optional<std::string> ResolveModelId(AdminCaller& caller, const Options& options,
+                                          absl::string_view command,
+                                          const std::string& id_or_prefix) {
+  if (IsFullModelId(id_or_prefix)) return id_or_prefix;
+  absl::StatusOr<v1::ModelsReply> models = caller.Call(&v1::Admin::Stub::Models);
+  if (!models.ok()) {
+    std::cerr << "blockswapctl: " << command << ": listing models to expand '" << id_or_prefix
+              << "': " << DescribeCallFailure(options.socket_path, models.status()) << "\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<std::string> id = ExpandModelIdPrefix(id_or_prefix, *models);
+  if (!id.ok()) {
+    std::cerr << "blockswapctl: " << command << ": " << id.status().message() << "\n";
+    return std::nullopt;
+  }
+  return *std::move(id);
+}
+
+}  // namespace
 
 // `blockswapctl register`: this process opens the file and offers it to the
 // daemon (which reads only what its client can), then detaches; the model
@@ -41,8 +66,11 @@ int Register(const Options& options, const std::string& file,
   return 0;
 }
 
-int Verify(const Options& options, const std::string& model_id) {
+int Verify(const Options& options, const std::string& id_or_prefix) {
   AdminCaller caller(options);
+  std::optional<std::string> resolved = ResolveModelId(caller, options, "verify", id_or_prefix);
+  if (!resolved) return kExitFailure;
+  const std::string& model_id = *resolved;
   v1::VerifyModelRequest request;
   request.set_model_id(model_id);
   auto reply = caller.Call(&v1::Admin::Stub::VerifyModel, request);
@@ -60,8 +88,11 @@ int Verify(const Options& options, const std::string& model_id) {
   return 0;
 }
 
-int Evict(const Options& options, const std::string& model_id) {
+int Evict(const Options& options, const std::string& id_or_prefix) {
   AdminCaller caller(options);
+  std::optional<std::string> resolved = ResolveModelId(caller, options, "evict", id_or_prefix);
+  if (!resolved) return kExitFailure;
+  const std::string& model_id = *resolved;
   v1::EvictModelRequest request;
   request.set_model_id(model_id);
   auto reply = caller.Call(&v1::Admin::Stub::EvictModel, request);

@@ -13,8 +13,9 @@ namespace blockswap::client {
 
 int Register(const Options& options, const std::string& file,
              const FileRegistrationOptions& registration);
-int Verify(const Options& options, const std::string& model_id);
-int Evict(const Options& options, const std::string& model_id);
+// `id_or_prefix`: a whole model id, or a prefix of exactly one registered id.
+int Verify(const Options& options, const std::string& id_or_prefix);
+int Evict(const Options& options, const std::string& id_or_prefix);
 
 }  // namespace blockswap::client
 

@@ -31,6 +31,7 @@
 
 #include "blockswap/blockswap.h"
 #include "blockswap/blockswap.hpp"
+#include "shared/build_info/build_info.h"
 #include "tools/demo/demo_stream.h"
 
 namespace blockswap::demo {
@@ -299,6 +300,8 @@ const char* CodeName(int code) {
 int main(int argc, char** argv) {
   blockswap::demo::Flags flags;
   CLI::App app{"blockswap-demo: streams a synthetic model through blockswapd like a trainer"};
+  app.set_version_flag("--version",
+                       blockswap::VersionText("blockswap-demo", blockswap::ThisBuild()));
   // A flag given twice takes its last value, so that wrappers (quickstart)
   // can pass defaults and let the user's arguments override them.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

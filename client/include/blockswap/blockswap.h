@@ -68,8 +68,8 @@ const char* bs_last_error(void);
 
 /* --- connection ---------------------------------------------------------- */
 
-/* Connects to the daemon at `socket_path` (NULL: /run/blockswap/blockswapd.sock)
- * and attaches a session named `client_name` (may be NULL). */
+/* Connects to the daemon at `socket_path` (NULL or "": $BLOCKSWAP_SOCKET if set,
+ * else /run/blockswap/blockswapd.sock) and attaches a session named `client_name` (may be NULL). */
 int bs_connect(const char* socket_path, const char* client_name, bs_client** out);
 /* Detaches and frees the client. Models and rings of the client must have
  * been closed first. NULL is ignored. */

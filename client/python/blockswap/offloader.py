@@ -20,8 +20,6 @@ import torch.nn as nn
 from . import _abi
 from ._memory import device_bytes, host_bytes, safetensors_dtype, typed_view
 
-SOCKET_ENV = "BLOCKSWAP_SOCKET"
-
 
 def default_swap_tensor_selector(block):
     """The weight of every ``*Linear`` module, as ``(module, attribute)`` pairs.
@@ -231,19 +229,22 @@ class StreamOffloader:
                         f"adapters), or leave this tensor out with a swap_tensor_selector.")
 
     def _connect(self):
-        socket = self._config.socket or os.environ.get(SOCKET_ENV)
+        # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET,
+        # else the system socket), the one rule every binary follows; its errors name the path.
+        socket = self._config.socket
+        where = socket or "$BLOCKSWAP_SOCKET or the default socket"
         name = self._config.client_name or f"python:{self.block_type}:{os.getpid()}"
         client = ctypes.c_void_p()
         _abi.check(self._lib.bs_connect(socket.encode() if socket else None, name.encode(),
                                         ctypes.byref(client)),
-                   f"connecting to blockswapd at {socket or 'the default socket'}")
+                   f"connecting to blockswapd at {where}")
         self._client = client
         backend = self._lib.bs_client_backend(client)
         uuids = [self._lib.bs_client_device_uuid(client, i).decode()
                  for i in range(self._lib.bs_client_device_count(client))]
         if backend == _abi.BS_BACKEND_HOST:
             if self.device.type != "cpu":
-                raise ValueError(f"blockswapd at {socket or 'the default socket'} runs the host "
+                raise ValueError(f"blockswapd at {where} runs the host "
                                  f"backend (devices {uuids}); it cannot stream to {self.device}. "
                                  f"Use device='cpu' or a blockswapd with the cuda backend.")
             self._device_uuid = uuids[0]

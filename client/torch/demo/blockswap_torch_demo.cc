@@ -17,6 +17,7 @@
 #include "blockswap/blockswap.hpp"
 #include "blockswap/torch.h"
 #include "client/torch/lora_transformer.h"
+#include "shared/build_info/build_info.h"
 
 namespace {
 
@@ -216,6 +217,8 @@ int main(int argc, char** argv) {
   args.start_rss = PeakRssBytes();
   CLI::App app{
       "LoRA training of a small transformer whose frozen blocks stream through blockswapd"};
+  app.set_version_flag("--version",
+                       blockswap::VersionText("blockswap-torch-demo", blockswap::ThisBuild()));
   app.add_option("--socket", args.socket, "blockswapd's socket (default: the system one)");
   app.add_option("--name", args.name, "client name shown by blockswapctl");
   app.add_option("--device", args.device, "cpu, cuda, cuda:N or auto (the daemon's backend)");
