@@ -205,6 +205,9 @@ class DeviceWorkerTest : public ::testing::Test {
   DeviceStats LoadAgainBehindHeldCompute(TestRing& ring) {
     RequestLoad(ring, 0, block_a_);
     EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
+    // filled_seq is published inside the worker's pass, the counters after
+    // it: a later whole pass has counted the load.
+    AwaitWorkerPasses(1);
     const DeviceStats before = worker_->stats();
     HoldCompute();
     RequestLoad(ring, 0, block_b_);
@@ -213,6 +216,7 @@ class DeviceWorkerTest : public ::testing::Test {
     release_compute_.Notify();
     EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
     EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
+    AwaitWorkerPasses(1);
     return before;
   }
 

@@ -77,8 +77,11 @@ absl::Status SkipProtocolStepsFromEnvironment();
 class RingProducer {
  public:
   // How long a notifying client's notification may lag its free[s]'s
-  // completion before the fallback poll issues the copy without it.
-  static constexpr absl::Duration kNotifyGrace = absl::Milliseconds(5);
+  // completion before the fallback poll issues the copy without it. Long
+  // enough for a notifier thread descheduled on a loaded machine (a
+  // notification that lands issues the copy at once); it delays only a
+  // client that notified before and then stopped.
+  static constexpr absl::Duration kNotifyGrace = absl::Milliseconds(20);
 
   // `ring` and `copy_stream` (on the ring's device) must outlive this object.
   RingProducer(DaemonRing& ring, Stream& copy_stream);
