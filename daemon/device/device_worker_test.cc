@@ -10,6 +10,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -35,6 +36,14 @@ namespace blockswap::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+
+// CPU time (user + system, every thread) this process has used, seconds.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 constexpr uint64_t kBootId = 0xd3f1ce;
 constexpr uint64_t kSessionId = 7;
@@ -321,6 +330,14 @@ TEST_F(DeviceWorkerTest, AReleaseAnnouncedBeforeTheSlotsFreeCompletedCopiesNothi
   AwaitWorkerPasses(3);
   EXPECT_EQ(ring.filled_seq(0), 0u) << "a client's word made the daemon copy early";
   EXPECT_FALSE(SlotHolds(ring, 0, block_a_)) << "the slot's bytes changed under the client";
+  // Nor does it keep the worker awake: an announcement already looked at is
+  // not work until the client announces again. This process is otherwise
+  // asleep (the compute stream waits on a notification), so a worker that
+  // spun would show as about a whole core.
+  const double cpu_before = ProcessCpuSeconds();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(ProcessCpuSeconds() - cpu_before, 0.05)
+      << "the worker spins on an announcement it has already queried";
   release_compute_.Notify();
   ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
   EXPECT_TRUE(SlotHolds(ring, 0, block_a_));

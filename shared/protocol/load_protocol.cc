@@ -118,11 +118,17 @@ bool RingProducer::Announced(uint32_t slot, const PendingLoad& load) const {
          load.generation;
 }
 
+bool RingProducer::NewlyAnnounced(uint32_t slot, const PendingLoad& load) const {
+  // released_ns before releasable_seq's acquire would not be ordered after it.
+  return Announced(slot, load) && ring_.client_control().released_ns[slot].load(
+                                      std::memory_order_relaxed) != load.announcement_queried_ns;
+}
+
 bool RingProducer::HasAnnouncedRelease() const {
   if (!status_.ok()) return false;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
     const PendingLoad& load = pending_[slot];
-    if (load.active && (!load.looked_at || Announced(slot, load))) return true;
+    if (load.active && (!load.looked_at || NewlyAnnounced(slot, load))) return true;
   }
   return false;
 }
@@ -136,7 +142,10 @@ absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* 
     ReleaseSeen seen = ReleaseSeen::kAtRequest;
     if (load.looked_at) {
       seen = Announced(slot, load) ? ReleaseSeen::kByNotification : ReleaseSeen::kByPoll;
-      if (seen == ReleaseSeen::kByPoll && !fallback_poll) continue;
+      // Between fallback polls only a new announcement is worth a query.
+      if (!fallback_poll && (seen == ReleaseSeen::kByPoll || !NewlyAnnounced(slot, load))) {
+        continue;
+      }
     }
     if (!Skipped(ProtocolStep::kDaemonAwaitFree)) {
       // The daemon's own query, whatever the client announced: a client's
@@ -149,7 +158,13 @@ absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* 
         return released.status();
       }
       load.looked_at = true;
-      if (!*released) continue;
+      if (!*released) {
+        if (seen == ReleaseSeen::kByNotification) {
+          load.announcement_queried_ns =
+              ring_.client_control().released_ns[slot].load(std::memory_order_relaxed);
+        }
+        continue;
+      }
     }
     // A client that notifies (it announced some generation of this slot
     // before) gets kNotifyGrace for the notification to land.

@@ -139,12 +139,19 @@ class RingProducer {
     const void* source = nullptr;
     size_t bytes = 0;
     bool looked_at = false;  // free[s] was queried once since the request
+    // released_ns[s] of the announcement last queried and found not yet
+    // complete (a newer free[s] record was pending): until the client
+    // announces again, the announcement is no reason to query or to stay
+    // awake — else a client could keep the worker spinning.
+    uint64_t announcement_queried_ns = 0;
     // When the fallback poll first found free[s] complete without a
     // notification from a client that notifies (0: not yet).
     uint64_t unannounced_since_ns = 0;
   };
   // Whether the client announced that `load`'s slot may take its generation.
   bool Announced(uint32_t slot, const PendingLoad& load) const;
+  // The same, and not yet queried since this announcement.
+  bool NewlyAnnounced(uint32_t slot, const PendingLoad& load) const;
   absl::Status Issue(uint32_t slot, const PendingLoad& load, ReleaseSeen release,
                      std::vector<Issued>* issued);
 
