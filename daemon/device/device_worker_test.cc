@@ -10,7 +10,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -30,20 +29,14 @@
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
 #include "tests/support/held_copy_device.h"
+#include "tests/support/process_cpu.h"
 #include "tests/support/recording_load_sink.h"
 
 namespace blockswap::daemon {
 namespace {
 
 using ::testing::HasSubstr;
-
-// CPU time (user + system, every thread) this process has used, seconds.
-double ProcessCpuSeconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
+using ::blockswap::testing::ProcessCpuSeconds;
 
 constexpr uint64_t kBootId = 0xd3f1ce;
 constexpr uint64_t kSessionId = 7;
@@ -334,9 +327,9 @@ TEST_F(DeviceWorkerTest, AReleaseAnnouncedBeforeTheSlotsFreeCompletedCopiesNothi
   // not work until the client announces again. This process is otherwise
   // asleep (the compute stream waits on a notification), so a worker that
   // spun would show as about a whole core.
-  const double cpu_before = ProcessCpuSeconds();
+  const double cpu_before = ProcessCpuSeconds(::getpid());
   absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_LT(ProcessCpuSeconds() - cpu_before, 0.05)
+  EXPECT_LT(ProcessCpuSeconds(::getpid()) - cpu_before, 0.05)
       << "the worker spins on an announcement it has already queried";
   release_compute_.Notify();
   ASSERT_TRUE(AwaitLoaded(ring, 0).ok());

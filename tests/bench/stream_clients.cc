@@ -3,16 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "shared/base/status.h"
 #include "tests/support/child_process.h"
 
@@ -29,22 +25,6 @@ int RunBenchmark(const char* program,
   if (status.ok()) return 0;
   std::cerr << program << ": " << status << "\n";
   return precondition_skips && absl::IsFailedPrecondition(status) ? 77 : 1;
-}
-
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) in parentheses:
-  // state is field 3, utime 14, stime 15.
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
-  double utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
-      !absl::SimpleAtod(fields[12], &stime)) {
-    return -1;
-  }
-  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std::string>& args,

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/process_cpu.h"
 #include "tests/support/role_report.h"
 
 namespace blockswap::bench {
@@ -30,9 +31,7 @@ int RunBenchmark(const char* program,
                  const std::function<absl::Status(testing::ScratchDirs&)>& bench,
                  bool precondition_skips = false);
 
-// CPU time (user + system, all threads) a process has used so far, seconds
-// (/proc/PID/stat; clock-tick resolution); -1 when unreadable.
-double ProcessCpuSeconds(pid_t pid);
+using testing::ProcessCpuSeconds;
 
 struct StreamRun {
   double aggregate_gbps = 0;                  // all clients' bytes over their common window
