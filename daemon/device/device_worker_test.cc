@@ -35,8 +35,8 @@
 namespace blockswap::daemon {
 namespace {
 
-using ::testing::HasSubstr;
 using ::blockswap::testing::ProcessCpuSeconds;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBootId = 0xd3f1ce;
 constexpr uint64_t kSessionId = 7;
