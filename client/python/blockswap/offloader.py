@@ -602,7 +602,7 @@ class StreamOffloader:
         stall_seconds is how long the compute stream sat idle at the pass's
         waits (time lost), host_wait_seconds how long the training thread
         blocked in them (mostly its own compute draining)."""
-        result = {"block_type": self.block_type, "model_id": self.model_id,
+        result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
         if self._scheduler is None:

@@ -14,8 +14,8 @@ reference's H2D-only offloader under its own name (`LoRAStreamOffloader`).
   tensor alignment makes a slot larger than a block, at most N): the device
   then holds no more weight bytes than the exchange's N - S blocks. Where
   even streaming every block would not fit, it exchanges.
-Each choice that departs from what the caller may expect is said once per
-process, on stderr.
+The choice is made at the first prepare (ExchangeOrStream), when the trainer
+has frozen what it does not train, and said once per process on stderr.
 """
 import dataclasses
 import sys
@@ -108,18 +108,9 @@ def _exchange(block_type, blocks, blocks_to_swap, config, reason):
                           supports_backward=config.supports_backward, debug=config.debug)
 
 
-def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
-    """The offloader for one block list (the reference's signature); see the
-    module's docstring for which one."""
-    if len(blocks) != num_blocks:
-        raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
-    if config.h2d_only or config.model_id or config.model_file:
-        return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
-    if blocks_to_swap <= 0:
-        return ModelOffloader(blocks, blocks_to_swap, config.device,
-                              supports_backward=config.supports_backward, debug=config.debug)
-    if config.ring_size < 1:
-        raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
+def _choose(block_type, blocks, blocks_to_swap, config):
+    """The exchange or the stream for the reference's default, as the blocks are now."""
+    num_blocks = len(blocks)
     reason = _exchange_reason(blocks, config)
     if reason is not None:
         return _exchange(block_type, blocks, blocks_to_swap, config, reason)
@@ -133,11 +124,92 @@ def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
                          f"{num_blocks - blocks_to_swap} resident blocks")
     how = "with gradient checkpointing" if config.supports_backward else "for inference"
     _say_once("stream", f"{block_type}: frozen weights {how}: streaming {streamed} of "
-                        f"{num_blocks} blocks through blockswapd (ring of {min(config.ring_size, streamed)}) instead of exchanging "
+                        f"{num_blocks} blocks through blockswapd (ring of "
+                        f"{min(config.ring_size, streamed)}) instead of exchanging "
                         f"{blocks_to_swap}, so that the device holds no more than the exchange's "
                         f"{num_blocks - blocks_to_swap} blocks")
     return StreamOffloader(block_type, blocks, num_blocks, streamed,
                            dataclasses.replace(config, swap_tensor_selector=selector))
+
+
+class ExchangeOrStream:
+    """The reference's default offloader (an exchange of `blocks_to_swap`
+    blocks), which becomes the exchange or the stream at the first
+    `prepare_block_devices_before_forward` (or wait / submit): trainers build
+    the offloader before they freeze the base weights (and add adapters), so
+    whether the weights are trainable is known only once training starts.
+    `chosen` is the offloader then; every other attribute is its."""
+
+    def __init__(self, block_type, blocks, blocks_to_swap, config):
+        self.block_type = block_type
+        self.num_blocks = len(blocks)
+        self.blocks_to_swap = blocks_to_swap
+        self.device = config.device
+        self.supports_backward = config.supports_backward
+        self.debug = config.debug
+        self.chosen = None
+        self._blocks = blocks
+        self._config = config
+        self._forward_only = not config.supports_backward
+
+    def _choice(self):
+        if self.chosen is None:
+            self.chosen = _choose(self.block_type, self._blocks, self.blocks_to_swap,
+                                  self._config)
+            if self._forward_only != (not self.supports_backward):
+                self.chosen.set_forward_only(self._forward_only)
+        return self.chosen
+
+    @property
+    def forward_only(self):
+        return self.chosen.forward_only if self.chosen is not None else self._forward_only
+
+    def set_forward_only(self, forward_only):
+        self._forward_only = bool(forward_only)
+        if self.chosen is not None:
+            self.chosen.set_forward_only(forward_only)
+
+    def prepare_block_devices_before_forward(self, blocks=None):
+        return self._choice().prepare_block_devices_before_forward(
+            self._blocks if blocks is None else blocks)
+
+    def wait_for_block(self, block_idx):
+        return self._choice().wait_for_block(block_idx)
+
+    def submit_move_blocks_forward(self, blocks, block_idx):
+        return self._choice().submit_move_blocks_forward(blocks, block_idx)
+
+    def stats(self):
+        if self.chosen is None:
+            return {"mode": None, "blocks_to_swap": self.blocks_to_swap, "forward": None,
+                    "backward": None}
+        return self.chosen.stats()
+
+    def close(self):
+        if isinstance(self.chosen, StreamOffloader):
+            self.chosen.close()
+
+    def __getattr__(self, name):
+        chosen = self.__dict__.get("chosen")
+        if chosen is None:
+            raise AttributeError(f"{name!r}: the offloader is chosen (exchange or stream) at "
+                                 f"the first prepare_block_devices_before_forward")
+        return getattr(chosen, name)
+
+
+def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
+    """The offloader for one block list (the reference's signature); see the
+    module's docstring for which one."""
+    if len(blocks) != num_blocks:
+        raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
+    if config.h2d_only or config.model_id or config.model_file:
+        return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
+    if blocks_to_swap <= 0:
+        return ModelOffloader(blocks, blocks_to_swap, config.device,
+                              supports_backward=config.supports_backward, debug=config.debug)
+    if config.ring_size < 1:
+        raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
+    return ExchangeOrStream(block_type, blocks, blocks_to_swap, config)
 
 
 class LoRAStreamOffloader(StreamOffloader):

@@ -145,11 +145,14 @@ def test_trainable_or_uncheckpointed_blocks_get_the_exchange_said_once(daemon, c
     for _ in range(2):
         offloader = blockswap.create_offloader("blocks", trainable.blocks, N, S,
                                                config(daemon, gradient_checkpointing=True))
-        assert type(offloader) is ModelOffloader
+        assert offloader.chosen is None  # until the first prepare
+        offloader.prepare_block_devices_before_forward(trainable.blocks)
+        assert type(offloader.chosen) is ModelOffloader
     frozen = TinyTransformer(N)
     offloader = blockswap.create_offloader("blocks", frozen.blocks, N, S,
                                            config(daemon, gradient_checkpointing=False))
-    assert type(offloader) is ModelOffloader
+    offloader.prepare_block_devices_before_forward(frozen.blocks)
+    assert type(offloader.chosen) is ModelOffloader
     err = capfd.readouterr().err
     assert err.count("trainable block weights (a full fine-tune)") == 1, err
     assert err.count("training without gradient checkpointing") == 1, err
@@ -181,9 +184,9 @@ def test_frozen_checkpointed_blocks_stream_in_no_more_device_memory(daemon, capf
     offloader = blockswap.create_offloader(
         "blocks", blocks, len(blocks), swap,
         config(daemon, gradient_checkpointing=True, ring_size=ring))
-    assert isinstance(offloader, blockswap.StreamOffloader)
-    assert offloader.S == streamed
     offloader.prepare_block_devices_before_forward(blocks)
+    assert isinstance(offloader.chosen, blockswap.StreamOffloader)
+    assert offloader.S == streamed
     assert device_bytes(offloader, blocks) <= reference_device_bytes(blocks, swap)
     assert f"streaming {streamed} of {len(blocks)} blocks" in capfd.readouterr().err
     offloader.close()
@@ -193,17 +196,24 @@ def test_streaming_that_cannot_fit_exchanges(daemon, capfd):
     model = TinyTransformer(4)  # all 4 streamed through 2 padded slots > 2 exchanged blocks
     offloader = blockswap.create_offloader("blocks", model.blocks, 4, 2,
                                            config(daemon, gradient_checkpointing=True))
-    assert type(offloader) is ModelOffloader
+    offloader.prepare_block_devices_before_forward(model.blocks)
+    assert type(offloader.chosen) is ModelOffloader
     assert "streaming even all 4 blocks" in capfd.readouterr().err
 
 
-def test_streamed_instead_of_exchanged_trains_equal_to_resident(daemon):
+def test_blocks_frozen_after_the_offloader_is_built_stream_equal_to_resident(daemon):
+    """As trainers do: the offloader first, then the base frozen (adapters added)."""
     data = batches(2)
     expected, _ = train(TinyTransformer(N, reentrant=True), data)
     model = TinyTransformer(N, reentrant=True)
+    model.requires_grad_(True)
     model.offloader = blockswap.create_offloader("blocks", model.blocks, N, S,
                                                  config(daemon, gradient_checkpointing=True))
-    assert model.offloader.S == 5
+    model.requires_grad_(False)
+    for _, parameter in model.lora_parameters():
+        parameter.requires_grad_(True)
     losses, _ = train(model, data)
+    assert isinstance(model.offloader.chosen, blockswap.StreamOffloader)
+    assert model.offloader.S == 5 and model.offloader.stats()["mode"] == "stream"
     assert all(torch.equal(a, b) for a, b in zip(losses, expected))
     model.offloader.close()

@@ -43,7 +43,7 @@ def test_sd_scripts_full_fine_tune_exchanges(daemon, tmp_path):
     root = os.path.join(STANDIN, "sd_scripts")
     result, err = launch(daemon, tmp_path, root, "train_tiny.py", "--blocks_to_swap", "2")
     assert "library.custom_offloading_utils is blockswap.custom_offloading_utils" in err
-    assert result["offloader"] == "ModelOffloader"
+    assert result["offloader"] == "ModelOffloader" and result["stats"]["mode"] == "exchange"
     assert result["stats"]["backward"]["swaps"] == 2 * 3
     assert_equal(result, resident(full_fine_tune=True))
 
@@ -53,7 +53,7 @@ def test_musubi_lora_with_checkpointing_streams(daemon, tmp_path):
     result, err = launch(daemon, tmp_path, src, "-m", "musubi_tuner.tiny_train_network",
                          "--blocks_to_swap", "2", "--gradient_checkpointing", pythonpath=[src])
     assert "musubi_tuner.modules.custom_offloading_utils is blockswap." in err
-    assert result["offloader"] == "StreamOffloader"
+    assert result["stats"]["mode"] == "stream"
     # 2 + 2 ring slots + 1 for the slots' alignment padding: the device
     # holds 1 block and 2 slots where the exchange holds 4 blocks.
     assert result["stats"]["streaming_blocks"] == [0, 1, 3, 4, 5]
@@ -67,7 +67,7 @@ def test_musubi_full_fine_tune_through_create_offloader_exchanges(daemon, tmp_pa
     src = os.path.join(STANDIN, "musubi_tuner", "src")
     result, err = launch(daemon, tmp_path, src, "-m", "musubi_tuner.tiny_train_network",
                          "--blocks_to_swap", "2", "--full_fine_tune", pythonpath=[src])
-    assert result["offloader"] == "ModelOffloader"
+    assert result["stats"]["mode"] == "exchange"
     assert err.count("because of trainable block weights (a full fine-tune)") == 1, err
     assert_equal(result, resident(full_fine_tune=True))
 
