@@ -27,7 +27,7 @@ from tiny_transformer import TinyTransformer, batches, train  # noqa: E402
 
 def offloader_for(model, socket, name):
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=True,
-                                       socket=socket, gradient_checkpointing=True,
+                                       socket=socket, gradient_checkpointing=True, h2d_only=True,
                                        client_name=name)
     return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), 4, config)
 
