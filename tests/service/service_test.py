@@ -241,7 +241,7 @@ class ServiceTest(unittest.TestCase):
         daemon = self.start(config=config)
         self.assertTrue(daemon.messages(until="READY=1"))
         port = int(daemon.await_log(r"metrics on \S+ \(port (\d+)\)").group(1))
-        quota = 'blockswap_client_quota{quota="max_rings_per_client"}'
+        quota = "blockswap_client_quota_rings"
         self.assertEqual(sample(metrics(port), quota), 2)
 
         self.write_config('max_rings_per_client = 5\nlog_level = "debug"\n'
@@ -280,6 +280,14 @@ class ServiceTest(unittest.TestCase):
                                 loads * 65536 * 0.9)
         self.assertEqual(sample(after, "blockswap_models"), 1)
         self.assertGreater(sample(after, "blockswap_pinned_bytes"), 0)
+        # Every copy the daemon saw complete is in the latency histogram.
+        latency = 'blockswap_device_load_latency_seconds_count{device="HOST-0"}'
+        self.assertGreater(sample(after, latency), 0)
+        self.assertLessEqual(sample(after, latency), loads)
+        self.assertEqual(sample(after, 'blockswap_device_load_latency_seconds_bucket'
+                                       '{device="HOST-0",le="+Inf"}'), sample(after, latency))
+        self.assertGreater(sample(after, "process_open_fds"), 3)
+        self.assertGreater(sample(after, "process_resident_memory_bytes"), 1 << 20)
         self.assertEqual(daemon.stop(), 0)
 
     def test_sigterm_drains_a_streaming_client_within_the_grace(self):
