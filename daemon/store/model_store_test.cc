@@ -193,7 +193,7 @@ TEST_F(ModelStoreTest, RegisterThenFind) {
   EXPECT_EQ(store->pinned_bytes(), model.masters_bytes());
   EXPECT_EQ(Entries(directory_),
             (std::set<std::string>{".lock", model.id() + ".manifest", model.id() + ".masters"}));
-  EXPECT_EQ(ModeOf(PathOf(model.id() + ".masters")), 0600u);
+  EXPECT_EQ(ModeOf(PathOf(model.id() + ".masters")), 0400u);
   EXPECT_EQ(ModeOf(PathOf(model.id() + ".manifest")), 0600u);
   EXPECT_EQ(fs::file_size(PathOf(model.id() + ".masters")), model.masters_bytes());
 }

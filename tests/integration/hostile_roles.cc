@@ -1,0 +1,136 @@
+// A hostile but allowed local client: `hostile --case=NAME` tries one way of
+// taking the service from the others (issue 19) and checks that it fails
+// alone, with the precise error. Exit 0 when it did, 1 (with what came
+// instead on stderr) when not.
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/core/connection.h"
+#include "shared/protocol/ring_wire.h"
+#include "tests/integration/client_roles.h"
+#include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
+
+namespace blockswap::testing {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+int Fail(const std::string& what) {
+  std::cerr << "hostile: " << what << "\n";
+  return kClientFailed;
+}
+
+// The attack itself: a new read-write open file description of what `fd`
+// refers to. Sets `error` to the errno when it fails.
+UniqueFd ReopenReadWrite(const UniqueFd& fd, int* error) {
+  std::string path = absl::StrCat("/proc/self/fd/", fd.get());
+  UniqueFd reopened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  *error = reopened.valid() ? 0 : errno;
+  return reopened;
+}
+
+// Every way to a writable mapping of `fd` that a process of the daemon's uid
+// (root here, for whom the 0400 mode is no obstacle) has: the received
+// descriptor itself, a reopened read-write one, mprotect of a read-only
+// mapping, write(). Empty when each failed; else what succeeded.
+std::string WritableRouteAsOwner(const std::string& name, const UniqueFd& fd) {
+  if (void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+      p != MAP_FAILED) {
+    ::munmap(p, kPage);
+    return absl::StrCat(name, ": the received descriptor maps writable");
+  }
+  int error = 0;
+  UniqueFd reopened = ReopenReadWrite(fd, &error);
+  if (!reopened.valid()) return "";  // not even root could reopen it: stricter still
+  if (void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, reopened.get(), 0);
+      p != MAP_FAILED) {
+    ::munmap(p, kPage);
+    return absl::StrCat(name, ": a reopened descriptor maps writable (no F_SEAL_FUTURE_WRITE)");
+  }
+  if (::pwrite(reopened.get(), "\0\0\0\0", 4, 0) >= 0) {
+    return absl::StrCat(name, ": write() through a reopened descriptor succeeded");
+  }
+  void* p = ::mmap(nullptr, kPage, PROT_READ, MAP_SHARED, reopened.get(), 0);
+  if (p == MAP_FAILED) return absl::StrCat(name, ": cannot even map it read-only");
+  bool upgraded = ::mprotect(p, kPage, PROT_READ | PROT_WRITE) == 0;
+  ::munmap(p, kPage);
+  return upgraded ? absl::StrCat(name, ": mprotect made a read-only mapping writable") : "";
+}
+
+// The reopening attack on the doorbell's `sleeping` word and the daemon's
+// control block of a ring: clearing `sleeping` would make every other
+// client's ring skip its FUTEX_WAKE. Both must stay unwritable for this
+// process as the daemon's uid, and not even reopenable writable as another.
+int ReopenReadOnlyDescriptors(client::Connection& c) {
+  v1::CreateRingRequest request;
+  request.set_session_token(c.token());
+  request.set_device_uuid(c.device_uuids().front());
+  request.set_slot_count(2);
+  request.set_slot_bytes(4096);
+  request.set_request_ring(true);
+  v1::RingDescriptor descriptor;
+  grpc::ClientContext context;
+  if (grpc::Status s = c.stub().CreateRing(&context, request, &descriptor); !s.ok()) {
+    return Fail("CreateRing: " + s.error_message());
+  }
+  const uint64_t batch = descriptor.daemon_control().batch();
+  auto fds = c.ReceiveFds(batch);
+  if (!fds.ok()) return Fail(fds.status().ToString());
+  auto exported = RingFromWire(descriptor, *std::move(fds), batch);
+  if (!exported.ok()) return Fail(exported.status().ToString());
+  if (!exported->doorbell.sleeping.valid()) return Fail("the ring came without a doorbell");
+
+  const std::vector<std::pair<std::string, const UniqueFd*>> read_only = {
+      {"the doorbell's sleeping word", &exported->doorbell.sleeping},
+      {"the daemon's control block", &exported->daemon_control}};
+  for (const auto& [name, fd] : read_only) {
+    if (std::string route = WritableRouteAsOwner(name, *fd); !route.empty()) return Fail(route);
+  }
+
+  // Another uid. Dumpable again after setuid, so that /proc/self/fd stays
+  // open to this process and only the objects' modes can refuse.
+  if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
+      ::prctl(PR_SET_DUMPABLE, 1) != 0) {
+    std::cerr << "hostile: cannot become uid 65534 (not root?)\n";
+    return kClientSetupFailed;
+  }
+  // The control: the bell is writable by design (every client rings it), so
+  // reopening it works — the refusals below are the modes', nothing else's.
+  int error = 0;
+  if (!ReopenReadWrite(exported->doorbell.bell, &error).valid()) {
+    std::cerr << "hostile: the control reopen of the bell failed: " << std::strerror(error) << "\n";
+    return kClientSetupFailed;
+  }
+  for (const auto& [name, fd] : read_only) {
+    if (ReopenReadWrite(*fd, &error).valid()) return Fail(name + ": uid 65534 reopened it O_RDWR");
+    if (error != EACCES) return Fail(name + ": expected EACCES, got " + std::strerror(error));
+    std::cerr << "hostile: reopening " << name << " O_RDWR as uid 65534: EACCES, as expected\n";
+  }
+  return kClientOk;
+}
+
+int RunHostile(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const std::string name = args.Str("case");
+  auto connection = client::Connection::Connect(args.Str("socket"), "hostile");
+  if (!connection.ok()) return Fail(connection.status().ToString());
+  client::Connection& c = **connection;
+  if (name == "reopen-read-only") return ReopenReadOnlyDescriptors(c);
+  std::cerr << "hostile: unknown case '" << name << "'\n";
+  return kClientSetupFailed;
+}
+BLOCKSWAP_CHILD_ROLE("hostile", RunHostile);
+
+}  // namespace
+}  // namespace blockswap::testing
