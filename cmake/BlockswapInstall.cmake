@@ -3,6 +3,7 @@
 #   lib/libblockswap.so*, include/blockswap/blockswap.h(pp)
 #   lib/cmake/blockswap/: find_package(blockswap) -> blockswap::blockswap
 #   lib/systemd/system/blockswapd.service (ExecStart = this prefix's blockswapd)
+#   lib/tmpfiles.d/blockswapd.conf (/dev/shm/blockswap, 0700 blockswap, at boot)
 #   <config dir>/blockswapd.toml, unless one is there already
 # The config directory is BLOCKSWAP_CONFIG_DIR when set (deploy/install.sh
 # passes /etc/blockswap), else /etc/blockswap for the prefix /usr and

@@ -2,6 +2,7 @@
 //
 //   blockswapd [--config FILE] [--socket PATH] [--backend auto|host|cuda] ...
 //   blockswapd --config FILE --check-config   validate, print the effective config
+//                                             (and check the masters directory)
 //   blockswapd --list-devices [--backend ...]
 //
 // Every option is also a key of the config file (daemon/config.h); the
@@ -22,6 +23,7 @@
 #include "daemon/daemon.h"
 #include "daemon/os/logging.h"
 #include "daemon/os/notify.h"
+#include "daemon/store/masters_directory.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/load_protocol.h"
 
@@ -111,8 +113,16 @@ int main(int argc, char** argv) {
   }
   DaemonOptions options = *std::move(resolved);
   if (line.check_config) {
+    // As the uid that checks: run it as the service's user.
+    absl::StatusOr<std::string> masters =
+        blockswap::daemon::InspectMastersDirectory(options.shm_prefix);
+    if (!masters.ok()) {
+      std::cerr << "blockswapd: " << masters.status().message() << "\n";
+      return 2;
+    }
     std::cout << "# blockswapd: the effective configuration (defaults, " << line.config_path
               << " where it exists, then the command line)\n"
+              << "# masters directory: " << *masters << "\n"
               << blockswap::daemon::FormatConfig(options);
     return 0;
   }

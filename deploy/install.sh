@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs blockswapd as a system service on a Debian machine with systemd:
 # builds (Release, without tests), installs the binaries, libblockswap.so,
-# its headers and CMake package, the systemd unit and — unless one exists —
+# its headers and CMake package, the systemd unit and its tmpfiles.d entry
+# (the masters directory) and — unless one exists —
 # /etc/blockswap/blockswapd.toml, then creates the `blockswap` system user
 # and group and reloads systemd. It does not enable or start the service.
 #
@@ -61,10 +62,12 @@ chmod 0644 /etc/blockswap/blockswapd.toml
 ldconfig
 if [[ -d /run/systemd/system ]]; then
   systemctl daemon-reload
+  # The masters directory now, as boot would make it (tmpfiles.d entry).
+  systemd-tmpfiles --create "${prefix}/lib/tmpfiles.d/blockswapd.conf"
 fi
 cat <<EOT
 install.sh: installed into ${prefix}. Next:
-  blockswapd --config /etc/blockswap/blockswapd.toml --check-config
+  runuser -u blockswap -- blockswapd --config /etc/blockswap/blockswapd.toml --check-config
   usermod -aG blockswap TRAINER_USER      # who may use the daemon
   systemctl enable --now blockswapd
   blockswapctl health

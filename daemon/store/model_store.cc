@@ -21,8 +21,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/masters_directory.h"
 #include "daemon/store/parallel_for.h"
 #include "shared/base/file_io.h"
+#include "shared/base/message_text.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -46,12 +48,6 @@ absl::Status ValidateNewModel(const ModelLayout& layout, absl::string_view name)
         absl::StrCat("model name has ", name.size(), " bytes (limit ", kModelNameLimitBytes, ")"));
   }
   return absl::OkStatus();
-}
-
-std::string OctalMode(mode_t mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
-  return text;
 }
 
 // Sealed master files are read-only even for their owner: a client of the
@@ -154,37 +150,10 @@ ModelStore::~ModelStore() = default;
 absl::StatusOr<std::unique_ptr<ModelStore>> ModelStore::Open(ModelStoreOptions options,
                                                              Device* pin_device) {
   const std::string& path = options.directory;
-  if (path.empty()) return absl::InvalidArgumentError("the model directory path is empty");
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoStatus(errno, absl::StrCat("creating the model directory ", path));
-  }
-  // O_NOFOLLOW: a symbolic link planted at the path (in world-writable
-  // /dev/shm) is refused rather than followed.
-  int raw = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (raw < 0) {
-    if (errno == ELOOP || errno == ENOTDIR) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model directory ", path, " is not a directory (a symbolic link?)"));
-    }
-    return ErrnoStatus(errno, absl::StrCat("opening the model directory ", path));
-  }
-  UniqueFd directory(raw);
-  struct stat st {};
-  if (::fstat(directory.get(), &st) != 0)
-    return ErrnoStatus(errno, absl::StrCat("fstat of ", path));
-  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model directory ", path, " has owner uid ", st.st_uid, " and mode ",
-                     OctalMode(st.st_mode), "; blockswapd needs it owned by uid ", ::geteuid(),
-                     " with no group or other permissions (mode 0700)"));
-  }
-  // A umask may have taken owner bits from a directory just created.
-  if ((st.st_mode & 0700) != 0700 && ::fchmod(directory.get(), 0700) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("setting mode 0700 on ", path));
-  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd directory, OpenMastersDirectory(path));
 
   std::string lock_name(kLockName);
-  raw =
+  int raw =
       ::openat(directory.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path, "/", kLockName));
   UniqueFd lock(raw);
