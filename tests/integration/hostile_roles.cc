@@ -9,13 +9,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/core/connection.h"
+#include "shared/protocol/grpc_status.h"
 #include "shared/protocol/ring_wire.h"
 #include "tests/integration/client_roles.h"
 #include "tests/support/child_process.h"
@@ -120,6 +124,98 @@ int ReopenReadOnlyDescriptors(client::Connection& c) {
   return kClientOk;
 }
 
+absl::Status Report(client::Connection& c, const v1::ReportStatsRequest& request) {
+  v1::ReportStatsReply reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().ReportStats(&context, request, &reply));
+}
+
+v1::PassStats GoodPass() {
+  v1::PassStats pass;
+  pass.set_direction("forward");
+  pass.set_stall_seconds(0.25);
+  pass.set_copy_seconds(0.5);
+  pass.set_waits(40);
+  pass.set_loads(40);
+  return pass;
+}
+
+// Admin.Stats as any allowed user calls it, on a channel of its own.
+absl::StatusOr<v1::StatsReply> AdminStats(const std::string& socket) {
+  auto stub = v1::Admin::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  v1::StatsReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply;
+}
+
+// Reports the daemon must refuse, each with the field it names; then a 50 MB
+// one; then a flood of good ones. Admin.Stats must answer all along, keep
+// none of the refused passes and at most the newest 256 of the good ones.
+int BadAndHugeReports(client::Connection& c, const std::string& socket) {
+  struct Case {
+    std::string what;
+    v1::ReportStatsRequest request;
+    std::string fragment;
+  };
+  std::vector<Case> cases;
+  auto one = [&](const std::string& what, auto mutate, const std::string& fragment) {
+    v1::ReportStatsRequest request;
+    request.set_session_token(c.token());
+    v1::PassStats* pass = request.add_passes();
+    *pass = GoodPass();
+    mutate(*pass);
+    cases.push_back({what, std::move(request), fragment});
+  };
+  one("direction", [](v1::PassStats& p) { p.set_direction("sideways"); },
+      "passes[0].direction 'sideways' is not 'forward' or 'backward'");
+  one("NaN", [](v1::PassStats& p) { p.set_stall_seconds(std::nan("")); },
+      "passes[0].stall_seconds nan is not in 0..86400");
+  one("negative", [](v1::PassStats& p) { p.set_copy_seconds(-1); },
+      "passes[0].copy_seconds -1 is not in 0..86400");
+  one("count", [](v1::PassStats& p) { p.set_loads(uint64_t{1} << 40); },
+      "passes[0].loads 1099511627776 is over the limit of 4294967296");
+  one("50 MB direction", [](v1::PassStats& p) { p.set_direction(std::string(50 << 20, 'x')); },
+      "passes[0].direction 'xxxxxxxx");
+  v1::ReportStatsRequest many;
+  many.set_session_token(c.token());
+  for (int i = 0; i < 17; ++i) *many.add_passes() = GoodPass();
+  cases.push_back({"17 passes", many, "carries 17 passes (limit 16)"});
+
+  for (const Case& bad : cases) {
+    absl::Status got = Report(c, bad.request);
+    if (got.code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(got.message(), bad.fragment)) {
+      return Fail(absl::StrCat(bad.what, ": expected INVALID_ARGUMENT containing '", bad.fragment,
+                               "', got ", got.ToString().substr(0, 300)));
+    }
+    std::cerr << "hostile: " << bad.what << " refused: " << got.ToString().substr(0, 200) << "\n";
+  }
+  v1::ReportStatsRequest good;
+  good.set_session_token(c.token());
+  for (int i = 0; i < 16; ++i) *good.add_passes() = GoodPass();
+  for (int round = 0; round < 40; ++round) {  // 640 good passes
+    if (absl::Status s = Report(c, good); !s.ok()) return Fail("a good report: " + s.ToString());
+  }
+  absl::StatusOr<v1::StatsReply> stats = AdminStats(socket);
+  if (!stats.ok()) return Fail("Admin.Stats: " + stats.status().ToString());
+  for (const v1::ClientStats& client : stats->clients()) {
+    if (client.client_name() != "hostile") continue;
+    if (client.passes_size() != 256 || client.passes_omitted() != 0) {
+      return Fail(absl::StrCat("the session kept ", client.passes_size(), " passes (",
+                               client.passes_omitted(), " omitted); expected the newest 256"));
+    }
+    for (const v1::PassStats& pass : client.passes()) {
+      if (pass.direction() != "forward") return Fail("a refused pass was kept");
+    }
+    return kClientOk;
+  }
+  return Fail("Admin.Stats does not list this session");
+}
+
 int RunHostile(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const std::string name = args.Str("case");
@@ -127,6 +223,7 @@ int RunHostile(const std::vector<std::string>& argv) {
   if (!connection.ok()) return Fail(connection.status().ToString());
   client::Connection& c = **connection;
   if (name == "reopen-read-only") return ReopenReadOnlyDescriptors(c);
+  if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
   std::cerr << "hostile: unknown case '" << name << "'\n";
   return kClientSetupFailed;
 }

@@ -29,5 +29,13 @@ TEST_F(HostileClientTest, ReadOnlyDescriptorsCannotBeReopenedWritable) {
   ExpectFailsAloneBesideAStreamer("reopen-read-only");
 }
 
+TEST_F(HostileClientTest, BadAndHugeStatisticsReportsAreRefusedAndStatsStillAnswers) {
+  StartDaemon();
+  ExpectFailsAloneBesideAStreamer("bad-and-huge-reports");
+  // And for everybody else, after it.
+  v1::StatsReply stats = Stats();
+  EXPECT_GE(stats.devices_size(), 1);
+}
+
 }  // namespace
 }  // namespace blockswap::testing
