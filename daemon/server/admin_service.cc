@@ -251,23 +251,24 @@ grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext*
                                                     const v1::VerifyModelRequest* request,
                                                     v1::VerifyModelReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CallerOf(peers_, *context).status();
-  if (status.ok() && (view_.work == nullptr)) {
+  absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
+  absl::Status status = caller.status();
+  if (status.ok() && (view_.verify == nullptr)) {
     status = absl::UnimplementedError("this blockswapd cannot verify models");
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
-  if (!status.ok()) {
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+  if (status.ok()) {
+    status = view_.verify->Submit(
+        caller->uid, request->model_id(),
+        [reactor, reply](const absl::StatusOr<VerifyResult>& verified) {
+          if (verified.ok()) {
+            reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+            reply->set_bytes(verified->bytes);
+          }
+          reactor->Finish(ToGrpcStatus(verified.status()));
+        });
   }
-  view_.work->Post([this, reactor, request, reply] {
-    auto verified = view_.store->Verify(request->model_id());
-    if (verified.ok()) {
-      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
-      reply->set_bytes(verified->bytes);
-    }
-    reactor->Finish(ToGrpcStatus(verified.status()));
-  });
+  if (!status.ok()) reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

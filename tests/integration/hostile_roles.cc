@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
 #include "shared/protocol/grpc_status.h"
@@ -216,6 +219,58 @@ int BadAndHugeReports(client::Connection& c, const std::string& socket) {
   return Fail("Admin.Stats does not list this session");
 }
 
+// Raw bytes to a method, as a client built from another proto would send.
+grpc::Status RawCall(const std::string& socket, const std::string& method,
+                     const std::string& body) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::Slice slice(body);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  return status;
+}
+
+// Bodies that do not parse, and a method that does not exist: each answered
+// with what was wrong, not a bare UNIMPLEMENTED.
+int UnparsableBodies(const std::string& socket) {
+  // Field number 0 and a truncated varint: no protobuf parser accepts them.
+  const std::string garbage("\x00\xff\xff", 3);
+  struct Case {
+    std::string method;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"/blockswap.v1.BlockSwap/CreateRing", grpc::StatusCode::INVALID_ARGUMENT,
+       "the request body of /blockswap.v1.BlockSwap/CreateRing does not parse as a "
+       "blockswap.v1.CreateRingRequest"},
+      {"/blockswap.v1.Admin/Stats", grpc::StatusCode::INVALID_ARGUMENT,
+       "the request body of /blockswap.v1.Admin/Stats does not parse as a "
+       "blockswap.v1.StatsRequest"},
+      {"/blockswap.v1.BlockSwap/Nonexistent", grpc::StatusCode::UNIMPLEMENTED,
+       "blockswapd has no method '/blockswap.v1.BlockSwap/Nonexistent' (it serves "}};
+  for (const Case& want : cases) {
+    grpc::Status got = RawCall(socket, want.method, garbage);
+    if (got.error_code() != want.code || !absl::StartsWith(got.error_message(), want.message)) {
+      return Fail(absl::StrCat(want.method, ": expected code ", want.code, " starting '",
+                               want.message, "', got code ", got.error_code(), " '",
+                               got.error_message(), "'"));
+    }
+    std::cerr << "hostile: " << want.method << ": " << got.error_message() << "\n";
+  }
+  return kClientOk;
+}
+
 int RunHostile(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const std::string name = args.Str("case");
@@ -224,6 +279,7 @@ int RunHostile(const std::vector<std::string>& argv) {
   client::Connection& c = **connection;
   if (name == "reopen-read-only") return ReopenReadOnlyDescriptors(c);
   if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
+  if (name == "unparsable-bodies") return UnparsableBodies(args.Str("socket"));
   std::cerr << "hostile: unknown case '" << name << "'\n";
   return kClientSetupFailed;
 }
