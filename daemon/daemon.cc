@@ -84,10 +84,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->view_ =
-      DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                 admin_workers,          daemon->boot_id_,     absl::Now(),
-                 daemon->verify_.get()};
+  daemon->view_ = DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                             admin_workers,          daemon->boot_id_,     absl::Now(),
+                             daemon->verify_.get()};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->view_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.

@@ -258,15 +258,14 @@ grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext*
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
   if (status.ok()) {
-    status = view_.verify->Submit(
-        caller->uid, request->model_id(),
-        [reactor, reply](const absl::StatusOr<VerifyResult>& verified) {
-          if (verified.ok()) {
-            reply->set_blocks(static_cast<uint32_t>(verified->blocks));
-            reply->set_bytes(verified->bytes);
-          }
-          reactor->Finish(ToGrpcStatus(verified.status()));
-        });
+    status = view_.verify->Submit(caller->uid, request->model_id(),
+                                  [reactor, reply](const absl::StatusOr<VerifyResult>& verified) {
+                                    if (verified.ok()) {
+                                      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+                                      reply->set_bytes(verified->bytes);
+                                    }
+                                    reactor->Finish(ToGrpcStatus(verified.status()));
+                                  });
   }
   if (!status.ok()) reactor->Finish(ToGrpcStatus(status));
   return reactor;

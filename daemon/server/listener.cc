@@ -326,8 +326,9 @@ void Listener::AcceptAll() {
 
 void Listener::Admit(UniqueFd socket) {
   if (pending_.size() >= kMaxPending) {
-    Refuse(std::nullopt, absl::StrCat("closed a new connection: ", kMaxPending,
-                                      " connections are already waiting to send their first bytes"));
+    Refuse(std::nullopt,
+           absl::StrCat("closed a new connection: ", kMaxPending,
+                        " connections are already waiting to send their first bytes"));
     return;
   }
   auto credentials = ReadPeerCredentials(socket);
@@ -337,16 +338,17 @@ void Listener::Admit(UniqueFd socket) {
   }
   auto pidfd = OpenPeerPidfd(socket, credentials->pid);
   if (!pidfd.ok()) {
-    Refuse(credentials->uid, absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
-                                          credentials->uid, "): ", pidfd.status().message()));
+    Refuse(credentials->uid,
+           absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
+                        credentials->uid, "): ", pidfd.status().message()));
     return;
   }
   if (!credentials->groups_known) {
     auto groups = ReadSupplementaryGroupsOf(credentials->pid, *pidfd);
     if (!groups.ok()) {
-      Refuse(credentials->uid, absl::StrCat("closed a connection from pid ", credentials->pid,
-                                            " (uid ", credentials->uid,
-                                            "): ", groups.status().message()));
+      Refuse(credentials->uid,
+             absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
+                          credentials->uid, "): ", groups.status().message()));
       return;
     }
     credentials->groups = *std::move(groups);
@@ -444,16 +446,16 @@ void Listener::HandToGrpc(uint64_t id) {
   // watch and shows the hang-up after gRPC has closed its own descriptor.
   auto duplicate = pending.socket.Duplicate();
   if (!duplicate.ok()) {
-    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer),
-                                          ": ", duplicate.status().message()));
+    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
+                                          duplicate.status().message()));
     return;
   }
   epoll_event event{};
   event.events = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
   event.data.u64 = id;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, duplicate->get(), &event) != 0) {
-    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer),
-                                          ": ", ErrnoStatus(errno, "watching it").message()));
+    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
+                                          ErrnoStatus(errno, "watching it").message()));
     return;
   }
   std::string grpc_peer = PeerRegistry::GrpcPeerName(pending.socket.get());

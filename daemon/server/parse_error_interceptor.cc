@@ -40,12 +40,13 @@ grpc::Status ExplainBareUnimplemented(absl::string_view method) {
   if (size_t slash = method.rfind('/'); method.size() > 1 && method[0] == '/' && slash > 0) {
     const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
         std::string(method.substr(1, slash - 1)));
-    if (service != nullptr) found = service->FindMethodByName(std::string(method.substr(slash + 1)));
+    if (service != nullptr)
+      found = service->FindMethodByName(std::string(method.substr(slash + 1)));
   }
   if (found == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        absl::StrCat("blockswapd has no method ", Quoted(method), " (it serves ",
-                                     kServices, ")"));
+    return grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        absl::StrCat("blockswapd has no method ", Quoted(method), " (it serves ", kServices, ")"));
   }
   return grpc::Status(
       grpc::StatusCode::INVALID_ARGUMENT,

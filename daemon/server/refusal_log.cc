@@ -38,11 +38,10 @@ absl::Time RefusalLog::next_flush() const {
 
 void RefusalLog::Summarize(int64_t key, const Window& window) {
   if (window.suppressed == 0) return;
-  sink_(absl::StrCat("refused ", window.suppressed, " more connection",
-                     window.suppressed == 1 ? "" : "s", " from ",
-                     key < 0 ? std::string("peers of unknown uid") : absl::StrCat("uid ", key),
-                     " in the last ", absl::FormatDuration(window_), " (the last: ", window.last,
-                     ")"));
+  sink_(absl::StrCat(
+      "refused ", window.suppressed, " more connection", window.suppressed == 1 ? "" : "s",
+      " from ", key < 0 ? std::string("peers of unknown uid") : absl::StrCat("uid ", key),
+      " in the last ", absl::FormatDuration(window_), " (the last: ", window.last, ")"));
 }
 
 }  // namespace blockswap::daemon

@@ -42,8 +42,9 @@ TEST_F(RefusalLogTest, OneUidsFloodDoesNotHideAnothersRefusal) {
   log_.Flush(t0_ + absl::Seconds(10));
   // Only the uid with suppressed refusals gets a summary.
   EXPECT_EQ(lines_.size(), 4u);
-  EXPECT_EQ(lines_.back(), "refused 99 more connections from uid 1000 in the last 10s (the last: "
-                           "flood)");
+  EXPECT_EQ(lines_.back(),
+            "refused 99 more connections from uid 1000 in the last 10s (the last: "
+            "flood)");
 }
 
 }  // namespace

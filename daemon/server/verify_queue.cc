@@ -15,10 +15,10 @@ absl::Status VerifyQueue::Submit(uid_t uid, const std::string& model_id, Done do
     absl::MutexLock lock(&mu_);
     uint32_t& calls = calls_by_uid_[uid];
     if (max_per_uid_ != 0 && calls >= max_per_uid_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("uid ", uid, " already has ", calls,
-                       " VerifyModel calls waiting or running (max_verifies_per_uid = ",
-                       max_per_uid_, "); retry when one has answered"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "uid ", uid, " already has ", calls,
+          " VerifyModel calls waiting or running (max_verifies_per_uid = ", max_per_uid_,
+          "); retry when one has answered"));
     }
     ++calls;
     std::vector<Waiter>& waiters = waiting_[model_id];

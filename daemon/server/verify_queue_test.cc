@@ -107,8 +107,8 @@ TEST_F(VerifyQueueTest, AUidOverItsLimitIsRefusedAtOnceNamingIt) {
   flushed.WaitForNotification();
   // Answered calls no longer count.
   absl::Notification again;
-  EXPECT_TRUE(queue.Submit(7, model, [&](const absl::StatusOr<VerifyResult>&) { again.Notify(); })
-                  .ok());
+  EXPECT_TRUE(
+      queue.Submit(7, model, [&](const absl::StatusOr<VerifyResult>&) { again.Notify(); }).ok());
   again.WaitForNotification();
 }
 

@@ -521,8 +521,7 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
   return absl::OkStatus();
 }
 
-absl::Status SessionManager::ReportStats(Session& session,
-                                         const v1::ReportStatsRequest& request) {
+absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateReportStats(request));
   absl::MutexLock lock(&session.mu);
   for (const v1::PassStats& pass : request.passes()) {

@@ -44,9 +44,9 @@ absl::StatusOr<UniqueFd> OpenExisting(const std::string& path) {
   int raw = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (raw >= 0) return UniqueFd(raw);
   if (errno == ELOOP || errno == ENOTDIR) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "masters directory ", path, " is not a directory (a symbolic link or a file)",
-        RemedyFor(path)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("masters directory ", path, " is not a directory (a symbolic link or a file)",
+                     RemedyFor(path)));
   }
   return ErrnoStatus(errno, absl::StrCat("opening the masters directory ", path));
 }

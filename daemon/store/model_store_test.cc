@@ -397,10 +397,10 @@ TEST_F(ModelStoreTest, AWorldWritableDirectoryIsRefused) {
   ASSERT_EQ(::chmod(directory_.c_str(), 0777), 0);
   auto store = ModelStore::Open(Options(), nullptr);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find(absl::StrCat("masters directory ", directory_,
-                                                       " belongs to uid ", ::geteuid(),
-                                                       " with mode 0777")),
-            absl::string_view::npos)
+  EXPECT_NE(
+      store.status().message().find(absl::StrCat(
+          "masters directory ", directory_, " belongs to uid ", ::geteuid(), " with mode 0777")),
+      absl::string_view::npos)
       << store.status();
   EXPECT_NE(store.status().message().find(absl::StrCat("rm -rf ", directory_)),
             absl::string_view::npos)
@@ -418,11 +418,13 @@ TEST_F(ModelStoreTest, ADirectoryOfAnotherUidIsRefusedSayingWhatToRemove) {
   ASSERT_EQ(::chown(directory_.c_str(), 65534, 65534), 0);
   auto store = ModelStore::Open(Options(), nullptr);
   ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find(absl::StrCat(directory_, " belongs to uid 65534 with mode 0700, but blockswapd (uid 0)")),
+  EXPECT_NE(store.status().message().find(absl::StrCat(
+                directory_, " belongs to uid 65534 with mode 0700, but blockswapd (uid 0)")),
             absl::string_view::npos)
       << store.status();
-  EXPECT_NE(store.status().message().find(absl::StrCat("Remove it as root (rm -rf ", directory_, ")")),
-            absl::string_view::npos)
+  EXPECT_NE(
+      store.status().message().find(absl::StrCat("Remove it as root (rm -rf ", directory_, ")")),
+      absl::string_view::npos)
       << store.status();
 }
 

@@ -141,8 +141,8 @@ absl::Status ValidateReportStats(const v1::ReportStatsRequest& request) {
           std::pair{"copy_seconds", pass.copy_seconds()},
           std::pair{"host_wait_seconds", pass.host_wait_seconds()}}) {
       if (!(seconds >= 0 && seconds <= kMaxPassSeconds)) {  // NaN too
-        return absl::InvalidArgumentError(absl::StrCat(where, field, " ", seconds,
-                                                       " is not in 0..", kMaxPassSeconds));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, " ", seconds, " is not in 0..", kMaxPassSeconds));
       }
     }
     for (const auto& [field, count] :

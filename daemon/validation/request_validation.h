@@ -59,7 +59,7 @@ absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request);
 // library; a few at most from anyone). Each pass a session keeps is then at
 // most ~100 bytes: a direction of 8, seven numbers, no unknown fields.
 inline constexpr int kMaxPassesPerReport = 16;
-inline constexpr double kMaxPassSeconds = 86400;    // one pass of a day
+inline constexpr double kMaxPassSeconds = 86400;              // one pass of a day
 inline constexpr uint64_t kMaxPassCount = uint64_t{1} << 32;  // waits, loads, ... of one pass
 // At most kMaxPassesPerReport passes, each with direction "forward" or
 // "backward", finite seconds in 0..kMaxPassSeconds, counts of at most

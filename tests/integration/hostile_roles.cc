@@ -4,6 +4,7 @@
 // instead on stderr) when not.
 #include <fcntl.h>
 #include <grp.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -14,8 +15,6 @@
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <grpcpp/generic/generic_stub.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -145,8 +144,8 @@ v1::PassStats GoodPass() {
 
 // Admin.Stats as any allowed user calls it, on a channel of its own.
 absl::StatusOr<v1::StatsReply> AdminStats(const std::string& socket) {
-  auto stub = v1::Admin::NewStub(
-      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Admin::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
   v1::StatsReply reply;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -173,15 +172,20 @@ int BadAndHugeReports(client::Connection& c, const std::string& socket) {
     mutate(*pass);
     cases.push_back({what, std::move(request), fragment});
   };
-  one("direction", [](v1::PassStats& p) { p.set_direction("sideways"); },
+  one(
+      "direction", [](v1::PassStats& p) { p.set_direction("sideways"); },
       "passes[0].direction 'sideways' is not 'forward' or 'backward'");
-  one("NaN", [](v1::PassStats& p) { p.set_stall_seconds(std::nan("")); },
+  one(
+      "NaN", [](v1::PassStats& p) { p.set_stall_seconds(std::nan("")); },
       "passes[0].stall_seconds nan is not in 0..86400");
-  one("negative", [](v1::PassStats& p) { p.set_copy_seconds(-1); },
+  one(
+      "negative", [](v1::PassStats& p) { p.set_copy_seconds(-1); },
       "passes[0].copy_seconds -1 is not in 0..86400");
-  one("count", [](v1::PassStats& p) { p.set_loads(uint64_t{1} << 40); },
+  one(
+      "count", [](v1::PassStats& p) { p.set_loads(uint64_t{1} << 40); },
       "passes[0].loads 1099511627776 is over the limit of 4294967296");
-  one("50 MB direction", [](v1::PassStats& p) { p.set_direction(std::string(50 << 20, 'x')); },
+  one(
+      "50 MB direction", [](v1::PassStats& p) { p.set_direction(std::string(50 << 20, 'x')); },
       "passes[0].direction 'xxxxxxxx");
   v1::ReportStatsRequest many;
   many.set_session_token(c.token());
@@ -222,8 +226,7 @@ int BadAndHugeReports(client::Connection& c, const std::string& socket) {
 // Raw bytes to a method, as a client built from another proto would send.
 grpc::Status RawCall(const std::string& socket, const std::string& method,
                      const std::string& body) {
-  grpc::GenericStub stub(
-      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::GenericStub stub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
   grpc::Slice slice(body);
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
@@ -231,11 +234,10 @@ grpc::Status RawCall(const std::string& socket, const std::string& method,
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
   done.WaitForNotification();
   return status;
 }

@@ -91,7 +91,8 @@ TEST_F(HostileClientTest, AVerifyFloodNeverDelaysANewClientsAttachAndRing) {
     if (answer.ok()) {
       ++verified;
     } else {
-      EXPECT_EQ(answer.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << answer.error_message();
+      EXPECT_EQ(answer.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << answer.error_message();
       EXPECT_TRUE(absl::StrContains(answer.error_message(), "(max_verifies_per_uid = 4)"))
           << answer.error_message();
       ++refused;
@@ -102,8 +103,8 @@ TEST_F(HostileClientTest, AVerifyFloodNeverDelaysANewClientsAttachAndRing) {
   // On an idle daemon this takes milliseconds; behind 100 verifications of
   // 48 MiB on the work queue it took seconds.
   EXPECT_LT(started, absl::Milliseconds(750)) << "the trainer waited behind the verifies";
-  std::cerr << "attach and ring beside the flood: " << started << "; " << verified
-            << " verified, " << refused << " refused\n";
+  std::cerr << "attach and ring beside the flood: " << started << "; " << verified << " verified, "
+            << refused << " refused\n";
 }
 
 }  // namespace
