@@ -7,6 +7,7 @@
 #   share/doc/blockswap/README.md (the unit's Documentation=)
 #   lib/cmake/blockswap/: find_package(blockswap) -> blockswap::blockswap
 #   lib/systemd/system/blockswapd.service (ExecStart = this prefix's blockswapd)
+#   lib/tmpfiles.d/blockswapd.conf (/dev/shm/blockswap, 0700 blockswap, at boot)
 #   <config dir>/blockswapd.toml, unless one is there already
 # The config directory is BLOCKSWAP_CONFIG_DIR when set (deploy/install.sh
 # passes /etc/blockswap), else /etc/blockswap for the prefix /usr and

@@ -1,4 +1,5 @@
-# Run by `cmake --install` (cmake/BlockswapInstall.cmake): the systemd unit,
+# Run by `cmake --install` (cmake/BlockswapInstall.cmake): the systemd unit and
+# its tmpfiles.d entry,
 # with ExecStart and --config pointing into this install, and the default
 # config file unless the machine already has one. The environment variable
 # BLOCKSWAP_CONFIG_DIR, when set, overrides the config directory.
@@ -21,6 +22,9 @@ set(unit_dir "$ENV{DESTDIR}${prefix}/lib/systemd/system")
 file(MAKE_DIRECTORY "${unit_dir}")
 file(WRITE "${unit_dir}/blockswapd.service" "${unit}")
 message(STATUS "Installing: ${unit_dir}/blockswapd.service")
+# The masters directory, made at boot before any user can (tmpfiles.d(5)).
+file(INSTALL "${BLOCKSWAP_SOURCE_DIR}/deploy/systemd/blockswapd-tmpfiles.conf"
+     DESTINATION "${prefix}/lib/tmpfiles.d" RENAME blockswapd.conf)
 
 # file(INSTALL) adds DESTDIR to an absolute DESTINATION itself.
 set(shipped "${BLOCKSWAP_SOURCE_DIR}/deploy/blockswapd.toml")

@@ -208,6 +208,18 @@ std::vector<FieldSpec> MakeFields() {
   text("metrics_listen", "--metrics-listen",
        "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
        &O::metrics_listen, ValidateListenAddress);
+  // Limits against hostile local users (issue 19; docs/reliability.md, "Limits").
+  fields.push_back(
+      {{"max_verifies_per_uid", "--max-verifies-per-uid",
+        "Admin.VerifyModel calls one uid may have waiting or running (0: unlimited)", false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
+          if (!n.ok()) return n.status();
+          o.max_verifies_per_uid = static_cast<uint32_t>(*n);
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return absl::StrCat(o.max_verifies_per_uid); }},
+       Kind::kCount});
   fields.push_back({{"max_rings_per_client", "--max-rings-per-client",
                      "rings one client may hold (0: unlimited; SIGHUP reloads it)", false,
                      [](O& o, absl::string_view v) -> absl::Status {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
+#include "daemon/server/parse_error_interceptor.h"
 #include "daemon/session/random_token.h"
 #include "shared/base/status.h"
 
@@ -64,12 +65,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                                        workers, daemon->boot_id_);
   daemon->sessions_->quotas().Set(o.quotas);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
+  daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->view_ =
-      DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                 admin_workers,          daemon->boot_id_,     absl::Now(),
-                 daemon->work_.get()};
+  daemon->view_ = DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                             admin_workers,          daemon->boot_id_,     absl::Now(),
+                             daemon->verify_.get()};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->view_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.
@@ -79,6 +80,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // them over, so that it knows every caller's credentials.
   builder.RegisterService(daemon->blockswap_service_.get());
   builder.RegisterService(daemon->admin_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   daemon->server_ = builder.BuildAndStart();
@@ -165,6 +169,7 @@ void Daemon::Shutdown() {
     }
   }
   sessions_.reset();
+  verify_.reset();
   work_.reset();
   workers_.clear();
   store_.reset();  // sealed models stay on the tmpfs for the next daemon

@@ -27,6 +27,7 @@
 #include "daemon/server/peer_registry.h"
 #include "daemon/session/quota.h"
 #include "daemon/session/session_manager.h"
+#include "daemon/server/verify_queue.h"
 #include "daemon/server/work_queue.h"
 #include "shared/backend/backend.h"
 
@@ -66,6 +67,7 @@ class Daemon {
   std::map<std::string, std::unique_ptr<DeviceWorker>> workers_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<WorkQueue> work_;
+  std::unique_ptr<VerifyQueue> verify_;
   PeerRegistry peers_;
   std::unique_ptr<BlockSwapService> blockswap_service_;
   std::map<std::string, GpuModes> gpu_modes_;  // by device UUID; cuda backend only

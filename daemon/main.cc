@@ -3,6 +3,7 @@
 //   blockswapd [--config FILE] [--socket PATH] [--backend auto|host|cuda] ...
 //   blockswapd --config FILE --check-config   validate, print the effective config and
 //                                             what this machine would trip the daemon on
+//                                             (as the calling uid: run it as the service's)
 //   blockswapd --list-devices [--backend ...]
 //
 // Every option is also a key of the config file (daemon/config.h); the
@@ -86,6 +87,9 @@ int CheckConfig(const CommandLine& line, const DaemonOptions& options) {
   const blockswap::daemon::PreflightReport report = blockswap::daemon::Preflight(options);
   for (const std::string& warning : report.warnings) {
     std::cerr << "blockswapd: warning: " << warning << "\n";
+  }
+  if (!report.masters_directory.empty()) {
+    std::cout << "# masters directory: " << report.masters_directory << "\n";
   }
   for (const absl::Status& error : report.errors) {
     std::cerr << "blockswapd: error: " << error.message() << "\n";

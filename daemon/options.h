@@ -36,6 +36,8 @@ struct DaemonOptions {
   LogLevel log_level = LogLevel::kInfo;
   // HOST:PORT of the Prometheus endpoint; empty: off.
   std::string metrics_listen;
+  // Admin.VerifyModel calls one uid may have waiting or running (0: unlimited).
+  uint32_t max_verifies_per_uid = 4;
   ClientQuotas quotas;
   std::function<void(absl::string_view)> log;  // default: stderr
 };

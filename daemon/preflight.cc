@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/store/masters_directory.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -106,6 +107,12 @@ PreflightReport Preflight(const DaemonOptions& options) {
     if (absl::StatusOr<gid_t> gid = ResolveSocketGroup(options.socket_group); !gid.ok()) {
       report.errors.push_back(gid.status());
     }
+  }
+  if (absl::StatusOr<std::string> masters = InspectMastersDirectory(options.shm_prefix);
+      masters.ok()) {
+    report.masters_directory = *std::move(masters);
+  } else {
+    report.errors.push_back(masters.status());
   }
   CheckSocketDirectory(options, report);
   CheckBudget(options, report);

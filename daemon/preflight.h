@@ -19,13 +19,17 @@ namespace blockswap::daemon {
 struct PreflightReport {
   std::vector<absl::Status> errors;   // the daemon would not start, or could not serve
   std::vector<std::string> warnings;  // allowed, but probably not what was meant
+  // What the masters directory is (daemon/store/masters_directory.h), when it
+  // passes; otherwise its error is among `errors`.
+  std::string masters_directory;
 };
 
 // The socket's group (a name or a number), as the daemon resolves it.
 absl::StatusOr<gid_t> ResolveSocketGroup(const std::string& group);
 
-// Errors: the socket group does not exist; max_pinned_bytes is more than the
-// filesystem of shm_prefix holds. Warnings: the socket's directory is missing
+// Errors: the socket group does not exist; the masters directory is one the
+// daemon would refuse (checked as the calling uid: run it as the service's
+// user); max_pinned_bytes is more than the filesystem of shm_prefix holds. Warnings: the socket's directory is missing
 // or not writable by the caller (the unit creates it; the service user, not
 // the operator, must write it); allow_uids/allow_gids name no account here
 // (a container may use bare numbers).

@@ -2,10 +2,10 @@
 # Installs blockswapd as a system service on a Debian machine with systemd:
 # builds (Release, without tests, in a temporary directory outside the
 # checkout, removed afterwards), installs the binaries, libblockswap.so, its
-# headers and CMake package, the man pages, the systemd unit and — unless one
-# exists — /etc/blockswap/blockswapd.toml, then creates the `blockswap`
-# system user and group and reloads systemd. It does not enable or start the
-# service.
+# headers and CMake package, the man pages, the systemd unit and its
+# tmpfiles.d entry (the masters directory) and — unless one exists —
+# /etc/blockswap/blockswapd.toml, then creates the `blockswap` system user
+# and group and reloads systemd. It does not enable or start the service.
 #
 #   deploy/install-deps.sh                 # Debian packages (once)
 #   sudo deploy/install.sh [--prefix /usr/local] [--build-dir DIR] [--skip-build]
@@ -74,10 +74,12 @@ chmod 0644 /etc/blockswap/blockswapd.toml
 ldconfig
 if [[ -d /run/systemd/system ]]; then
   systemctl daemon-reload
+  # The masters directory now, as boot would make it (tmpfiles.d entry).
+  systemd-tmpfiles --create "${prefix}/lib/tmpfiles.d/blockswapd.conf"
 fi
 cat <<EOT
 install.sh: installed into ${prefix}. Next:
-  blockswapd --config /etc/blockswap/blockswapd.toml --check-config
+  runuser -u blockswap -- blockswapd --config /etc/blockswap/blockswapd.toml --check-config
   usermod -aG blockswap TRAINER_USER      # who may use the daemon
   systemctl enable --now blockswapd
   blockswapctl health

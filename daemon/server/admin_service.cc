@@ -11,6 +11,9 @@ namespace blockswap::daemon {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
+// Passes (each at most ~100 bytes, request_validation.h) in one StatsReply:
+// about 6.5 MiB, a tenth of the message limit, however many sessions report.
+constexpr size_t kMaxPassesInStatsReply = 65536;
 
 void FillDevice(const Device& device, v1::Device* out) {
   out->set_uuid(device.info().uuid);
@@ -118,6 +121,7 @@ v1::ResidencyReply BuildResidency(const DaemonView& view) {
 
 v1::StatsReply BuildStats(const DaemonView& view) {
   v1::StatsReply reply;
+  size_t passes_left = kMaxPassesInStatsReply;
   std::map<uint64_t, uint64_t> bytes_by_session;
   for (const auto& [uuid, worker] : view.workers) {
     DeviceStats stats = worker->stats();
@@ -142,7 +146,13 @@ v1::StatsReply BuildStats(const DaemonView& view) {
     absl::MutexLock lock(&session->mu);
     client->set_loads(session->all_loads());
     client->set_rejected_loads(session->all_rejected_loads());
-    for (const v1::PassStats& pass : session->pass_stats) *client->add_passes() = pass;
+    // The newest passes, as many as the reply's budget still allows.
+    const size_t shown = std::min(session->pass_stats.size(), passes_left);
+    passes_left -= shown;
+    client->set_passes_omitted(session->pass_stats.size() - shown);
+    for (size_t i = session->pass_stats.size() - shown; i < session->pass_stats.size(); ++i) {
+      *client->add_passes() = session->pass_stats[i];
+    }
   }
   return reply;
 }
@@ -245,23 +255,23 @@ grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext*
                                                     const v1::VerifyModelRequest* request,
                                                     v1::VerifyModelReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CallerOf(peers_, *context).status();
-  if (status.ok() && (view_.work == nullptr)) {
+  absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
+  absl::Status status = caller.status();
+  if (status.ok() && (view_.verify == nullptr)) {
     status = absl::UnimplementedError("this blockswapd cannot verify models");
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
-  if (!status.ok()) {
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
+  if (status.ok()) {
+    status = view_.verify->Submit(caller->uid, request->model_id(),
+                                  [reactor, reply](const absl::StatusOr<VerifyResult>& verified) {
+                                    if (verified.ok()) {
+                                      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+                                      reply->set_bytes(verified->bytes);
+                                    }
+                                    reactor->Finish(ToGrpcStatus(verified.status()));
+                                  });
   }
-  view_.work->Post([this, reactor, request, reply] {
-    auto verified = view_.store->Verify(request->model_id());
-    if (verified.ok()) {
-      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
-      reply->set_bytes(verified->bytes);
-    }
-    reactor->Finish(ToGrpcStatus(verified.status()));
-  });
+  if (!status.ok()) reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

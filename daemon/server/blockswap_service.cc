@@ -253,8 +253,7 @@ grpc::ServerUnaryReactor* BlockSwapService::ReportStats(grpc::CallbackServerCont
                                                         v1::ReportStatsReply* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  sessions_.ReportStats(**session, *request);
-  return Fail(context, absl::OkStatus());
+  return Fail(context, sessions_.ReportStats(**session, *request));
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::RegisterFile(grpc::CallbackServerContext* context,

@@ -10,7 +10,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/device/device_worker.h"
-#include "daemon/server/work_queue.h"
+#include "daemon/server/verify_queue.h"
 #include "daemon/session/session_manager.h"
 #include "daemon/store/model_store.h"
 #include "shared/backend/backend.h"
@@ -25,9 +25,9 @@ struct DaemonView {
   std::map<std::string, const DeviceWorker*> workers;  // by device UUID
   uint64_t boot_id = 0;
   absl::Time started_at;
-  // Where VerifyModel re-hashes, off the reactor; null: it answers
-  // UNIMPLEMENTED.
-  WorkQueue* work = nullptr;
+  // Where VerifyModel re-hashes, off the reactor and off the work queue of
+  // the clients' calls; null: it answers UNIMPLEMENTED.
+  VerifyQueue* verify = nullptr;
 };
 
 }  // namespace blockswap::daemon

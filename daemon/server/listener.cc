@@ -234,10 +234,15 @@ void Listener::Log(absl::string_view message) const {
   }
 }
 
+void Listener::Refuse(std::optional<uid_t> uid, absl::string_view message) {
+  refusals_.Refused(uid, message, absl::Now());
+}
+
 int Listener::EpollTimeoutMs(absl::Time now) const {
   absl::Time wake = absl::InfiniteFuture();
   for (const auto& [id, pending] : pending_) wake = std::min(wake, pending.deadline);
   if (accept_paused_until_ != absl::InfinitePast()) wake = std::min(wake, accept_paused_until_);
+  wake = std::min(wake, refusals_.next_flush());
   if (wake == absl::InfiniteFuture()) return -1;
   if (wake <= now) return 0;
   int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(wake - now, absl::Milliseconds(1)));
@@ -280,6 +285,7 @@ void Listener::Run() {
       // Otherwise the connection was dropped earlier in this batch.
     }
     ExpirePending(absl::Now());
+    refusals_.Flush(absl::Now());
   }
 }
 
@@ -320,26 +326,29 @@ void Listener::AcceptAll() {
 
 void Listener::Admit(UniqueFd socket) {
   if (pending_.size() >= kMaxPending) {
-    Log(absl::StrCat("closed a new connection: ", kMaxPending,
-                     " connections are already waiting to send their first bytes"));
+    Refuse(std::nullopt,
+           absl::StrCat("closed a new connection: ", kMaxPending,
+                        " connections are already waiting to send their first bytes"));
     return;
   }
   auto credentials = ReadPeerCredentials(socket);
   if (!credentials.ok()) {
-    Log(absl::StrCat("closed a new connection: ", credentials.status().message()));
+    Refuse(std::nullopt, absl::StrCat("closed a new connection: ", credentials.status().message()));
     return;
   }
   auto pidfd = OpenPeerPidfd(socket, credentials->pid);
   if (!pidfd.ok()) {
-    Log(absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ", credentials->uid,
-                     "): ", pidfd.status().message()));
+    Refuse(credentials->uid,
+           absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
+                        credentials->uid, "): ", pidfd.status().message()));
     return;
   }
   if (!credentials->groups_known) {
     auto groups = ReadSupplementaryGroupsOf(credentials->pid, *pidfd);
     if (!groups.ok()) {
-      Log(absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
-                       credentials->uid, "): ", groups.status().message()));
+      Refuse(credentials->uid,
+             absl::StrCat("closed a connection from pid ", credentials->pid, " (uid ",
+                          credentials->uid, "): ", groups.status().message()));
       return;
     }
     credentials->groups = *std::move(groups);
@@ -360,8 +369,8 @@ void Listener::Admit(UniqueFd socket) {
   event.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   event.data.u64 = id;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, socket.get(), &event) != 0) {
-    Log(absl::StrCat("closed a connection from ", Who(peer), ": ",
-                     ErrnoStatus(errno, "watching it").message()));
+    Refuse(peer.uid, absl::StrCat("closed a connection from ", Who(peer), ": ",
+                                  ErrnoStatus(errno, "watching it").message()));
     return;
   }
   pending_.emplace(
@@ -371,7 +380,10 @@ void Listener::Admit(UniqueFd socket) {
 void Listener::Drop(uint64_t id, absl::string_view why) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
-  if (!why.empty()) Log(absl::StrCat("closed a connection from ", Who(it->second.peer), ": ", why));
+  if (!why.empty()) {
+    Refuse(it->second.peer.uid,
+           absl::StrCat("closed a connection from ", Who(it->second.peer), ": ", why));
+  }
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.socket.get(), nullptr);
   pending_.erase(it);
 }
@@ -434,16 +446,16 @@ void Listener::HandToGrpc(uint64_t id) {
   // watch and shows the hang-up after gRPC has closed its own descriptor.
   auto duplicate = pending.socket.Duplicate();
   if (!duplicate.ok()) {
-    Log(absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
-                     duplicate.status().message()));
+    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
+                                          duplicate.status().message()));
     return;
   }
   epoll_event event{};
   event.events = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
   event.data.u64 = id;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, duplicate->get(), &event) != 0) {
-    Log(absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
-                     ErrnoStatus(errno, "watching it").message()));
+    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
+                                          ErrnoStatus(errno, "watching it").message()));
     return;
   }
   std::string grpc_peer = PeerRegistry::GrpcPeerName(pending.socket.get());
@@ -456,18 +468,20 @@ void Listener::HandToGrpc(uint64_t id) {
 void Listener::HandToAcceptor(Pending pending, absl::string_view hello) {
   auto token = DecodeSideChannelHello(hello);
   if (!token.ok()) {
-    Log(absl::StrCat("refused a side channel from ", Who(pending.peer), ": ",
-                     token.status().message()));
+    Refuse(pending.peer.uid, absl::StrCat("refused a side channel from ", Who(pending.peer), ": ",
+                                          token.status().message()));
     return;
   }
   if (!pending.peer.allowed) {
-    Log(absl::StrCat("refused a side channel from ", Who(pending.peer), ": ", pending.peer.denial));
+    Refuse(pending.peer.uid, absl::StrCat("refused a side channel from ", Who(pending.peer), ": ",
+                                          pending.peer.denial));
     return;
   }
   absl::Status accepted =
       acceptor_->AcceptSideChannel(*token, pending.peer, std::move(pending.socket));
   if (!accepted.ok()) {
-    Log(absl::StrCat("refused a side channel from ", Who(pending.peer), ": ", accepted.ToString()));
+    Refuse(pending.peer.uid, absl::StrCat("refused a side channel from ", Who(pending.peer), ": ",
+                                          accepted.ToString()));
   }
 }
 

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,7 @@
 #include "daemon/server/access_policy.h"
 #include "daemon/session/peer.h"
 #include "daemon/server/peer_registry.h"
+#include "daemon/server/refusal_log.h"
 #include "daemon/session/side_channel.h"
 #include "shared/base/unique_fd.h"
 
@@ -57,8 +59,9 @@ struct ListenerOptions {
   // A connection that has not sent its first 4 bytes (a side channel: its
   // whole 48-byte hello) by then is closed.
   absl::Duration hello_timeout = absl::Seconds(5);
-  // Where the listener reports each connection it dropped and why. Called on
-  // the listener's thread; must not block. Empty: standard error.
+  // Where the listener reports each connection it dropped and why (at most
+  // one line per uid per 10 s, then a count: RefusalLog). Called on the
+  // listener's thread; must not block. Empty: standard error.
   std::function<void(absl::string_view)> log;
 };
 
@@ -110,7 +113,11 @@ class Listener {
 
   Listener(ListenerOptions options, grpc::Server* server, PeerRegistry* registry,
            SideChannelAcceptor* acceptor)
-      : options_(std::move(options)), server_(server), registry_(registry), acceptor_(acceptor) {}
+      : options_(std::move(options)),
+        server_(server),
+        registry_(registry),
+        acceptor_(acceptor),
+        refusals_([this](absl::string_view message) { Log(message); }) {}
 
   absl::Status CreateSocket();
   absl::Status CreateEpoll();
@@ -129,11 +136,14 @@ class Listener {
   int EpollTimeoutMs(absl::Time now) const;
   void Drop(uint64_t id, absl::string_view why);
   void Log(absl::string_view message) const;
+  // Logs a refused connection, rate-limited per uid (empty: not known yet).
+  void Refuse(std::optional<uid_t> uid, absl::string_view message);
 
   ListenerOptions options_;
   grpc::Server* const server_;
   PeerRegistry* const registry_;
   SideChannelAcceptor* const acceptor_;
+  RefusalLog refusals_;  // listener thread only
 
   UniqueFd listen_socket_;  // closed by the thread on StopAccepting
   ino_t socket_inode_ = 0;  // of the socket file, so that only our own is unlinked

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/session/random_token.h"
@@ -18,7 +17,9 @@
 namespace blockswap::daemon {
 namespace {
 
-constexpr size_t kMaxPassStatsKept = 1024;
+// The newest passes a session keeps for Admin.Stats (each at most ~100
+// bytes, request_validation.h): about 25 KiB per session.
+constexpr size_t kMaxPassStatsKept = 256;
 
 v1::Backend BackendToProto(BackendKind kind) {
   return kind == BackendKind::kCuda ? v1::BACKEND_CUDA : v1::BACKEND_HOST;
@@ -520,25 +521,23 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
   return absl::OkStatus();
 }
 
-void SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {
+absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateReportStats(request));
   absl::MutexLock lock(&session.mu);
   for (const v1::PassStats& pass : request.passes()) {
     session.pass_stats.push_back(pass);
-    // Counters never go down, whatever a client reports.
-    if (std::isfinite(pass.stall_seconds()) && pass.stall_seconds() > 0) {
-      session.reported_stall_seconds += pass.stall_seconds();
-    }
-    if (std::isfinite(pass.host_wait_seconds()) && pass.host_wait_seconds() > 0) {
-      session.reported_host_wait_seconds += pass.host_wait_seconds();
-    }
-    if (std::isfinite(pass.copy_seconds()) && pass.copy_seconds() > 0) {
-      session.reported_copy_seconds += pass.copy_seconds();
-    }
+    // Fields a newer client may send are not the daemon's to keep: every
+    // kept pass stays the size ValidateReportStats bounds.
+    session.pass_stats.back().DiscardUnknownFields();
+    session.reported_stall_seconds += pass.stall_seconds();
+    session.reported_host_wait_seconds += pass.host_wait_seconds();
+    session.reported_copy_seconds += pass.copy_seconds();
   }
   if (session.pass_stats.size() > kMaxPassStatsKept) {
     session.pass_stats.erase(session.pass_stats.begin(),
                              session.pass_stats.end() - kMaxPassStatsKept);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace blockswap::daemon

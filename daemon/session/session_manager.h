@@ -64,7 +64,9 @@ class SessionManager final : public SideChannelAcceptor {
   // violations) go to `sink`; an error returned here means nothing was queued.
   absl::Status SubmitLoad(Session& session, const v1::LoadRequest& request,
                           std::shared_ptr<LoadEventSink> sink);
-  void ReportStats(Session& session, const v1::ReportStatsRequest& request);
+  // Keeps the session's newest passes for Admin.Stats; a report that fails
+  // ValidateReportStats changes nothing.
+  absl::Status ReportStats(Session& session, const v1::ReportStatsRequest& request);
   // Registers a model from files the client offered on its side channel
   // (daemon/store/file_ingest.h) and opens it (and its extras) in the session.
   // Slow (reads and hashes the file): never call it on a reactor thread.

@@ -21,8 +21,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/masters_directory.h"
 #include "daemon/store/parallel_for.h"
 #include "shared/base/file_io.h"
+#include "shared/base/message_text.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -48,21 +50,39 @@ absl::Status ValidateNewModel(const ModelLayout& layout, absl::string_view name)
   return absl::OkStatus();
 }
 
-std::string OctalMode(mode_t mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
-  return text;
-}
+// Sealed master files are read-only even for their owner: a client of the
+// daemon's own uid holding the read-only descriptor OpenModel gave it cannot
+// reopen it writable through /proc/self/fd (root can; root is trusted).
+constexpr mode_t kSealedMastersMode = 0400;
+constexpr mode_t kManifestMode = 0600;
 
-// Checks that an open file is a regular file of ours with mode 0600.
-absl::Status CheckOwnFile(int fd, absl::string_view path, struct stat* st) {
+// Checks that an open file is a regular file of ours with mode `mode`.
+absl::Status CheckOwnFile(int fd, absl::string_view path, mode_t mode, struct stat* st) {
   if (::fstat(fd, st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat of ", path));
-  if (!S_ISREG(st->st_mode) || st->st_uid != ::geteuid() || (st->st_mode & 07777) != 0600) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is not a regular file of uid ", ::geteuid(), " with mode 0600 (uid ",
-                     st->st_uid, ", mode ", OctalMode(st->st_mode), ")"));
+  if (!S_ISREG(st->st_mode) || st->st_uid != ::geteuid() || (st->st_mode & 07777) != mode) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a regular file of uid ", ::geteuid(), " with mode ", OctalMode(mode),
+        " (uid ", st->st_uid, ", mode ", OctalMode(st->st_mode), ")"));
   }
   return absl::OkStatus();
+}
+
+// A read-write descriptor of a sealed master file of ours, opened read-only
+// as `read_only`: pinning needs a writable mapping. The mode is lifted only
+// for this open, in a directory nobody else may enter.
+absl::StatusOr<UniqueFd> ReopenSealedMastersReadWrite(const UniqueFd& read_only,
+                                                      absl::string_view path) {
+  if (::fchmod(read_only.get(), 0600) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", path, " to map it"));
+  }
+  std::string self = absl::StrCat("/proc/self/fd/", read_only.get());
+  UniqueFd writable(::open(self.c_str(), O_RDWR | O_CLOEXEC));
+  int open_error = errno;
+  if (::fchmod(read_only.get(), kSealedMastersMode) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("chmod 0400 ", path));
+  }
+  if (!writable.valid()) return ErrnoStatus(open_error, absl::StrCat("opening ", path));
+  return writable;
 }
 
 absl::StatusOr<std::string> ReadAll(int fd, size_t size, absl::string_view path) {
@@ -130,37 +150,10 @@ ModelStore::~ModelStore() = default;
 absl::StatusOr<std::unique_ptr<ModelStore>> ModelStore::Open(ModelStoreOptions options,
                                                              Device* pin_device) {
   const std::string& path = options.directory;
-  if (path.empty()) return absl::InvalidArgumentError("the model directory path is empty");
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoStatus(errno, absl::StrCat("creating the model directory ", path));
-  }
-  // O_NOFOLLOW: a symbolic link planted at the path (in world-writable
-  // /dev/shm) is refused rather than followed.
-  int raw = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (raw < 0) {
-    if (errno == ELOOP || errno == ENOTDIR) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model directory ", path, " is not a directory (a symbolic link?)"));
-    }
-    return ErrnoStatus(errno, absl::StrCat("opening the model directory ", path));
-  }
-  UniqueFd directory(raw);
-  struct stat st {};
-  if (::fstat(directory.get(), &st) != 0)
-    return ErrnoStatus(errno, absl::StrCat("fstat of ", path));
-  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model directory ", path, " has owner uid ", st.st_uid, " and mode ",
-                     OctalMode(st.st_mode), "; blockswapd needs it owned by uid ", ::geteuid(),
-                     " with no group or other permissions (mode 0700)"));
-  }
-  // A umask may have taken owner bits from a directory just created.
-  if ((st.st_mode & 0700) != 0700 && ::fchmod(directory.get(), 0700) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("setting mode 0700 on ", path));
-  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd directory, OpenMastersDirectory(path));
 
   std::string lock_name(kLockName);
-  raw =
+  int raw =
       ::openat(directory.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path, "/", kLockName));
   UniqueFd lock(raw);
@@ -238,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string&
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", manifest_path));
   UniqueFd manifest_fd(raw);
   struct stat st {};
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(manifest_fd.get(), manifest_path, &st));
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(manifest_fd.get(), manifest_path, kManifestMode, &st));
   if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
     return absl::FailedPreconditionError(
         absl::StrCat(manifest_path, " has ", st.st_size, " bytes (limit ", kMaxManifestBytes, ")"));
@@ -272,11 +265,12 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string&
   std::string masters_name = absl::StrCat(id, kMastersSuffix);
   std::string masters_path = PathOf(masters_name);
   raw = ::openat(directory_fd_.get(), masters_name.c_str(),
-                 O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                 O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", masters_path));
+  UniqueFd read_only(raw);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(read_only.get(), masters_path, kSealedMastersMode, &st));
   auto model = std::unique_ptr<Model>(new Model());
-  model->fd_ = UniqueFd(raw);
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(model->fd_.get(), masters_path, &st));
+  BLOCKSWAP_ASSIGN_OR_RETURN(model->fd_, ReopenSealedMastersReadWrite(read_only, masters_path));
   if (static_cast<uint64_t>(st.st_size) != manifest.masters_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         masters_path, " has ", st.st_size, " bytes, its manifest says ", manifest.masters_bytes));
@@ -363,16 +357,21 @@ absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_tem
     if (::fsync(model.fd_.get()) != 0) {
       return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(masters_temp)));
     }
+    // From here nobody opens it for writing again (the daemon's own mapping
+    // stays writable, for pinning).
+    if (::fchmod(model.fd_.get(), kSealedMastersMode) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("chmod 0400 ", PathOf(masters_temp)));
+    }
     int raw = ::openat(dir, manifest_temp.c_str(),
-                       O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+                       O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, kManifestMode);
     if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(manifest_temp)));
     UniqueFd manifest(raw);
-    if (::fchmod(manifest.get(), 0600) != 0) {
+    if (::fchmod(manifest.get(), kManifestMode) != 0) {
       return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(manifest_temp)));
     }
-    const std::string json = EncodeManifest({model.id_, model.name_, model.source_, model.layout_,
-                                             model.block_hashes_, model.master_offsets_,
-                                             model.masters_bytes_});
+    const std::string json =
+        EncodeManifest({model.id_, model.name_, model.source_, model.layout_, model.block_hashes_,
+                        model.master_offsets_, model.masters_bytes_});
     BLOCKSWAP_RETURN_IF_ERROR(
         WriteFully(manifest.get(), 0, json.data(), json.size(), PathOf(manifest_temp)));
     if (::fsync(manifest.get()) != 0) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/message_text.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -118,6 +119,40 @@ absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request) {
   if (request.name().size() > kMaxModelNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("model name has ", request.name().size(),
                                                    " bytes (limit ", kMaxModelNameBytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateReportStats(const v1::ReportStatsRequest& request) {
+  if (request.passes_size() > kMaxPassesPerReport) {
+    return absl::InvalidArgumentError(absl::StrCat("a statistics report carries ",
+                                                   request.passes_size(), " passes (limit ",
+                                                   kMaxPassesPerReport, ")"));
+  }
+  for (int i = 0; i < request.passes_size(); ++i) {
+    const v1::PassStats& pass = request.passes(i);
+    const std::string where = absl::StrCat("passes[", i, "].");
+    if (pass.direction() != "forward" && pass.direction() != "backward") {
+      return absl::InvalidArgumentError(absl::StrCat(where, "direction ", Quoted(pass.direction()),
+                                                     " is not 'forward' or 'backward'"));
+    }
+    for (const auto& [field, seconds] :
+         {std::pair{"stall_seconds", pass.stall_seconds()},
+          std::pair{"copy_seconds", pass.copy_seconds()},
+          std::pair{"host_wait_seconds", pass.host_wait_seconds()}}) {
+      if (!(seconds >= 0 && seconds <= kMaxPassSeconds)) {  // NaN too
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, " ", seconds, " is not in 0..", kMaxPassSeconds));
+      }
+    }
+    for (const auto& [field, count] :
+         {std::pair{"waits", pass.waits()}, std::pair{"not_ready_waits", pass.not_ready_waits()},
+          std::pair{"self_heals", pass.self_heals()}, std::pair{"loads", pass.loads()}}) {
+      if (count > kMaxPassCount) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, " ", count, " is over the limit of ", kMaxPassCount));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -55,6 +55,17 @@ inline constexpr uint32_t kMaxSelectRank = 64;
 // kMaxModelNameBytes.
 absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request);
 
+// Bounds of a statistics report (one pass per report from the client
+// library; a few at most from anyone). Each pass a session keeps is then at
+// most ~100 bytes: a direction of 8, seven numbers, no unknown fields.
+inline constexpr int kMaxPassesPerReport = 16;
+inline constexpr double kMaxPassSeconds = 86400;              // one pass of a day
+inline constexpr uint64_t kMaxPassCount = uint64_t{1} << 32;  // waits, loads, ... of one pass
+// At most kMaxPassesPerReport passes, each with direction "forward" or
+// "backward", finite seconds in 0..kMaxPassSeconds, counts of at most
+// kMaxPassCount; INVALID_ARGUMENT naming the pass and field otherwise.
+absl::Status ValidateReportStats(const v1::ReportStatsRequest& request);
+
 }  // namespace blockswap::daemon
 
 #endif  // BLOCKSWAP_DAEMON_VALIDATION_REQUEST_VALIDATION_H_

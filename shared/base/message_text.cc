@@ -1,6 +1,7 @@
 #include "shared/base/message_text.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,12 @@ std::string Quoted(absl::string_view text) {
   std::string out = absl::StrCat("'", absl::CEscape(text.substr(0, kShown)), "'");
   if (text.size() > kShown) absl::StrAppend(&out, "...");
   return out;
+}
+
+std::string OctalMode(uint32_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "0%03o", static_cast<unsigned>(mode & 07777));
+  return text;
 }
 
 std::string FormatShape(absl::Span<const uint64_t> shape) {

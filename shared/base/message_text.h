@@ -17,6 +17,9 @@ namespace blockswap {
 // hostile name can neither flood a log nor smuggle control characters in.
 std::string Quoted(absl::string_view text);
 
+// A file's permission bits as chmod takes them: "0700".
+std::string OctalMode(uint32_t mode);
+
 // "[2,3]", cut after 16 dimensions (",..." then).
 std::string FormatShape(absl::Span<const uint64_t> shape);
 

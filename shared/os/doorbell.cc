@@ -21,6 +21,8 @@ absl::StatusOr<std::unique_ptr<Doorbell>> Doorbell::Create(absl::string_view nam
   BLOCKSWAP_ASSIGN_OR_RETURN(doorbell->bell_map_, doorbell->bell_memory_.Map(Access::kReadWrite));
   BLOCKSWAP_ASSIGN_OR_RETURN(doorbell->sleeping_map_,
                              doorbell->sleeping_memory_.Map(Access::kReadWrite));
+  // Only the mapping above may ever write `sleeping`.
+  BLOCKSWAP_RETURN_IF_ERROR(doorbell->sleeping_memory_.SealAgainstNewWriters());
   return doorbell;
 }
 

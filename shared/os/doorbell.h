@@ -6,8 +6,11 @@
 //   bell      rung (fetch_add) by whoever published work; the worker futex-
 //             waits on it. Clients map it read-write.
 //   sleeping  1 while the worker is about to sleep or sleeps on the bell.
-//             Written only by the daemon; clients map it READ-ONLY, so no
-//             client can make the others skip the wake-up their work needs.
+//             Written only by the daemon; clients get a read-only
+//             descriptor of an object that is mode 0400 and sealed against
+//             new writable mappings (SharedMemory::SealAgainstNewWriters), so
+//             no client — not even one reopening /proc/self/fd/N — can make
+//             the others skip the wake-up their work needs.
 //
 // Ordering (a Dekker pair, all four accesses seq_cst):
 //   ringer: publish work (release); bell.fetch_add; if sleeping: FUTEX_WAKE

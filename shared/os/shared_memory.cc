@@ -60,6 +60,17 @@ absl::StatusOr<SharedMemory> SharedMemory::Create(absl::string_view name, size_t
   return SharedMemory(std::move(fd), size);
 }
 
+absl::Status SharedMemory::SealAgainstNewWriters() const {
+  if (::fchmod(fd_.get(), 0400) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("chmod 0400 of shared memory fd ", fd_.get()));
+  }
+  if (::fcntl(fd_.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0) {
+    return ErrnoStatus(
+        errno, absl::StrCat("sealing shared memory fd ", fd_.get(), " against new writers"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SharedMemory> SharedMemory::Adopt(UniqueFd fd, size_t size) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat of received memory");

@@ -60,6 +60,15 @@ class SharedMemory {
     return Mapping::Map(fd_, size_, access, populate);
   }
 
+  // Makes the object writable only through the mappings that exist now (the
+  // creator's own): mode 0400, so that reopening /proc/PID/fd/N for writing
+  // is EACCES for everyone but root, and F_SEAL_FUTURE_WRITE, so that no new
+  // writable mapping or write() succeeds even for a process of the owner's uid
+  // that chmods it back. Call after mapping it read-write; for objects handed
+  // out read-only (a word or control block only the creator writes). Objects
+  // from Adopt cannot be sealed (FAILED_PRECONDITION from the kernel's EPERM).
+  absl::Status SealAgainstNewWriters() const;
+
  private:
   SharedMemory(UniqueFd fd, size_t size) : fd_(std::move(fd)), size_(size) {}
   UniqueFd fd_;

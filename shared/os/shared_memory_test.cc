@@ -1,12 +1,14 @@
 #include "shared/os/shared_memory.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
-
-#include <gtest/gtest.h>
+#include <string>
 
 namespace blockswap {
 namespace {
@@ -25,6 +27,33 @@ TEST(SharedMemory, SizeIsSealed) {
   auto shm = SharedMemory::Create("test", 4096);
   ASSERT_TRUE(shm.ok());
   EXPECT_NE(::ftruncate(shm->fd().get(), 1024), 0) << "a shrink would SIGBUS other mappers";
+}
+
+TEST(SharedMemory, SealedObjectKeepsItsWriterAndRefusesEveryNewOne) {
+  auto shm = SharedMemory::Create("test", 4096);
+  ASSERT_TRUE(shm.ok());
+  auto writer = shm->Map(Access::kReadWrite);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(shm->SealAgainstNewWriters().ok());
+
+  struct stat st {};
+  ASSERT_EQ(::fstat(shm->fd().get(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0400u);
+  static_cast<char*>(writer->data())[0] = 'x';  // the existing mapping still writes
+  // Even through a read-write descriptor (this test runs as root, for whom
+  // the 0400 mode is no obstacle): no new writable mapping, no write().
+  std::string path = "/proc/self/fd/" + std::to_string(shm->fd().get());
+  UniqueFd reopened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  const int fd = reopened.valid() ? reopened.get() : shm->fd().get();
+  EXPECT_EQ(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(::pwrite(fd, "y", 1, 0), -1);
+  void* reader = ::mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(reader, MAP_FAILED);
+  EXPECT_EQ(static_cast<char*>(reader)[0], 'x');
+  // Nor can a read-only mapping be upgraded.
+  EXPECT_NE(::mprotect(reader, 4096, PROT_READ | PROT_WRITE), 0);
+  ::munmap(reader, 4096);
 }
 
 TEST(SharedMemory, AdoptRefusesAFileShorterThanAnnounced) {

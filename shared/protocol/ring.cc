@@ -39,6 +39,8 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
       SharedMemory::Create(absl::StrCat("ring-", ring_id, "-daemon-control"), kControlBlockBytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->daemon_control_map_,
                              ring->daemon_control_.Map(Access::kReadWrite));
+  // Only the mapping above may ever write the daemon's control block.
+  BLOCKSWAP_RETURN_IF_ERROR(ring->daemon_control_.SealAgainstNewWriters());
   DaemonControlBlock& control = ring->control();
   control.magic = kDaemonControlMagic;
   control.version = kControlBlockVersion;

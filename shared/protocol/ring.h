@@ -52,7 +52,7 @@ struct RingExport {
   ExportedHandle memory;
   std::vector<ExportedHandle> ready_events;
   std::vector<ExportedHandle> free_events;
-  UniqueFd daemon_control;  // read-only descriptor
+  UniqueFd daemon_control;  // read-only descriptor of a 0400 object sealed against new writers
   UniqueFd client_control;  // read-write descriptor
   uint64_t boot_id = 0;
   // The load fast path, when granted: kRequestRingCapacity; 0 otherwise.

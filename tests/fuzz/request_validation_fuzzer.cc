@@ -92,6 +92,23 @@ void CheckBeginUpload(const v1::BeginUploadRequest& request, StreamState& state)
   state.layout = std::move(layout).value();
 }
 
+void CheckReportStats(const v1::ReportStatsRequest& request) {
+  absl::Status status = daemon::ValidateReportStats(request);
+  CheckRefusal(status);
+  if (!status.ok()) return;
+  Require(request.passes_size() <= daemon::kMaxPassesPerReport, "a report of too many passes");
+  for (const v1::PassStats& pass : request.passes()) {
+    Require(pass.direction() == "forward" || pass.direction() == "backward",
+            "a pass accepted with an unknown direction");
+    for (double seconds : {pass.stall_seconds(), pass.copy_seconds(), pass.host_wait_seconds()}) {
+      Require(seconds >= 0 && seconds <= daemon::kMaxPassSeconds, "pass seconds out of range");
+    }
+    for (uint64_t count : {pass.waits(), pass.not_ready_waits(), pass.self_heals(), pass.loads()}) {
+      Require(count <= daemon::kMaxPassCount, "a pass count over the limit");
+    }
+  }
+}
+
 void CheckLoad(const v1::LoadRequest& request, const StreamState& state) {
   const ModelLayout* layout = state.layout ? &*state.layout : nullptr;
   const auto block_count = static_cast<uint32_t>(layout ? layout->blocks.size() : 0);
@@ -178,11 +195,15 @@ void Run(const RequestRecord& record, StreamState& state) {
       if (Parse(record.payload, &request)) CheckRegisterFile(request);
       return;
     }
+    case RequestOp::kReportStats: {
+      v1::ReportStatsRequest request;
+      if (Parse(record.payload, &request)) CheckReportStats(request);
+      return;
+    }
     // Nothing to validate apart from the session: the session fuzzer runs these.
     case RequestOp::kWriteStaging:
     case RequestOp::kCommitUpload:
     case RequestOp::kDestroyRing:
-    case RequestOp::kReportStats:
     case RequestOp::kDetach:
     case RequestOp::kCount:
       return;

@@ -335,7 +335,7 @@ class Sequence {
       }
       case RequestOp::kReportStats: {
         v1::ReportStatsRequest request;
-        if (Parse(record.payload, &request)) manager.ReportStats(session, request);
+        if (Parse(record.payload, &request)) (void)manager.ReportStats(session, request);
         return;
       }
       case RequestOp::kRegisterFile: {

@@ -20,6 +20,25 @@ for f in "${prefix}/bin/blockswapd" "${prefix}/bin/blockswapctl" "${unit}" "${co
          "${prefix}/lib/cmake/blockswap/blockswapConfig.cmake"; do
   [[ -e ${f} ]] || { echo "FAIL: ${f} was not installed"; exit 1; }
 done
+# The masters directory at boot, before any user can squat on it: what
+# systemd-tmpfiles makes of the installed entry, in a root of its own.
+tmpfiles=${prefix}/lib/tmpfiles.d/blockswapd.conf
+[[ -f ${tmpfiles} ]] || { echo "FAIL: ${tmpfiles} was not installed"; exit 1; }
+if command -v systemd-tmpfiles >/dev/null; then
+  root=${tmp}/tmpfiles-root
+  mkdir -p "${root}/etc" "${root}/dev/shm"
+  echo 'blockswap:x:990:990::/nonexistent:/usr/sbin/nologin' >"${root}/etc/passwd"
+  echo 'blockswap:x:990:' >"${root}/etc/group"
+  systemd-tmpfiles --create --root="${root}" "${tmpfiles}"
+  made=$(stat -c '%a %u %g' "${root}/dev/shm/blockswap")
+  [[ ${made} == "700 990 990" ]] ||
+    { echo "FAIL: systemd-tmpfiles made /dev/shm/blockswap as '${made}', not '700 990 990'"; exit 1; }
+  echo "ok: the tmpfiles.d entry makes /dev/shm/blockswap 0700 blockswap:blockswap"
+else
+  grep -Eq '^d +/dev/shm/blockswap +0700 +blockswap +blockswap ' "${tmpfiles}" ||
+    { echo "FAIL: ${tmpfiles} has no entry for /dev/shm/blockswap 0700 blockswap"; exit 1; }
+  echo "SKIP (systemd-tmpfiles --create): not installed; the entry's line was checked"
+fi
 grep -q "^ExecStart=${prefix}/bin/blockswapd --config ${config}\$" "${unit}" ||
   { echo "FAIL: ExecStart does not name the installed binary and config:"; grep ExecStart "${unit}"; exit 1; }
 
@@ -108,8 +127,9 @@ stage=${tmp}/stage
 grep -q "^ExecStart=/usr/local/bin/blockswapd --config /etc/blockswap/blockswapd.toml$" \
   "${stage}/usr/local/lib/systemd/system/blockswapd.service" ||
   { echo "FAIL: deploy/install.sh staged a unit with the wrong paths"; exit 1; }
-[[ -x ${stage}/usr/local/bin/blockswapd && -f ${stage}/etc/blockswap/blockswapd.toml ]] ||
-  { echo "FAIL: deploy/install.sh did not stage the binary and the config"; exit 1; }
+[[ -x ${stage}/usr/local/bin/blockswapd && -f ${stage}/etc/blockswap/blockswapd.toml &&
+   -f ${stage}/usr/local/lib/tmpfiles.d/blockswapd.conf ]] ||
+  { echo "FAIL: deploy/install.sh did not stage the binary, the config and the tmpfiles.d entry"; exit 1; }
 echo "ok: deploy/install.sh --destdir"
 
 # deploy/install.sh with no --build-dir builds outside the checkout and removes

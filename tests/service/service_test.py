@@ -192,6 +192,47 @@ class ServiceTest(unittest.TestCase):
         self.assertIn("socket group 'no-such-group-blockswap' does not exist", daemon.log_text())
         self.assertIn("STATUS=failed to start", "".join(daemon.messages(timeout=1)))
 
+    def test_a_masters_directory_others_may_enter_or_own_is_refused_saying_what_to_remove(self):
+        shm = "/dev/shm/" + os.path.basename(self.tmp)
+        cases = [("mode 0755", 0o755, None)]
+        # Only root can give a directory to another uid; as anyone else the
+        # mode case stands for both (the daemon's unit test runs it as well).
+        if os.geteuid() == 0:
+            cases.append(("uid 65534", 0o700, 65534))
+        for name, mode, owner in cases:
+            with self.subTest(name):
+                os.mkdir(shm)
+                daemon = None
+                try:
+                    os.chmod(shm, mode)
+                    if owner is not None:
+                        os.chown(shm, owner, owner)
+                    want = "masters directory %s belongs to uid %d with mode 0%o" % (
+                        shm, os.geteuid() if owner is None else owner, mode)
+                    remove = "Remove it as root (rm -rf %s)" % shm
+                    daemon = self.start()
+                    self.assertEqual(daemon.process.wait(timeout=30), 1)
+                    self.assertIn(want, daemon.log_text())
+                    self.assertIn(remove, daemon.log_text())
+                    self.assertIn("plant files for blockswapd to adopt", daemon.log_text())
+                    self.assertEqual(os.listdir(shm), [], "the refused directory was written to")
+                    out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=/dev/null",
+                                          "--shm-prefix=" + shm, "--check-config"],
+                                         capture_output=True, text=True, timeout=30)
+                    self.assertEqual(out.returncode, 1, out.stdout)  # 2: a config that does not parse
+                    self.assertIn(want, out.stderr)
+                    self.assertIn(remove, out.stderr)
+                finally:
+                    if daemon is not None:
+                        daemon.close()  # removes the directory too
+                        os.unlink(daemon.notify_path)
+                    subprocess.run(["rm", "-rf", shm])
+        out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=/dev/null",
+                              "--shm-prefix=" + shm, "--check-config"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("# masters directory: %s is absent: blockswapd creates it" % shm, out.stdout)
+
     def test_command_line_overrides_the_config_file(self):
         config = self.write_config('socket = "/from/file.sock"\nlog_level = "warning"\n'
                                    'max_rings_per_client = 3\n')

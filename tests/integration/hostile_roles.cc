@@ -1,0 +1,291 @@
+// A hostile but allowed local client: `hostile --case=NAME` tries one way of
+// taking the service from the others (issue 19) and checks that it fails
+// alone, with the precise error. Exit 0 when it did, 1 (with what came
+// instead on stderr) when not.
+#include <fcntl.h>
+#include <grp.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/core/connection.h"
+#include "shared/protocol/grpc_status.h"
+#include "shared/protocol/ring_wire.h"
+#include "tests/integration/client_roles.h"
+#include "tests/support/child_process.h"
+#include "tests/support/key_value_args.h"
+
+namespace blockswap::testing {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+int Fail(const std::string& what) {
+  std::cerr << "hostile: " << what << "\n";
+  return kClientFailed;
+}
+
+// The attack itself: a new read-write open file description of what `fd`
+// refers to. Sets `error` to the errno when it fails.
+UniqueFd ReopenReadWrite(const UniqueFd& fd, int* error) {
+  std::string path = absl::StrCat("/proc/self/fd/", fd.get());
+  UniqueFd reopened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  *error = reopened.valid() ? 0 : errno;
+  return reopened;
+}
+
+// Every way to a writable mapping of `fd` that a process of the daemon's uid
+// (root here, for whom the 0400 mode is no obstacle) has: the received
+// descriptor itself, a reopened read-write one, mprotect of a read-only
+// mapping, write(). Empty when each failed; else what succeeded.
+std::string WritableRouteAsOwner(const std::string& name, const UniqueFd& fd) {
+  if (void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+      p != MAP_FAILED) {
+    ::munmap(p, kPage);
+    return absl::StrCat(name, ": the received descriptor maps writable");
+  }
+  int error = 0;
+  UniqueFd reopened = ReopenReadWrite(fd, &error);
+  if (!reopened.valid()) return "";  // not even root could reopen it: stricter still
+  if (void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, reopened.get(), 0);
+      p != MAP_FAILED) {
+    ::munmap(p, kPage);
+    return absl::StrCat(name, ": a reopened descriptor maps writable (no F_SEAL_FUTURE_WRITE)");
+  }
+  if (::pwrite(reopened.get(), "\0\0\0\0", 4, 0) >= 0) {
+    return absl::StrCat(name, ": write() through a reopened descriptor succeeded");
+  }
+  void* p = ::mmap(nullptr, kPage, PROT_READ, MAP_SHARED, reopened.get(), 0);
+  if (p == MAP_FAILED) return absl::StrCat(name, ": cannot even map it read-only");
+  bool upgraded = ::mprotect(p, kPage, PROT_READ | PROT_WRITE) == 0;
+  ::munmap(p, kPage);
+  return upgraded ? absl::StrCat(name, ": mprotect made a read-only mapping writable") : "";
+}
+
+// The reopening attack on the doorbell's `sleeping` word and the daemon's
+// control block of a ring: clearing `sleeping` would make every other
+// client's ring skip its FUTEX_WAKE. Both must stay unwritable for this
+// process as the daemon's uid, and not even reopenable writable as another.
+int ReopenReadOnlyDescriptors(client::Connection& c) {
+  v1::CreateRingRequest request;
+  request.set_session_token(c.token());
+  request.set_device_uuid(c.device_uuids().front());
+  request.set_slot_count(2);
+  request.set_slot_bytes(4096);
+  request.set_request_ring(true);
+  v1::RingDescriptor descriptor;
+  grpc::ClientContext context;
+  if (grpc::Status s = c.stub().CreateRing(&context, request, &descriptor); !s.ok()) {
+    return Fail("CreateRing: " + s.error_message());
+  }
+  const uint64_t batch = descriptor.daemon_control().batch();
+  auto fds = c.ReceiveFds(batch);
+  if (!fds.ok()) return Fail(fds.status().ToString());
+  auto exported = RingFromWire(descriptor, *std::move(fds), batch);
+  if (!exported.ok()) return Fail(exported.status().ToString());
+  if (!exported->doorbell.sleeping.valid()) return Fail("the ring came without a doorbell");
+
+  const std::vector<std::pair<std::string, const UniqueFd*>> read_only = {
+      {"the doorbell's sleeping word", &exported->doorbell.sleeping},
+      {"the daemon's control block", &exported->daemon_control}};
+  for (const auto& [name, fd] : read_only) {
+    if (std::string route = WritableRouteAsOwner(name, *fd); !route.empty()) return Fail(route);
+  }
+
+  // Another uid. Dumpable again after setuid, so that /proc/self/fd stays
+  // open to this process and only the objects' modes can refuse.
+  if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
+      ::prctl(PR_SET_DUMPABLE, 1) != 0) {
+    std::cerr << "hostile: cannot become uid 65534 (not root?)\n";
+    return kClientSetupFailed;
+  }
+  // The control: the bell is writable by design (every client rings it), so
+  // reopening it works — the refusals below are the modes', nothing else's.
+  int error = 0;
+  if (!ReopenReadWrite(exported->doorbell.bell, &error).valid()) {
+    std::cerr << "hostile: the control reopen of the bell failed: " << std::strerror(error) << "\n";
+    return kClientSetupFailed;
+  }
+  for (const auto& [name, fd] : read_only) {
+    if (ReopenReadWrite(*fd, &error).valid()) return Fail(name + ": uid 65534 reopened it O_RDWR");
+    if (error != EACCES) return Fail(name + ": expected EACCES, got " + std::strerror(error));
+    std::cerr << "hostile: reopening " << name << " O_RDWR as uid 65534: EACCES, as expected\n";
+  }
+  return kClientOk;
+}
+
+absl::Status Report(client::Connection& c, const v1::ReportStatsRequest& request) {
+  v1::ReportStatsReply reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().ReportStats(&context, request, &reply));
+}
+
+v1::PassStats GoodPass() {
+  v1::PassStats pass;
+  pass.set_direction("forward");
+  pass.set_stall_seconds(0.25);
+  pass.set_copy_seconds(0.5);
+  pass.set_waits(40);
+  pass.set_loads(40);
+  return pass;
+}
+
+// Admin.Stats as any allowed user calls it, on a channel of its own.
+absl::StatusOr<v1::StatsReply> AdminStats(const std::string& socket) {
+  auto stub =
+      v1::Admin::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  v1::StatsReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Status status = stub->Stats(&context, v1::StatsRequest(), &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply;
+}
+
+// Reports the daemon must refuse, each with the field it names; then a 50 MB
+// one; then a flood of good ones. Admin.Stats must answer all along, keep
+// none of the refused passes and at most the newest 256 of the good ones.
+int BadAndHugeReports(client::Connection& c, const std::string& socket) {
+  struct Case {
+    std::string what;
+    v1::ReportStatsRequest request;
+    std::string fragment;
+  };
+  std::vector<Case> cases;
+  auto one = [&](const std::string& what, auto mutate, const std::string& fragment) {
+    v1::ReportStatsRequest request;
+    request.set_session_token(c.token());
+    v1::PassStats* pass = request.add_passes();
+    *pass = GoodPass();
+    mutate(*pass);
+    cases.push_back({what, std::move(request), fragment});
+  };
+  one(
+      "direction", [](v1::PassStats& p) { p.set_direction("sideways"); },
+      "passes[0].direction 'sideways' is not 'forward' or 'backward'");
+  one(
+      "NaN", [](v1::PassStats& p) { p.set_stall_seconds(std::nan("")); },
+      "passes[0].stall_seconds nan is not in 0..86400");
+  one(
+      "negative", [](v1::PassStats& p) { p.set_copy_seconds(-1); },
+      "passes[0].copy_seconds -1 is not in 0..86400");
+  one(
+      "count", [](v1::PassStats& p) { p.set_loads(uint64_t{1} << 40); },
+      "passes[0].loads 1099511627776 is over the limit of 4294967296");
+  one(
+      "50 MB direction", [](v1::PassStats& p) { p.set_direction(std::string(50 << 20, 'x')); },
+      "passes[0].direction 'xxxxxxxx");
+  v1::ReportStatsRequest many;
+  many.set_session_token(c.token());
+  for (int i = 0; i < 17; ++i) *many.add_passes() = GoodPass();
+  cases.push_back({"17 passes", many, "carries 17 passes (limit 16)"});
+
+  for (const Case& bad : cases) {
+    absl::Status got = Report(c, bad.request);
+    if (got.code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(got.message(), bad.fragment)) {
+      return Fail(absl::StrCat(bad.what, ": expected INVALID_ARGUMENT containing '", bad.fragment,
+                               "', got ", got.ToString().substr(0, 300)));
+    }
+    std::cerr << "hostile: " << bad.what << " refused: " << got.ToString().substr(0, 200) << "\n";
+  }
+  v1::ReportStatsRequest good;
+  good.set_session_token(c.token());
+  for (int i = 0; i < 16; ++i) *good.add_passes() = GoodPass();
+  for (int round = 0; round < 40; ++round) {  // 640 good passes
+    if (absl::Status s = Report(c, good); !s.ok()) return Fail("a good report: " + s.ToString());
+  }
+  absl::StatusOr<v1::StatsReply> stats = AdminStats(socket);
+  if (!stats.ok()) return Fail("Admin.Stats: " + stats.status().ToString());
+  for (const v1::ClientStats& client : stats->clients()) {
+    if (client.client_name() != "hostile") continue;
+    if (client.passes_size() != 256 || client.passes_omitted() != 0) {
+      return Fail(absl::StrCat("the session kept ", client.passes_size(), " passes (",
+                               client.passes_omitted(), " omitted); expected the newest 256"));
+    }
+    for (const v1::PassStats& pass : client.passes()) {
+      if (pass.direction() != "forward") return Fail("a refused pass was kept");
+    }
+    return kClientOk;
+  }
+  return Fail("Admin.Stats does not list this session");
+}
+
+// Raw bytes to a method, as a client built from another proto would send.
+grpc::Status RawCall(const std::string& socket, const std::string& method,
+                     const std::string& body) {
+  grpc::GenericStub stub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::Slice slice(body);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+// Bodies that do not parse, and a method that does not exist: each answered
+// with what was wrong, not a bare UNIMPLEMENTED.
+int UnparsableBodies(const std::string& socket) {
+  // Field number 0 and a truncated varint: no protobuf parser accepts them.
+  const std::string garbage("\x00\xff\xff", 3);
+  struct Case {
+    std::string method;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"/blockswap.v1.BlockSwap/CreateRing", grpc::StatusCode::INVALID_ARGUMENT,
+       "the request body of /blockswap.v1.BlockSwap/CreateRing does not parse as a "
+       "blockswap.v1.CreateRingRequest"},
+      {"/blockswap.v1.Admin/Stats", grpc::StatusCode::INVALID_ARGUMENT,
+       "the request body of /blockswap.v1.Admin/Stats does not parse as a "
+       "blockswap.v1.StatsRequest"},
+      {"/blockswap.v1.BlockSwap/Nonexistent", grpc::StatusCode::UNIMPLEMENTED,
+       "blockswapd has no method '/blockswap.v1.BlockSwap/Nonexistent' (it serves "}};
+  for (const Case& want : cases) {
+    grpc::Status got = RawCall(socket, want.method, garbage);
+    if (got.error_code() != want.code || !absl::StartsWith(got.error_message(), want.message)) {
+      return Fail(absl::StrCat(want.method, ": expected code ", want.code, " starting '",
+                               want.message, "', got code ", got.error_code(), " '",
+                               got.error_message(), "'"));
+    }
+    std::cerr << "hostile: " << want.method << ": " << got.error_message() << "\n";
+  }
+  return kClientOk;
+}
+
+int RunHostile(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const std::string name = args.Str("case");
+  auto connection = client::Connection::Connect(args.Str("socket"), "hostile");
+  if (!connection.ok()) return Fail(connection.status().ToString());
+  client::Connection& c = **connection;
+  if (name == "reopen-read-only") return ReopenReadOnlyDescriptors(c);
+  if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
+  if (name == "unparsable-bodies") return UnparsableBodies(args.Str("socket"));
+  std::cerr << "hostile: unknown case '" << name << "'\n";
+  return kClientSetupFailed;
+}
+BLOCKSWAP_CHILD_ROLE("hostile", RunHostile);
+
+}  // namespace
+}  // namespace blockswap::testing
