@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
+
+// max_memory_bytes = "auto": three quarters of what the machine or the
+// daemon's memory cgroup allows (daemon/budget/memory_limit.h).
+inline constexpr uint64_t kMaxMemoryBytesAuto = UINT64_MAX;
 
 struct DaemonOptions {
   std::string socket_path = "/run/blockswap/blockswapd.sock";
@@ -36,7 +41,11 @@ struct DaemonOptions {
   LogLevel log_level = LogLevel::kInfo;
   // HOST:PORT of the Prometheus endpoint; empty: off.
   std::string metrics_listen;
-  ClientQuotas quotas;
+  // The node's memory budget (daemon/budget/memory_budget.h); 0: unlimited.
+  uint64_t max_memory_bytes = kMaxMemoryBytesAuto;
+  // A ring must leave this much of its device's memory free.
+  uint64_t device_memory_reserve_bytes = uint64_t{1} << 30;
+  ClientQuotas quotas = DefaultClientQuotas();
   std::function<void(absl::string_view)> log;  // default: stderr
 };
 

@@ -121,10 +121,14 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
 
   {
     Family f(&out, "client_quota", "gauge",
-             "per-client quota in force, by its config key (0: unlimited)");
-    f.Sample("quota=\"max_rings_per_client\"", s.quotas.max_rings);
-    f.Sample("quota=\"max_device_bytes_per_client\"", s.quotas.max_device_bytes);
-    f.Sample("quota=\"max_staging_bytes_per_client\"", s.quotas.max_staging_bytes);
+             "per-client and per-uid quota in force, by its config key (0: unlimited)");
+    for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
+      const ClientAmounts& limits =
+          scope == QuotaScope::kClient ? s.quotas.per_client : s.quotas.per_uid;
+      for (const QuotaKind& kind : QuotaKinds()) {
+        f.Sample(absl::StrCat("quota=\"", QuotaKey(kind, scope), "\""), limits.*kind.member);
+      }
+    }
   }
   {
     Family f(&out, "device_info", "gauge",

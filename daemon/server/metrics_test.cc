@@ -27,7 +27,8 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.uptime_seconds = 12.5;
   s.pinned_bytes = 4096;
   s.models = 1;
-  s.quotas = {.max_rings = 4, .max_device_bytes = 0, .max_staging_bytes = 1024};
+  s.quotas.per_client = {.rings = 4, .device_bytes = 0, .staging_bytes = 1024};
+  s.quotas.per_uid = {.sessions = 9};
   DeviceMetrics a{.uuid = "HOST-0", .name = "host device 0", .total_memory_bytes = 1 << 30};
   a.stats = {.loads = 7,
              .bytes = 7000,
@@ -103,6 +104,7 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_TRUE(HasLine(text, "blockswap_draining 0"));
   EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_rings_per_client\"} 4"));
   EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_staging_bytes_per_client\"} 1024"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_sessions_per_uid\"} 9"));
   EXPECT_TRUE(HasLine(text, "blockswap_info{version=\"0.1.0\",backend=\"host\"} 1"));
 }
 
