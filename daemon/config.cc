@@ -274,6 +274,22 @@ std::vector<FieldSpec> MakeFields() {
            Kind::kCount});
     }
   }
+  auto count = [&](const char* key, const char* flag, const char* help, uint64_t O::*member) {
+    fields.push_back({{key, flag, help, false,
+                       [member](O& o, absl::string_view v) -> absl::Status {
+                         absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
+                         if (!n.ok()) return n.status();
+                         o.*member = *n;
+                         return absl::OkStatus();
+                       },
+                       nullptr, [member](const O& o) { return absl::StrCat(o.*member); }},
+                      Kind::kCount});
+  };
+  count("max_connections_per_uid", "--max-connections-per-uid",
+        "connections one uid may have open at once (0: unlimited)", &O::max_connections_per_uid);
+  count("max_pending_connections_per_uid", "--max-pending-connections-per-uid",
+        "connections of one uid that may wait at once for their first message (0: unlimited)",
+        &O::max_pending_connections_per_uid);
   return fields;
 }
 

@@ -123,6 +123,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   listener_options.socket_path = o.socket_path;
   listener_options.policy = std::move(policy);
   listener_options.group = socket_group;
+  listener_options.max_connections_per_uid = o.max_connections_per_uid;
+  listener_options.max_pending_per_uid = o.max_pending_connections_per_uid;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };
   BLOCKSWAP_ASSIGN_OR_RETURN(
       daemon->listener_, Listener::Start(std::move(listener_options), daemon->server_.get(),

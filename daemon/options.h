@@ -46,6 +46,10 @@ struct DaemonOptions {
   // A ring must leave this much of its device's memory free.
   uint64_t device_memory_reserve_bytes = uint64_t{1} << 30;
   ClientQuotas quotas = DefaultClientQuotas();
+  // Connections of one uid open at once, and of those waiting for their
+  // first message (daemon/server/listener.h); 0: unlimited.
+  uint64_t max_connections_per_uid = 256;
+  uint64_t max_pending_connections_per_uid = 16;
   std::function<void(absl::string_view)> log;  // default: stderr
 };
 

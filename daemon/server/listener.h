@@ -54,9 +54,18 @@ struct ListenerOptions {
   static constexpr gid_t kKeepGroup = static_cast<gid_t>(-1);
   gid_t group = kKeepGroup;
   AccessPolicy policy;      // default: the daemon's euid, root, the socket's group
-  // A connection that has not sent its first 4 bytes (a side channel: its
-  // whole 48-byte hello) by then is closed.
+  // A connection that has not sent its first message by then is closed: a
+  // gRPC connection the whole 24-byte HTTP/2 preface and the header of its
+  // first frame, which must be SETTINGS; a side channel its 48-byte hello.
   absl::Duration hello_timeout = absl::Seconds(5);
+  // max_connections_per_uid: connections one uid may have open (waiting for
+  // their first message or handed to gRPC); more are closed at once. 0:
+  // unlimited. Side channels are bounded by the session quotas instead.
+  uint64_t max_connections_per_uid = 0;
+  // max_pending_connections_per_uid: of those, how many may be waiting for
+  // their first message, so that one peer cannot fill the pending places
+  // that every peer shares. 0: unlimited (the shared cap still holds).
+  uint64_t max_pending_per_uid = 0;
   // Where the listener reports each connection it dropped and why. Called on
   // the listener's thread; must not block. Empty: standard error.
   std::function<void(absl::string_view)> log;
@@ -106,6 +115,7 @@ class Listener {
   struct Watched {
     UniqueFd duplicate;
     std::string grpc_peer;
+    uid_t uid = 0;
   };
 
   Listener(ListenerOptions options, grpc::Server* server, PeerRegistry* registry,
@@ -128,6 +138,9 @@ class Listener {
   void CloseListeningSocket();
   int EpollTimeoutMs(absl::Time now) const;
   void Drop(uint64_t id, absl::string_view why);
+  // Why a new connection of `uid` is closed at once (its per-uid caps), or
+  // empty when it may wait for its first message.
+  std::string OverUidCaps(uid_t uid) const;
   void Log(absl::string_view message) const;
 
   ListenerOptions options_;

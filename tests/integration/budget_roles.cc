@@ -3,9 +3,14 @@
 // blockswapd refuses them with RESOURCE_EXHAUSTED containing --expect,
 // keeping whatever it was granted until it exits. Exit 0 when the refusal
 // came as expected, 1 (with what came instead on stderr) when not.
+#include <fcntl.h>
 #include <grp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -52,6 +57,26 @@ absl::Status DestroyRing(client::Connection& c, uint64_t ring_id) {
   v1::DestroyRingReply reply;
   grpc::ClientContext context;
   return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
+}
+
+// Offers /dev/null `count` times on the side channel, then names the first
+// offer in a RegisterFile: the daemon takes the offers in at that call.
+absl::Status ParkOffers(client::Connection& c, int count) {
+  UniqueFd file(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!file.valid()) return absl::InternalError("cannot open /dev/null");
+  uint64_t first = 0;
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<uint64_t> offer = c.OfferFile(file);
+    if (!offer.ok()) return offer.status();
+    if (i == 0) first = *offer;
+  }
+  v1::RegisterFileRequest request;
+  request.set_session_token(c.token());
+  request.add_file_offers(first);
+  request.set_block_pattern("blocks\\.(\\d+)\\.");
+  v1::RegisterFileReply reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().RegisterFile(&context, request, &reply));
 }
 
 int RunHog(const std::vector<std::string>& argv) {
@@ -111,6 +136,8 @@ int RunHog(const std::vector<std::string>& argv) {
     } else if (name == "upload") {
       got = BeginUpload(c, static_cast<uint32_t>(args.Int("blocks", 1)),
                         static_cast<uint64_t>(args.Int("block-bytes", 4096)));
+    } else if (name == "offers") {
+      got = ParkOffers(c, static_cast<int>(args.Int("offers", 1)));
     } else if (name == "sessions") {
       got = absl::OkStatus();  // the Connect above was the request
     } else {
@@ -137,6 +164,53 @@ int RunHog(const std::vector<std::string>& argv) {
   return kClientFailed;
 }
 BLOCKSWAP_CHILD_ROLE("hog", RunHog);
+
+// `flood --uid=N --silent=S --pri=P`: as uid N, opens S connections that
+// send nothing and P that send only "PRI " (the first bytes of an HTTP/2
+// preface), reports `flooding`, then waits (at most --seconds) until the
+// daemon has closed every one and reports `closed` with how many it did.
+int RunFlood(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  if (int64_t uid = args.Int("uid", -1); uid >= 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+        ::setuid(static_cast<uid_t>(uid)) != 0) {
+      return kClientSetupFailed;
+    }
+  }
+  const std::string socket_path = args.Str("socket");
+  std::vector<UniqueFd> connections;
+  const int silent = static_cast<int>(args.Int("silent", 0));
+  const int total = silent + static_cast<int>(args.Int("pri", 0));
+  for (int i = 0; i < total; ++i) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, socket_path.c_str(), sizeof(address.sun_path) - 1);
+    if (!fd.valid() ||
+        ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      std::cerr << "flood: connection " << i << ": " << std::strerror(errno) << "\n";
+      return kClientSetupFailed;
+    }
+    if (i >= silent && ::send(fd.get(), "PRI ", 4, MSG_NOSIGNAL) != 4) return kClientSetupFailed;
+    connections.push_back(std::move(fd));
+  }
+  report.Add("flooding", "1");
+  int closed = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(args.Int("seconds", 10));
+       closed < total && absl::Now() < until;) {
+    closed = 0;
+    for (const UniqueFd& fd : connections) {
+      char byte;
+      ssize_t got = ::recv(fd.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+      closed += got == 0 || (got < 0 && errno != EAGAIN);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  report.Add("closed", absl::StrCat(closed));
+  return closed == total ? kClientOk : kClientFailed;
+}
+BLOCKSWAP_CHILD_ROLE("flood", RunFlood);
 
 }  // namespace
 }  // namespace blockswap::testing

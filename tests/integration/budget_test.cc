@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/core/connection.h"
 #include "tests/integration/daemon_client_fixture.h"
 
 namespace blockswap::testing {
@@ -75,6 +76,17 @@ TEST_F(BudgetTest, SessionsOfOneProcessShareItsQuotaAndDestroyedRingsCountUntilF
   EXPECT_EQ(Granted("hog1"), 2u) << "destroyed, not yet freed rings were not counted";
 }
 
+// Parked file offers and sessions are counted per process too.
+TEST_F(BudgetTest, FileOffersAndSessionsOverTheProcessQuotaAreRefused) {
+  StartDaemon({.extra_args = {"--max-file-offers-per-client=8", "--max-sessions-per-client=3"}});
+  ExpectHogsRefusedBesideAStreamer({
+      {"--case=offers", "--offers=9", "--expect=over max_file_offers_per_client = 8"},
+      {"--case=sessions", "--attempts=4", "--sessions=1",
+       "--expect=would hold 4 sessions (3 held + 1 asked), over max_sessions_per_client = 3"},
+  });
+  EXPECT_EQ(Granted("hog1"), 3u);
+}
+
 // The uid quota counts every process of the uid: the streamer (root) holds
 // the only ring root may have; another root process is refused, a process of
 // another uid is not.
@@ -89,6 +101,30 @@ TEST_F(BudgetTest, TheUidQuotaCountsEveryProcessOfTheUid) {
       {"--case=rings", "--attempts=2", "--uid=65534", "--expect=max_rings_per_uid = 1"},
   });
   EXPECT_EQ(Granted("hog1"), 1u) << "uid 65534 did not get a ring of its own";
+}
+
+// Item 2: 300 silent and 300 "PRI "-only connections from one uid neither
+// fill the pending places nor reach gRPC: a new client of another uid
+// attaches at once while they are open, a streamer is undisturbed, and the
+// daemon closes every one of them (over the per-uid pending cap at once, the
+// rest at the hello timeout, a "PRI " not being a whole preface).
+TEST_F(BudgetTest, AFloodOfSilentAndHalfPrefaceConnectionsLocksNobodyOut) {
+  StartDaemon({.extra_args = {"--allow-uid=65534"}});
+  ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
+  std::ofstream(ReportPath("flood")).close();
+  ASSERT_EQ(::chmod(ReportPath("flood").c_str(), 0666), 0);
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=200"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  ChildProcess flood = Spawn("flood", "flood", {"--uid=65534", "--silent=300", "--pri=300"});
+  ASSERT_TRUE(AwaitReport("flood", "flooding")) << Describe("flood");
+  const absl::Time start = absl::Now();
+  auto fresh = client::Connection::Connect(dirs_->socket_path(), "fresh");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "the new client waited for the flood";
+  EXPECT_EQ(Finish(streamer, "streamer"), kClientOk) << "the streaming client was disturbed";
+  EXPECT_EQ(Finish(flood, "flood"), kClientOk)
+      << "connections the daemon never closed: " << Describe("flood");
 }
 
 // A writable memory cgroup under this process's own (v2 memory.max or v1
