@@ -4,10 +4,14 @@
 // The listener accepts every connection itself, reads the peer's credentials
 // from the kernel (SO_PEERCRED, SO_PEERGROUPS, a pidfd) and checks them
 // against the access policy, then looks at the first bytes the peer sends
-// without consuming them: the HTTP/2 preface ("PRI ") hands the connection to
-// gRPC (grpc::AddInsecureChannelFromFd) with the peer in the PeerRegistry
-// under "fd:N"; a side-channel hello ("BSFD") goes to the SideChannelAcceptor;
-// anything else, or silence for `hello_timeout`, is closed.
+// without consuming them: the whole 24-byte HTTP/2 preface followed by the
+// header of a SETTINGS frame hands the connection to gRPC
+// (grpc::AddInsecureChannelFromFd) with the peer in the PeerRegistry under
+// "fd:N"; a side-channel hello ("BSFD") goes to the SideChannelAcceptor;
+// anything else, or less than that within `hello_timeout`, is closed. Each
+// uid may have at most max_connections_per_uid connections open, and at most
+// max_pending_connections_per_uid of them waiting for their first message,
+// so no one peer fills the pending places (kMaxPending) everybody shares.
 //
 // A peer the policy denies still gets its gRPC connection, marked denied, so
 // that every call on it answers PERMISSION_DENIED with the reason instead of

@@ -1,5 +1,5 @@
 // A client that asks for more than the daemon may hold (issue 19 items 1 and
-// 4): `hog --case=NAME` makes the requests of one attack and checks that
+// 4): `greedy --case=NAME` makes the requests of one attack and checks that
 // blockswapd refuses them with RESOURCE_EXHAUSTED containing --expect,
 // keeping whatever it was granted until it exits. Exit 0 when the refusal
 // came as expected, 1 (with what came instead on stderr) when not.
@@ -43,20 +43,11 @@ absl::Status BeginUpload(client::Connection& c, uint32_t blocks, uint64_t block_
   }
   v1::BeginUploadRequest request;
   request.set_session_token(c.token());
-  request.set_name("hog");
+  request.set_name("greedy");
   *request.mutable_layout() = LayoutToProto(layout);
   v1::BeginUploadReply reply;
   grpc::ClientContext context;
   return FromGrpcStatus(c.stub().BeginUpload(&context, request, &reply));
-}
-
-absl::Status DestroyRing(client::Connection& c, uint64_t ring_id) {
-  v1::DestroyRingRequest request;
-  request.set_session_token(c.token());
-  request.set_ring_id(ring_id);
-  v1::DestroyRingReply reply;
-  grpc::ClientContext context;
-  return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
 }
 
 // Offers /dev/null `count` times on the side channel, then names the first
@@ -79,12 +70,12 @@ absl::Status ParkOffers(client::Connection& c, int count) {
   return FromGrpcStatus(c.stub().RegisterFile(&context, request, &reply));
 }
 
-int RunHog(const std::vector<std::string>& argv) {
+int RunGreedy(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   if (int64_t uid = args.Int("uid", -1); uid >= 0) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
         ::setuid(static_cast<uid_t>(uid)) != 0) {
-      std::cerr << "hog: cannot become uid " << uid << " (not root?)\n";
+      std::cerr << "greedy: cannot become uid " << uid << " (not root?)\n";
       return kClientSetupFailed;
     }
   }
@@ -108,7 +99,7 @@ int RunHog(const std::vector<std::string>& argv) {
   int granted_count = 0;
   for (int i = 0; i < attempts && refused.ok(); ++i) {
     if (connections.empty() || session_each) {
-      auto connection = client::Connection::Connect(socket, absl::StrCat("hog-", i));
+      auto connection = client::Connection::Connect(socket, absl::StrCat("greedy-", i));
       if (!connection.ok()) {
         refused = connection.status();
         break;
@@ -126,8 +117,8 @@ int RunHog(const std::vector<std::string>& argv) {
         auto stream = (*ring)->device().CreateStream();
         if (!stream.ok()) return kClientSetupFailed;
         if (!(*stream)->LaunchHostFunc([&unblock] { unblock.WaitForNotification(); }).ok() ||
-            !(*ring)->Release(0, **stream).ok() || !DestroyRing(c, (*ring)->id()).ok()) {
-          std::cerr << "hog: could not hold and destroy ring " << (*ring)->id() << "\n";
+            !(*ring)->Release(0, **stream).ok() || !RawDestroyRing(c, (*ring)->id()).ok()) {
+          std::cerr << "greedy: could not hold and destroy ring " << (*ring)->id() << "\n";
           return kClientSetupFailed;
         }
         blocked.push_back(*std::move(stream));
@@ -141,7 +132,7 @@ int RunHog(const std::vector<std::string>& argv) {
     } else if (name == "sessions") {
       got = absl::OkStatus();  // the Connect above was the request
     } else {
-      std::cerr << "hog: unknown case '" << name << "'\n";
+      std::cerr << "greedy: unknown case '" << name << "'\n";
       return kClientSetupFailed;
     }
     if (got.ok()) {
@@ -154,16 +145,16 @@ int RunHog(const std::vector<std::string>& argv) {
   unblock.Notify();
   for (auto& stream : blocked) (void)stream->Synchronize();
   if (absl::IsResourceExhausted(refused) && absl::StrContains(refused.message(), expect)) {
-    std::cerr << "hog " << name << ": refused as expected after " << granted_count
+    std::cerr << "greedy " << name << ": refused as expected after " << granted_count
               << " granted: " << refused << "\n";
     return kClientOk;
   }
-  std::cerr << "hog " << name << ": expected RESOURCE_EXHAUSTED containing '" << expect
+  std::cerr << "greedy " << name << ": expected RESOURCE_EXHAUSTED containing '" << expect
             << "' within " << attempts << " attempts, got " << refused << " after " << granted_count
             << " granted\n";
   return kClientFailed;
 }
-BLOCKSWAP_CHILD_ROLE("hog", RunHog);
+BLOCKSWAP_CHILD_ROLE("greedy", RunGreedy);
 
 // `flood --uid=N --silent=S --pri=P`: as uid N, opens S connections that
 // send nothing and P that send only "PRI " (the first bytes of an HTTP/2

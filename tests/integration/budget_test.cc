@@ -2,7 +2,7 @@
 // than the node's budget, or more than its process's or uid's quota, is
 // refused with RESOURCE_EXHAUSTED naming the limit (budget_roles.cc checks
 // the message), the daemon stays up, and a client streaming beside it keeps
-// verifying every byte.
+// verifying every byte. The greedy clients are budget_roles.cc.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -36,7 +36,7 @@ class BudgetTest : public DaemonClientTest {
     int n = 0;
     for (const std::vector<std::string>& hog : hogs) {
       const std::string name = absl::StrCat("hog", n++);
-      EXPECT_EQ(Run("hog", name, hog), kClientOk) << absl::StrJoin(hog, " ");
+      EXPECT_EQ(Run("greedy", name, hog), kClientOk) << absl::StrJoin(hog, " ");
     }
     EXPECT_GT(Stats().devices_size(), 0) << "the daemon no longer answers";
     EXPECT_EQ(Finish(streamer, "streamer"), kClientOk) << "the streaming client was disturbed";

@@ -228,7 +228,8 @@ class ServiceTest(unittest.TestCase):
         reload = daemon.messages(until="READY=1")
         self.assertIn("RELOADING=1", "".join(reload))
         self.assertIn("READY=1", reload[-1])
-        self.assertTrue(daemon.await_log(r"reloaded: log level debug, quotas: 5 rings"))
+        self.assertTrue(daemon.await_log(
+            r"reloaded: log level debug, quotas \(0: unlimited\): .*max_rings_per_client = 5,"))
         self.assertEqual(sample(metrics(port), quota), 5)
 
         self.write_config('max_rings_per_client = "many"\n')
