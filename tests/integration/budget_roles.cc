@@ -31,6 +31,18 @@
 namespace blockswap::testing {
 namespace {
 
+// --uid=N: the role runs as uid N (and gid N, no supplementary groups).
+bool BecomeUid(const KeyValueArgs& args) {
+  const int64_t uid = args.Int("uid", -1);
+  if (uid < 0) return true;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+      ::setuid(static_cast<uid_t>(uid)) != 0) {
+    std::cerr << "cannot become uid " << uid << " (not root?)\n";
+    return false;
+  }
+  return true;
+}
+
 // BeginUpload of a model of `blocks` blocks of `block_bytes` (one U8 tensor
 // each), straight on the stub: no byte of it is ever written.
 absl::Status BeginUpload(client::Connection& c, uint32_t blocks, uint64_t block_bytes) {
@@ -72,13 +84,7 @@ absl::Status ParkOffers(client::Connection& c, int count) {
 
 int RunGreedy(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
-  if (int64_t uid = args.Int("uid", -1); uid >= 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
-        ::setuid(static_cast<uid_t>(uid)) != 0) {
-      std::cerr << "greedy: cannot become uid " << uid << " (not root?)\n";
-      return kClientSetupFailed;
-    }
-  }
+  if (!BecomeUid(args)) return kClientSetupFailed;
   const std::string name = args.Str("case");
   const std::string socket = args.Str("socket");
   const std::string expect = args.Str("expect");
@@ -163,12 +169,7 @@ BLOCKSWAP_CHILD_ROLE("greedy", RunGreedy);
 int RunFlood(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const RoleReport report(args.Str("report"));
-  if (int64_t uid = args.Int("uid", -1); uid >= 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
-        ::setuid(static_cast<uid_t>(uid)) != 0) {
-      return kClientSetupFailed;
-    }
-  }
+  if (!BecomeUid(args)) return kClientSetupFailed;
   const std::string socket_path = args.Str("socket");
   std::vector<UniqueFd> connections;
   const int silent = static_cast<int>(args.Int("silent", 0));
