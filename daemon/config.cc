@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "daemon/os/logging.h"
 
@@ -220,22 +222,86 @@ std::vector<FieldSpec> MakeFields() {
         },
         nullptr, [](const O& o) { return absl::StrCat(o.max_verifies_per_uid); }},
        Kind::kCount});
-  fields.push_back({{"max_rings_per_client", "--max-rings-per-client",
-                     "rings one client may hold (0: unlimited; SIGHUP reloads it)", false,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
-                       if (!n.ok()) return n.status();
-                       o.quotas.max_rings = static_cast<uint32_t>(*n);
-                       return absl::OkStatus();
-                     },
-                     nullptr, [](const O& o) { return absl::StrCat(o.quotas.max_rings); }},
-                    Kind::kCount});
-  bytes("max_device_bytes_per_client", "--max-device-bytes-per-client",
-        "bytes of ring memory one client may hold on the GPUs (0: unlimited; SIGHUP reloads it)",
-        [](O& o) -> uint64_t& { return o.quotas.max_device_bytes; });
-  bytes("max_staging_bytes_per_client", "--max-staging-bytes-per-client",
-        "bytes of upload staging memory one client may hold (0: unlimited; SIGHUP reloads it)",
-        [](O& o) -> uint64_t& { return o.quotas.max_staging_bytes; });
+  // The node's memory and the per-client and per-uid quotas (SIGHUP reloads
+  // the quotas).
+  fields.push_back(
+      {{"max_memory_bytes", "--max-memory-bytes",
+        "bytes of host memory the daemon may reserve: masters, staging areas and host-backend "
+        "rings (\"auto\": 3/4 of the machine's or the memory cgroup's limit; 0: unlimited)",
+        false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          if (v == "auto") {
+            o.max_memory_bytes = kMaxMemoryBytesAuto;
+            return absl::OkStatus();
+          }
+          absl::StatusOr<uint64_t> n = ParseByteCount(v);
+          if (!n.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(n.status().message(), ", or \"auto\""));
+          }
+          if (*n == kMaxMemoryBytesAuto) return absl::InvalidArgumentError("too large");
+          o.max_memory_bytes = *n;
+          return absl::OkStatus();
+        },
+        nullptr,
+        [](const O& o) {
+          return o.max_memory_bytes == kMaxMemoryBytesAuto ? Quoted("auto")
+                                                           : absl::StrCat(o.max_memory_bytes);
+        }},
+       Kind::kBytes});
+  bytes("device_memory_reserve_bytes", "--device-memory-reserve-bytes",
+        "a ring is refused when it would leave less than this much of its device's memory free",
+        [](O& o) -> uint64_t& { return o.device_memory_reserve_bytes; });
+  // The quota keys' texts, made once; the table keeps pointers into them.
+  static std::deque<std::string>* const texts = new std::deque<std::string>;
+  auto keep = [](std::string text) { return texts->emplace_back(std::move(text)).c_str(); };
+  for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
+    for (const QuotaKind& kind : QuotaKinds()) {
+      const std::string key = QuotaKey(kind, scope);
+      const char* owned_key = keep(key);
+      const char* flag = keep(absl::StrCat("--", absl::StrReplaceAll(key, {{"_", "-"}})));
+      const char* help = keep(
+          absl::StrCat(kind.unit, " ",
+                       scope == QuotaScope::kClient ? "one client process" : "one uid's processes",
+                       " may hold (0: unlimited; SIGHUP reloads it)"));
+      auto member = [scope, m = kind.member](O& o) -> uint64_t& {
+        // Through a named reference: GCC 12 applies .* to a copy of a
+        // conditional expression's result, and the reference would dangle.
+        ClientAmounts& limits =
+            scope == QuotaScope::kClient ? o.quotas.per_client : o.quotas.per_uid;
+        return limits.*m;
+      };
+      if (kind.bytes) {
+        bytes(owned_key, flag, help, member);
+        continue;
+      }
+      fields.push_back(
+          {{owned_key, flag, help, false,
+            [member](O& o, absl::string_view v) -> absl::Status {
+              absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
+              if (!n.ok()) return n.status();
+              member(o) = *n;
+              return absl::OkStatus();
+            },
+            nullptr, [member](const O& o) { return absl::StrCat(member(const_cast<O&>(o))); }},
+           Kind::kCount});
+    }
+  }
+  auto count = [&](const char* key, const char* flag, const char* help, uint64_t O::*member) {
+    fields.push_back({{key, flag, help, false,
+                       [member](O& o, absl::string_view v) -> absl::Status {
+                         absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
+                         if (!n.ok()) return n.status();
+                         o.*member = *n;
+                         return absl::OkStatus();
+                       },
+                       nullptr, [member](const O& o) { return absl::StrCat(o.*member); }},
+                      Kind::kCount});
+  };
+  count("max_connections_per_uid", "--max-connections-per-uid",
+        "connections one uid may have open at once (0: unlimited)", &O::max_connections_per_uid);
+  count("max_pending_connections_per_uid", "--max-pending-connections-per-uid",
+        "connections of one uid that may wait at once for their first message (0: unlimited)",
+        &O::max_pending_connections_per_uid);
   return fields;
 }
 

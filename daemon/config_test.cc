@@ -24,10 +24,29 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
     EXPECT_EQ(field.list ? from_flag + "s" : from_flag, field.key);
     EXPECT_TRUE(keys.insert(field.key).second) << field.key << " twice";
   }
-  for (const char* key :
-       {"socket", "socket_group", "backend", "host_devices", "shm_prefix", "max_pinned_bytes",
-        "allow_uids", "allow_gids", "shutdown_grace", "log_level", "metrics_listen",
-        "max_rings_per_client", "max_device_bytes_per_client", "max_staging_bytes_per_client"}) {
+  for (const char* key : {"socket",
+                          "socket_group",
+                          "backend",
+                          "host_devices",
+                          "shm_prefix",
+                          "max_pinned_bytes",
+                          "allow_uids",
+                          "allow_gids",
+                          "shutdown_grace",
+                          "log_level",
+                          "metrics_listen",
+                          "max_memory_bytes",
+                          "device_memory_reserve_bytes",
+                          "max_sessions_per_client",
+                          "max_sessions_per_uid",
+                          "max_rings_per_client",
+                          "max_rings_per_uid",
+                          "max_device_bytes_per_client",
+                          "max_device_bytes_per_uid",
+                          "max_staging_bytes_per_client",
+                          "max_staging_bytes_per_uid",
+                          "max_file_offers_per_client",
+                          "max_file_offers_per_uid"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
 }
@@ -49,6 +68,10 @@ metrics_listen = "127.0.0.1:9464"
 max_rings_per_client = 4
 max_device_bytes_per_client = 1048576
 max_staging_bytes_per_client = "1MiB"
+max_memory_bytes = "3GiB"
+device_memory_reserve_bytes = "512MiB"
+max_sessions_per_uid = 7
+max_file_offers_per_client = 5
 )",
                     o)
                   .ok());
@@ -63,9 +86,13 @@ max_staging_bytes_per_client = "1MiB"
   EXPECT_EQ(o.shutdown_grace, absl::Milliseconds(2500));
   EXPECT_EQ(o.log_level, LogLevel::kDebug);
   EXPECT_EQ(o.metrics_listen, "127.0.0.1:9464");
-  EXPECT_EQ(o.quotas.max_rings, 4u);
-  EXPECT_EQ(o.quotas.max_device_bytes, 1048576u);
-  EXPECT_EQ(o.quotas.max_staging_bytes, 1048576u);
+  EXPECT_EQ(o.quotas.per_client.rings, 4u);
+  EXPECT_EQ(o.quotas.per_client.device_bytes, 1048576u);
+  EXPECT_EQ(o.quotas.per_client.staging_bytes, 1048576u);
+  EXPECT_EQ(o.max_memory_bytes, uint64_t{3} << 30);
+  EXPECT_EQ(o.device_memory_reserve_bytes, uint64_t{512} << 20);
+  EXPECT_EQ(o.quotas.per_uid.sessions, 7u);
+  EXPECT_EQ(o.quotas.per_client.file_offers, 5u);
 }
 
 TEST(Config, PrintedConfigReadsBackToTheSameOptions) {
@@ -117,6 +144,8 @@ TEST(Config, BadValuesNameTheKeyAndTheValue) {
       {"shm_prefix = \"relative/dir\"", "shm_prefix: must be an absolute path"},
       {"socket = \"\"", "socket: the socket path must not be empty"},
       {"allow_uids = [-1]", "allow_uids: expected a non-negative integer"},
+      {"max_memory_bytes = \"lots\"", "max_memory_bytes: expected a byte count"},
+      {"max_rings_per_uid = \"many\"", "max_rings_per_uid: expected a non-negative integer"},
   };
   for (const auto& [text, want] : cases) {
     DaemonOptions o;
@@ -157,6 +186,31 @@ TEST(Config, MissingFileIsNotFoundNamingIt) {
   absl::Status s = ApplyConfigFile("/nonexistent/blockswapd.toml", o);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(s.message(), "/nonexistent/blockswapd.toml")) << s;
+}
+
+TEST(Config, MaxMemoryBytesIsAutoByDefaultAndReadsBack) {
+  DaemonOptions o;
+  EXPECT_EQ(o.max_memory_bytes, kMaxMemoryBytesAuto);
+  EXPECT_TRUE(absl::StrContains(FormatConfig(o), "\nmax_memory_bytes = \"auto\"\n"));
+  ASSERT_TRUE(Apply("max_memory_bytes = 0", o).ok());
+  EXPECT_EQ(o.max_memory_bytes, 0u);
+  ASSERT_TRUE(Apply("max_memory_bytes = \"auto\"", o).ok());
+  EXPECT_EQ(o.max_memory_bytes, kMaxMemoryBytesAuto);
+}
+
+// The shipped file documents the defaults: a node that runs it gets what a
+// daemon without a file gets, quotas included.
+TEST(Config, ShippedConfigStatesTheDefaultQuotasAndBudgets) {
+  DaemonOptions shipped;
+  ASSERT_TRUE(
+      ApplyConfigFile(std::string(BLOCKSWAP_SOURCE_DIR) + "/deploy/blockswapd.toml", shipped).ok());
+  const DaemonOptions defaults;
+  for (const ConfigField& field : ConfigFields()) {
+    const std::string key = field.key;
+    if (!absl::StartsWith(key, "max_") && key != "device_memory_reserve_bytes") continue;
+    EXPECT_EQ(field.show(shipped), field.show(defaults)) << key;
+  }
+  EXPECT_NE(defaults.quotas.per_client.sessions, 0u) << "a system service needs quotas";
 }
 
 TEST(Config, ShippedConfigIsValidAndSetsEveryKey) {

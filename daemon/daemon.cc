@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/budget/memory_limit.h"
 #include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/parse_error_interceptor.h"
@@ -48,15 +49,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     }
   }
 
+  uint64_t max_memory_bytes = o.max_memory_bytes;
+  if (max_memory_bytes == kMaxMemoryBytesAuto) {
+    MemoryLimit limit = ProcessMemoryLimit();
+    max_memory_bytes = AutoMaxMemoryBytes(limit);
+    daemon->Log(absl::StrCat("max_memory_bytes = \"auto\": ", max_memory_bytes, " (3/4 of the ",
+                             limit.bytes, " bytes of ", limit.source, ")"));
+  }
+  daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes);
+
   // cudaHostRegisterPortable makes one pinning valid for every device.
   BLOCKSWAP_ASSIGN_OR_RETURN(
       daemon->store_,
-      ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes}, devices[0].get()));
+      ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes, daemon->memory_.get()},
+                       devices[0].get()));
 
+  // On the host backend a ring's "device memory" is the daemon's own memory.
+  RingMemoryOptions ring_memory{
+      daemon->backend_->kind() == BackendKind::kHost ? daemon->memory_.get() : nullptr,
+      o.device_memory_reserve_bytes};
   std::map<std::string, DeviceWorker*> workers;
   std::map<std::string, const DeviceWorker*> admin_workers;
   for (const auto& device : devices) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto worker, DeviceWorker::Start(*device, daemon->boot_id_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto worker,
+                               DeviceWorker::Start(*device, daemon->boot_id_, ring_memory));
     workers[device->info().uuid] = worker.get();
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);
@@ -95,6 +111,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   listener_options.socket_path = o.socket_path;
   listener_options.policy = std::move(policy);
   listener_options.group = socket_group;
+  listener_options.max_connections_per_uid = o.max_connections_per_uid;
+  listener_options.max_pending_per_uid = o.max_pending_connections_per_uid;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };
   BLOCKSWAP_ASSIGN_OR_RETURN(
       daemon->listener_, Listener::Start(std::move(listener_options), daemon->server_.get(),
@@ -179,9 +197,16 @@ void Daemon::Shutdown() {
 void Daemon::Reload(LogLevel log_level, const ClientQuotas& quotas) {
   SetLogLevel(log_level);
   if (sessions_ != nullptr) sessions_->quotas().Set(quotas);
-  Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level), ", quotas: ", quotas.max_rings,
-                   " rings, ", quotas.max_device_bytes, " device bytes, ", quotas.max_staging_bytes,
-                   " staging bytes per client (0: unlimited)"));
+  std::string described;
+  for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
+    const ClientAmounts& limits = scope == QuotaScope::kClient ? quotas.per_client : quotas.per_uid;
+    for (const QuotaKind& kind : QuotaKinds()) {
+      absl::StrAppend(&described, described.empty() ? "" : ", ", QuotaKey(kind, scope), " = ",
+                      limits.*kind.member);
+    }
+  }
+  Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level),
+                   ", quotas (0: unlimited): ", described));
 }
 
 std::string Daemon::Describe() const {

@@ -15,20 +15,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/options.h"
-#include "daemon/server/admin_service.h"
-#include "daemon/server/blockswap_service.h"
+#include "daemon/budget/memory_budget.h"
 #include "daemon/device/device_worker.h"
 #include "daemon/device/gpu_modes.h"
-#include "daemon/server/listener.h"
+#include "daemon/options.h"
 #include "daemon/os/logging.h"
+#include "daemon/server/admin_service.h"
+#include "daemon/server/blockswap_service.h"
+#include "daemon/server/listener.h"
 #include "daemon/server/metrics_server.h"
-#include "daemon/store/model_store.h"
 #include "daemon/server/peer_registry.h"
-#include "daemon/session/quota.h"
-#include "daemon/session/session_manager.h"
 #include "daemon/server/verify_queue.h"
 #include "daemon/server/work_queue.h"
+#include "daemon/session/quota.h"
+#include "daemon/session/session_manager.h"
+#include "daemon/store/model_store.h"
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
@@ -45,7 +46,7 @@ class Daemon {
   // releases everything but the sealed models. Idempotent.
   void Shutdown();
 
-  // What SIGHUP reloads: the log level and the per-client quotas.
+  // What SIGHUP reloads: the log level and the per-client and per-uid quotas.
   void Reload(LogLevel log_level, const ClientQuotas& quotas);
   // One line for systemd's STATUS=: "serving: 2 clients, 1 models, ...".
   std::string Describe() const;
@@ -54,6 +55,7 @@ class Daemon {
 
   uint64_t boot_id() const { return boot_id_; }
   const Backend& backend() const { return *backend_; }
+  const MemoryBudget& memory_budget() const { return *memory_; }
 
  private:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
@@ -63,6 +65,7 @@ class Daemon {
   uint64_t boot_id_ = 0;
   // Declared in dependency order, so that destruction runs the other way.
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MemoryBudget> memory_;  // max_memory_bytes, resolved
   std::unique_ptr<ModelStore> store_;
   std::map<std::string, std::unique_ptr<DeviceWorker>> workers_;
   std::unique_ptr<SessionManager> sessions_;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
+
+// max_memory_bytes = "auto": three quarters of what the machine or the
+// daemon's memory cgroup allows (daemon/budget/memory_limit.h).
+inline constexpr uint64_t kMaxMemoryBytesAuto = UINT64_MAX;
 
 struct DaemonOptions {
   std::string socket_path = "/run/blockswap/blockswapd.sock";
@@ -38,7 +43,15 @@ struct DaemonOptions {
   std::string metrics_listen;
   // Admin.VerifyModel calls one uid may have waiting or running (0: unlimited).
   uint32_t max_verifies_per_uid = 4;
-  ClientQuotas quotas;
+  // The node's memory budget (daemon/budget/memory_budget.h); 0: unlimited.
+  uint64_t max_memory_bytes = kMaxMemoryBytesAuto;
+  // A ring must leave this much of its device's memory free.
+  uint64_t device_memory_reserve_bytes = uint64_t{1} << 30;
+  ClientQuotas quotas = DefaultClientQuotas();
+  // Connections of one uid open at once, and of those waiting for their
+  // first message (daemon/server/listener.h); 0: unlimited.
+  uint64_t max_connections_per_uid = 256;
+  uint64_t max_pending_connections_per_uid = 16;
   std::function<void(absl::string_view)> log;  // default: stderr
 };
 

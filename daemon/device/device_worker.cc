@@ -22,6 +22,9 @@ constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
 }  // namespace
 
 struct DeviceWorker::RingState {
+  // The quotas' and the node budget's charges: first, so that they are
+  // returned only after the ring's memory is freed.
+  Reservation charged;
   uint64_t ring_id = 0;
   uint64_t session_id = 0;
   RingOwner owner;
@@ -54,19 +57,20 @@ v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generatio
   return event;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device,
-                                                                  uint64_t boot_id) {
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device, uint64_t boot_id,
+                                                                  RingMemoryOptions memory) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
                              Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
   return std::unique_ptr<DeviceWorker>(
-      new DeviceWorker(device, boot_id, std::move(stream), std::move(doorbell)));
+      new DeviceWorker(device, boot_id, memory, std::move(stream), std::move(doorbell)));
 }
 
-DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
-                           std::unique_ptr<Doorbell> doorbell)
+DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
+                           std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell)
     : device_(device),
       boot_id_(boot_id),
+      memory_(memory),
       copy_stream_(std::move(copy_stream)),
       doorbell_(std::move(doorbell)),
       copies_(device, *copy_stream_),
@@ -88,12 +92,21 @@ DeviceWorker::~DeviceWorker() {
 
 absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
                                                     const RingShape& shape, RingOwner owner,
-                                                    std::shared_ptr<const LoadResolver> resolver) {
+                                                    std::shared_ptr<const LoadResolver> resolver,
+                                                    Reservation charged) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonRing> ring,
-                             DaemonRing::Create(device_, ring_id, shape, boot_id_));
+  std::unique_ptr<DaemonRing> ring;
+  {
+    absl::MutexLock lock(&alloc_mu_);
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        Reservation memory,
+        ChargeRingMemory(ring_id, uint64_t{shape.slot_count} * shape.slot_bytes));
+    charged.Add(std::move(memory));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ring, DaemonRing::Create(device_, ring_id, shape, boot_id_));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, ring->Export());
   auto state = std::make_unique<RingState>();
+  state->charged = std::move(charged);
   state->ring_id = ring_id;
   state->session_id = session_id;
   state->owner = std::move(owner);
@@ -111,6 +124,27 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
   absl::MutexLock lock(&rings_mu_);
   rings_[ring_id] = std::move(state);
   return exported;
+}
+
+absl::StatusOr<Reservation> DeviceWorker::ChargeRingMemory(uint64_t ring_id, uint64_t bytes) {
+  const std::string what =
+      absl::StrCat("ring ", ring_id, " of ", bytes, " bytes on ", device_.info().uuid);
+  Reservation charged;
+  if (memory_.host_budget != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(charged,
+                               memory_.host_budget->Reserve(MemoryUse::kRings, bytes, what));
+  }
+  absl::StatusOr<uint64_t> free_bytes = device_.FreeMemoryBytes();
+  if (!free_bytes.ok()) {
+    return Annotate(free_bytes.status(), absl::StrCat("reading the free memory for ", what));
+  }
+  const uint64_t reserve = memory_.device_reserve_bytes;
+  if (*free_bytes < reserve || *free_bytes - reserve < bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": the device has ", *free_bytes, " bytes free, and the ring would leave less than ",
+        "device_memory_reserve_bytes = ", reserve));
+  }
+  return charged;
 }
 
 void DeviceWorker::Submit(LoadTask task) {

@@ -30,6 +30,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/budget/ledger.h"
+#include "daemon/budget/memory_budget.h"
 #include "daemon/device/copy_tracker.h"
 #include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
@@ -144,10 +146,22 @@ struct DeviceStats {
   LatencyHistogram load_latency;
 };
 
+// What a ring's memory is checked against before the worker allocates it.
+struct RingMemoryOptions {
+  // Set when the device's memory is host memory (the host backend): each
+  // ring is charged to the node's max_memory_bytes. Must outlive the worker.
+  MemoryBudget* host_budget = nullptr;
+  // device_memory_reserve_bytes: a ring is refused when it would leave less
+  // than this much of the device's memory free (for the trainers' own
+  // allocations and every other process on the device).
+  uint64_t device_reserve_bytes = 0;
+};
+
 class DeviceWorker {
  public:
   // `device` must outlive the worker.
-  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id);
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id,
+                                                             RingMemoryOptions memory = {});
   // Stops the thread, waits for issued copies and frees every ring.
   ~DeviceWorker();
 
@@ -158,11 +172,16 @@ class DeviceWorker {
   // request ring (the load fast path): the export carries the device's
   // doorbell, and the worker takes the entries its client writes, resolved by
   // `resolver` and validated like Submit's tasks; a bad entry fails the ring.
+  // `charged` (the client's quotas) is held with the ring until it is
+  // freed, retired or not; the worker adds the node budget's charge for a
+  // ring in host memory. RESOURCE_EXHAUSTED when the ring does not fit
+  // max_memory_bytes or would leave less than the device reserve free.
   // Runs on the caller's thread (device allocation can take milliseconds);
   // thread-safe.
   absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
                                         const RingShape& shape, RingOwner owner = {},
-                                        std::shared_ptr<const LoadResolver> resolver = nullptr);
+                                        std::shared_ptr<const LoadResolver> resolver = nullptr,
+                                        Reservation charged = {});
 
   // Queues a load for the worker thread. Never blocks. A request that breaks
   // the protocol fails its ring and is reported to task.sink.
@@ -194,8 +213,13 @@ class DeviceWorker {
  private:
   struct RingState;
 
-  DeviceWorker(Device& device, uint64_t boot_id, std::unique_ptr<Stream> copy_stream,
-               std::unique_ptr<Doorbell> doorbell);
+  DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
+               std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell);
+  // The node budget's charge and the device reserve's check for a ring of
+  // `bytes`; alloc_mu_ held, so that two rings never both take the last of
+  // the device's free memory.
+  absl::StatusOr<Reservation> ChargeRingMemory(uint64_t ring_id, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(alloc_mu_);
   void Run();
   // Whether work waits: a queued task or an entry in a request ring.
   bool HasWork();
@@ -224,6 +248,9 @@ class DeviceWorker {
 
   Device& device_;
   const uint64_t boot_id_;
+  const RingMemoryOptions memory_;
+  // Held by CreateRing from its memory check to its allocation.
+  absl::Mutex alloc_mu_;
   // Used by the worker thread only, after construction.
   std::unique_ptr<Stream> copy_stream_;
   const std::unique_ptr<Doorbell> doorbell_;                       // thread-safe

@@ -105,6 +105,13 @@ class DeviceWorkerTest : public ::testing::Test {
     worker_ = std::move(started).value();
   }
 
+  void RestartWorker(RingMemoryOptions memory) {
+    worker_.reset();
+    auto started = DeviceWorker::Start(*device_, kBootId, memory);
+    ASSERT_TRUE(started.ok()) << started.status();
+    worker_ = std::move(started).value();
+  }
+
   // Creates ring `id` on the worker and imports it as a client would; with
   // `notify` its consumer tells the worker when a slot's free completes, as
   // the client library does.
@@ -524,6 +531,58 @@ TEST_F(DeviceWorkerTest, ARetiredRingIsFreedOnlyOnceItsClientHasReleasedItsSlots
   EXPECT_EQ(trace.rings[0].ring_id, 3u);
   EXPECT_TRUE(trace.rings[0].retired);
   EXPECT_EQ(trace.rings[0].owner.client_name, "test");
+}
+
+// Issue 19 item 4: what a ring was charged (the client's quotas) is held by
+// the ring itself, retired or not, until the worker frees it.
+TEST_F(DeviceWorkerTest, ARetiredRingKeepsItsChargeUntilItIsFreed) {
+  Ledger rings("process 1", "rings");
+  Reservation charged;
+  charged.Add(*rings.Reserve(1, {}));
+  auto exported = worker_->CreateRing(3, kSessionId, RingShape{2, kSlotBytes}, RingOwner{}, nullptr,
+                                      std::move(charged));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto imported = RingImport::Import(*device_, std::move(exported).value());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  RingConsumer consumer(**imported);
+  HoldCompute();
+  ASSERT_TRUE(consumer.Release(0, *compute_).ok());  // free[0] behind held work
+  worker_->RetireRing(3, /*owner_alive=*/true);
+  AwaitWorkerPasses(5);
+  ASSERT_FALSE(worker_->idle());
+  EXPECT_EQ(rings.used(), 1u) << "a retired ring not yet freed stopped counting";
+  release_compute_.Notify();
+  ASSERT_TRUE(AwaitIdle());
+  EXPECT_EQ(rings.used(), 0u) << "a freed ring still counts";
+}
+
+TEST_F(DeviceWorkerTest, ARingOverTheNodesMemoryBudgetIsRefusedBeforeAnythingIsAllocated) {
+  MemoryBudget budget(3 * kSlotBytes);
+  RestartWorker({.host_budget = &budget});
+  auto first = worker_->CreateRing(1, kSessionId, RingShape{2, kSlotBytes});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(budget.used(MemoryUse::kRings), 2 * kSlotBytes);
+  auto second = worker_->CreateRing(2, kSessionId, RingShape{2, kSlotBytes});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("ring 2 of ", 2 * kSlotBytes, " bytes on ",
+                                     device_->info().uuid, ": blockswapd would hold")));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("over max_memory_bytes = ", 3 * kSlotBytes)));
+  EXPECT_EQ(worker_->stats().rings, 1u);
+  worker_->RetireRing(1, /*owner_alive=*/false);
+  ASSERT_TRUE(AwaitIdle());
+  EXPECT_EQ(budget.used(), 0u) << "a freed ring's memory is still charged";
+}
+
+TEST_F(DeviceWorkerTest, ARingThatWouldLeaveLessThanTheDeviceReserveFreeIsRefused) {
+  RestartWorker({.device_reserve_bytes = uint64_t{1} << 62});
+  auto ring = worker_->CreateRing(1, kSessionId, RingShape{2, kSlotBytes});
+  EXPECT_EQ(ring.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(ring.status().message(),
+              HasSubstr("bytes free, and the ring would leave less than "
+                        "device_memory_reserve_bytes = 4611686018427387904"));
+  EXPECT_EQ(worker_->stats().rings, 0u);
 }
 
 TEST_F(DeviceWorkerTest, ARingRetiredAfterItsClientDiedIsFreedWithoutWaitingForItsSlots) {

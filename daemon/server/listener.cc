@@ -30,8 +30,14 @@ namespace {
 constexpr uint64_t kWakeTag = ~uint64_t{0};
 constexpr uint64_t kListenTag = ~uint64_t{0} - 1;
 
-// A gRPC client's first bytes: the HTTP/2 preface "PRI * HTTP/2.0\r\n...".
-constexpr absl::string_view kGrpcPrefix = "PRI ";
+// A gRPC client's first bytes: the HTTP/2 client preface, then the 9-byte
+// header of its first frame, which must be SETTINGS (RFC 9113 §3.4). Only a
+// connection that sent all of it is handed to gRPC: one that stops after
+// "PRI " stays the listener's, and its hello timeout closes it.
+constexpr absl::string_view kGrpcPrefix("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+constexpr size_t kFrameHeaderBytes = 9;
+constexpr size_t kFrameTypeOffset = 3;
+constexpr char kSettingsFrame = 0x04;
 constexpr absl::string_view kHelloPrefix(kSideChannelHelloMagic, sizeof(kSideChannelHelloMagic));
 
 // Connections that have not yet said what they are; more are refused, so a
@@ -324,6 +330,25 @@ void Listener::AcceptAll() {
   }
 }
 
+std::string Listener::OverUidCaps(uid_t uid) const {
+  uint64_t pending = 0, open = 0;
+  for (const auto& [id, entry] : pending_) pending += entry.peer.uid == uid;
+  for (const auto& [id, entry] : watched_) open += entry.uid == uid;
+  open += pending;
+  if (options_.max_pending_per_uid != 0 && pending >= options_.max_pending_per_uid) {
+    return absl::StrCat("uid ", uid, " already has ", pending,
+                        " connections waiting to send their first message "
+                        "(max_pending_connections_per_uid = ",
+                        options_.max_pending_per_uid, ")");
+  }
+  if (options_.max_connections_per_uid != 0 && open >= options_.max_connections_per_uid) {
+    return absl::StrCat(
+        "uid ", uid, " already has ", open,
+        " connections open (max_connections_per_uid = ", options_.max_connections_per_uid, ")");
+  }
+  return "";
+}
+
 void Listener::Admit(UniqueFd socket) {
   if (pending_.size() >= kMaxPending) {
     Refuse(std::nullopt,
@@ -352,6 +377,10 @@ void Listener::Admit(UniqueFd socket) {
       return;
     }
     credentials->groups = *std::move(groups);
+  }
+  if (std::string over = OverUidCaps(credentials->uid); !over.empty()) {
+    Log(absl::StrCat("closed a new connection from pid ", credentials->pid, ": ", over));
+    return;
   }
   uint64_t id = next_connection_id_++;
   absl::Status access = options_.policy.Check(*credentials);
@@ -409,7 +438,12 @@ void Listener::OnPendingReadable(uint64_t id, uint32_t events) {
   absl::string_view seen(bytes, static_cast<size_t>(got));
   bool hung_up = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
   if (CouldBe(seen, kGrpcPrefix)) {
-    if (seen.size() >= kGrpcPrefix.size()) {
+    static_assert(sizeof(bytes) >= kGrpcPrefix.size() + kFrameHeaderBytes);
+    if (seen.size() >= kGrpcPrefix.size() + kFrameHeaderBytes) {
+      if (seen[kGrpcPrefix.size() + kFrameTypeOffset] != kSettingsFrame) {
+        Drop(id, "its HTTP/2 preface is not followed by a SETTINGS frame");
+        return;
+      }
       HandToGrpc(id);
     } else if (hung_up) {
       Drop(id, absl::StrCat("hung up after ", seen.size(), " bytes of an HTTP/2 preface"));
@@ -461,7 +495,7 @@ void Listener::HandToGrpc(uint64_t id) {
   std::string grpc_peer = PeerRegistry::GrpcPeerName(pending.socket.get());
   // Registered before gRPC can read a byte, so that no call finds it missing.
   registry_->Register(grpc_peer, pending.peer);
-  watched_.emplace(id, Watched{*std::move(duplicate), std::move(grpc_peer)});
+  watched_.emplace(id, Watched{*std::move(duplicate), std::move(grpc_peer), pending.peer.uid});
   grpc::AddInsecureChannelFromFd(server_, pending.socket.Release());
 }
 

@@ -4,10 +4,14 @@
 // The listener accepts every connection itself, reads the peer's credentials
 // from the kernel (SO_PEERCRED, SO_PEERGROUPS, a pidfd) and checks them
 // against the access policy, then looks at the first bytes the peer sends
-// without consuming them: the HTTP/2 preface ("PRI ") hands the connection to
-// gRPC (grpc::AddInsecureChannelFromFd) with the peer in the PeerRegistry
-// under "fd:N"; a side-channel hello ("BSFD") goes to the SideChannelAcceptor;
-// anything else, or silence for `hello_timeout`, is closed.
+// without consuming them: the whole 24-byte HTTP/2 preface followed by the
+// header of a SETTINGS frame hands the connection to gRPC
+// (grpc::AddInsecureChannelFromFd) with the peer in the PeerRegistry under
+// "fd:N"; a side-channel hello ("BSFD") goes to the SideChannelAcceptor;
+// anything else, or less than that within `hello_timeout`, is closed. Each
+// uid may have at most max_connections_per_uid connections open, and at most
+// max_pending_connections_per_uid of them waiting for their first message,
+// so no one peer fills the pending places (kMaxPending) everybody shares.
 //
 // A peer the policy denies still gets its gRPC connection, marked denied, so
 // that every call on it answers PERMISSION_DENIED with the reason instead of
@@ -56,9 +60,18 @@ struct ListenerOptions {
   static constexpr gid_t kKeepGroup = static_cast<gid_t>(-1);
   gid_t group = kKeepGroup;
   AccessPolicy policy;      // default: the daemon's euid, root, the socket's group
-  // A connection that has not sent its first 4 bytes (a side channel: its
-  // whole 48-byte hello) by then is closed.
+  // A connection that has not sent its first message by then is closed: a
+  // gRPC connection the whole 24-byte HTTP/2 preface and the header of its
+  // first frame, which must be SETTINGS; a side channel its 48-byte hello.
   absl::Duration hello_timeout = absl::Seconds(5);
+  // max_connections_per_uid: connections one uid may have open (waiting for
+  // their first message or handed to gRPC); more are closed at once. 0:
+  // unlimited. Side channels are bounded by the session quotas instead.
+  uint64_t max_connections_per_uid = 0;
+  // max_pending_connections_per_uid: of those, how many may be waiting for
+  // their first message, so that one peer cannot fill the pending places
+  // that every peer shares. 0: unlimited (the shared cap still holds).
+  uint64_t max_pending_per_uid = 0;
   // Where the listener reports each connection it dropped and why (at most
   // one line per uid per 10 s, then a count: RefusalLog). Called on the
   // listener's thread; must not block. Empty: standard error.
@@ -109,6 +122,7 @@ class Listener {
   struct Watched {
     UniqueFd duplicate;
     std::string grpc_peer;
+    uid_t uid = 0;
   };
 
   Listener(ListenerOptions options, grpc::Server* server, PeerRegistry* registry,
@@ -135,6 +149,9 @@ class Listener {
   void CloseListeningSocket();
   int EpollTimeoutMs(absl::Time now) const;
   void Drop(uint64_t id, absl::string_view why);
+  // Why a new connection of `uid` is closed at once (its per-uid caps), or
+  // empty when it may wait for its first message.
+  std::string OverUidCaps(uid_t uid) const;
   void Log(absl::string_view message) const;
   // Logs a refused connection, rate-limited per uid (empty: not known yet).
   void Refuse(std::optional<uid_t> uid, absl::string_view message);

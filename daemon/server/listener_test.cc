@@ -487,6 +487,50 @@ TEST_F(ListenerTest, UnknownProtocolIsClosed) {
   EXPECT_TRUE(Logged("neither an HTTP/2 preface nor a side-channel hello"));
 }
 
+TEST_F(ListenerTest, APeerThatSendsOnlyPartOfThePrefaceIsClosedAtTheTimeout) {
+  ListenerOptions options = Options();
+  options.hello_timeout = absl::Milliseconds(300);
+  StartListener(std::move(options));
+  UniqueFd peer = RawConnect(path_);
+  ASSERT_TRUE(peer.valid());
+  ASSERT_EQ(::send(peer.get(), "PRI ", 4, MSG_NOSIGNAL), 4);  // never handed to gRPC
+  EXPECT_TRUE(ClosedByDaemon(peer, kPatience));
+  EXPECT_TRUE(Logged("did not send its first message within 300ms"));
+}
+
+TEST_F(ListenerTest, APrefaceNotFollowedBySettingsIsClosed) {
+  StartListener(Options());
+  UniqueFd peer = RawConnect(path_);
+  ASSERT_TRUE(peer.valid());
+  // The preface, then the header of a PING frame (type 6).
+  const std::string bytes = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24) +
+                            std::string("\0\0\x08\x06\0\0\0\0\0", 9);
+  ASSERT_EQ(::send(peer.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  EXPECT_TRUE(ClosedByDaemon(peer, kPatience));
+  EXPECT_TRUE(Logged("its HTTP/2 preface is not followed by a SETTINGS frame"));
+}
+
+TEST_F(ListenerTest, AUidOverItsPendingCapIsClosedAtOnceNamingTheCap) {
+  ListenerOptions options = Options();
+  options.max_pending_per_uid = 2;
+  StartListener(std::move(options));
+  UniqueFd first = RawConnect(path_), second = RawConnect(path_);
+  ASSERT_TRUE(first.valid() && second.valid());
+  UniqueFd third = RawConnect(path_);
+  ASSERT_TRUE(third.valid());
+  EXPECT_TRUE(ClosedByDaemon(third, kPatience));
+  EXPECT_TRUE(Logged(absl::StrCat("uid ", ::getuid(),
+                                  " already has 2 connections waiting to send their first "
+                                  "message (max_pending_connections_per_uid = 2)")));
+  first.Reset();
+  second.Reset();
+  // Once they have gone, the uid's gRPC client gets through.
+  absl::SleepFor(absl::Milliseconds(100));
+  auto stub = StubFor(path_);
+  EXPECT_TRUE(CallClients(*stub).ok());
+}
+
 // --- the side channel ------------------------------------------------------------
 
 TEST_F(ListenerTest, SideChannelReachesTheAcceptorWithItsPeer) {

@@ -141,16 +141,21 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
       .Sample("", s.file_bytes_read);
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
 
-  // A count and byte sizes are separate families: a sum or a unit over one
+  // Counts and byte sizes are separate families: a sum or a unit over one
   // family must mean something.
-  Family(&out, "client_quota_rings", "gauge",
-         "rings one client may hold (max_rings_per_client; 0: unlimited)")
-      .Sample("", s.quotas.max_rings);
-  {
-    Family f(&out, "client_quota_bytes", "gauge",
-             "bytes one client may hold, by the quota's config key (0: unlimited)");
-    f.Sample("quota=\"max_device_bytes_per_client\"", s.quotas.max_device_bytes);
-    f.Sample("quota=\"max_staging_bytes_per_client\"", s.quotas.max_staging_bytes);
+  for (const bool bytes : {false, true}) {
+    Family f(&out, bytes ? "quota_bytes" : "quota_count", "gauge",
+             bytes ? "per-client and per-uid byte quota in force, by its config key (0: unlimited)"
+                   : "per-client and per-uid count quota in force, by its config key (0: "
+                     "unlimited)");
+    for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
+      const ClientAmounts& limits =
+          scope == QuotaScope::kClient ? s.quotas.per_client : s.quotas.per_uid;
+      for (const QuotaKind& kind : QuotaKinds()) {
+        if (kind.bytes != bytes) continue;
+        f.Sample(absl::StrCat("quota=\"", QuotaKey(kind, scope), "\""), limits.*kind.member);
+      }
+    }
   }
   {
     Family f(&out, "device_info", "gauge",

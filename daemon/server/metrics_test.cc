@@ -38,7 +38,8 @@ MetricsSnapshot TwoDevicesOneClient() {
                            .max_fds = 1024,
                            .start_time_seconds = 1.7e9,
                            .threads = 12};
-  s.quotas = {.max_rings = 4, .max_device_bytes = 0, .max_staging_bytes = 1024};
+  s.quotas.per_client = {.rings = 4, .device_bytes = 0, .staging_bytes = 1024};
+  s.quotas.per_uid = {.sessions = 9};
   DeviceMetrics a{.uuid = "HOST-0", .name = "host device 0", .total_memory_bytes = 1 << 30};
   a.stats = {.loads = 7,
              .bytes = 7000,
@@ -113,9 +114,12 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_TRUE(HasLine(text, "blockswap_sessions 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_models 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_draining 0"));
-  EXPECT_TRUE(HasLine(text, "blockswap_client_quota_rings 4"));
+  EXPECT_TRUE(HasLine(text, "blockswap_quota_count{quota=\"max_rings_per_client\"} 4"));
+  EXPECT_TRUE(HasLine(text, "blockswap_quota_count{quota=\"max_sessions_per_uid\"} 9"));
   EXPECT_TRUE(
-      HasLine(text, "blockswap_client_quota_bytes{quota=\"max_staging_bytes_per_client\"} 1024"));
+      HasLine(text, "blockswap_quota_bytes{quota=\"max_staging_bytes_per_client\"} 1024"));
+  EXPECT_FALSE(absl::StrContains(text, "blockswap_quota_count{quota=\"max_staging_bytes"))
+      << "a byte quota among the counts";
   EXPECT_TRUE(HasLine(text, "blockswap_max_pinned_bytes 8192"));
   EXPECT_TRUE(HasLine(text, "blockswap_evictions_total 2"));
   EXPECT_TRUE(HasLine(text, "blockswap_file_reads_total 3"));

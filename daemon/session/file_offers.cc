@@ -11,7 +11,9 @@
 
 namespace blockswap::daemon {
 
-absl::Status DrainFileOffers(const UniqueFd& side_channel, std::map<uint64_t, UniqueFd>* offers) {
+absl::Status DrainFileOffers(const UniqueFd& side_channel,
+                             const std::function<absl::StatusOr<Reservation>()>& charge,
+                             std::map<uint64_t, ParkedFileOffer>* offers) {
   while (true) {
     pollfd pfd{side_channel.get(), POLLIN, 0};
     int ready = ::poll(&pfd, 1, 0);
@@ -39,10 +41,12 @@ absl::Status DrainFileOffers(const UniqueFd& side_channel, std::map<uint64_t, Un
       return absl::InvalidArgumentError(absl::StrCat(
           "more than ", kMaxPendingFileOffers, " file offers not yet named by RegisterFile"));
     }
-    if (!offers->emplace(header.offer, std::move(message.fds[0])).second) {
+    if (offers->contains(header.offer)) {
       return absl::InvalidArgumentError(
           absl::StrCat("file offer ", header.offer, " was sent twice"));
     }
+    BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged, charge());
+    offers->emplace(header.offer, ParkedFileOffer{std::move(message.fds[0]), std::move(charged)});
   }
 }
 

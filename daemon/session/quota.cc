@@ -4,32 +4,31 @@
 
 namespace blockswap::daemon {
 
-absl::Status CheckNewRing(const ClientQuotas& quotas, uint64_t session_id, const ClientUsage& usage,
-                          uint64_t ring_bytes) {
-  if (quotas.max_rings != 0 && usage.rings + 1 > quotas.max_rings) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("session ", session_id, " would hold ", usage.rings + 1,
-                     " rings, over the quota max_rings_per_client = ", quotas.max_rings));
-  }
-  if (quotas.max_device_bytes != 0 && usage.device_bytes + ring_bytes > quotas.max_device_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session ", session_id, " would hold ", usage.device_bytes + ring_bytes,
-        " bytes of ring memory (", usage.device_bytes, " held + ", ring_bytes,
-        " asked), over the quota max_device_bytes_per_client = ", quotas.max_device_bytes));
-  }
-  return absl::OkStatus();
+ClientQuotas DefaultClientQuotas() {
+  ClientQuotas quotas;
+  // A trainer attaches once per process (a few sessions at most, one per
+  // library that embeds a client) and holds a ring or two per device.
+  quotas.per_client = {.sessions = 16, .rings = 64, .file_offers = 256};
+  // Every process of one uid: a node's worth of trainers of one user.
+  quotas.per_uid = {.sessions = 128, .rings = 512, .file_offers = 1024};
+  // Bytes stay unlimited per client by default: the node's max_memory_bytes
+  // and the device reserve bound them, whatever the node's size.
+  return quotas;
 }
 
-absl::Status CheckNewUpload(const ClientQuotas& quotas, uint64_t session_id,
-                            const ClientUsage& usage, uint64_t staging_bytes) {
-  if (quotas.max_staging_bytes != 0 &&
-      usage.staging_bytes + staging_bytes > quotas.max_staging_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session ", session_id, " would hold ", usage.staging_bytes + staging_bytes,
-        " bytes of staging memory (", usage.staging_bytes, " held + ", staging_bytes,
-        " asked), over the quota max_staging_bytes_per_client = ", quotas.max_staging_bytes));
-  }
-  return absl::OkStatus();
+const std::vector<QuotaKind>& QuotaKinds() {
+  static const std::vector<QuotaKind>* kinds = new std::vector<QuotaKind>{
+      {"sessions", "sessions", false, &ClientAmounts::sessions},
+      {"rings", "rings", false, &ClientAmounts::rings},
+      {"device_bytes", "bytes of ring memory", true, &ClientAmounts::device_bytes},
+      {"staging_bytes", "bytes of staging memory", true, &ClientAmounts::staging_bytes},
+      {"file_offers", "parked file offers", false, &ClientAmounts::file_offers},
+  };
+  return *kinds;
+}
+
+std::string QuotaKey(const QuotaKind& kind, QuotaScope scope) {
+  return absl::StrCat("max_", kind.name, scope == QuotaScope::kClient ? "_per_client" : "_per_uid");
 }
 
 }  // namespace blockswap::daemon

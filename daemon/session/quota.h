@@ -1,39 +1,54 @@
-// Per-client quotas: how much of the daemon one session may hold — rings,
-// device bytes of its rings, and host bytes of its staging areas (uploads
-// between BeginUpload and CommitUpload). 0 means unlimited. The limits may
-// change while the daemon runs (SIGHUP); a change applies to the next
-// request, it takes nothing away from a session.
+// Per-client quotas: how much of the daemon one client process, and every
+// process of one uid together, may hold — sessions, rings (a destroyed ring
+// counts until the daemon has freed it), the bytes of their rings, the bytes
+// of staging areas (uploads between BeginUpload and CommitUpload) and file
+// offers parked on side channels. Keyed by process and uid, never by
+// session: a second session of the same process shares its process's quota.
+// 0 means unlimited. The limits may change while the daemon runs (SIGHUP); a
+// change applies to the next request, it takes nothing away from anyone.
+// What is held is counted by ClientAccounts (client_accounts.h).
 #ifndef BLOCKSWAP_DAEMON_SESSION_QUOTA_H_
 #define BLOCKSWAP_DAEMON_SESSION_QUOTA_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace blockswap::daemon {
 
-struct ClientQuotas {
-  uint32_t max_rings = 0;          // max_rings_per_client
-  uint64_t max_device_bytes = 0;   // max_device_bytes_per_client
-  uint64_t max_staging_bytes = 0;  // max_staging_bytes_per_client
-};
-
-// What a session holds now.
-struct ClientUsage {
-  uint32_t rings = 0;
-  uint64_t device_bytes = 0;
+// An amount of each quota'd thing: a limit, what an operation asks for, or
+// what someone holds.
+struct ClientAmounts {
+  uint64_t sessions = 0;
+  uint64_t rings = 0;
+  uint64_t device_bytes = 0;  // ring memory
   uint64_t staging_bytes = 0;
+  uint64_t file_offers = 0;
 };
 
-// OK, or RESOURCE_EXHAUSTED naming the quota (its config key), the limit and
-// what the session holds: "session 3 would hold 3 rings, over the quota
-// max_rings_per_client = 2".
-absl::Status CheckNewRing(const ClientQuotas& quotas, uint64_t session_id, const ClientUsage& usage,
-                          uint64_t ring_bytes);
-absl::Status CheckNewUpload(const ClientQuotas& quotas, uint64_t session_id,
-                            const ClientUsage& usage, uint64_t staging_bytes);
+struct ClientQuotas {
+  ClientAmounts per_client;  // one client process: the *_per_client keys
+  ClientAmounts per_uid;     // every process of one uid: the *_per_uid keys
+};
+
+// The defaults of a system service (deploy/blockswapd.toml says why).
+ClientQuotas DefaultClientQuotas();
+
+// One quota'd thing, as the config keys and the refusals name it:
+// max_<name>_per_client, max_<name>_per_uid.
+struct QuotaKind {
+  absl::string_view name;  // "rings"
+  absl::string_view unit;  // "rings", "bytes of ring memory"
+  bool bytes;              // a byte count (the config accepts "1GiB")
+  uint64_t ClientAmounts::*member;
+};
+const std::vector<QuotaKind>& QuotaKinds();
+enum class QuotaScope { kClient, kUid };
+std::string QuotaKey(const QuotaKind& kind, QuotaScope scope);
 
 // The quotas in force; thread-safe.
 class QuotaPolicy {

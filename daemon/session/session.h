@@ -12,13 +12,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/budget/ledger.h"
 #include "daemon/device/load_resolver.h"
-#include "daemon/store/model_store.h"
+#include "daemon/session/file_offers.h"
 #include "daemon/session/peer.h"
+#include "daemon/store/model_store.h"
+#include "shared/base/unique_fd.h"
+#include "shared/os/shared_memory.h"
 #include "shared/protocol/model_layout.h"
 #include "shared/protocol/ring.h"
-#include "shared/os/shared_memory.h"
-#include "shared/base/unique_fd.h"
 
 namespace blockswap::daemon {
 
@@ -39,15 +41,20 @@ struct Upload {
   SharedMemory staging;
   std::vector<uint64_t> block_offsets;
   bool committing = false;  // CommitUpload is running: a second one is refused
+  // Its staging bytes in the client's quotas and the node's memory budget.
+  Reservation charged;
 };
 
 // Thread-safe: fields below `mu` are guarded by it; the rest never change
 // after Attach.
 class Session {
  public:
-  Session(uint64_t id, std::string token, Peer peer, std::string client_name)
+  // `charged`: the session's count in its process's and uid's quotas.
+  Session(uint64_t id, std::string token, Peer peer, std::string client_name,
+          Reservation charged = {})
       : models(std::make_shared<SessionModels>(id)),
         fast_path_loads(std::make_shared<FastPathLoadCounts>()),
+        charged(std::move(charged)),
         id_(id),
         token_(std::move(token)),
         peer_(std::move(peer)),
@@ -77,6 +84,9 @@ class Session {
 
   mutable absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;
+  // The session's own count in its process's and uid's max_sessions quotas;
+  // returned when it ends.
+  Reservation charged ABSL_GUARDED_BY(mu);
   UniqueFd side_channel ABSL_GUARDED_BY(mu);
   uint64_t next_batch ABSL_GUARDED_BY(mu) = 0;
   uint64_t next_upload ABSL_GUARDED_BY(mu) = 0;
@@ -84,7 +94,7 @@ class Session {
   std::map<uint64_t, Upload> uploads ABSL_GUARDED_BY(mu);
   // Descriptors of files offered on the side channel, by offer id, until a
   // RegisterFile names them (daemon/session/file_offers.h).
-  std::map<uint64_t, UniqueFd> file_offers ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, ParkedFileOffer> file_offers ABSL_GUARDED_BY(mu);
   std::vector<v1::PassStats> pass_stats ABSL_GUARDED_BY(mu);
   uint64_t loads ABSL_GUARDED_BY(mu) = 0;
   uint64_t rejected_loads ABSL_GUARDED_BY(mu) = 0;

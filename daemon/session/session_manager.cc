@@ -25,17 +25,6 @@ v1::Backend BackendToProto(BackendKind kind) {
   return kind == BackendKind::kCuda ? v1::BACKEND_CUDA : v1::BACKEND_HOST;
 }
 
-// What `session` holds, for the quotas.
-ClientUsage UsageOf(const Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu) {
-  ClientUsage usage;
-  usage.rings = static_cast<uint32_t>(session.rings.size());
-  for (const auto& [id, ring] : session.rings) {
-    usage.device_bytes += uint64_t{ring.shape.slot_count} * ring.shape.slot_bytes;
-  }
-  for (const auto& [id, upload] : session.uploads) usage.staging_bytes += upload.staging.size();
-  return usage;
-}
-
 }  // namespace
 
 SessionManager::SessionManager(const Backend& backend, ModelStore& store,
@@ -71,13 +60,15 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   if (peer.pidfd == nullptr || !peer.pidfd->valid()) {
     return absl::FailedPreconditionError("the connection has no process descriptor");
   }
+  BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged, ChargeClient(peer, {.sessions = 1}));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
     if (!attaching_) return absl::UnavailableError("blockswapd is shutting down");
-    session = std::make_shared<Session>(++next_session_id_, token, peer, request.client_name());
+    session = std::make_shared<Session>(++next_session_id_, token, peer, request.client_name(),
+                                        std::move(charged));
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.u64 = session->id();
@@ -172,6 +163,8 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
   std::erase_if(session->uploads, [](const auto& entry) { return !entry.second.committing; });
   session->models->Clear();
   session->side_channel.Reset();
+  session->file_offers.clear();
+  session->charged.Release();
 }
 
 void SessionManager::ReaperLoop() {
@@ -245,19 +238,24 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(layout));
   // Refuse now what could never be registered, before the client uploads.
   BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes));
-  {
-    absl::MutexLock lock(&session.mu);
-    BLOCKSWAP_RETURN_IF_ERROR(
-        CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
+  // The staging area is charged before it exists: to the client's quotas,
+  // then to the node's memory (the master will need its own charge too).
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      Reservation charged, ChargeClient(session.peer(), {.staging_bytes = placement.total_bytes}));
+  if (MemoryBudget* memory = store_.memory_budget(); memory != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        Reservation node,
+        memory->Reserve(
+            MemoryUse::kStaging, placement.total_bytes,
+            absl::StrCat("the staging area of an upload of ", placement.total_bytes,
+                         " bytes for session ", session.id(), " (pid ", session.peer().pid, ")")));
+    charged.Add(std::move(node));
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       SharedMemory staging,
       SharedMemory::Create(absl::StrCat("staging-session-", session.id()), placement.total_bytes));
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
-  // Again under the lock that inserts it: concurrent uploads count too.
-  BLOCKSWAP_RETURN_IF_ERROR(
-      CheckNewUpload(quotas_.Get(), session.id(), UsageOf(session), placement.total_bytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {staging.fd().get()}));
   uint64_t upload_id = ++session.next_upload;
   v1::BeginUploadReply reply;
@@ -267,7 +265,8 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   for (uint64_t offset : placement.offsets) reply.add_block_offsets(offset);
   reply.set_staging_bytes(placement.total_bytes);
   session.uploads[upload_id] =
-      Upload{request.name(), std::move(layout), std::move(staging), placement.offsets, false};
+      Upload{request.name(), std::move(layout), std::move(staging), placement.offsets,
+             false,          std::move(charged)};
   return reply;
 }
 
@@ -357,9 +356,12 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
     if (!session.side_channel.valid()) {
       return absl::FailedPreconditionError("the session has no side channel to offer files on");
     }
-    absl::Status drained = DrainFileOffers(session.side_channel, &session.file_offers);
+    absl::Status drained = DrainFileOffers(
+        session.side_channel, [&] { return ChargeClient(session.peer(), {.file_offers = 1}); },
+        &session.file_offers);
     if (!drained.ok()) {
-      session.side_channel.Reset();  // its message boundaries may be lost
+      // Its message boundaries may be lost, unless a quota refused an offer.
+      if (!absl::IsResourceExhausted(drained)) session.side_channel.Reset();
       return drained;
     }
     for (uint64_t offer : request.file_offers()) {
@@ -368,7 +370,7 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
         return absl::NotFoundError(absl::StrCat(
             "file offer ", offer, " did not arrive on the side channel (send it before the call)"));
       }
-      files.push_back(std::move(it->second));
+      files.push_back(std::move(it->second.file));
       session.file_offers.erase(it);
     }
   }
@@ -401,11 +403,9 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   }
   RingShape shape{request.slot_count(), request.slot_bytes()};
   const uint64_t ring_bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
-  {
-    absl::MutexLock lock(&session.mu);
-    BLOCKSWAP_RETURN_IF_ERROR(
-        CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes));
-  }
+  // Held by the ring in its worker until it is freed, destroyed or not.
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      Reservation charged, ChargeClient(session.peer(), {.rings = 1, .device_bytes = ring_bytes}));
   uint64_t ring_id;
   {
     absl::MutexLock lock(&mu_);
@@ -418,19 +418,16 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   if (request.request_ring()) {
     resolver = std::make_shared<LoadResolver>(session.models, session.fast_path_loads);
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported,
-                             worker->second->CreateRing(ring_id, session.id(), shape,
-                                                        std::move(owner), std::move(resolver)));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      RingExport exported,
+      worker->second->CreateRing(ring_id, session.id(), shape, std::move(owner),
+                                 std::move(resolver), std::move(charged)));
   RingOnWire wire;
   absl::Status sent;
   {
     absl::MutexLock lock(&session.mu);
     if (session.ended) {
       sent = absl::UnauthenticatedError("the session has ended");
-    } else if (absl::Status quota =
-                   CheckNewRing(quotas_.Get(), session.id(), UsageOf(session), ring_bytes);
-               !quota.ok()) {
-      sent = quota;  // a concurrent CreateRing of the session came first
     } else {
       uint64_t batch = ++session.next_batch;
       wire = RingToWire(std::move(exported), batch);
@@ -519,6 +516,11 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
   }
   worker->Submit(std::move(task));
   return absl::OkStatus();
+}
+
+absl::StatusOr<Reservation> SessionManager::ChargeClient(const Peer& peer,
+                                                         const ClientAmounts& amounts) {
+  return accounts_.Reserve(peer.uid, peer.pid, amounts, quotas_.Get());
 }
 
 absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {

@@ -24,12 +24,13 @@
 #include "absl/synchronization/mutex.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device/device_worker.h"
-#include "daemon/store/file_ingest.h"
-#include "daemon/store/model_store.h"
+#include "daemon/session/client_accounts.h"
 #include "daemon/session/quota.h"
-#include "daemon/validation/request_validation.h"
 #include "daemon/session/session.h"
 #include "daemon/session/side_channel.h"
+#include "daemon/store/file_ingest.h"
+#include "daemon/store/model_store.h"
+#include "daemon/validation/request_validation.h"
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
@@ -84,9 +85,11 @@ class SessionManager final : public SideChannelAcceptor {
   bool draining() const;  // StopAttaching was called
   // Ends every session (shutdown).
   void EndAll();
-  // The per-client quotas; Set may be called at any time (SIGHUP).
+  // The per-client and per-uid quotas; Set may be called at any time (SIGHUP).
   QuotaPolicy& quotas() { return quotas_; }
   const QuotaPolicy& quotas() const { return quotas_; }
+  // What each process and uid holds.
+  const ClientAccounts& accounts() const { return accounts_; }
 
  private:
   void EndSession(uint64_t session_id, bool process_alive);
@@ -99,6 +102,8 @@ class SessionManager final : public SideChannelAcceptor {
   absl::StatusOr<v1::ModelReply> ModelReply(Session& session,
                                             const std::shared_ptr<const Model>& model,
                                             bool already_present);
+  // Charges `amounts` to the peer's process and uid (ClientAccounts::Reserve).
+  absl::StatusOr<Reservation> ChargeClient(const Peer& peer, const ClientAmounts& amounts);
 
   const Backend& backend_;
   ModelStore& store_;
@@ -106,6 +111,7 @@ class SessionManager final : public SideChannelAcceptor {
   const uint64_t boot_id_;
   const RequestLimits limits_;
   QuotaPolicy quotas_;
+  ClientAccounts accounts_;
   FileIngest file_ingest_{store_};
 
   mutable absl::Mutex mu_;

@@ -477,7 +477,8 @@ TEST_F(SessionManagerTest, AnUploadCannotBeCommittedTwice) {
 
 TEST_F(SessionManagerTest, AnUploadOverTheStagingQuotaIsRefusedBeforeAnyStagingIsSent) {
   TestModel model = MakeModel(5);
-  manager_->quotas().Set(ClientQuotas{.max_staging_bytes = model.placement.total_bytes - 1});
+  manager_->quotas().Set(
+      ClientQuotas{.per_client = {.staging_bytes = model.placement.total_bytes - 1}});
   Client client = Attach();
   v1::BeginUploadRequest begin;
   *begin.mutable_layout() = LayoutToProto(model.layout);
@@ -616,36 +617,68 @@ TEST_F(SessionManagerTest, ARingWithSlotsOverTheSlotByteLimitIsRefused) {
 }
 
 TEST_F(SessionManagerTest, ARingOverTheRingQuotaIsRefusedAndNothingIsAllocated) {
-  manager_->quotas().Set(ClientQuotas{.max_rings = 1});
+  manager_->quotas().Set(ClientQuotas{.per_client = {.rings = 1}});
   Client client = Attach();
   ASSERT_TRUE(CreateRing(client).ok());
   auto second = CreateRing(client);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(second.status().message(),
-              HasSubstr(absl::StrCat("session ", client.session->id(),
-                                     " would hold 2 rings, over the quota "
+              HasSubstr(absl::StrCat("process ", ::getpid(), " (uid ", ::getuid(),
+                                     ") would hold 2 rings (1 held + 1 asked), over "
                                      "max_rings_per_client = 1")));
   EXPECT_EQ(worker_->stats().rings, 1u);
   EXPECT_TRUE(ChannelIsEmpty(client));
 }
 
-TEST_F(SessionManagerTest, TheRingQuotaIsPerSession) {
-  manager_->quotas().Set(ClientQuotas{.max_rings = 1});
+// Issue 19 item 4: ten sessions of one process do not get ten quotas.
+TEST_F(SessionManagerTest, TheRingQuotaIsPerProcessNotPerSession) {
+  manager_->quotas().Set(ClientQuotas{.per_client = {.rings = 1}});
   Client first = Attach();
   Client second = Attach();
   EXPECT_TRUE(CreateRing(first).ok());
-  EXPECT_TRUE(CreateRing(second).ok());
+  auto refused = CreateRing(second);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("max_rings_per_client = 1"));
+}
+
+TEST_F(SessionManagerTest, SessionsOverTheProcessQuotaAreRefusedAndAnEndedOneFreesItsPlace) {
+  manager_->quotas().Set(ClientQuotas{.per_client = {.sessions = 2}});
+  Client first = Attach();
+  Client second = Attach();
+  auto third = manager_->Attach(peer_, AttachRequest("third"));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      third.status().message(),
+      HasSubstr("would hold 3 sessions (2 held + 1 asked), over max_sessions_per_client = 2"));
+  manager_->Detach(*first.session);
+  EXPECT_TRUE(manager_->Attach(peer_, AttachRequest("third")).ok());
+}
+
+// The ring's charge lives with the ring in its worker (DeviceWorkerTest
+// ARetiredRingKeepsItsChargeUntilItIsFreed); once freed it is returned.
+TEST_F(SessionManagerTest, AFreedRingGivesItsPlaceInTheQuotaBack) {
+  manager_->quotas().Set(ClientQuotas{.per_client = {.rings = 1}});
+  Client client = Attach();
+  auto ring = CreateRing(client);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(manager_->accounts().HeldByProcess(::getpid()).rings, 1u);
+  v1::DestroyRingRequest destroy;
+  destroy.set_ring_id(ring->ring_id());
+  ASSERT_TRUE(manager_->DestroyRing(*client.session, destroy).ok());
+  ASSERT_TRUE(AwaitWorkerIdle());
+  EXPECT_EQ(manager_->accounts().HeldByProcess(::getpid()).rings, 0u);
+  EXPECT_TRUE(CreateRing(client).ok()) << "a freed ring gives its place back";
 }
 
 TEST_F(SessionManagerTest, ARingOverTheDeviceByteQuotaIsRefused) {
-  manager_->quotas().Set(ClientQuotas{.max_device_bytes = 3 * 4096});
+  manager_->quotas().Set(ClientQuotas{.per_client = {.device_bytes = 3 * 4096}});
   Client client = Attach();
   ASSERT_TRUE(CreateRing(client, 2, 4096).ok());
   auto over = CreateRing(client, 2, 4096);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(over.status().message(),
               HasSubstr("would hold 16384 bytes of ring memory (8192 held + 8192 asked), over "
-                        "the quota max_device_bytes_per_client = 12288"));
+                        "max_device_bytes_per_client = 12288"));
   EXPECT_TRUE(CreateRing(client, 1, 4096).ok()) << "what still fits is granted";
 }
 

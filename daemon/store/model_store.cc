@@ -204,6 +204,13 @@ absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Reservation> ModelStore::ChargeMemory(uint64_t bytes, absl::string_view name) const {
+  if (options_.memory_budget == nullptr) return Reservation();
+  return options_.memory_budget->Reserve(
+      MemoryUse::kMasters, bytes,
+      absl::StrCat("the masters of model '", name, "' (", bytes, " bytes)"));
+}
+
 absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
   struct statvfs fs {};
   if (::fstatvfs(directory_fd_.get(), &fs) != 0) {
@@ -302,6 +309,9 @@ absl::Status ModelStore::AdoptAll() {
     if (options_.max_pinned_bytes != 0 && bytes > options_.max_pinned_bytes - pinned_bytes_) {
       continue;  // a lowered --max-pinned-bytes: the model goes
     }
+    absl::StatusOr<Reservation> memory = ChargeMemory(bytes, (*model)->name());
+    if (!memory.ok()) continue;  // a lowered max_memory_bytes: the model goes
+    (*model)->memory_ = *std::move(memory);
     // A model that cannot be pinned is not the directory's fault (the device
     // or the memlock limit is): the daemon must not start half-working.
     BLOCKSWAP_RETURN_IF_ERROR(Pin(**model));
@@ -448,17 +458,20 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   }));
   std::string id = ModelId(layout, hashes);
 
+  Reservation memory;
   {
     absl::MutexLock lock(&mu_);
     if (std::shared_ptr<const Model> existing = FindOrAwaitLocked(id)) {
       return RegisterResult{.model = std::move(existing), .already_present = true};
     }
     BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
     in_progress_.insert(id);
     reserved_bytes_ += master.total_bytes;
   }
 
   auto model = std::unique_ptr<Model>(new Model());
+  model->memory_ = std::move(memory);
   model->id_ = id;
   model->name_ = std::string(name);
   model->layout_ = layout;
@@ -546,6 +559,9 @@ void ModelStore::EvictLocked(const std::string& id) {
 absl::Status ModelStore::MakeRoomLocked(uint64_t bytes) {
   while (true) {
     absl::Status fits = CheckBudget(bytes);
+    if (fits.ok() && options_.memory_budget != nullptr) {
+      fits = options_.memory_budget->CheckFits(bytes, absl::StrCat("a model of ", bytes, " bytes"));
+    }
     if (fits.ok()) fits = CheckFreeSpace(bytes);
     if (fits.ok()) return fits;
     const std::string* victim = nullptr;
@@ -628,9 +644,11 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
   auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
+  Reservation memory;
   {
     absl::MutexLock lock(&mu_);
     BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
     reserved_bytes_ += master.total_bytes;
     draft->store_ = this;
     draft->reserved_ = master.total_bytes;
@@ -638,6 +656,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   }
   draft->model_ = std::unique_ptr<Model>(new Model());
   Model& model = *draft->model_;
+  model.memory_ = std::move(memory);
   model.name_ = std::string(name);
   model.source_ = std::string(source);
   model.layout_ = layout;

@@ -39,17 +39,21 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/budget/memory_budget.h"
 #include "daemon/store/block_placement.h"
 #include "shared/backend/backend.h"
-#include "shared/protocol/model_layout.h"
-#include "shared/os/shared_memory.h"
 #include "shared/base/unique_fd.h"
+#include "shared/os/shared_memory.h"
+#include "shared/protocol/model_layout.h"
 
 namespace blockswap::daemon {
 
 struct ModelStoreOptions {
   std::string directory = "/dev/shm/blockswap";
   uint64_t max_pinned_bytes = 0;  // bytes of master files held; 0: no limit
+  // The node's max_memory_bytes, charged for every master (nullptr: only
+  // max_pinned_bytes limits them). Must outlive the store.
+  MemoryBudget* memory_budget = nullptr;
 };
 
 // One sealed model: immutable, shared by every session that opened it as
@@ -96,7 +100,8 @@ class Model {
   std::vector<uint64_t> master_offsets_;
   uint64_t masters_bytes_ = 0;
   // Declared in the order they are acquired, so that they are released in
-  // reverse: unpin, unmap, close.
+  // reverse: unpin, unmap, close, and only then return the budget's charge.
+  Reservation memory_;
   UniqueFd fd_;
   Mapping mapping_;
   std::unique_ptr<HostRegistration> registration_;  // null without a pin device
@@ -231,6 +236,8 @@ class ModelStore {
   uint64_t max_pinned_bytes() const { return options_.max_pinned_bytes; }
   ModelStoreStats stats() const;
   const std::string& directory() const { return options_.directory; }
+  // The node's memory budget the store charges (nullptr: none).
+  MemoryBudget* memory_budget() const { return options_.memory_budget; }
 
  private:
   ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
@@ -257,8 +264,8 @@ class ModelStore {
   std::shared_ptr<const Model> PublishLocked(std::unique_ptr<Model> model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unreferenced models, least recently used first, until `bytes` more
-  // fit the budget and the free space; the error of the check that still
-  // fails otherwise.
+  // fit max_pinned_bytes, the node's memory budget and the free space; the
+  // error of the check that still fails otherwise.
   absl::Status MakeRoomLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -268,6 +275,8 @@ class ModelStore {
   std::shared_ptr<const Model> FindOrAwaitLocked(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservation(uint64_t bytes);
+  // The node budget's charge for a master of `bytes` (empty without a budget).
+  absl::StatusOr<Reservation> ChargeMemory(uint64_t bytes, absl::string_view name) const;
   absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes) const;
   void RemoveQuietly(const std::string& name) const;

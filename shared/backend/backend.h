@@ -144,6 +144,10 @@ class Device {
 
   // Ring memory: `bytes` rounded up to the backend's export granularity.
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) = 0;
+  // Bytes of device memory free now, for every process (cuda:
+  // cudaMemGetInfo; host: the host's MemAvailable, since its "device
+  // memory" is host memory). Advisory: others allocate too.
+  virtual absl::StatusOr<uint64_t> FreeMemoryBytes() = 0;
   // Maps memory exported by another process. `bytes` is what the exporter
   // announced; the import fails if the handle cannot back that many.
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,

@@ -635,6 +635,13 @@ class CudaDevice final : public Device {
                                               CudaDeviceMemory::Origin::kAllocated);
   }
 
+  absl::StatusOr<uint64_t> FreeMemoryBytes() override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    size_t free_bytes = 0, total_bytes = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<uint64_t>(free_bytes);
+  }
+
   // Mapped on this device; memory of another device is reached through peer
   // access, enabled on demand (cudaIpcMemLazyEnablePeerAccess). The handle
   // cannot be opened in the process that exported it.

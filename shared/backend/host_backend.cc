@@ -7,21 +7,24 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <random>
 #include <thread>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "shared/backend/backend.h"
 #include "shared/base/monotonic_clock.h"
+#include "shared/base/status.h"
 #include "shared/os/futex.h"
 #include "shared/os/shared_memory.h"
-#include "shared/base/status.h"
 
 namespace blockswap {
 namespace {
@@ -466,6 +469,17 @@ class HostDevice final : public Device {
   }
 
   const DeviceInfo& info() const override { return info_; }
+
+  // The host's memory is this device's memory.
+  absl::StatusOr<uint64_t> FreeMemoryBytes() override {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    uint64_t kib = 0;
+    while (std::getline(meminfo, line)) {
+      if (std::sscanf(line.c_str(), "MemAvailable: %" SCNu64 " kB", &kib) == 1) return kib * 1024;
+    }
+    return absl::UnavailableError("/proc/meminfo has no MemAvailable line");
+  }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
     size_t size = RoundUp(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));

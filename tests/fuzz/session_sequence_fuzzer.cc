@@ -117,8 +117,11 @@ struct Daemon {
     manager = std::make_unique<SessionManager>(
         *backend, *store, std::map<std::string, DeviceWorker*>{{device_uuid(), worker.get()}},
         kBootId, daemon::RequestLimits{.max_slot_bytes = 1 << 20});
-    manager->quotas().Set(daemon::ClientQuotas{
-        .max_rings = 4, .max_device_bytes = 4 << 20, .max_staging_bytes = 1 << 20});
+    manager->quotas().Set(daemon::ClientQuotas{.per_client = {.sessions = 4,
+                                                              .rings = 4,
+                                                              .device_bytes = 4 << 20,
+                                                              .staging_bytes = 1 << 20,
+                                                              .file_offers = 16}});
 
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
     Require(pidfd >= 0, "pidfd_open of this process");

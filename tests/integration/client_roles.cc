@@ -22,6 +22,7 @@
 #include "client/core/connection.h"
 #include "client/core/model.h"
 #include "client/core/ring.h"
+#include "shared/protocol/grpc_status.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
 #include "tests/support/role_report.h"
@@ -53,6 +54,15 @@ std::vector<std::vector<client::TensorUpload>> ModelUploads(
     }
   }
   return uploads;
+}
+
+absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id) {
+  v1::DestroyRingRequest request;
+  request.set_session_token(c.token());
+  request.set_ring_id(ring_id);
+  v1::DestroyRingReply reply;
+  grpc::ClientContext context;
+  return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
 }
 
 // The flat bytes block `b` must have: each tensor at its layout offset,

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "client/core/connection.h"
 #include "client/core/model.h"
 #include "shared/protocol/model_layout.h"
 #include "tests/integration/test_model.h"
@@ -22,6 +24,10 @@ enum ClientExit : int {
 
 std::vector<std::vector<client::TensorUpload>> ModelUploads(
     const std::vector<std::vector<uint8_t>>& data, uint32_t blocks);
+// DestroyRing straight on the stub (no drain, unlike client::Ring's
+// destructor), for the roles that test the daemon's side of it.
+absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id);
+
 std::vector<std::byte> ExpectedBlock(const ModelLayout& layout,
                                      const std::vector<std::vector<uint8_t>>& data, uint32_t b);
 

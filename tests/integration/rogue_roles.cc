@@ -81,7 +81,7 @@ v1::LoadRequest Request(uint64_t ring, uint32_t slot, const std::string& model, 
   return request;
 }
 
-// CreateRing / DestroyRing straight on the stub, with any token.
+// CreateRing straight on the stub, with any token.
 absl::Status RawCreateRing(client::Connection& c, const std::string& token, uint32_t slots,
                            uint64_t slot_bytes) {
   v1::CreateRingRequest request;
@@ -92,15 +92,6 @@ absl::Status RawCreateRing(client::Connection& c, const std::string& token, uint
   v1::RingDescriptor reply;
   grpc::ClientContext context;
   return FromGrpcStatus(c.stub().CreateRing(&context, request, &reply));
-}
-
-absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id) {
-  v1::DestroyRingRequest request;
-  request.set_session_token(c.token());
-  request.set_ring_id(ring_id);
-  v1::DestroyRingReply reply;
-  grpc::ClientContext context;
-  return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
 }
 
 int RunRogue(const std::vector<std::string>& argv) {

@@ -282,7 +282,7 @@ class ServiceTest(unittest.TestCase):
         daemon = self.start(config=config)
         self.assertTrue(daemon.messages(until="READY=1"))
         port = int(daemon.await_log(r"metrics on \S+ \(port (\d+)\)").group(1))
-        quota = "blockswap_client_quota_rings"
+        quota = 'blockswap_quota_count{quota="max_rings_per_client"}'
         self.assertEqual(sample(metrics(port), quota), 2)
 
         self.write_config('max_rings_per_client = 5\nlog_level = "debug"\n'
@@ -291,7 +291,8 @@ class ServiceTest(unittest.TestCase):
         reload = daemon.messages(until="READY=1")
         self.assertIn("RELOADING=1", "".join(reload))
         self.assertIn("READY=1", reload[-1])
-        self.assertTrue(daemon.await_log(r"reloaded: log level debug, quotas: 5 rings"))
+        self.assertTrue(daemon.await_log(
+            r"reloaded: log level debug, quotas \(0: unlimited\): .*max_rings_per_client = 5,"))
         self.assertEqual(sample(metrics(port), quota), 5)
 
         self.write_config('max_rings_per_client = "many"\n')

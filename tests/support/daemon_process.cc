@@ -82,12 +82,17 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
     if (!output.valid()) return ErrnoStatus(errno, absl::StrCat("open ", flags.output_path));
     inherit = {{output.get(), 1}, {output.get(), 2}};
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      ChildProcess process,
-      ChildProcess::SpawnProgram(BinaryDirectory() + "/blockswapd",
-                                 {.args = std::move(args),
-                                  .inherit = std::move(inherit),
-                                  .env = std::move(flags.env)}));
+  std::string program = BinaryDirectory() + "/blockswapd";
+  if (!flags.cgroup_procs.empty()) {
+    // sh's pid is blockswapd's after the exec.
+    args.insert(args.begin(),
+                {"-c", "echo $$ > \"$0\" && exec \"$@\"", flags.cgroup_procs, program});
+    program = "/bin/sh";
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess process,
+                             ChildProcess::SpawnProgram(program, {.args = std::move(args),
+                                                                  .inherit = std::move(inherit),
+                                                                  .env = std::move(flags.env)}));
   const std::string output_note =
       flags.output_path.empty() ? "see its stderr above" : "see " + flags.output_path;
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess(std::move(process), dirs.socket_path()));

@@ -43,6 +43,10 @@ struct DaemonFlags {
   // truncated, mode 0600) instead of the test's, e.g. to check its log.
   std::string output_path = {};
   std::string backend = "host";  // --backend: host or cuda
+  // When set, a cgroup.procs file: the daemon starts inside that cgroup (its
+  // launcher writes its own pid there, then execs blockswapd), so that what
+  // it allocates from its first instruction on is charged to the cgroup.
+  std::string cgroup_procs = {};
 };
 
 class DaemonProcess {

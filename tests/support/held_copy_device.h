@@ -24,6 +24,7 @@ class HeldCopyDevice final : public Device {
   }
 
   const DeviceInfo& info() const override { return device_.info(); }
+  absl::StatusOr<uint64_t> FreeMemoryBytes() override { return device_.FreeMemoryBytes(); }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
     return device_.Allocate(bytes);
   }
