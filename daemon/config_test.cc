@@ -26,10 +26,21 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
   }
   for (const char* key :
        {"socket", "socket_group", "backend", "host_devices", "shm_prefix", "max_pinned_bytes",
-        "allow_uids", "allow_gids", "shutdown_grace", "log_level", "metrics_listen",
+        "allow_uids", "allow_gids", "shutdown_grace", "idle_exit", "idle_exit_lock", "log_level", "metrics_listen",
         "max_rings_per_client", "max_device_bytes_per_client", "max_staging_bytes_per_client"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
+}
+
+TEST(Config, IdleExitIsSecondsAndOffByDefault) {
+  DaemonOptions o;
+  EXPECT_EQ(o.idle_exit, absl::ZeroDuration());
+  ASSERT_TRUE(Apply("idle_exit = 90\nidle_exit_lock = \"/dev/shm/x/start.lock\"\n", o).ok());
+  EXPECT_EQ(o.idle_exit, absl::Seconds(90));
+  EXPECT_EQ(o.idle_exit_lock, "/dev/shm/x/start.lock");
+  absl::Status s = Apply("idle_exit = -1\n", o);
+  EXPECT_TRUE(absl::StrContains(s.message(), "idle_exit: expected seconds between 0 and 604800"))
+      << s;
 }
 
 TEST(Config, FileSetsEveryKindOfValue) {

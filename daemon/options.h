@@ -37,6 +37,12 @@ struct DaemonOptions {
   // HOST:PORT of the Prometheus endpoint; empty: off.
   std::string metrics_listen;
   ClientQuotas quotas;
+  // Exit once no session has been attached for this long (zero: never); the
+  // private daemon a client library starts (daemon/idle_exit.h).
+  absl::Duration idle_exit = absl::ZeroDuration();
+  // The start lock of the clients that start this daemon on demand; held
+  // exclusively before the daemon decides it is idle. Empty: none.
+  std::string idle_exit_lock;
   std::function<void(absl::string_view)> log;  // default: stderr
 };
 
