@@ -182,25 +182,23 @@ std::vector<FieldSpec> MakeFields() {
        Kind::kIdList});
   auto seconds = [&](const char* key, const char* flag, const char* help, double max,
                      absl::Duration O::*member) {
-    fields.push_back({{key, flag, help, false,
-                       [member, max](O& o, absl::string_view v) -> absl::Status {
-                         double seconds = 0;
-                         if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) ||
-                             seconds < 0 || seconds > max) {
-                           return absl::InvalidArgumentError(absl::StrCat(
-                               "expected seconds between 0 and ", max, ", got '", v, "'"));
-                         }
-                         o.*member = absl::Seconds(seconds);
-                         return absl::OkStatus();
-                       },
-                       nullptr,
-                       [member](const O& o) {
-                         return absl::StrCat(absl::ToDoubleSeconds(o.*member));
-                       }},
-                      Kind::kSeconds});
+    fields.push_back(
+        {{key, flag, help, false,
+          [member, max](O& o, absl::string_view v) -> absl::Status {
+            double seconds = 0;
+            if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
+                seconds > max) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("expected seconds between 0 and ", max, ", got '", v, "'"));
+            }
+            o.*member = absl::Seconds(seconds);
+            return absl::OkStatus();
+          },
+          nullptr, [member](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.*member)); }},
+         Kind::kSeconds});
   };
-  seconds("shutdown_grace", "--shutdown-grace",
-          "seconds attached clients get to detach on SIGTERM", 3600, &O::shutdown_grace);
+  seconds("shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
+          3600, &O::shutdown_grace);
   seconds("idle_exit", "--idle-exit",
           "exit after this many seconds with no session attached (0: never; the private daemon "
           "a client starts uses it)",

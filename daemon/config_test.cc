@@ -26,8 +26,9 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
   }
   for (const char* key :
        {"socket", "socket_group", "backend", "host_devices", "shm_prefix", "max_pinned_bytes",
-        "allow_uids", "allow_gids", "shutdown_grace", "idle_exit", "idle_exit_lock", "log_level", "metrics_listen",
-        "max_rings_per_client", "max_device_bytes_per_client", "max_staging_bytes_per_client"}) {
+        "allow_uids", "allow_gids", "shutdown_grace", "idle_exit", "idle_exit_lock", "log_level",
+        "metrics_listen", "max_rings_per_client", "max_device_bytes_per_client",
+        "max_staging_bytes_per_client"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
 }
