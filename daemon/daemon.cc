@@ -76,15 +76,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);
   }
-  daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_, workers,
-                                                       daemon->boot_id_);
+  daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_,
+                                                       workers, daemon->boot_id_);
   daemon->sessions_->quotas().Set(o.quotas);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
-  daemon->blockswap_service_ =
-      std::make_unique<BlockSwapService>(*daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->view_ = DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                             admin_workers,          daemon->boot_id_,     absl::Now(),
-                             daemon->work_.get()};
+  daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
+      *daemon->sessions_, daemon->peers_, *daemon->work_);
+  daemon->view_ =
+      DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
+                 admin_workers,          daemon->boot_id_,     absl::Now(),
+                 daemon->work_.get()};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->view_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.
@@ -107,9 +108,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   listener_options.policy = std::move(policy);
   listener_options.group = socket_group;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };
-  BLOCKSWAP_ASSIGN_OR_RETURN(daemon->listener_,
-                             Listener::Start(std::move(listener_options), daemon->server_.get(),
-                                             &daemon->peers_, daemon->sessions_.get()));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      daemon->listener_, Listener::Start(std::move(listener_options), daemon->server_.get(),
+                                         &daemon->peers_, daemon->sessions_.get()));
 
   if (!o.metrics_listen.empty()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -175,8 +176,7 @@ void Daemon::Shutdown() {
   server_.reset();
   // Rings retired by the sessions are freed once their copies are done.
   for (auto& [uuid, worker] : workers_) {
-    for (absl::Time until = absl::Now() + absl::Seconds(5);
-         !worker->idle() && absl::Now() < until;) {
+    for (absl::Time until = absl::Now() + absl::Seconds(5); !worker->idle() && absl::Now() < until;) {
       absl::SleepFor(absl::Milliseconds(5));
     }
   }

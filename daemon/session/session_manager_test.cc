@@ -108,8 +108,8 @@ class SessionManagerTest : public ::testing::Test {
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(worker).value();
     manager_ = std::make_unique<SessionManager>(
-        *backend_, *store_, std::map<std::string, DeviceWorker*>{{uuid(), worker_.get()}}, kBootId,
-        RequestLimits{.max_slot_bytes = kMaxSlotBytes});
+        *backend_, *store_, std::map<std::string, DeviceWorker*>{{uuid(), worker_.get()}},
+        kBootId, RequestLimits{.max_slot_bytes = kMaxSlotBytes});
 
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
     ASSERT_GE(pidfd, 0) << "pidfd_open of this process";
@@ -165,7 +165,8 @@ class SessionManagerTest : public ::testing::Test {
     Client client = AttachWithoutChannel(name);
     auto [daemon_end, client_end] = ChannelPair();
     client.channel = std::move(client_end);
-    absl::Status accepted = manager_->AcceptSideChannel(client.token, peer_, std::move(daemon_end));
+    absl::Status accepted =
+        manager_->AcceptSideChannel(client.token, peer_, std::move(daemon_end));
     EXPECT_TRUE(accepted.ok()) << accepted;
     EXPECT_EQ(ExpectBatch(client, kSideChannelAcceptedBatch).size(), 0u);
     return client;
@@ -385,8 +386,9 @@ TEST_F(SessionManagerTest, ATokenPresentedByAnotherProcessIsPermissionDenied) {
   other.pid = peer_.pid + 1;
   auto session = manager_->Authenticate(client.token, other);
   EXPECT_EQ(session.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(session.status().message(), HasSubstr(absl::StrCat("session ", client.session->id(),
-                                                                 " belongs to pid ", peer_.pid)));
+  EXPECT_THAT(session.status().message(),
+              HasSubstr(absl::StrCat("session ", client.session->id(), " belongs to pid ",
+                                     peer_.pid)));
 }
 
 TEST_F(SessionManagerTest, AfterStopAttachingNewSessionsAreRefusedAsUnavailable) {
@@ -442,8 +444,7 @@ TEST_F(SessionManagerTest, AnUploadCommittedBecomesAModelOpenInTheSession) {
   // The masters the client is sent hold what it uploaded.
   std::vector<UniqueFd> masters = ExpectBatch(client, reply->masters().batch());
   ASSERT_EQ(masters.size(), 1u);
-  void* mapped =
-      ::mmap(nullptr, reply->masters_bytes(), PROT_READ, MAP_SHARED, masters[0].get(), 0);
+  void* mapped = ::mmap(nullptr, reply->masters_bytes(), PROT_READ, MAP_SHARED, masters[0].get(), 0);
   ASSERT_NE(mapped, MAP_FAILED);
   const auto* bytes = static_cast<const std::byte*>(mapped);
   for (size_t b = 0; b < 2; ++b) {
@@ -685,8 +686,9 @@ TEST_F(SessionManagerTest, ARingOfAnotherSessionCannotBeDestroyed) {
   destroy.set_ring_id(ring->ring_id());
   absl::Status destroyed = manager_->DestroyRing(*other.session, destroy);
   EXPECT_EQ(destroyed.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(destroyed.message(), HasSubstr(absl::StrCat("no ring ", ring->ring_id(),
-                                                          " in session ", other.session->id())));
+  EXPECT_THAT(destroyed.message(),
+              HasSubstr(absl::StrCat("no ring ", ring->ring_id(), " in session ",
+                                     other.session->id())));
   EXPECT_EQ(WorkerRingsOf(owner.session->id()).size(), 1u) << "the owner's ring is gone";
 }
 
@@ -750,8 +752,8 @@ TEST_F(SessionManagerTest, ALoadOnAnotherSessionsRingIsPermissionDeniedNamingThe
   ASSERT_TRUE(OpenModel(intruder, model->id()).ok());
   auto ring = CreateRing(owner);
   ASSERT_TRUE(ring.ok()) << ring.status();
-  absl::Status submitted =
-      manager_->SubmitLoad(*intruder.session, Load(ring->ring_id(), 0, model->id(), 0, 1), sink_);
+  absl::Status submitted = manager_->SubmitLoad(
+      *intruder.session, Load(ring->ring_id(), 0, model->id(), 0, 1), sink_);
   EXPECT_EQ(submitted.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(submitted.message(),
               HasSubstr(absl::StrCat("ring ", ring->ring_id(), " belongs to another session (",

@@ -63,7 +63,8 @@ absl::StatusOr<ModelLayout> ValidateBeginUpload(const v1::BeginUploadRequest& re
   return LayoutFromProto(request.layout());
 }
 
-absl::Status ValidateCreateRing(const v1::CreateRingRequest& request, const RequestLimits& limits) {
+absl::Status ValidateCreateRing(const v1::CreateRingRequest& request,
+                                const RequestLimits& limits) {
   if (request.device_uuid().empty()) {
     return absl::InvalidArgumentError("CreateRing names no device (device_uuid is empty)");
   }
@@ -81,8 +82,9 @@ absl::Status ValidateLoad(const v1::LoadRequest& request, const LoadTarget& targ
                                               " slots)"));
   }
   if (request.block() >= target.block_count) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "block ", request.block(), " out of range (model has ", target.block_count, " blocks)"));
+    return absl::OutOfRangeError(absl::StrCat("block ", request.block(),
+                                              " out of range (model has ", target.block_count,
+                                              " blocks)"));
   }
   uint64_t bytes = target.block_bytes(request.block());
   if (bytes > target.slot_bytes) {
@@ -100,8 +102,8 @@ absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request) {
   constexpr int kMaxOffers = 4096;
   if (request.file_offers_size() == 0 || request.file_offers_size() > kMaxOffers) {
     return absl::InvalidArgumentError(absl::StrCat("a file registration names ",
-                                                   request.file_offers_size(), " file offers (1..",
-                                                   kMaxOffers, ")"));
+                                                   request.file_offers_size(),
+                                                   " file offers (1..", kMaxOffers, ")"));
   }
   std::set<uint64_t> offers(request.file_offers().begin(), request.file_offers().end());
   if (offers.size() != static_cast<size_t>(request.file_offers_size())) {
@@ -115,8 +117,8 @@ absl::Status ValidateRegisterFile(const v1::RegisterFileRequest& request) {
   for (const auto& [what, text] : {std::pair{"block pattern", &request.block_pattern()},
                                    std::pair{"selector", &request.select()}}) {
     if (text->size() > kMaxPatternBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " has ", text->size(), " bytes (limit ", kMaxPatternBytes, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " has ", text->size(),
+                                                     " bytes (limit ", kMaxPatternBytes, ")"));
     }
   }
   if (request.select_rank() > kMaxSelectRank) {
