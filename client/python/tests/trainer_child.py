@@ -152,8 +152,9 @@ def torchrun(private_dir, blockswapctl, out):
                 results["processes"] = processes
                 admin = {}
                 for what in ("clients", "models"):
+                    # No --socket: blockswapctl finds the running private daemon too.
                     admin[what] = json.loads(subprocess.run(
-                        [blockswapctl, "--socket", socket, "--json", what], check=True,
+                        [blockswapctl, "--json", what], check=True,
                         capture_output=True, text=True).stdout)
                 results["admin"] = admin
             dist.barrier()
