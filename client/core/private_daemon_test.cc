@@ -237,6 +237,18 @@ class AutostartTest : public PrivateDaemonTest {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
     PrivateDaemonTest::TearDown();
   }
+  // The running daemon: the process with the private socket on its command
+  // line (0: none).
+  pid_t DaemonPid() const {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+      if (cmdline.find("--socket=" + dir_ + "/blockswapd.sock") == std::string::npos) continue;
+      const std::string stat = ReadFile(entry.path().string() + "/stat");
+      if (stat.find(") Z ") != std::string::npos) continue;  // exited, not yet reaped
+      return std::stoi(entry.path().filename().string());
+    }
+    return 0;
+  }
   // Whether the daemon (pid_) has exited within `within`.
   bool DaemonGone(absl::Duration within) {
     for (absl::Time until = absl::Now() + within; absl::Now() < until;) {
@@ -263,15 +275,10 @@ TEST_F(AutostartTest, WithNoSocketConfiguredAPrivateDaemonIsStartedAndExitsWhenI
     const std::string log = ReadFile(dir_ + "/blockswapd.log");
     EXPECT_THAT(log, HasSubstr("ready on " + dir_ + "/blockswapd.sock"));
     EXPECT_THAT(log, HasSubstr("masters in " + dir_ + "/masters"));
-    // The daemon: the process with the private socket on its command line.
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
-      if (cmdline.find("--socket=" + dir_ + "/blockswapd.sock") == std::string::npos) continue;
-      pid_ = std::stoi(entry.path().filename().string());
-      EXPECT_THAT(ReadFile(entry.path().string() + "/environ"),
-                  ::testing::Not(HasSubstr("CUDA_VISIBLE_DEVICES=")));
-    }
+    pid_ = DaemonPid();
     ASSERT_GT(pid_, 0) << "no blockswapd with the private socket runs";
+    EXPECT_THAT(ReadFile(absl::StrCat("/proc/", pid_, "/environ")),
+                ::testing::Not(HasSubstr("CUDA_VISIBLE_DEVICES=")));
     // A second connection joins the same daemon.
     auto second = Connection::Connect("", "autostart-test-2");
     ASSERT_TRUE(second.ok()) << second.status();
@@ -283,6 +290,23 @@ TEST_F(AutostartTest, WithNoSocketConfiguredAPrivateDaemonIsStartedAndExitsWhenI
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/blockswapd.sock"));
   EXPECT_TRUE(std::filesystem::is_directory(dir_ + "/masters")) << "masters stay for the next";
   pid_ = 0;
+}
+
+TEST_F(AutostartTest, AfterThePrivateDaemonDiesReconnectStartsANewOne) {
+  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
+  auto connection = Connection::Connect("", "autostart-test");
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  pid_ = DaemonPid();
+  ASSERT_GT(pid_, 0);
+  ASSERT_EQ(::kill(pid_, SIGKILL), 0);
+  ASSERT_TRUE(DaemonGone(absl::Seconds(10)));
+  const pid_t dead = pid_;
+  absl::Status reconnected = (*connection)->Reconnect(absl::Seconds(20));
+  ASSERT_TRUE(reconnected.ok()) << reconnected;
+  pid_ = DaemonPid();
+  EXPECT_GT(pid_, 0);
+  EXPECT_NE(pid_, dead);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/blockswapd.log.1")) << "the dead one's log stays";
 }
 
 TEST_F(AutostartTest, AConfiguredSocketThatDoesNotAnswerIsAnErrorAndStartsNothing) {
