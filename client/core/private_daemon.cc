@@ -217,8 +217,7 @@ absl::StatusOr<PrivateDaemonUse> AttachToPrivateDaemon(
   }
   absl::StatusOr<pid_t> pid = StartDaemon(options);
   if (!pid.ok()) {
-    return Annotate(pid.status(),
-                    absl::StrCat("starting the private blockswapd in ", options.directory));
+    return Annotate(pid.status(), "starting it");
   }
   BLOCKSWAP_RETURN_IF_ERROR(
       AwaitSocket(socket, *pid, deadline, absl::StrCat(options.directory, "/", kPrivateLogName)));
