@@ -1,6 +1,5 @@
 #include "daemon/daemon.h"
 
-#include <grp.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <cerrno>
@@ -9,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
 #include "daemon/session/random_token.h"
 #include "shared/base/status.h"
@@ -19,22 +19,6 @@ namespace {
 constexpr int kWorkThreads = 2;
 constexpr int kMaxMessageBytes = 64 << 20;  // layouts of models with many tensors
 
-// A group name or number.
-absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
-  gid_t gid = 0;
-  if (absl::SimpleAtoi(group, &gid)) return gid;
-  std::vector<char> buffer(16384);
-  struct group entry {};
-  struct group* found = nullptr;
-  int error = ::getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
-  if (error != 0) return ErrnoStatus(error, absl::StrCat("looking up group '", group, "'"));
-  if (found == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "socket group '", group, "' does not exist (create it: groupadd --system ", group, ")"));
-  }
-  return found->gr_gid;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
@@ -43,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   SetLogLevel(o.log_level);
   gid_t socket_group = ListenerOptions::kKeepGroup;
   if (!o.socket_group.empty()) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(socket_group, ResolveGroup(o.socket_group));
+    BLOCKSWAP_ASSIGN_OR_RETURN(socket_group, ResolveSocketGroup(o.socket_group));
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->boot_id_, RandomNonZero64());
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->backend_, OpenBackend(o.backend, o.host));

@@ -1,7 +1,8 @@
 // blockswapd: the node-local block-swap daemon.
 //
 //   blockswapd [--config FILE] [--socket PATH] [--backend auto|host|cuda] ...
-//   blockswapd --config FILE --check-config   validate, print the effective config
+//   blockswapd --config FILE --check-config   validate, print the effective config and
+//                                             what this machine would trip the daemon on
 //   blockswapd --list-devices [--backend ...]
 //
 // Every option is also a key of the config file (daemon/config.h); the
@@ -25,6 +26,7 @@
 #include "daemon/idle_exit.h"
 #include "daemon/os/logging.h"
 #include "daemon/os/notify.h"
+#include "daemon/preflight.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/load_protocol.h"
 
@@ -52,6 +54,7 @@ struct CommandLine {
   std::string config_path = blockswap::daemon::kDefaultConfigPath;
   bool config_given = false;
   bool check_config = false;
+  bool no_preflight = false;
   bool list_devices = false;
   std::map<std::string, std::vector<std::string>> values;  // by config key
 };
@@ -89,6 +92,23 @@ int WaitForSignal(const sigset_t& signals, const blockswap::daemon::IdleExit& id
   return received > 0 ? received : 0;  // EAGAIN (the interval) or EINTR
 }
 
+// --check-config: the effective config on stdout; each preflight problem on
+// stderr. Exit 2 is left to a config that does not parse.
+int CheckConfig(const CommandLine& line, const DaemonOptions& options) {
+  std::cout << "# blockswapd: the effective configuration (defaults, " << line.config_path
+            << " where it exists, then the command line)\n"
+            << blockswap::daemon::FormatConfig(options);
+  if (line.no_preflight) return 0;
+  const blockswap::daemon::PreflightReport report = blockswap::daemon::Preflight(options);
+  for (const std::string& warning : report.warnings) {
+    std::cerr << "blockswapd: warning: " << warning << "\n";
+  }
+  for (const absl::Status& error : report.errors) {
+    std::cerr << "blockswapd: error: " << error.message() << "\n";
+  }
+  return report.errors.empty() ? 0 : 1;
+}
+
 void Notify(absl::string_view state) {
   if (absl::Status sent = blockswap::daemon::NotifySystemd(state); !sent.ok()) {
     blockswap::daemon::Log(blockswap::daemon::LogLevel::kWarning, sent.ToString());
@@ -104,7 +124,11 @@ int main(int argc, char** argv) {
   app.add_option("--config", line.config_path, "config file (TOML); options given here override it")
       ->capture_default_str();
   app.add_flag("--check-config", line.check_config,
-               "validate the config file and options, print the effective config, exit");
+               "validate the config file and options, print the effective config, check what "
+               "this machine would trip the daemon on (the socket group, the socket's directory, "
+               "max_pinned_bytes against the tmpfs, allowed accounts), exit 0, or 1 on a problem");
+  app.add_flag("--no-preflight", line.no_preflight,
+               "with --check-config: the syntax only, for a config meant for another machine");
   app.add_flag("--list-devices", line.list_devices, "print the backend and its devices, then exit");
   for (const auto& field : blockswap::daemon::ConfigFields()) {
     CLI::Option* option = app.add_option(field.flag, line.values[field.key], field.help);
@@ -126,12 +150,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   DaemonOptions options = *std::move(resolved);
-  if (line.check_config) {
-    std::cout << "# blockswapd: the effective configuration (defaults, " << line.config_path
-              << " where it exists, then the command line)\n"
-              << blockswap::daemon::FormatConfig(options);
-    return 0;
-  }
+  if (line.check_config) return CheckConfig(line, options);
   if (line.list_devices) return ListDevices(options.backend, options.host);
   if (absl::Status skips = blockswap::SkipProtocolStepsFromEnvironment(); !skips.ok()) {
     std::cerr << "blockswapd: " << skips << "\n";

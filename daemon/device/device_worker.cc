@@ -342,15 +342,20 @@ void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Iss
                 load.issued_ns);
     RecordTrace(TraceKind::kFilled, ring, load.slot, load.generation, load.bytes, load.filled_ns);
     batch.push_back(CopyTracker::Copy{ring.ring_id, load.slot, load.generation, block, load.bytes,
-                                      std::move(ring.pending_keep_alive[load.slot])});
+                                      std::move(ring.pending_keep_alive[load.slot]),
+                                      load.issued_ns});
   }
 }
 
 absl::Time DeviceWorker::RetireCopies() {
+  LatencyHistogram& latency = load_latency_;  // guarded by rings_mu_, held here
   absl::StatusOr<absl::Time> next =
-      copies_.Retire([this](const CopyTracker::Copy& copy, uint64_t completed_ns) {
+      copies_.Retire([this, &latency](const CopyTracker::Copy& copy, uint64_t completed_ns) {
         trace_.ring().Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot,
                                         copy.generation, copy.block, TraceKind::kCopyDone, 0});
+        if (copy.issued_ns != 0 && completed_ns >= copy.issued_ns) {
+          latency.Observe(static_cast<double>(completed_ns - copy.issued_ns) / 1e9);
+        }
       });
   if (next.ok()) return *next;
   for (auto& [id, state] : rings_) state->producer->Fail(next.status());
@@ -481,6 +486,7 @@ DeviceStats DeviceWorker::stats() const {
   for (const auto& [id, state] : rings_) stats.queue_depth += state->producer->pending_count();
   stats.protocol_errors = protocol_errors_;
   stats.rings = rings_.size();
+  stats.load_latency = load_latency_;
   return stats;
 }
 

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device/copy_tracker.h"
+#include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
@@ -138,6 +139,9 @@ struct DeviceStats {
   uint64_t releases_at_request = 0;
   uint64_t releases_notified = 0;
   uint64_t releases_polled = 0;
+  // From each copy's issue (its slot free) to its completion seen: the copy
+  // and its queueing behind others on the copy stream.
+  LatencyHistogram load_latency;
 };
 
 class DeviceWorker {
@@ -235,6 +239,7 @@ class DeviceWorker {
   std::map<uint64_t, std::unique_ptr<RingState>> rings_ ABSL_GUARDED_BY(rings_mu_);
   std::vector<std::unique_ptr<RingState>> retired_ ABSL_GUARDED_BY(rings_mu_);
   uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
+  LatencyHistogram load_latency_ ABSL_GUARDED_BY(rings_mu_);
   absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
 
   // The copies issued and not yet seen complete, with their keep-alives.

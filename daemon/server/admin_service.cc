@@ -212,6 +212,10 @@ v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& reques
     }
   }
   for (auto& [session_id, client] : clients) {
+    // Only clients active in the window: a ring kept since its session ended
+    // (retired rings stay traced for a while) would otherwise show a client
+    // that exited long ago.
+    if (client.events.empty() && client.lost == 0 && client.invalid == 0) continue;
     v1::TraceClient* out = reply.add_clients();
     out->set_session_id(session_id);
     out->set_pid(client.owner.pid);

@@ -9,17 +9,23 @@
 namespace blockswap::daemon {
 namespace {
 
+// Our families are named blockswap_*; the process_* ones keep Prometheus'
+// standard names, so that dashboards made for them work.
+enum class Prefix { kBlockswap, kNone };
+
 // One metric family: HELP and TYPE once, then its samples.
 class Family {
  public:
-  Family(std::string* out, absl::string_view name, absl::string_view type, absl::string_view help)
-      : out_(out), name_(absl::StrCat("blockswap_", name)) {
+  Family(std::string* out, absl::string_view name, absl::string_view type, absl::string_view help,
+         Prefix prefix = Prefix::kBlockswap)
+      : out_(out), name_(absl::StrCat(prefix == Prefix::kBlockswap ? "blockswap_" : "", name)) {
     absl::StrAppend(out_, "# HELP ", name_, " ", help, "\n# TYPE ", name_, " ", type, "\n");
   }
+  // `suffix`: a histogram's _bucket, _sum and _count samples.
   template <typename Number>
-  void Sample(absl::string_view labels, Number value) {
-    absl::StrAppend(out_, name_, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}", " ",
-                    value, "\n");
+  void Sample(absl::string_view labels, Number value, absl::string_view suffix = "") {
+    absl::StrAppend(out_, name_, suffix, labels.empty() ? "" : "{", labels,
+                    labels.empty() ? "" : "}", " ", value, "\n");
   }
 
  private:
@@ -62,7 +68,14 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.backend = status.backend() == v1::BACKEND_CUDA ? "cuda" : "host";
   snapshot.uptime_seconds = status.uptime_seconds();
   snapshot.pinned_bytes = status.pinned_bytes();
+  snapshot.max_pinned_bytes = view.store->max_pinned_bytes();
   snapshot.models = view.store->List().size();
+  snapshot.evictions = status.evictions();
+  snapshot.file_reads = status.file_reads();
+  snapshot.file_bytes_read = status.file_bytes_read();
+  if (absl::StatusOr<ProcessStats> process = ReadProcessStats(); process.ok()) {
+    snapshot.process = *process;
+  }
   snapshot.draining = view.sessions->draining();
   snapshot.quotas = view.sessions->quotas().Get();
   std::map<uint64_t, uint64_t> bytes_by_session;
@@ -116,13 +129,26 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
       .Sample("", s.draining ? 1 : 0);
   Family(&out, "pinned_bytes", "gauge", "bytes of masters held in pinned host memory")
       .Sample("", s.pinned_bytes);
+  Family(&out, "max_pinned_bytes", "gauge",
+         "the budget of pinned_bytes (max_pinned_bytes; 0: only the tmpfs limits)")
+      .Sample("", s.max_pinned_bytes);
   Family(&out, "models", "gauge", "sealed models on this node").Sample("", s.models);
+  Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
+      .Sample("", s.evictions);
+  Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")
+      .Sample("", s.file_reads);
+  Family(&out, "file_read_bytes_total", "counter", "bytes read from safetensors files")
+      .Sample("", s.file_bytes_read);
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
 
+  // A count and byte sizes are separate families: a sum or a unit over one
+  // family must mean something.
+  Family(&out, "client_quota_rings", "gauge",
+         "rings one client may hold (max_rings_per_client; 0: unlimited)")
+      .Sample("", s.quotas.max_rings);
   {
-    Family f(&out, "client_quota", "gauge",
-             "per-client quota in force, by its config key (0: unlimited)");
-    f.Sample("quota=\"max_rings_per_client\"", s.quotas.max_rings);
+    Family f(&out, "client_quota_bytes", "gauge",
+             "bytes one client may hold, by the quota's config key (0: unlimited)");
     f.Sample("quota=\"max_device_bytes_per_client\"", s.quotas.max_device_bytes);
     f.Sample("quota=\"max_staging_bytes_per_client\"", s.quotas.max_staging_bytes);
   }
@@ -167,6 +193,23 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_device("device_releases_polled_total", "counter",
              "copies whose free slot the fallback poll found (the client did not notify)",
              [](const DeviceMetrics& d) { return d.stats.releases_polled; });
+  {
+    Family f(&out, "device_load_latency_seconds", "histogram",
+             "seconds from a load's copy being issued (its slot free) to the copy seen "
+             "complete: the copy and its queueing behind other copies on the device");
+    for (const DeviceMetrics& d : s.devices) {
+      const LatencyHistogram& h = d.stats.load_latency;
+      const std::string device = DeviceLabels(d);
+      for (size_t b = 0; b <= LatencyHistogram::kBounds.size(); ++b) {
+        const std::string le = b < LatencyHistogram::kBounds.size()
+                                   ? absl::StrCat(LatencyHistogram::kBounds[b])
+                                   : std::string("+Inf");
+        f.Sample(absl::StrCat(device, ",le=\"", le, "\""), h.CumulativeCount(b), "_bucket");
+      }
+      f.Sample(device, h.sum(), "_sum");
+      f.Sample(device, h.count(), "_count");
+    }
+  }
 
   auto per_client = [&](absl::string_view name, absl::string_view type, absl::string_view help,
                         auto value) {
@@ -196,6 +239,24 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_client("client_copy_seconds_total", "counter",
              "seconds from request to fill of the client's loads, as the client reported them",
              [](const ClientMetrics& c) { return c.copy_seconds; });
+  if (s.process.has_value()) {
+    const ProcessStats& p = *s.process;
+    auto process = [&out](absl::string_view name, absl::string_view type, absl::string_view help,
+                          auto value) {
+      Family(&out, name, type, help, Prefix::kNone).Sample("", value);
+    };
+    process("process_cpu_seconds_total", "counter", "user and system CPU time of blockswapd",
+            p.cpu_seconds);
+    process("process_resident_memory_bytes", "gauge", "resident memory of blockswapd",
+            p.resident_memory_bytes);
+    process("process_virtual_memory_bytes", "gauge", "virtual memory of blockswapd",
+            p.virtual_memory_bytes);
+    process("process_open_fds", "gauge", "open file descriptors of blockswapd", p.open_fds);
+    process("process_max_fds", "gauge", "blockswapd's descriptor limit (RLIMIT_NOFILE)", p.max_fds);
+    process("process_start_time_seconds", "gauge", "when blockswapd started, since the epoch",
+            p.start_time_seconds);
+    process("process_threads", "gauge", "threads of blockswapd", p.threads);
+  }
   return out;
 }
 

@@ -7,10 +7,12 @@
 #define BLOCKSWAP_DAEMON_SERVER_METRICS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon/device/device_worker.h"
+#include "daemon/os/process_stats.h"
 #include "daemon/server/daemon_view.h"
 #include "daemon/session/quota.h"
 
@@ -47,7 +49,13 @@ struct MetricsSnapshot {
   std::string backend;  // "host" or "cuda"
   double uptime_seconds = 0;
   uint64_t pinned_bytes = 0;
+  uint64_t max_pinned_bytes = 0;  // 0: no budget but the tmpfs
   uint64_t models = 0;
+  uint64_t evictions = 0;
+  uint64_t file_reads = 0;
+  uint64_t file_bytes_read = 0;
+  // Absent when /proc could not be read (then the families are left out).
+  std::optional<ProcessStats> process;
   bool draining = false;
   ClientQuotas quotas;  // in force now (0: unlimited)
   std::vector<DeviceMetrics> devices;

@@ -26,7 +26,18 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.backend = "host";
   s.uptime_seconds = 12.5;
   s.pinned_bytes = 4096;
+  s.max_pinned_bytes = 8192;
   s.models = 1;
+  s.evictions = 2;
+  s.file_reads = 3;
+  s.file_bytes_read = 300;
+  s.process = ProcessStats{.cpu_seconds = 1.25,
+                           .resident_memory_bytes = 1 << 20,
+                           .virtual_memory_bytes = 1 << 30,
+                           .open_fds = 9,
+                           .max_fds = 1024,
+                           .start_time_seconds = 1.7e9,
+                           .threads = 12};
   s.quotas = {.max_rings = 4, .max_device_bytes = 0, .max_staging_bytes = 1024};
   DeviceMetrics a{.uuid = "HOST-0", .name = "host device 0", .total_memory_bytes = 1 << 30};
   a.stats = {.loads = 7,
@@ -40,6 +51,7 @@ MetricsSnapshot TwoDevicesOneClient() {
                   .error = "sticky",
                   .compute_mode = "default",
                   .mig = "enabled"};
+  for (double seconds : {40e-6, 0.8e-3, 0.9e-3, 2.0}) a.stats.load_latency.Observe(seconds);
   s.devices = {a, b};
   s.clients.push_back({.session_id = 3,
                        .client_name = "rank \"0\"",
@@ -101,20 +113,54 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_TRUE(HasLine(text, "blockswap_sessions 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_models 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_draining 0"));
-  EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_rings_per_client\"} 4"));
-  EXPECT_TRUE(HasLine(text, "blockswap_client_quota{quota=\"max_staging_bytes_per_client\"} 1024"));
+  EXPECT_TRUE(HasLine(text, "blockswap_client_quota_rings 4"));
+  EXPECT_TRUE(
+      HasLine(text, "blockswap_client_quota_bytes{quota=\"max_staging_bytes_per_client\"} 1024"));
+  EXPECT_TRUE(HasLine(text, "blockswap_max_pinned_bytes 8192"));
+  EXPECT_TRUE(HasLine(text, "blockswap_evictions_total 2"));
+  EXPECT_TRUE(HasLine(text, "blockswap_file_reads_total 3"));
+  EXPECT_TRUE(HasLine(text, "blockswap_file_read_bytes_total 300"));
   EXPECT_TRUE(HasLine(text, "blockswap_info{version=\"0.1.0\",backend=\"host\"} 1"));
+}
+
+TEST(Metrics, LoadLatencyIsACumulativeHistogramPerDevice) {
+  const std::string text = FormatMetrics(TwoDevicesOneClient());
+  const std::string hist = "blockswap_device_load_latency_seconds";
+  const std::string a = "device=\"HOST-0\"";
+  EXPECT_TRUE(HasLine(text, "# TYPE " + hist + " histogram")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{" + a + ",le=\"5e-05\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{" + a + ",le=\"0.0005\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{" + a + ",le=\"0.001\"} 3")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{" + a + ",le=\"1\"} 3")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{" + a + ",le=\"+Inf\"} 4")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_count{" + a + "} 4")) << text;
+  EXPECT_TRUE(HasLine(text, hist + "_bucket{device=\"GPU-1\",le=\"+Inf\"} 0")) << text;
+  // The sum is the samples' sum.
+  EXPECT_TRUE(absl::StrContains(text, hist + "_sum{" + a + "} 2.00174")) << text;
+}
+
+TEST(Metrics, ProcessFamiliesKeepTheirStandardNames) {
+  MetricsSnapshot s = TwoDevicesOneClient();
+  std::string text = FormatMetrics(s);
+  EXPECT_TRUE(HasLine(text, "process_open_fds 9")) << text;
+  EXPECT_TRUE(HasLine(text, "process_max_fds 1024")) << text;
+  EXPECT_TRUE(HasLine(text, "process_resident_memory_bytes 1048576")) << text;
+  EXPECT_TRUE(HasLine(text, "process_cpu_seconds_total 1.25")) << text;
+  EXPECT_TRUE(HasLine(text, "process_threads 12")) << text;
+  s.process.reset();  // /proc unreadable: the families are left out, not zero
+  EXPECT_FALSE(absl::StrContains(FormatMetrics(s), "process_")) << FormatMetrics(s);
 }
 
 TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndEverySampleIsPrefixed) {
   const std::string text = FormatMetrics(TwoDevicesOneClient());
-  std::set<std::string> typed;
+  std::set<std::string> typed, histograms;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     if (absl::StartsWith(line, "# TYPE ")) {
       std::vector<std::string> parts = absl::StrSplit(line, ' ');
       ASSERT_EQ(parts.size(), 4u) << line;
       EXPECT_TRUE(typed.insert(parts[2]).second) << "TYPE twice: " << line;
-      EXPECT_TRUE(parts[3] == "gauge" || parts[3] == "counter") << line;
+      EXPECT_TRUE(parts[3] == "gauge" || parts[3] == "counter" || parts[3] == "histogram") << line;
+      if (parts[3] == "histogram") histograms.insert(parts[2]);
       // Counters end in _total (the exposition format's convention).
       if (parts[3] == "counter") {
         EXPECT_TRUE(absl::EndsWith(parts[2], "_total")) << line;
@@ -122,8 +168,13 @@ TEST(Metrics, EveryFamilyHasHelpAndTypeOnceAndEverySampleIsPrefixed) {
       continue;
     }
     if (absl::StartsWith(line, "#")) continue;
-    EXPECT_TRUE(absl::StartsWith(line, "blockswap_")) << line;
+    // Ours are blockswap_*; the process collector's standard names stay.
+    EXPECT_TRUE(absl::StartsWith(line, "blockswap_") || absl::StartsWith(line, "process_")) << line;
     std::string name(line.substr(0, line.find_first_of("{ ")));
+    for (absl::string_view suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string base = name.substr(0, name.size() - std::min(name.size(), suffix.size()));
+      if (absl::EndsWith(name, suffix) && histograms.contains(base)) name = base;
+    }
     EXPECT_TRUE(typed.contains(name)) << "sample before its TYPE: " << line;
   }
 }

@@ -227,6 +227,8 @@ class ModelStore {
   // Bytes of the master files of every sealed model (pinned when the store has
   // a pin device).
   uint64_t pinned_bytes() const;
+  // The budget pinned_bytes is held to (0: only the tmpfs limits).
+  uint64_t max_pinned_bytes() const { return options_.max_pinned_bytes; }
   ModelStoreStats stats() const;
   const std::string& directory() const { return options_.directory; }
 

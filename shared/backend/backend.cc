@@ -1,11 +1,14 @@
 #include "shared/backend/backend.h"
 
 #include <cstdlib>
+#include <optional>
+#include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "shared/backend/gpu_presence.h"
 
 namespace blockswap {
 
@@ -66,16 +69,30 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(BackendChoice choice,
           "the cuda backend was requested but this build has no CUDA support "
           "(configured without the CUDA toolkit)");
 #endif
-    case BackendChoice::kAuto:
+    case BackendChoice::kAuto: {
+      // The host backend serves only a machine with no GPU at all. A GPU that
+      // is present but cannot be driven (no driver, a driver too old, devices
+      // hidden, a build without CUDA) is an error that says how to choose the
+      // host backend deliberately: never a silent fallback to CPU memory.
 #if BLOCKSWAP_HAVE_CUDA
-      // Only "no GPU here" (FAILED_PRECONDITION) selects the host backend; a
-      // GPU that is present but broken is an error, never a silent fallback.
-      if (auto cuda = OpenCudaBackend();
-          cuda.ok() || cuda.status().code() != absl::StatusCode::kFailedPrecondition) {
+      absl::StatusOr<std::unique_ptr<Backend>> cuda = OpenCudaBackend();
+      if (cuda.ok() || cuda.status().code() != absl::StatusCode::kFailedPrecondition) {
         return cuda;
       }
+      const std::string why(cuda.status().message());
+#else
+      const std::string why =
+          "this build of blockswap has no CUDA support (configured without the CUDA toolkit)";
 #endif
+      if (std::optional<std::string> gpu = FindNvidiaGpu(GpuProbeRoot()); gpu.has_value()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "backend \"auto\": this machine has an NVIDIA GPU (", *gpu,
+            ") but the cuda backend cannot drive it: ", why,
+            ". Fix that, or serve from CPU memory deliberately with backend = \"host\" "
+            "(--backend=host)"));
+      }
       return OpenHostBackend(host_options);
+    }
   }
   return absl::InvalidArgumentError("unknown backend choice");
 }

@@ -195,7 +195,9 @@ struct HostBackendOptions {
   static HostBackendOptions FromEnvironment();
 };
 
-// kAuto: cuda when this build has it and a usable GPU exists, else host.
+// kAuto: cuda when this build has it and a usable GPU exists; host on a
+// machine with no GPU at all (gpu_presence.h); FAILED_PRECONDITION naming the
+// GPU and the reason when one is present but cannot be driven.
 // kCuda: FAILED_PRECONDITION with the reason when no GPU can be driven.
 absl::StatusOr<std::unique_ptr<Backend>> OpenBackend(
     BackendChoice choice, const HostBackendOptions& host_options = HostBackendOptions());

@@ -47,7 +47,8 @@ def train(device, socket, seen):
         blocks.to(device)
     else:
         config = blockswap.BlockSwapConfig(device=device, supports_backward=True,
-                                           gradient_checkpointing=True, socket=socket)
+                                           gradient_checkpointing=True, socket=socket,
+                                           h2d_only=True)
         offloader = blockswap.create_offloader("blocks", blocks, BLOCKS, SWAP, config)
         for i, block in enumerate(blocks):
             for linear in (block.fc1, block.fc2):
@@ -84,7 +85,8 @@ def infer(device, socket):
         blocks.to(device)
         offloader = None
     else:
-        config = blockswap.BlockSwapConfig(device=device, supports_backward=False, socket=socket)
+        config = blockswap.BlockSwapConfig(device=device, supports_backward=False, socket=socket,
+                                           h2d_only=True)
         offloader = blockswap.create_offloader("blocks", blocks, BLOCKS, SWAP, config)
     outputs = []
     with torch.no_grad():

@@ -151,6 +151,27 @@ TEST_F(TraceTest, PngIsAPictureOfTheRun) {
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+TEST_F(TraceTest, ClientsThatEndedBeforeTheWindowAreLeftOutAndAnIdleWindowSaysSo) {
+  ASSERT_EQ(TraceTwoClients({"--seconds=120", "--out=" + out_path()}), 0) << ReadAll(err_path());
+  // Both clients have exited (their rings may still be kept, retired): a
+  // window after them has no client and no span.
+  ChildProcess ctl = StartCtl({"--seconds=0.3", "--out=" + out_path(), "--png=" + png_path()});
+  absl::StatusOr<int> code = ctl.Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << ReadAll(err_path());
+  const std::string err = ReadAll(err_path());
+  EXPECT_TRUE(absl::StrContains(err, "no activity in the 0.3 s window")) << err;
+  json document = json::parse(ReadAll(out_path()), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(document.is_discarded());
+  for (const json& event : document["traceEvents"]) {
+    EXPECT_NE(event["ph"], "X") << event;
+    if (event["ph"] == "M" && event["name"] == "process_name") {
+      EXPECT_EQ(event["pid"], document["otherData"]["daemon_pid"]) << "a client row: " << event;
+    }
+  }
+  EXPECT_EQ(ReadAll(png_path()).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 TEST_F(TraceTest, PngWithoutItsPythonIsExitOneNamingIt) {
   ChildProcess ctl = StartCtl({"--seconds=0.2", "--out=" + out_path(), "--png=" + png_path()},
                               {{"BLOCKSWAP_PYTHON", "/nonexistent/python3"}});

@@ -35,6 +35,42 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "SKIP (systemd-analyze verify): systemd-analyze is not installed"
 fi
+# What --man=no leaves out: every Documentation= of the unit is in the install.
+for doc in $(sed -n 's/^Documentation=//p' "${unit}"); do
+  case ${doc} in
+    file://*) [[ -f ${doc#file://} ]] || { echo "FAIL: the unit's ${doc} is not installed"; exit 1; } ;;
+    man:*)
+      page=${doc#man:}  # name(section)
+      name=${page%%(*}; section=${page#*(}; section=${section%)}
+      [[ -f ${prefix}/share/man/man${section}/${name}.${section} ]] ||
+        { echo "FAIL: the unit's ${doc} is not installed"; exit 1; } ;;
+    *) echo "FAIL: the unit's Documentation=${doc} is neither file:// nor man:"; exit 1 ;;
+  esac
+done
+echo "ok: the unit's Documentation= is installed"
+
+# The man pages, rendered as man would, with every subcommand of blockswapctl.
+for page in man8/blockswapd.8 man1/blockswapctl.1 man1/blockswap-demo.1; do
+  [[ -f ${prefix}/share/man/${page} ]] || { echo "FAIL: ${page} was not installed"; exit 1; }
+done
+if command -v man >/dev/null; then
+  rendered=$(MANWIDTH=100 man -l "${prefix}/share/man/man1/blockswapctl.1" 2>&1)
+  for command in $("${prefix}/bin/blockswapctl" --help | sed -n '/^Subcommands:/,$s/^  \([a-z][a-z-]*\) .*/\1/p'); do
+    [[ ${command} == help ]] && continue
+    grep -q "Usage: blockswapctl ${command} " <<<"${rendered}" ||
+      { echo "FAIL: blockswapctl(1) lacks the subcommand ${command}"; exit 1; }
+  done
+  grep -q -- "--check-config" <<<"$(man -l "${prefix}/share/man/man8/blockswapd.8" 2>&1)" ||
+    { echo "FAIL: blockswapd(8) lacks --check-config"; exit 1; }
+  echo "ok: the man pages render with every option and subcommand"
+else
+  echo "SKIP (rendering the man pages): man is not installed"
+fi
+
+# No header without its library: the LibTorch layer is not installed.
+[[ ! -e ${prefix}/include/blockswap/torch.h ]] ||
+  { echo "FAIL: blockswap/torch.h is installed without libblockswap_torch"; exit 1; }
+[[ -x ${prefix}/bin/blockswap-demo ]] || { echo "FAIL: blockswap-demo was not installed"; exit 1; }
 
 for binary in blockswapd blockswapctl; do
   "${prefix}/bin/${binary}" --version >"${tmp}/version.txt" ||
@@ -44,10 +80,19 @@ for binary in blockswapd blockswapctl; do
 done
 echo "ok: the installed binaries answer --version"
 
-"${prefix}/bin/blockswapd" --config "${config}" --check-config >"${tmp}/effective.toml"
+"${prefix}/bin/blockswapd" --config "${config}" --check-config --no-preflight >"${tmp}/effective.toml"
 grep -q '^socket_group = "blockswap"$' "${tmp}/effective.toml" ||
   { echo "FAIL: --check-config of the installed config:"; cat "${tmp}/effective.toml"; exit 1; }
-echo "ok: the installed config passes --check-config"
+echo "ok: the installed config passes --check-config --no-preflight"
+# On this machine as it is: install.sh (which creates the group) did not run here.
+if ! getent group blockswap >/dev/null; then
+  if "${prefix}/bin/blockswapd" --config "${config}" --check-config >/dev/null 2>"${tmp}/preflight.txt"; then
+    echo "FAIL: --check-config passed without the socket group blockswap"; exit 1
+  fi
+  grep -q "error: socket group 'blockswap' does not exist" "${tmp}/preflight.txt" ||
+    { echo "FAIL: --check-config did not name the missing group:"; cat "${tmp}/preflight.txt"; exit 1; }
+  echo "ok: --check-config names the missing socket group"
+fi
 
 # A second install keeps the operator's config and puts the default beside it.
 echo "# edited by the operator" >>"${config}"
@@ -66,6 +111,29 @@ grep -q "^ExecStart=/usr/local/bin/blockswapd --config /etc/blockswap/blockswapd
 [[ -x ${stage}/usr/local/bin/blockswapd && -f ${stage}/etc/blockswap/blockswapd.toml ]] ||
   { echo "FAIL: deploy/install.sh did not stage the binary and the config"; exit 1; }
 echo "ok: deploy/install.sh --destdir"
+
+# deploy/install.sh with no --build-dir builds outside the checkout and removes
+# its build: a cmake on PATH that records its arguments stands in for the build.
+fake=${tmp}/fake-bin
+mkdir -p "${fake}"
+cat >"${fake}/cmake" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"${FAKE_CMAKE_LOG}"
+case $1 in -S) mkdir -p "$4" && touch "$4/configured" ;; esac
+EOF
+chmod +x "${fake}/cmake"
+before=$(git -C "${source}" status --porcelain --ignored 2>/dev/null | sort)
+FAKE_CMAKE_LOG=${tmp}/cmake.log PATH=${fake}:${PATH} \
+  "${source}/deploy/install.sh" --destdir "${tmp}/stage2" >"${tmp}/stage2.log"
+used=$(sed -n 's/^-S [^ ]* -B \([^ ]*\) .*/\1/p' "${tmp}/cmake.log")
+[[ -n ${used} ]] || { echo "FAIL: install.sh did not configure a build:"; cat "${tmp}/cmake.log"; exit 1; }
+case ${used} in "${source}"/*) echo "FAIL: install.sh built inside the checkout (${used})"; exit 1 ;; esac
+[[ ! -e ${used} ]] || { echo "FAIL: install.sh left its build ${used} behind"; exit 1; }
+grep -q "^--build ${used}\$" "${tmp}/cmake.log" && grep -q "^--install ${used} --prefix /usr/local\$" "${tmp}/cmake.log" ||
+  { echo "FAIL: install.sh did not build and install ${used}:"; cat "${tmp}/cmake.log"; exit 1; }
+after=$(git -C "${source}" status --porcelain --ignored 2>/dev/null | sort)
+[[ ${before} == "${after}" ]] || { echo "FAIL: install.sh changed the checkout"; diff <(echo "${before}") <(echo "${after}"); exit 1; }
+echo "ok: deploy/install.sh builds outside the checkout and cleans up"
 
 cmake -S "${source}/tests/service/consumer" -B "${tmp}/consumer" -G Ninja \
   -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_BUILD_TYPE=Release >"${tmp}/consumer.log" 2>&1 ||

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The Kubernetes manifests of deploy/k8s/: yamllint (when installed), then the
-fields a GPU node needs, and the ConfigMap's config through the real
-`blockswapd --check-config`.
+"""The Kubernetes manifests of deploy/k8s/: yamllint (when installed) and the
+Kubernetes schemas (kubernetes-validate --strict), then the fields a GPU node
+needs, the ConfigMap's config through the real `blockswapd --check-config` (its
+syntax: the config is for a GPU node, not this machine),
+and the example Job's program in an installed tree.
 
-    k8s_test.py SOURCE_DIR BIN_DIR
+    k8s_test.py SOURCE_DIR BUILD_DIR BIN_DIR KUBERNETES_VALIDATE
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +17,7 @@ import unittest
 
 import yaml
 
-SOURCE = BIN = None
+SOURCE = BUILD = BIN = KUBERNETES_VALIDATE = None
 
 
 def load(name):
@@ -26,6 +29,19 @@ def one(docs, kind):
     found = [doc for doc in docs if doc["kind"] == kind]
     assert len(found) == 1, "%d %s documents" % (len(found), kind)
     return found[0]
+
+
+def parse_bytes(text):
+    """'96GiB' (the config's sizes) or '100Gi' (Kubernetes quantities) -> bytes."""
+    match = re.fullmatch(r"(\d+)\s*(|Ki|Mi|Gi|Ti|KiB|MiB|GiB|TiB)", text.strip())
+    assert match, "not a size: %r" % text
+    power = ["", "K", "M", "G", "T"].index(match.group(2)[:1])
+    return int(match.group(1)) * 1024 ** power
+
+
+def kubernetes_validate(paths):
+    return subprocess.run([KUBERNETES_VALIDATE, "--strict", "--quiet"] + paths,
+                          capture_output=True, text=True, timeout=60)
 
 
 def requests_gpu(container):
@@ -51,6 +67,55 @@ class ManifestTest(unittest.TestCase):
                               os.path.join(SOURCE, "deploy", "k8s")],
                              capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+    def test_manifests_match_the_kubernetes_schemas(self):
+        k8s = os.path.join(SOURCE, "deploy", "k8s")
+        out = kubernetes_validate(sorted(os.path.join(k8s, f) for f in os.listdir(k8s)
+                                         if f.endswith(".yaml")))
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+    def test_schema_validation_refuses_an_unknown_field(self):
+        # The same invocation must be able to fail: the Job with a misspelt key.
+        with open(os.path.join(SOURCE, "deploy", "k8s", "example-trainer-job.yaml")) as f:
+            text = f.read()
+        self.assertIn("          command:", text)
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as bad:
+            bad.write(text.replace("          command:", "          comand:", 1))
+            bad.flush()
+            out = kubernetes_validate([bad.name])
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+        self.assertIn("'comand' was unexpected", out.stdout + out.stderr)
+
+    def test_metrics_listen_on_the_pod_address_prometheus_scrapes(self):
+        command = self.container["command"]
+        listen = [arg for arg in command if arg.startswith("--metrics-listen=")]
+        self.assertEqual(listen, ["--metrics-listen=$(POD_IP):9464"], command)
+        env = {e["name"]: e for e in self.container["env"]}
+        self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
+        annotations = self.daemonset["spec"]["template"]["metadata"]["annotations"]
+        self.assertEqual(str(ports["metrics"]), annotations["prometheus.io/port"])
+        self.assertEqual(ports["metrics"], 9464)
+        self.assertNotIn("metrics_listen =", self.config, "the command line sets it")
+
+    def test_memory_limit_holds_the_masters_budget(self):
+        # The masters' /dev/shm pages are charged to the daemon's container.
+        budgets = dict(re.findall(r'^(max_memory_bytes|max_pinned_bytes) = "([^"]+)"',
+                                  self.config, re.M))
+        budget = parse_bytes(budgets.get("max_memory_bytes") or budgets["max_pinned_bytes"])
+        resources = self.container["resources"]
+        limit = parse_bytes(resources["limits"]["memory"])
+        self.assertGreaterEqual(limit, budget + 2 * 1024**3,
+                                "limit %s for a budget of %d bytes" % (limit, budget))
+        self.assertEqual(resources["requests"]["memory"], resources["limits"]["memory"])
+
+    def test_trainer_job_runs_a_program_the_install_provides(self):
+        command = self.job_pod["containers"][0]["command"]
+        with tempfile.TemporaryDirectory() as prefix:
+            subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], check=True,
+                           capture_output=True, timeout=120)
+            self.assertTrue(os.access(os.path.join(prefix, "bin", command[0]), os.X_OK),
+                            "%s is not installed into bin/" % command[0])
 
     def test_daemonset_sees_every_gpu_without_requesting_one(self):
         env = {e["name"]: e.get("value") for e in self.container["env"]}
@@ -87,7 +152,8 @@ class ManifestTest(unittest.TestCase):
             f.write(self.config)
             f.flush()
             out = subprocess.run([os.path.join(BIN, "blockswapd"), "--config=" + f.name,
-                                  "--check-config"], capture_output=True, text=True, timeout=30)
+                                  "--check-config", "--no-preflight"],
+                                 capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn('socket_group = "2000"', out.stdout)
 
@@ -104,5 +170,7 @@ class ManifestTest(unittest.TestCase):
 
 if __name__ == "__main__":
     SOURCE = os.path.abspath(sys.argv.pop(1))
+    BUILD = os.path.abspath(sys.argv.pop(1))
     BIN = os.path.abspath(sys.argv.pop(1))
+    KUBERNETES_VALIDATE = sys.argv.pop(1)
     unittest.main(verbosity=2)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """blockswapd as a service, end to end: the real binary with a fake systemd
 notification socket, the config file and SIGHUP, the socket's group and mode,
-the metrics endpoint and the drain on SIGTERM.
+the metrics endpoint and the drain on SIGTERM; `backend = "auto"` on machines
+with and without a GPU it cannot drive.
 
     service_test.py BIN_DIR
 """
@@ -214,12 +215,33 @@ class ServiceTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2)
         self.assertIn("/nonexistent.toml", out.stderr)
 
+    def test_check_config_reports_what_this_machine_would_trip_the_daemon_on(self):
+        shm = os.path.join(self.tmp, "masters")
+        config = self.write_config(
+            'socket = "%s/no-such-dir/d.sock"\nsocket_group = "no-such-group-blockswap"\n'
+            'shm_prefix = "%s"\nmax_pinned_bytes = "64TiB"\nallow_uids = [3999999999]\n'
+            % (self.tmp, shm))
+        check = [os.path.join(BIN, "blockswapd"), "--config=" + config, "--check-config"]
+        out = subprocess.run(check, capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("error: socket group 'no-such-group-blockswap' does not exist", out.stderr)
+        self.assertRegex(out.stderr, r"error: max_pinned_bytes \(70368744177664 bytes, [^)]*\) is "
+                         r"more than the filesystem of %s holds" % re.escape(shm))
+        self.assertIn("warning: socket %s/no-such-dir/d.sock: its directory" % self.tmp, out.stderr)
+        self.assertIn("warning: allow_uids: no user with uid 3999999999", out.stderr)
+        self.assertIn('\nmax_pinned_bytes = ', out.stdout, "the effective config comes first")
+        # The same config checked for another machine: its syntax only.
+        out = subprocess.run(check + ["--no-preflight"], capture_output=True, text=True,
+                             timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stderr, "")
+
     def test_sighup_reloads_log_level_and_quotas_and_keeps_them_on_a_bad_file(self):
         config = self.write_config('max_rings_per_client = 2\nmetrics_listen = "127.0.0.1:0"\n')
         daemon = self.start(config=config)
         self.assertTrue(daemon.messages(until="READY=1"))
         port = int(daemon.await_log(r"metrics on \S+ \(port (\d+)\)").group(1))
-        quota = 'blockswap_client_quota{quota="max_rings_per_client"}'
+        quota = "blockswap_client_quota_rings"
         self.assertEqual(sample(metrics(port), quota), 2)
 
         self.write_config('max_rings_per_client = 5\nlog_level = "debug"\n'
@@ -258,6 +280,14 @@ class ServiceTest(unittest.TestCase):
                                 loads * 65536 * 0.9)
         self.assertEqual(sample(after, "blockswap_models"), 1)
         self.assertGreater(sample(after, "blockswap_pinned_bytes"), 0)
+        # Every copy the daemon saw complete is in the latency histogram.
+        latency = 'blockswap_device_load_latency_seconds_count{device="HOST-0"}'
+        self.assertGreater(sample(after, latency), 0)
+        self.assertLessEqual(sample(after, latency), loads)
+        self.assertEqual(sample(after, 'blockswap_device_load_latency_seconds_bucket'
+                                       '{device="HOST-0",le="+Inf"}'), sample(after, latency))
+        self.assertGreater(sample(after, "process_open_fds"), 3)
+        self.assertGreater(sample(after, "process_resident_memory_bytes"), 1 << 20)
         self.assertEqual(daemon.stop(), 0)
 
     def test_sigterm_drains_a_streaming_client_within_the_grace(self):
@@ -291,6 +321,51 @@ class ServiceTest(unittest.TestCase):
             if demo.poll() is None:
                 demo.kill()
                 demo.wait()
+
+
+class BackendAutoTest(unittest.TestCase):
+    """`backend = "auto"` serves from CPU memory only where there is no GPU at
+    all. The machines are fake kernel trees (BLOCKSWAP_GPU_PROBE_ROOT), and
+    CUDA_VISIBLE_DEVICES="" hides any real GPU, so that the cuda backend cannot
+    drive one here whether or not this machine has one."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def list_devices(self, backend, gpu):
+        machine = os.path.join(self.root, "gpu" if gpu else "cpu")
+        vendor = "0x10de" if gpu else "0x1af4"
+        device = os.path.join(machine, "sys", "bus", "pci", "devices", "0000:17:00.0")
+        os.makedirs(device, exist_ok=True)
+        for name, text in (("vendor", vendor), ("class", "0x030200")):
+            with open(os.path.join(device, name), "w") as f:
+                f.write(text + "\n")
+        env = dict(os.environ, BLOCKSWAP_GPU_PROBE_ROOT=machine, CUDA_VISIBLE_DEVICES="")
+        return subprocess.run([os.path.join(BIN, "blockswapd"), "--list-devices",
+                               "--backend=" + backend], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    def test_a_gpu_that_cannot_be_driven_is_refused_with_the_way_out(self):
+        out = self.list_devices("auto", gpu=True)
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+        self.assertIn("this machine has an NVIDIA GPU (PCI device 0000:17:00.0", out.stderr)
+        self.assertIn("cannot drive it: ", out.stderr)
+        self.assertIn('backend = "host"', out.stderr)
+        self.assertNotIn("backend host", out.stdout)
+
+    def test_the_host_backend_chosen_deliberately_serves_beside_that_gpu(self):
+        out = self.list_devices("host", gpu=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("backend host", out.stdout)
+
+    def test_a_machine_without_a_gpu_gets_the_host_backend(self):
+        out = self.list_devices("auto", gpu=False)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("backend host", out.stdout)
 
 
 if __name__ == "__main__":

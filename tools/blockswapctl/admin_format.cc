@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -24,6 +26,20 @@ constexpr size_t kShortIdDigits = 16;
 size_t DisplayWidth(absl::string_view text) {
   return static_cast<size_t>(
       std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// The first `width` - 1 columns of `text` and an ellipsis (never a code point
+// cut in half).
+std::string CutToWidth(absl::string_view text, size_t width) {
+  if (width == 0) return "";
+  std::string out;
+  size_t columns = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool starts_code_point = (text[i] & 0xC0) != 0x80;
+    if (starts_code_point && ++columns == width) break;
+    out.push_back(text[i]);
+  }
+  return out + kEllipsis;
 }
 
 // Replaces C0 controls, DEL and the C1 controls (U+0080..U+009F, which some
@@ -166,7 +182,9 @@ void TextTable::AddRow(std::vector<std::string> cells) {
   rows_.push_back(std::move(cells));
 }
 
-std::string TextTable::Render() const {
+std::string TextTable::Render() const { return Render(std::numeric_limits<size_t>::max()); }
+
+std::string TextTable::Render(size_t max_width) const {
   std::vector<size_t> widths(headers_.size(), 0);
   auto measure = [&widths](const std::vector<std::string>& row) {
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
@@ -174,16 +192,26 @@ std::string TextTable::Render() const {
   measure(headers_);
   for (const auto& row : rows_) measure(row);
 
+  // Columns [0, shown) fit: each is as wide as its widest cell, 2 spaces apart.
+  size_t shown = headers_.size();
+  auto total = [&widths](size_t columns) {
+    size_t sum = 0;
+    for (size_t c = 0; c < columns; ++c) sum += widths[c] + (c > 0 ? 2 : 0);
+    return sum;
+  };
+  while (shown > 1 && total(shown) > max_width) --shown;
+
   std::string out;
   auto render = [&](const std::vector<std::string>& row) {
     std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
+    for (size_t c = 0; c < shown; ++c) {
       if (c > 0) line.append(2, ' ');
       line += row[c];
-      if (c + 1 < row.size()) line.append(widths[c] - DisplayWidth(row[c]), ' ');
+      if (c + 1 < shown) line.append(widths[c] - DisplayWidth(row[c]), ' ');
     }
     // Blank trailing cells would otherwise leave trailing spaces.
     line.erase(line.find_last_not_of(' ') + 1);
+    if (DisplayWidth(line) > max_width) line = CutToWidth(line, max_width);
     absl::StrAppend(&out, line, "\n");
   };
   render(headers_);
@@ -400,6 +428,85 @@ std::string StatsText(const v1::StatsReply& reply) {
     }
   }
   return out + clients.Render();
+}
+
+// --- stats --watch ---------------------------------------------------------------
+
+namespace {
+
+// A device's or a client's counters in one frame.
+struct Counters {
+  uint64_t loads = 0;
+  uint64_t bytes = 0;
+};
+
+// Loads/s and GB/s since `before` over `seconds`; "-" where there is no
+// baseline (first frame, a new device or session) or a counter went
+// backwards (the daemon restarted).
+std::pair<std::string, std::string> Rates(const Counters& now, std::optional<Counters> before,
+                                          double seconds) {
+  if (!before.has_value() || before->loads > now.loads || before->bytes > now.bytes ||
+      !(seconds > 0)) {
+    return {"-", "-"};
+  }
+  const double loads = static_cast<double>(now.loads - before->loads) / seconds;
+  return {loads >= 10 ? absl::StrFormat("%.0f", loads) : absl::StrFormat("%.1f", loads),
+          HumanRate(now.bytes - before->bytes, seconds)};
+}
+
+template <typename Key>
+std::optional<Counters> Find(const std::map<Key, Counters>& frame, const Key& key) {
+  auto it = frame.find(key);
+  if (it == frame.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace
+
+std::string StatsWatchText(const v1::StatsReply& now, const v1::StatsReply* before, double seconds,
+                           size_t width) {
+  std::map<std::string, Counters> devices_before;
+  std::map<uint64_t, Counters> clients_before;
+  if (before != nullptr) {
+    for (const v1::DeviceStats& d : before->devices()) {
+      devices_before[d.device_uuid()] = {d.loads(), d.bytes_copied()};
+    }
+    for (const v1::ClientStats& c : before->clients()) {
+      clients_before[c.session_id()] = {c.loads(), c.bytes()};
+    }
+  }
+  std::string out;
+  if (now.devices().empty()) {
+    out = "no devices\n";
+  } else {
+    // Most telling first: columns on the right go first on a narrow terminal.
+    TextTable devices(
+        {"DEVICE", "LOADS/s", "GB/s", "QUEUE", "RINGS", "LOADS", "BYTES", "PROTOCOL ERRORS"});
+    for (const v1::DeviceStats& device : now.devices()) {
+      auto [loads, bytes] = Rates({device.loads(), device.bytes_copied()},
+                                  Find(devices_before, device.device_uuid()), seconds);
+      devices.AddRow({device.device_uuid(), loads, bytes, absl::StrCat(device.queue_depth()),
+                      absl::StrCat(device.rings()), absl::StrCat(device.loads()),
+                      HumanBytes(device.bytes_copied()), absl::StrCat(device.protocol_errors())});
+    }
+    out = devices.Render(width);
+  }
+  out += "\n";
+  if (now.clients().empty()) return out + "no clients attached\n";
+  TextTable clients({"SESSION", "NAME", "LOADS/s", "GB/s", "STALL S", "HOST WAIT S", "LOADS",
+                     "BYTES", "REJECTED"});
+  for (const v1::ClientStats& client : now.clients()) {
+    auto [loads, bytes] =
+        Rates({client.loads(), client.bytes()}, Find(clients_before, client.session_id()), seconds);
+    // The latest forward pass (else whichever came last) stands for the client.
+    std::vector<const v1::PassStats*> latest = LatestPassPerDirection(client.passes());
+    const v1::PassStats* pass = latest.empty() ? nullptr : latest.front();
+    clients.AddRow({absl::StrCat(client.session_id()), OrDash(client.client_name()), loads, bytes,
+                    pass ? Seconds3(pass->stall_seconds()) : "-",
+                    pass ? Seconds3(pass->host_wait_seconds()) : "-", absl::StrCat(client.loads()),
+                    HumanBytes(client.bytes()), absl::StrCat(client.rejected_loads())});
+  }
+  return out + clients.Render(width);
 }
 
 json StatsJson(const v1::StatsReply& reply) {

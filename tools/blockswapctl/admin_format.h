@@ -56,6 +56,10 @@ class TextTable {
   bool empty() const { return rows_.empty(); }
   // Every line ends in '\n'; no trailing spaces.
   std::string Render() const;
+  // At most `max_width` display columns a line: the rightmost columns are
+  // dropped while the table is wider (so put the important ones first; the
+  // first is always kept), then lines still too wide are cut, ending in "…".
+  std::string Render(size_t max_width) const;
 
  private:
   std::vector<std::string> headers_;
@@ -77,6 +81,12 @@ std::string ResidencyText(const v1::ResidencyReply& reply);
 nlohmann::json ResidencyJson(const v1::ResidencyReply& reply);
 
 std::string StatsText(const v1::StatsReply& reply);
+// `stats --watch` on a terminal: per device and client, loads/s and GB/s
+// over the `seconds` between `before` and `now` ("-" on the first frame, for
+// a session or device new since `before`, and across a daemon restart), then
+// the totals; fitted to `width` columns.
+std::string StatsWatchText(const v1::StatsReply& now, const v1::StatsReply* before, double seconds,
+                           size_t width);
 nlohmann::json StatsJson(const v1::StatsReply& reply);
 
 // The most recent pass of each direction, "forward" first, "backward" second,

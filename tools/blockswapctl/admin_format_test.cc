@@ -145,6 +145,22 @@ TEST(TextTable, LeavesNoTrailingSpaces) {
   }
 }
 
+TEST(TextTable, DropsRightmostColumnsToFitAWidth) {
+  TextTable table({"FIRST", "SECOND", "THIRD"});
+  table.AddRow({"aaaaa", "bbbbbb", "ccccc"});
+  EXPECT_EQ(table.Render(80), "FIRST  SECOND  THIRD\naaaaa  bbbbbb  ccccc\n");
+  EXPECT_EQ(table.Render(20), "FIRST  SECOND  THIRD\naaaaa  bbbbbb  ccccc\n");  // exactly
+  EXPECT_EQ(table.Render(19), "FIRST  SECOND\naaaaa  bbbbbb\n");
+  EXPECT_EQ(table.Render(5), "FIRST\naaaaa\n");
+}
+
+TEST(TextTable, CutsTheFirstColumnWhenNothingElseFits) {
+  TextTable table({"DEVICE", "LOADS/s"});
+  table.AddRow({"GPU-0123456789abcdef", "12"});
+  // One column is always kept; its lines end in an ellipsis at the width.
+  EXPECT_EQ(table.Render(8), "DEVICE\nGPU-012\xE2\x80\xA6\n");
+}
+
 TEST(TextTable, ShowsControlCharactersAsQuestionMarks) {
   TextTable table({"NAME"});
   table.AddRow({"evil\x1b[2J\nline"});
@@ -548,6 +564,43 @@ TEST(DumpJson, ReplacesInvalidUtf8InsteadOfThrowing) {
   std::string text;
   ASSERT_NO_THROW(text = DumpJson(json));
   EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+}
+
+TEST(StatsWatchText, RatesOverTheIntervalThenTotals) {
+  v1::StatsReply before = SampleStats();
+  v1::StatsReply now = SampleStats();
+  now.mutable_devices(0)->set_loads(1200 + 500);
+  now.mutable_devices(0)->set_bytes_copied(uint64_t{24'600'000'000} + 10'000'000'000);
+  now.mutable_clients(0)->set_loads(1200 + 250);
+  std::vector<std::string> lines = Lines(StatsWatchText(now, &before, 2.0, 200));
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "DEVICE  LOADS/s  GB/s  QUEUE  RINGS  LOADS  BYTES     PROTOCOL ERRORS");
+  EXPECT_EQ(lines[1], "HOST-0  250      5.0   1      2      1700   32.2 GiB  0");
+  EXPECT_EQ(lines[2], "HOST-1  0.0      0.0   0      0      0      0 B       0");
+  EXPECT_EQ(lines[4],
+            "SESSION  NAME     LOADS/s  GB/s  STALL S  HOST WAIT S  LOADS  BYTES     "
+            "REJECTED");
+  EXPECT_EQ(lines[5], "3        trainer  125      0.0   0.125    1.125        1450   22.9 GiB  1");
+}
+
+TEST(StatsWatchText, NoRateWithoutABaselineOrAcrossARestart) {
+  v1::StatsReply now = SampleStats();
+  std::vector<std::string> first = Lines(StatsWatchText(now, nullptr, 0, 200));
+  EXPECT_EQ(first[1], "HOST-0  -        -     1      2      1200   22.9 GiB  0");
+  v1::StatsReply restarted = SampleStats();
+  restarted.mutable_devices(0)->set_loads(5);  // counters began again
+  restarted.mutable_devices(0)->set_bytes_copied(5);
+  std::vector<std::string> lines = Lines(StatsWatchText(restarted, &now, 2.0, 200));
+  EXPECT_EQ(lines[1], "HOST-0  -        -     1      2      5      5 B    0");
+}
+
+TEST(StatsWatchText, FitsANarrowTerminal) {
+  v1::StatsReply now = SampleStats();
+  for (const std::string& line : Lines(StatsWatchText(now, &now, 2.0, 40))) {
+    EXPECT_LE(line.size(), 40u) << line;
+  }
+  std::vector<std::string> lines = Lines(StatsWatchText(now, &now, 2.0, 40));
+  EXPECT_EQ(lines[0], "DEVICE  LOADS/s  GB/s  QUEUE  RINGS");
 }
 
 }  // namespace

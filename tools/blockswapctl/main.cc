@@ -29,16 +29,21 @@
 // error.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -59,16 +64,33 @@
 namespace blockswap::client {
 namespace {
 
-// `stats --watch S`, every S seconds until interrupted or a call fails. On a
-// terminal the table (or document) is redrawn in place (cursor home, clear to
-// the end of the screen) under a header line. Into a pipe or a file there are
-// no escapes: --json appends one document per line (NDJSON, for jq or a log
-// shipper), the table is appended under its header.
+// Columns of the terminal on stdout: its window size, else $COLUMNS, else 80.
+size_t TerminalWidth() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  size_t columns = 0;
+  if (const char* env = std::getenv("COLUMNS");
+      env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {
+    return columns;
+  }
+  return 80;
+}
+
+// `stats --watch S`, every S seconds until interrupted or a call fails. The
+// table shows rates over the interval since the previous call (then totals);
+// on a terminal it is redrawn in place (cursor home, clear to the end of the
+// screen) under a header line and fitted to the terminal's width. Into a pipe
+// or a file there are no escapes: --json appends one document per line
+// (NDJSON of the totals, for jq or a log shipper), the table is appended under
+// its header.
 int WatchStats(const Options& options, double seconds) {
   AdminCaller caller(options);
   const bool on_terminal = ::isatty(STDOUT_FILENO) == 1;
+  std::optional<v1::StatsReply> previous;
+  absl::Time previous_at;
   while (true) {
     absl::StatusOr<v1::StatsReply> reply = caller.Call(&v1::Admin::Stub::Stats);
+    const absl::Time now = absl::Now();
     if (!reply.ok()) {
       std::cerr << "blockswapctl: stats: "
                 << DescribeCallFailure(options.socket_path, reply.status()) << "\n";
@@ -79,14 +101,19 @@ int WatchStats(const Options& options, double seconds) {
     } else {
       if (on_terminal) std::cout << "\033[H\033[J";
       std::cout << "blockswapctl stats --watch " << seconds << "  "
-                << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()) << "\n\n";
+                << absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()) << "\n\n";
       if (options.json) {
         PrintJson(StatsJson(*reply));
       } else {
-        std::cout << StatsText(*reply) << (on_terminal ? "" : "\n");
+        const size_t width = on_terminal ? TerminalWidth() : std::numeric_limits<size_t>::max();
+        std::cout << StatsWatchText(*reply, previous ? &*previous : nullptr,
+                                    absl::ToDoubleSeconds(now - previous_at), width)
+                  << (on_terminal ? "" : "\n");
       }
     }
     std::cout << std::flush;
+    previous = *std::move(reply);
+    previous_at = now;
     absl::SleepFor(absl::Seconds(seconds));
   }
 }

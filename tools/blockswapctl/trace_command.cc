@@ -130,10 +130,15 @@ int Trace(const Options& options, const TraceOptions& trace) {
   }
   size_t spans = 0;
   for (const auto& event : document["traceEvents"]) spans += event["ph"] == "X" ? 1 : 0;
-  std::cerr << "blockswapctl: trace: " << reply->clients_size() << " clients, " << spans
-            << " spans over "
-            << absl::StrFormat("%.1f", (reply->now_ns() - request.since_ns()) / 1e9) << " s -> "
-            << trace.out << "\n";
+  const std::string window =
+      absl::StrFormat("%.1f s", (reply->now_ns() - request.since_ns()) / 1e9);
+  if (spans == 0) {
+    std::cerr << "blockswapctl: trace: no activity in the " << window << " window (no client "
+              << "loaded a block) -> " << trace.out << "\n";
+  } else {
+    std::cerr << "blockswapctl: trace: " << reply->clients_size() << " clients, " << spans
+              << " spans over " << window << " -> " << trace.out << "\n";
+  }
   if (!trace.png.empty()) {
     if (int drawn = DrawTracePng(trace.out, trace.png); drawn != 0) return drawn;
     std::cerr << "blockswapctl: trace: timeline -> " << trace.png << "\n";

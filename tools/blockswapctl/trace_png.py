@@ -4,7 +4,8 @@ writes) as a per-client timeline PNG: one row per client, its copies (the
 daemon's copy spans for the client's rings), its stalls (red: the compute
 stream sat idle at a wait, the time the trainer really lost) and, lighter, its
 host waits (the thread blocked on a slot not filled yet, mostly while its own
-queued compute drained) as bars; time in ms from the window's start.
+queued compute drained) as bars; the x axis is the trace window, in ms from its
+start, and the caption sums it up. A window without activity says so.
 
 Usage: trace_png.py TRACE.json OUT.png
 Exit 0 on success, 1 when matplotlib is missing or the input is not a trace,
@@ -25,10 +26,11 @@ def load_rows(document):
         if event.get("ph") == "M" and event.get("name") == "process_name":
             names[event["pid"]] = event["args"]["name"]
     spans = [e for e in events if e.get("ph") == "X"]
+    # Times count from the window's start (a span begun before it starts
+    # below 0, where the axis cuts it); a trace without one from its first span.
     since = document.get("otherData", {}).get("since_us") or 0
-    if spans:
-        first = min(e["ts"] for e in spans)
-        since = first if since == 0 or since > first else since
+    if not since and spans:
+        since = min(e["ts"] for e in spans)
     rows = {}
 
     def row(pid):
@@ -53,6 +55,26 @@ def load_rows(document):
     return rows
 
 
+def window_ms(document):
+    """The trace window's length in ms (otherData's since_us..until_us), or None."""
+    other = document.get("otherData", {})
+    since, until = other.get("since_us"), other.get("until_us")
+    if since is None or until is None or until <= since:
+        return None
+    return (until - since) / 1000.0
+
+
+def caption(rows, window):
+    """One line of totals: the window, its clients, copies, stalls, host waits."""
+    copies = sum(len(r["copies"]) for r in rows.values())
+    copying = sum(d for r in rows.values() for _, d in r["copies"])
+    stalled = sum(d for r in rows.values() for _, d in r["stalls"])
+    waited = sum(d for r in rows.values() for _, d in r["host_waits"])
+    length = "window %.1f ms" % window if window is not None else "window of unknown length"
+    return ("%s: %d clients, %d copies (%.1f ms copying), %.1f ms stalled, %.1f ms host wait"
+            % (length, len(rows), copies, copying, stalled, waited))
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: trace_png.py TRACE.json OUT.png", file=sys.stderr)
@@ -68,7 +90,9 @@ def main(argv):
         return 1
     try:
         with open(argv[1]) as f:
-            rows = load_rows(json.load(f))
+            document = json.load(f)
+        rows = load_rows(document)
+        window = window_ms(document)
     except (OSError, ValueError, KeyError, TypeError) as error:
         print("trace_png.py: %s is not a blockswap trace: %s" % (argv[1], error),
               file=sys.stderr)
@@ -93,7 +117,12 @@ def main(argv):
         rows[p]["name"], len(rows[p]["copies"]), sum(d for _, d in rows[p]["stalls"]))
                           for p in reversed(pids)])
     axes.set_ylim(-0.6, max(len(pids), 1) - 0.4)
-    axes.set_xlabel("ms since the trace window started")
+    if window is not None:
+        axes.set_xlim(0, window)
+    if not pids:
+        axes.text(0.5, 0.5, "no activity in the window", transform=axes.transAxes,
+                  ha="center", va="center", fontsize=14)
+    axes.set_xlabel("ms since the trace window started\n" + caption(rows, window))
     axes.set_title("blockswap trace per client: copies (blue, upper bar), compute-stream stalls "
                    "(red, lower bar), host waits (grey line)")
     axes.grid(axis="x", alpha=0.3)

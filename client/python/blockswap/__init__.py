@@ -1,17 +1,21 @@
-"""blockswap for PyTorch trainers: a drop-in for the reference offloader's
-`create_offloader`, streaming frozen blocks through the node's blockswapd.
+"""blockswap for PyTorch trainers: the reference's `custom_offloading_utils`
+(every public name, `blockswap.custom_offloading_utils`), streaming frozen
+blocks through the node's blockswapd and exchanging trainable ones in-process.
 
     import blockswap
     config = blockswap.BlockSwapConfig(device=torch.device("cuda"), supports_backward=True,
                                        gradient_checkpointing=True)
     offloader = blockswap.create_offloader("blocks", blocks, len(blocks), 8, config)
 
-See README.md, "Use from a PyTorch trainer".
+Trainers that import their own `custom_offloading_utils` run unmodified with
+`python -m blockswap.kohya SCRIPT ARGS...`. See README.md, "Use from a PyTorch trainer".
 """
 from ._abi import BlockSwapError, library_path
-from .offloader import (BlockSwapConfig, StreamOffloader, create_offloader,
-                        default_swap_tensor_selector)
+from .exchange import ModelOffloader
+from .offloader import BlockSwapConfig, StreamOffloader, default_swap_tensor_selector
+from .routing import LoRAStreamOffloader, create_offloader
 
-__all__ = ["BlockSwapConfig", "BlockSwapError", "StreamOffloader", "create_offloader",
-           "default_swap_tensor_selector", "library_path"]
+__all__ = ["BlockSwapConfig", "BlockSwapError", "LoRAStreamOffloader", "ModelOffloader",
+           "StreamOffloader", "create_offloader", "default_swap_tensor_selector",
+           "library_path"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The drop-in for the reference trainer's `create_offloader` (DESIGN §5).
+"""The streaming offloader: frozen blocks through blockswapd (DESIGN §5).
 
 The frozen weights of S evenly placed "streaming" blocks live once per node, in
 blockswapd's masters; a ring of B slots on the trainer's device holds the blocks
@@ -36,10 +36,14 @@ def default_swap_tensor_selector(block):
 class BlockSwapConfig:
     """The reference's construction policy plus where blockswapd listens.
 
-    `use_pinned_memory` and `h2d_only` are accepted for compatibility only:
-    blockswapd always keeps one pinned master per node and streams host to
-    device. Training (`supports_backward`) needs gradient checkpointing: set
-    `gradient_checkpointing=True` once the trainer checkpoints its blocks.
+    `h2d_only=True` streams exactly `blocks_to_swap` frozen blocks through
+    blockswapd (the reference's LoRAStreamOffloader; training then needs
+    `gradient_checkpointing=True`). The default, `h2d_only=False`, is the
+    reference's exchange of `blocks_to_swap` blocks: `create_offloader`
+    streams frozen, checkpointed (or inference) blocks instead, with no more
+    device memory, and exchanges the others in-process (blockswap/routing.py).
+    `use_pinned_memory` is accepted for compatibility only: blockswapd keeps
+    one pinned master per node.
     """
     device: torch.device
     supports_backward: bool
@@ -69,18 +73,26 @@ class BlockSwapConfig:
 
     @classmethod
     def from_args(cls, args, device, supports_backward):
-        """From a parsed-args namespace, tolerating parsers without the optional knobs."""
+        """From a parsed-args namespace, tolerating parsers without the optional
+        knobs; refuses what the reference refuses: H2D-only training without
+        --gradient_checkpointing, a ring smaller than one slot."""
+        h2d_only = getattr(args, "block_swap_h2d_only", False)
+        checkpointing = getattr(args, "gradient_checkpointing", False)
+        if h2d_only and supports_backward and not checkpointing:
+            raise ValueError(
+                "--block_swap_h2d_only requires --gradient_checkpointing for training: the "
+                "streamed frozen weights share a few ring slots that are overwritten while "
+                "autograd may still hold them, and checkpointing re-reads them at recompute "
+                "time. Add --gradient_checkpointing, or leave out --block_swap_h2d_only to "
+                "exchange blocks instead.")
+        ring_size = getattr(args, "block_swap_ring_size", 2)
+        if ring_size < 1:
+            raise ValueError(f"--block_swap_ring_size must be >= 1 (got {ring_size})")
         return cls(device=device, supports_backward=supports_backward,
                    use_pinned_memory=getattr(args, "use_pinned_memory_for_block_swap", False),
-                   h2d_only=getattr(args, "block_swap_h2d_only", False),
-                   ring_size=getattr(args, "block_swap_ring_size", 2),
+                   h2d_only=h2d_only, ring_size=ring_size,
                    socket=getattr(args, "blockswap_socket", None),
-                   gradient_checkpointing=getattr(args, "gradient_checkpointing", False))
-
-
-def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
-    """The offloader for one block list (the reference's signature)."""
-    return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
+                   gradient_checkpointing=checkpointing)
 
 
 def _place_blocks(num_blocks, blocks_to_swap, ring_size):
@@ -138,11 +150,13 @@ class StreamOffloader:
             raise ValueError(f"blocks_to_swap must be >= 0 (got {blocks_to_swap})")
         if config.supports_backward and blocks_to_swap > 0 and not config.gradient_checkpointing:
             raise ValueError(
-                "blockswap: training (supports_backward=True) requires gradient checkpointing. "
+                "blockswap: streaming for training (supports_backward=True) requires gradient "
+                "checkpointing. "
                 "Streamed weights share a few ring slots that are overwritten while autograd may "
                 "still hold them; checkpointing re-reads them at recompute time. Enable gradient "
                 "checkpointing in the trainer (e.g. --gradient_checkpointing) and pass "
-                "BlockSwapConfig(..., gradient_checkpointing=True), or use "
+                "BlockSwapConfig(..., gradient_checkpointing=True), or use h2d_only=False to "
+                "exchange blocks in this process instead (no checkpointing needed), or "
                 "supports_backward=False for inference.")
         self.block_type = block_type
         self.num_blocks = num_blocks
@@ -574,12 +588,24 @@ class StreamOffloader:
         """[(start, end)] of each ring slot's memory, for checks that a tensor lives there."""
         return [(flat.data_ptr(), flat.data_ptr() + self._slot_bytes) for flat in self._slot_flat]
 
+    def master_address_ranges(self):
+        """[(start, end)] of each streaming block's master (host memory of the
+        daemon's one copy), for checks that a tensor is off the device."""
+        if self._model is None:
+            return []
+        ranges = []
+        for block in self.stream_idx:
+            model_block = self._model_block[block]
+            start = self._lib.bs_model_master(self._model, model_block)
+            ranges.append((start, start + self._lib.bs_model_block_bytes(self._model, model_block)))
+        return ranges
+
     def stats(self, finish_pass=True):
         """Placement and the last finished pass's statistics per direction:
         stall_seconds is how long the compute stream sat idle at the pass's
         waits (time lost), host_wait_seconds how long the training thread
         blocked in them (mostly its own compute draining)."""
-        result = {"block_type": self.block_type, "model_id": self.model_id,
+        result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
         if self._scheduler is None:

@@ -112,7 +112,7 @@ def test_a_mismatching_layout_is_refused(daemon, tmp_path):
     # Meta tensors without a model to bind them to.
     model = meta_model()
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=False,
-                                       socket=daemon.socket)
+                                       socket=daemon.socket, h2d_only=True)
     offloader = blockswap.create_offloader("blocks", model.blocks, NUM_BLOCKS, 4, config)
     with pytest.raises(ValueError, match=r"is a meta tensor \(never materialised\): set "
                                          r"BlockSwapConfig.model_id or model_file"):

@@ -8,7 +8,7 @@ from tiny_transformer import TinyTransformer, batches, train
 
 def config(daemon, **overrides):
     fields = dict(device=torch.device("cpu"), supports_backward=True, socket=daemon.socket,
-                  gradient_checkpointing=True)
+                  gradient_checkpointing=True, h2d_only=True)
     fields.update(overrides)
     return blockswap.BlockSwapConfig(**fields)
 
@@ -33,11 +33,13 @@ def test_training_without_gradient_checkpointing_is_refused(daemon):
 def test_from_args_reads_the_trainer_flags(daemon):
     class Args:
         gradient_checkpointing = True
+        block_swap_h2d_only = True
         block_swap_ring_size = 3
         blockswap_socket = daemon.socket
 
     cfg = blockswap.BlockSwapConfig.from_args(Args(), torch.device("cpu"), True)
-    assert (cfg.ring_size, cfg.socket, cfg.gradient_checkpointing) == (3, daemon.socket, True)
+    assert (cfg.ring_size, cfg.socket, cfg.gradient_checkpointing, cfg.h2d_only) == \
+        (3, daemon.socket, True, True)
     offloader = create(TinyTransformer(6), cfg)
     assert offloader.B == 3
     offloader.close()
@@ -71,7 +73,7 @@ def test_missing_daemon_names_the_socket(tmp_path):
     socket = str(tmp_path / "nobody.sock")
     with pytest.raises(blockswap.BlockSwapError, match=f"connecting to blockswapd at {socket}"):
         create(TinyTransformer(6), blockswap.BlockSwapConfig(
-            device=torch.device("cpu"), supports_backward=False, socket=socket))
+            device=torch.device("cpu"), supports_backward=False, socket=socket, h2d_only=True))
 
 
 def test_a_slot_overwritten_under_saved_weights_fails_loudly(daemon):

@@ -14,7 +14,7 @@ NUM_BLOCKS, SWAP, RING = 6, 4, 2
 
 def offload(model, daemon, reconnect_timeout_s=30.0):
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=True,
-                                       ring_size=RING, socket=daemon.socket,
+                                       ring_size=RING, socket=daemon.socket, h2d_only=True,
                                        gradient_checkpointing=True,
                                        reconnect_timeout_s=reconnect_timeout_s)
     model.offloader = blockswap.create_offloader("blocks", model.blocks, len(model.blocks), SWAP,

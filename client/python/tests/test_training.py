@@ -11,7 +11,7 @@ NUM_BLOCKS, SWAP, RING = 6, 4, 2
 def offload(model, daemon, supports_backward=True, ring_size=RING, swap=SWAP):
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"),
                                        supports_backward=supports_backward, ring_size=ring_size,
-                                       socket=daemon.socket,
+                                       socket=daemon.socket, h2d_only=True,
                                        gradient_checkpointing=supports_backward)
     model.offloader = blockswap.create_offloader("blocks", model.blocks, len(model.blocks), swap,
                                                  config)

@@ -97,6 +97,15 @@ class TinyTransformer(nn.Module):
     def lora_parameters(self):
         return [(n, p) for n, p in self.named_parameters() if "lora_" in n]
 
+    def fine_tune(self):
+        """Makes every parameter trainable (a full fine-tune, no checkpointing)."""
+        self.requires_grad_(True)
+        self.gradient_checkpointing = False
+        return self
+
+    def all_parameters(self):
+        return list(self.named_parameters())
+
 
 def batches(steps, seed=1, batch=2, tokens=8, dim=32):
     generator = torch.Generator().manual_seed(seed)
@@ -104,9 +113,11 @@ def batches(steps, seed=1, batch=2, tokens=8, dim=32):
              torch.randn(batch, tokens, dim, generator=generator)) for _ in range(steps)]
 
 
-def train(model, data, lr=0.05, wrapper=None):
-    """Runs SGD steps (through `wrapper`, e.g. DDP, when given); returns the
-    losses and each step's LoRA gradients."""
+def train(model, data, lr=0.05, wrapper=None, parameters=None):
+    """Runs SGD steps (through `wrapper`, e.g. DDP, when given) on
+    `parameters()` (default: the LoRA parameters); returns the losses and each
+    step's gradients."""
+    parameters = parameters or model.lora_parameters
     losses, grads = [], []
     for x, target in data:
         if model.offloader is not None:
@@ -114,9 +125,9 @@ def train(model, data, lr=0.05, wrapper=None):
         loss = F.mse_loss((wrapper or model)(x), target)
         loss.backward()
         losses.append(loss.detach().clone())
-        grads.append({n: p.grad.detach().clone() for n, p in model.lora_parameters()})
+        grads.append({n: p.grad.detach().clone() for n, p in parameters()})
         with torch.no_grad():  # plain SGD (torch.optim would import torch._dynamo)
-            for _, p in model.lora_parameters():
+            for _, p in parameters():
                 p -= lr * p.grad
                 p.grad = None
     return losses, grads

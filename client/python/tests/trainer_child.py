@@ -70,7 +70,7 @@ def daemon_pid(socket):
 
 def offloader_for(model, socket, name):
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=True,
-                                       socket=socket, gradient_checkpointing=True,
+                                       socket=socket, gradient_checkpointing=True, h2d_only=True,
                                        client_name=name)
     return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), 4, config)
 

@@ -1,0 +1,227 @@
+"""Which offloader a `BlockSwapConfig` gets (`create_offloader`), and the
+reference's H2D-only offloader under its own name (`LoRAStreamOffloader`).
+
+- `model_id` / `model_file`, or `h2d_only`: stream exactly `blocks_to_swap`
+  blocks through blockswapd (the reference's LoRAStreamOffloader: frozen
+  weights, checkpointing in training).
+- Otherwise the reference's default is an exchange of `blocks_to_swap` = S
+  blocks (ModelOffloader). Trainable weights (a full fine-tune: they are this
+  process's own) and training without gradient checkpointing (saved weights
+  must not be overwritten) get that exchange, in this process. Frozen weights
+  with checkpointing (or inference) stream through blockswapd instead, but a
+  stream needs B ring slots on the device besides its resident blocks where an
+  exchange needs none, so it streams S + B blocks (more when the daemon's
+  tensor alignment makes a slot larger than a block, at most N): the device
+  then holds no more weight bytes than the exchange's N - S blocks. Where
+  even streaming every block would not fit, it exchanges.
+The choice is made at the first prepare (ExchangeOrStream), when the trainer
+has frozen what it does not train, and said once per process on stderr.
+"""
+import dataclasses
+import sys
+
+from .exchange import ModelOffloader
+from .offloader import BlockSwapConfig, StreamOffloader, _place_blocks
+
+# Each tensor of a block starts at a multiple of this in the daemon's layout
+# (shared/protocol/model_layout.h, kTensorAlignment), and a block's bytes are
+# rounded up to it: a ring slot holds the largest streaming block.
+_TENSOR_ALIGNMENT = 256
+
+_said = set()
+
+
+def _say_once(key, message):
+    if key not in _said:
+        _said.add(key)
+        print(f"blockswap: {message}", file=sys.stderr, flush=True)
+
+
+def exchange_selector(block):
+    """What the exchange moves: the `weight` of every module that has one."""
+    return [(module, "weight") for module in block.modules()
+            if getattr(module, "weight", None) is not None]
+
+
+def _round_up(value, alignment=_TENSOR_ALIGNMENT):
+    return -(-value // alignment) * alignment
+
+
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
+def _block_layout_bytes(tensors):
+    end = 0
+    for tensor in tensors:
+        end = _round_up(end) + _nbytes(tensor)
+    return _round_up(end)
+
+
+def streamed_blocks_within_exchange_memory(blocks, blocks_to_swap, ring_size, selector):
+    """The fewest streaming blocks S' >= min(S + B, N) with which streaming the
+    `selector`'s tensors holds no more weight bytes on the device than the
+    exchange of `blocks_to_swap` = S blocks does at any time, or None when no
+    S' <= N does. Both keep every other tensor on the device, so only the
+    moved bytes count: the exchange's N - S resident blocks (the S blocks with
+    the most weight bytes are off the device at best) against the stream's
+    resident blocks plus B slots of the largest streaming block's layout."""
+    num_blocks = len(blocks)
+    exchanged = sorted((sum(_nbytes(getattr(m, a)) for m, a in exchange_selector(b))
+                        for b in blocks), reverse=True)
+    exchange_saves = sum(exchanged[:blocks_to_swap])
+    selected = [[getattr(m, a) for m, a in selector(b)] for b in blocks]
+    first = min(num_blocks, blocks_to_swap + min(ring_size, num_blocks))
+    for count in range(first, num_blocks + 1):
+        streaming, slots = _place_blocks(num_blocks, count, ring_size)
+        slot_bytes = max(_block_layout_bytes(selected[i]) for i in streaming)
+        stream_saves = sum(sum(_nbytes(t) for t in selected[i]) for i in streaming)
+        if stream_saves - slots * slot_bytes >= exchange_saves:
+            return count
+    return None
+
+
+def _exchange_reason(blocks, config):
+    """Why these blocks cannot stream in place of the exchange (None: they can)."""
+    for index, block in enumerate(blocks):
+        for module, attr in exchange_selector(block):
+            if attr not in module._parameters and attr not in module._buffers:
+                return (f"block {index}'s {module.__class__.__name__}.weight is neither a "
+                        f"parameter nor a buffer, so it cannot be bound to streamed memory")
+            if getattr(module, attr).requires_grad:
+                return ("trainable block weights (a full fine-tune): trained weights are this "
+                        "process's own, so nothing is shared through blockswapd")
+    if config.supports_backward and not config.gradient_checkpointing:
+        return ("training without gradient checkpointing (BlockSwapConfig."
+                "gradient_checkpointing / --gradient_checkpointing): weights saved for backward "
+                "must stay where they are, which only the exchange guarantees")
+    return None
+
+
+def _exchange(block_type, blocks, blocks_to_swap, config, reason):
+    if blocks_to_swap > 0:
+        _say_once(("exchange", reason),
+                  f"{block_type}: exchanging {blocks_to_swap} of {len(blocks)} blocks between "
+                  f"host and device in this process, as the reference's ModelOffloader does, "
+                  f"because of {reason}")
+    return ModelOffloader(blocks, blocks_to_swap, config.device,
+                          supports_backward=config.supports_backward, debug=config.debug)
+
+
+def _choose(block_type, blocks, blocks_to_swap, config):
+    """The exchange or the stream for the reference's default, as the blocks are now."""
+    num_blocks = len(blocks)
+    reason = _exchange_reason(blocks, config)
+    if reason is not None:
+        return _exchange(block_type, blocks, blocks_to_swap, config, reason)
+    selector = config.swap_tensor_selector or exchange_selector
+    streamed = streamed_blocks_within_exchange_memory(blocks, blocks_to_swap, config.ring_size,
+                                                      selector)
+    if streamed is None:
+        return _exchange(block_type, blocks, blocks_to_swap, config,
+                         f"the device memory: streaming even all {num_blocks} blocks through "
+                         f"{config.ring_size} ring slots would hold more than the exchange's "
+                         f"{num_blocks - blocks_to_swap} resident blocks")
+    how = "with gradient checkpointing" if config.supports_backward else "for inference"
+    _say_once("stream", f"{block_type}: frozen weights {how}: streaming {streamed} of "
+                        f"{num_blocks} blocks through blockswapd (ring of "
+                        f"{min(config.ring_size, streamed)}) instead of exchanging "
+                        f"{blocks_to_swap}, so that the device holds no more than the exchange's "
+                        f"{num_blocks - blocks_to_swap} blocks")
+    return StreamOffloader(block_type, blocks, num_blocks, streamed,
+                           dataclasses.replace(config, swap_tensor_selector=selector))
+
+
+class ExchangeOrStream:
+    """The reference's default offloader (an exchange of `blocks_to_swap`
+    blocks), which becomes the exchange or the stream at the first
+    `prepare_block_devices_before_forward` (or wait / submit): trainers build
+    the offloader before they freeze the base weights (and add adapters), so
+    whether the weights are trainable is known only once training starts.
+    `chosen` is the offloader then; every other attribute is its."""
+
+    def __init__(self, block_type, blocks, blocks_to_swap, config):
+        self.block_type = block_type
+        self.num_blocks = len(blocks)
+        self.blocks_to_swap = blocks_to_swap
+        self.device = config.device
+        self.supports_backward = config.supports_backward
+        self.debug = config.debug
+        self.chosen = None
+        self._blocks = blocks
+        self._config = config
+        self._forward_only = not config.supports_backward
+
+    def _choice(self):
+        if self.chosen is None:
+            self.chosen = _choose(self.block_type, self._blocks, self.blocks_to_swap,
+                                  self._config)
+            if self._forward_only != (not self.supports_backward):
+                self.chosen.set_forward_only(self._forward_only)
+        return self.chosen
+
+    @property
+    def forward_only(self):
+        return self.chosen.forward_only if self.chosen is not None else self._forward_only
+
+    def set_forward_only(self, forward_only):
+        self._forward_only = bool(forward_only)
+        if self.chosen is not None:
+            self.chosen.set_forward_only(forward_only)
+
+    def prepare_block_devices_before_forward(self, blocks=None):
+        return self._choice().prepare_block_devices_before_forward(
+            self._blocks if blocks is None else blocks)
+
+    def wait_for_block(self, block_idx):
+        return self._choice().wait_for_block(block_idx)
+
+    def submit_move_blocks_forward(self, blocks, block_idx):
+        return self._choice().submit_move_blocks_forward(blocks, block_idx)
+
+    def stats(self):
+        if self.chosen is None:
+            return {"mode": None, "blocks_to_swap": self.blocks_to_swap, "forward": None,
+                    "backward": None}
+        return self.chosen.stats()
+
+    def close(self):
+        if isinstance(self.chosen, StreamOffloader):
+            self.chosen.close()
+
+    def __getattr__(self, name):
+        chosen = self.__dict__.get("chosen")
+        if chosen is None:
+            raise AttributeError(f"{name!r}: the offloader is chosen (exchange or stream) at "
+                                 f"the first prepare_block_devices_before_forward")
+        return getattr(chosen, name)
+
+
+def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
+    """The offloader for one block list (the reference's signature); see the
+    module's docstring for which one."""
+    if len(blocks) != num_blocks:
+        raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
+    if config.h2d_only or config.model_id or config.model_file:
+        return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
+    if blocks_to_swap <= 0:
+        return ModelOffloader(blocks, blocks_to_swap, config.device,
+                              supports_backward=config.supports_backward, debug=config.debug)
+    if config.ring_size < 1:
+        raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
+    return ExchangeOrStream(block_type, blocks, blocks_to_swap, config)
+
+
+class LoRAStreamOffloader(StreamOffloader):
+    """The reference's H2D-only offloader (its signature): `blocks_to_swap`
+    frozen blocks streamed through blockswapd ($BLOCKSWAP_SOCKET or the
+    default socket). As in the reference, training needs gradient
+    checkpointing: without it backward fails with autograd's "modified by an
+    inplace operation" error."""
+
+    def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, supports_backward, device,
+                 ring_size=2, use_pinned_memory=True, debug=False, swap_tensor_selector=None):
+        super().__init__(block_type, blocks, num_blocks, blocks_to_swap, BlockSwapConfig(
+            device=device, supports_backward=supports_backward,
+            use_pinned_memory=use_pinned_memory, h2d_only=True, ring_size=ring_size, debug=debug,
+            gradient_checkpointing=True, swap_tensor_selector=swap_tensor_selector))

@@ -1,0 +1,29 @@
+// ProcessStats: the daemon's own resource use, as Prometheus' standard
+// process collector names it (process_resident_memory_bytes, ...), read from
+// /proc/self so that an operator sees the daemon's memory, CPU and
+// descriptors beside its own metrics without a node exporter.
+#ifndef BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_
+#define BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace blockswap::daemon {
+
+struct ProcessStats {
+  double cpu_seconds = 0;  // user + system
+  uint64_t resident_memory_bytes = 0;
+  uint64_t virtual_memory_bytes = 0;
+  uint64_t open_fds = 0;
+  uint64_t max_fds = 0;           // RLIMIT_NOFILE's soft limit
+  double start_time_seconds = 0;  // since the Unix epoch
+  uint64_t threads = 0;
+};
+
+// This process's, now. An error names the /proc file that could not be read.
+absl::StatusOr<ProcessStats> ReadProcessStats();
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_

@@ -1,0 +1,54 @@
+#include "daemon/os/process_stats.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <vector>
+
+namespace blockswap::daemon {
+namespace {
+
+TEST(ProcessStats, CountsTheDescriptorsThisProcessOpens) {
+  absl::StatusOr<ProcessStats> before = ReadProcessStats();
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<int> opened;
+  for (int i = 0; i < 5; ++i) opened.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  absl::StatusOr<ProcessStats> after = ReadProcessStats();
+  for (int fd : opened) ::close(fd);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->open_fds, before->open_fds + 5);
+  EXPECT_GE(after->max_fds, after->open_fds);
+}
+
+TEST(ProcessStats, MemoryGrowsWithWhatTheProcessTouches) {
+  absl::StatusOr<ProcessStats> before = ReadProcessStats();
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<char> touched(64 << 20, 1);  // 64 MiB, written
+  absl::StatusOr<ProcessStats> after = ReadProcessStats();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(after->resident_memory_bytes, before->resident_memory_bytes + (48u << 20))
+      << "touched[0] = " << int{touched[0]};
+  EXPECT_GE(after->virtual_memory_bytes, after->resident_memory_bytes);
+}
+
+TEST(ProcessStats, CpuTimeAndStartTimeAreThisProcesss) {
+  absl::StatusOr<ProcessStats> before = ReadProcessStats();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // About 0.3 s of CPU.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  volatile uint64_t spin = 0;
+  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  absl::StatusOr<ProcessStats> after = ReadProcessStats();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(after->cpu_seconds - before->cpu_seconds, 0.1);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(after->start_time_seconds, now + 1);
+  EXPECT_GE(after->start_time_seconds, now - 600) << "this test started less than 10 min ago";
+  EXPECT_GE(after->threads, 1u);
+}
+
+}  // namespace
+}  // namespace blockswap::daemon
