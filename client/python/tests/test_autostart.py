@@ -148,7 +148,9 @@ def test_torchrun_ranks_with_no_daemon_start_one_and_train_bitwise(private_dir, 
 PROBE = """
 import torch, torch.nn as nn, blockswap
 blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16)) for _ in range(4)).requires_grad_(False)
-config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=False)
+# h2d_only: the streaming offloader, which attaches as it is created.
+config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=False,
+                                   h2d_only=True)
 blockswap.create_offloader("probe", blocks, 4, 2, config).close()
 print("attached")
 """
