@@ -182,21 +182,33 @@ std::vector<FieldSpec> MakeFields() {
         },
         [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
        Kind::kIdList});
-  fields.push_back(
-      {{"shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
-        false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          double seconds = 0;
-          if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
-              seconds > 3600) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("expected seconds between 0 and 3600, got '", v, "'"));
-          }
-          o.shutdown_grace = absl::Seconds(seconds);
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.shutdown_grace)); }},
-       Kind::kSeconds});
+  auto seconds = [&](const char* key, const char* flag, const char* help, double max,
+                     absl::Duration O::*member) {
+    fields.push_back(
+        {{key, flag, help, false,
+          [member, max](O& o, absl::string_view v) -> absl::Status {
+            double seconds = 0;
+            if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
+                seconds > max) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("expected seconds between 0 and ", max, ", got '", v, "'"));
+            }
+            o.*member = absl::Seconds(seconds);
+            return absl::OkStatus();
+          },
+          nullptr, [member](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.*member)); }},
+         Kind::kSeconds});
+  };
+  seconds("shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
+          3600, &O::shutdown_grace);
+  seconds("idle_exit", "--idle-exit",
+          "exit after this many seconds with no session attached (0: never; the private daemon "
+          "a client starts uses it)",
+          7 * 24 * 3600, &O::idle_exit);
+  text("idle_exit_lock", "--idle-exit-lock",
+       "file the starting clients lock; held before exiting idle, so that no client attaches "
+       "meanwhile (empty: none)",
+       &O::idle_exit_lock);
   fields.push_back(
       {{"log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)", false,
         [](O& o, absl::string_view v) -> absl::Status {

@@ -33,6 +33,8 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
                           "allow_uids",
                           "allow_gids",
                           "shutdown_grace",
+                          "idle_exit",
+                          "idle_exit_lock",
                           "log_level",
                           "metrics_listen",
                           "max_memory_bytes",
@@ -49,6 +51,17 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
                           "max_file_offers_per_uid"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
+}
+
+TEST(Config, IdleExitIsSecondsAndOffByDefault) {
+  DaemonOptions o;
+  EXPECT_EQ(o.idle_exit, absl::ZeroDuration());
+  ASSERT_TRUE(Apply("idle_exit = 90\nidle_exit_lock = \"/dev/shm/x/start.lock\"\n", o).ok());
+  EXPECT_EQ(o.idle_exit, absl::Seconds(90));
+  EXPECT_EQ(o.idle_exit_lock, "/dev/shm/x/start.lock");
+  absl::Status s = Apply("idle_exit = -1\n", o);
+  EXPECT_TRUE(absl::StrContains(s.message(), "idle_exit: expected seconds between 0 and 604800"))
+      << s;
 }
 
 TEST(Config, FileSetsEveryKindOfValue) {

@@ -216,6 +216,10 @@ std::string Daemon::Describe() const {
       store_->List().size(), " models, ", store_->pinned_bytes(), " bytes pinned");
 }
 
+size_t Daemon::session_count() const {
+  return sessions_ == nullptr ? 0 : sessions_->session_count();
+}
+
 void Daemon::Log(absl::string_view message) const {
   if (options_.log) {
     options_.log(message);

@@ -50,6 +50,8 @@ class Daemon {
   void Reload(LogLevel log_level, const ClientQuotas& quotas);
   // One line for systemd's STATUS=: "serving: 2 clients, 1 models, ...".
   std::string Describe() const;
+  // Sessions attached now (the idle exit's measure).
+  size_t session_count() const;
   // The port of the metrics endpoint; 0 when it is off.
   int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
 

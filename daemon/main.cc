@@ -10,7 +10,9 @@
 // command line overrides the file. Under systemd (Type=notify) it reports
 // READY=1 once serving, STATUS= lines, and STOPPING=1 on SIGTERM. SIGTERM or
 // SIGINT drain and shut down (Daemon::Shutdown), exit 0; SIGHUP reloads the
-// log level and the per-client quotas from the config file.
+// log level and the per-client quotas from the config file. With --idle-exit
+// it also shuts down (exit 0) once no session has been attached for that long
+// (daemon/idle_exit.h).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/idle_exit.h"
 #include "daemon/os/logging.h"
 #include "daemon/os/notify.h"
 #include "daemon/preflight.h"
@@ -75,6 +78,19 @@ absl::StatusOr<DaemonOptions> Resolve(const CommandLine& line) {
     }
   }
   return options;
+}
+
+// The next of `signals`, or 0 when the idle exit's poll interval passed
+// without one.
+int WaitForSignal(const sigset_t& signals, const blockswap::daemon::IdleExit& idle) {
+  if (!idle.enabled()) {
+    int received = 0;
+    sigwait(&signals, &received);
+    return received;
+  }
+  const timespec interval = absl::ToTimespec(idle.poll_interval());
+  int received = sigtimedwait(&signals, nullptr, &interval);
+  return received > 0 ? received : 0;  // EAGAIN (the interval) or EINTR
 }
 
 // --check-config: the effective config on stdout; each preflight problem on
@@ -161,10 +177,24 @@ int main(int argc, char** argv) {
     Notify(absl::StrCat("STATUS=failed to start: ", daemon.status().message()));
     return 1;
   }
+  absl::StatusOr<blockswap::daemon::IdleExit> idle =
+      blockswap::daemon::IdleExit::Create(options.idle_exit, options.idle_exit_lock);
+  if (!idle.ok()) {
+    std::cerr << "blockswapd: " << idle.status() << "\n";
+    return 1;
+  }
   Notify(absl::StrCat("READY=1\nSTATUS=", (*daemon)->Describe()));
   int received = 0;
   while (true) {
-    sigwait(&signals, &received);
+    received = WaitForSignal(signals, *idle);
+    if (received == 0) {
+      if (!idle->ShouldExit([&] { return (*daemon)->session_count(); }, absl::Now())) continue;
+      blockswap::daemon::Log(
+          blockswap::daemon::LogLevel::kInfo,
+          absl::StrCat("no session for ", absl::FormatDuration(options.idle_exit),
+                       " (--idle-exit): shutting down"));
+      break;
+    }
     if (received != SIGHUP) break;
     // Reload what can change without a restart; everything else needs one.
     Notify("RELOADING=1");
@@ -177,9 +207,11 @@ int main(int argc, char** argv) {
     }
     Notify(absl::StrCat("READY=1\nSTATUS=", (*daemon)->Describe()));
   }
-  blockswap::daemon::Log(
-      blockswap::daemon::LogLevel::kInfo,
-      absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT", ": shutting down"));
+  if (received != 0) {
+    blockswap::daemon::Log(
+        blockswap::daemon::LogLevel::kInfo,
+        absl::StrCat(received == SIGTERM ? "SIGTERM" : "SIGINT", ": shutting down"));
+  }
   Notify(absl::StrCat("STOPPING=1\nSTATUS=shutting down (", (*daemon)->Describe(), ")"));
   (*daemon)->Shutdown();
   return 0;

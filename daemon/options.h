@@ -52,6 +52,12 @@ struct DaemonOptions {
   // first message (daemon/server/listener.h); 0: unlimited.
   uint64_t max_connections_per_uid = 256;
   uint64_t max_pending_connections_per_uid = 16;
+  // Exit once no session has been attached for this long (zero: never); the
+  // private daemon a client library starts (daemon/idle_exit.h).
+  absl::Duration idle_exit = absl::ZeroDuration();
+  // The start lock of the clients that start this daemon on demand; held
+  // exclusively before the daemon decides it is idle. Empty: none.
+  std::string idle_exit_lock;
   std::function<void(absl::string_view)> log;  // default: stderr
 };
 

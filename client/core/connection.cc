@@ -1,8 +1,14 @@
 #include "client/core/connection.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/core/remove_ipc.h"
 #include "shared/base/status.h"
+#include "shared/build_info/build_info.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/load_protocol.h"
 
@@ -12,6 +18,28 @@ namespace {
 constexpr uint32_t kProtocolVersion = 1;
 constexpr absl::Duration kSideChannelTimeout = absl::Seconds(10);
 constexpr int kMaxMessageBytes = 64 << 20;
+
+// Which daemon this process uses, said once (the first connection that
+// resolved no configured socket) on stderr.
+void AnnounceOnce(const std::string& message) {
+  static std::atomic<bool> announced{false};
+  if (announced.exchange(true)) return;
+  std::fprintf(stderr, "blockswap: %s\n", message.c_str());
+}
+
+std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) {
+  std::string text = absl::StrCat(
+      "started a private blockswapd (pid ", pid, ") for uid ", ::geteuid(), " at ",
+      options.socket_path(), "; masters and log in ", options.directory, "; it exits ",
+      options.idle_exit == absl::ZeroDuration()
+          ? std::string("never on its own")
+          : absl::StrCat(absl::ToDoubleSeconds(options.idle_exit), " s after its last session"),
+      " (", kAutostartEnvironmentVariable, "=0 turns this off)");
+  if (std::string warning = RemoveIpcWarning(::geteuid()); !warning.empty()) {
+    absl::StrAppend(&text, "\nblockswap: note: ", warning);
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -34,9 +62,21 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
                                                                 absl::string_view client_name) {
   BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
   std::unique_ptr<Connection> connection(new Connection());
-  connection->socket_path_ = ResolveSocket(socket_path).path;
+  const ResolvedSocket resolved = ResolveSocket(socket_path);
   connection->client_name_ = std::string(client_name);
-  BLOCKSWAP_ASSIGN_OR_RETURN(v1::AttachReply reply, connection->Attach(kCallTimeout));
+  v1::AttachReply reply;
+  if (resolved.source == SocketSource::kSystemDefault && AutostartEnabled()) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(reply, connection->AttachWithoutConfiguredSocket());
+  } else {
+    connection->socket_path_ = resolved.path;
+    absl::StatusOr<v1::AttachReply> attached = connection->Attach(kCallTimeout);
+    if (!attached.ok() && resolved.source == SocketSource::kSystemDefault) {
+      return Annotate(attached.status(), absl::StrCat(kAutostartEnvironmentVariable,
+                                                      "=0, so no private blockswapd is started"));
+    }
+    if (!attached.ok()) return attached.status();
+    reply = *std::move(attached);
+  }
   // The same kind of backend as the daemon's: no silent fallback.
   if (reply.backend() == v1::BACKEND_CUDA) {
     BLOCKSWAP_ASSIGN_OR_RETURN(connection->backend_, OpenBackend(BackendChoice::kCuda));
@@ -60,6 +100,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   v1::AttachRequest request;
   request.set_client_name(client_name_);
   request.set_protocol_version(kProtocolVersion);
+  request.set_client_abi_version(ThisBuild().abi_version);
   v1::AttachReply reply;
   auto context = Context(timeout);
   grpc::Status attached = stub_->Attach(context.get(), request, &reply);
@@ -70,6 +111,37 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   boot_id_ = reply.daemon_boot_id();
   device_uuids_.clear();
   for (const v1::Device& device : reply.devices()) device_uuids_.push_back(device.uuid());
+  return reply;
+}
+
+absl::StatusOr<v1::AttachReply> Connection::AttachWithoutConfiguredSocket() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(bool system_answers, SocketAnswers(kDefaultSocketPath));
+  if (system_answers) {
+    socket_path_ = kDefaultSocketPath;
+    BLOCKSWAP_ASSIGN_OR_RETURN(v1::AttachReply reply, Attach(kCallTimeout));
+    AnnounceOnce(absl::StrCat("using the system blockswapd at ", kDefaultSocketPath));
+    return reply;
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(private_daemon_, PrivateDaemonOptionsFromEnvironment());
+  return AttachPrivate(kCallTimeout);
+}
+
+absl::StatusOr<v1::AttachReply> Connection::AttachPrivate(absl::Duration timeout) {
+  absl::StatusOr<v1::AttachReply> reply;
+  absl::StatusOr<PrivateDaemonUse> use =
+      AttachToPrivateDaemon(*private_daemon_, [&](const std::string& socket) {
+        socket_path_ = socket;
+        reply = Attach(timeout);
+        return reply.status();
+      });
+  if (!use.ok()) {
+    return Annotate(use.status(), absl::StrCat("no socket configured and no system blockswapd at ",
+                                               kDefaultSocketPath, ", so the private one in ",
+                                               private_daemon_->directory));
+  }
+  AnnounceOnce(use->started ? StartedAnnouncement(*private_daemon_, use->pid)
+                            : absl::StrCat("using the private blockswapd at ", socket_path_,
+                                           " (already running)"));
   return reply;
 }
 
@@ -95,7 +167,9 @@ absl::Status Connection::Reconnect(absl::Duration timeout) {
   const BackendKind kind = backend_->kind();
   const std::vector<std::string> devices = device_uuids_;
   // Until the new session is attached, Liveness() keeps reporting the loss.
-  absl::StatusOr<v1::AttachReply> reply = Attach(timeout);
+  // A private daemon that is gone is started anew.
+  absl::StatusOr<v1::AttachReply> reply =
+      private_daemon_.has_value() ? AttachPrivate(timeout) : Attach(timeout);
   if (!reply.ok()) {
     device_uuids_ = devices;
     return reply.status();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.grpc.pb.h"
+#include "client/core/private_daemon.h"
 #include "client/core/side_channel_client.h"
 #include "client/core/socket_path.h"
 #include "shared/backend/backend.h"
@@ -33,7 +35,12 @@ inline constexpr absl::Duration kCommitTimeout = absl::Minutes(30);
 // Thread-safe.
 class Connection {
  public:
-  // `socket_path` empty: ResolveSocket's order ($BLOCKSWAP_SOCKET, then the system socket).
+  // `socket_path` empty: ResolveSocket's order ($BLOCKSWAP_SOCKET, then the
+  // system socket); when neither is configured and no system daemon
+  // answers, the private per-user daemon, started when needed
+  // (client/core/private_daemon.h; $BLOCKSWAP_AUTOSTART=0 turns that off).
+  // Without a configured socket the process says once, on stderr, which
+  // daemon it uses and whether it started it.
   static absl::StatusOr<std::unique_ptr<Connection>> Connect(absl::string_view socket_path,
                                                              absl::string_view client_name);
   // Closes the Load stream and detaches.
@@ -94,6 +101,11 @@ class Connection {
   Connection() = default;
   // A channel, stub and session on socket_path_ (devices, token, boot id).
   absl::StatusOr<v1::AttachReply> Attach(absl::Duration timeout);
+  // With no socket configured: the system daemon if it answers, else the
+  // private one (private_daemon_ set from then on).
+  absl::StatusOr<v1::AttachReply> AttachWithoutConfiguredSocket();
+  // Attach on the private daemon, starting it when none answers.
+  absl::StatusOr<v1::AttachReply> AttachPrivate(absl::Duration timeout);
   absl::Status OpenSideChannel();
   // Ends the Load stream, if open, and joins its reader.
   void CloseLoadStream();
@@ -108,6 +120,9 @@ class Connection {
 
   std::string socket_path_;
   std::string client_name_;
+  // Set when attached to the private per-user daemon: Reconnect starts a new
+  // one when it is gone.
+  std::optional<PrivateDaemonOptions> private_daemon_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::BlockSwap::Stub> stub_;
   std::string token_;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# make_bundle.sh LIBBLOCKSWAP OUT_DIR
+# make_bundle.sh LIBBLOCKSWAP BLOCKSWAPD OUT_DIR
 #
 # Builds a self-contained copy of the blockswap Python package in OUT_DIR:
-# the package's sources plus blockswap/_lib/ holding libblockswap.so.1 and the
-# shared libraries it needs that a trainer's machine may lack (gRPC, protobuf,
+# the package's sources plus blockswap/_lib/ holding libblockswap.so.1, the
+# blockswapd of the same build (the private daemon the library starts when no
+# system daemon answers, client/core/private_daemon.h) and the
+# shared libraries both need that a trainer's machine may lack (gRPC, protobuf,
 # abseil, OpenSSL, c-ares, re2, ...; Debian ships no PIC static builds of
 # them, DESIGN §6), debug info stripped, each with the rpath $ORIGIN so that
 # they find one another there. Not bundled: the C runtime, libstdc++/libgcc
@@ -11,9 +13,10 @@
 # as new as the build machine's). Then: pip install OUT_DIR.
 # (CMake: cmake --build build --target blockswap_python_bundle -> build/python)
 set -euo pipefail
-[[ $# -eq 2 ]] || { echo "usage: $0 LIBBLOCKSWAP OUT_DIR" >&2; exit 2; }
+[[ $# -eq 3 ]] || { echo "usage: $0 LIBBLOCKSWAP BLOCKSWAPD OUT_DIR" >&2; exit 2; }
 library=$1
-out=$2
+daemon=$2
+out=$3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 for tool in patchelf ldd strip; do
   command -v "${tool}" >/dev/null || { echo "make_bundle: ${tool} is missing (deploy/install-deps.sh installs it)" >&2; exit 1; }
@@ -28,15 +31,18 @@ lib_dir="${out}/blockswap/_lib"
 soname=$(patchelf --print-soname "${library}")
 cp -L "${library}" "${lib_dir}/${soname}"
 skip='^(linux-vdso|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|ld-linux|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia)'
-ldd "${library}" | awk '/=> \//{print $1, $3}' | while read -r name path; do
-  [[ ${name} =~ ${skip} ]] && continue
-  cp -L "${path}" "${lib_dir}/${name}"
+cp -L "${daemon}" "${lib_dir}/blockswapd"
+for binary in "${library}" "${daemon}"; do
+  ldd "${binary}" | awk '/=> \//{print $1, $3}' | while read -r name path; do
+    [[ ${name} =~ ${skip} ]] && continue
+    cp -L "${path}" "${lib_dir}/${name}"
+  done
+  if ldd "${binary}" | grep -q 'not found'; then
+    echo "make_bundle: ${binary} has unresolved dependencies:" >&2
+    ldd "${binary}" | grep 'not found' >&2
+    exit 1
+  fi
 done
-if ldd "${library}" | grep -q 'not found'; then
-  echo "make_bundle: ${library} has unresolved dependencies:" >&2
-  ldd "${library}" | grep 'not found' >&2
-  exit 1
-fi
 for file in "${lib_dir}"/*; do
   chmod u+w "${file}"
   strip --strip-debug "${file}"

@@ -356,6 +356,17 @@ TEST_F(SessionManagerTest, AttachWithAnotherProtocolVersionIsRefusedNamingBoth) 
   EXPECT_EQ(manager_->session_count(), 0u);
 }
 
+TEST_F(SessionManagerTest, AttachFromANewerClientLibraryIsRefusedNamingBothAbiVersions) {
+  v1::AttachRequest request = AttachRequest();
+  request.set_client_abi_version(1000);
+  auto reply = manager_->Attach(peer_, request);
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(reply.status().message(),
+              HasSubstr("client library has C ABI version 1000, this blockswapd serves C ABI "
+                        "versions up to "));
+  EXPECT_EQ(manager_->session_count(), 0u);
+}
+
 TEST_F(SessionManagerTest, AnUnknownTokenIsUnauthenticated) {
   AttachWithoutChannel();
   auto session = manager_->Authenticate(std::string(32, 'a'), peer_);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "shared/base/message_text.h"
 #include "shared/base/status.h"
+#include "shared/build_info/build_info.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -42,6 +43,15 @@ absl::Status ValidateAttach(const v1::AttachRequest& request) {
     return absl::FailedPreconditionError(
         absl::StrCat("client speaks protocol version ", request.protocol_version(),
                      ", this blockswapd speaks ", kProtocolVersion));
+  }
+  // A library newer than this daemon may rely on what the daemon lacks; an
+  // older one (or one that predates the field, 0) gets what it knew.
+  const uint32_t served_abi = ThisBuild().abi_version;
+  if (request.client_abi_version() > served_abi) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client library has C ABI version ", request.client_abi_version(),
+        ", this blockswapd serves C ABI versions up to ", served_abi, " (protocol version ",
+        kProtocolVersion, "): update blockswapd to the library's version"));
   }
   return absl::OkStatus();
 }

@@ -30,7 +30,8 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 
 struct Options {
   // --socket; after parsing, ResolveSocket's choice ($BLOCKSWAP_SOCKET, then
-  // the system socket), so every command and message uses the same path.
+  // the system socket, then a running private daemon), so every command and
+  // message uses the same path.
   std::string socket_path;
   bool json = false;
   double timeout_seconds = 10;

@@ -14,7 +14,9 @@
 //                SIGINT/SIGTERM; tools/blockswapctl/trace_json.h)
 //
 // The socket: --socket, else $BLOCKSWAP_SOCKET, else the system socket
-// (client/core/socket_path.h). Readable tables by default; --json prints one JSON document per
+// (client/core/socket_path.h), else, when that does not answer, the user's
+// private daemon if one runs (client/core/private_daemon.h; never started
+// here). Readable tables by default; --json prints one JSON document per
 // command (tools/blockswapctl/admin_format.h says what is stable in it). `health` is what probes
 // run: exit 0 and "ok" when the daemon answers and every device is healthy,
 // exit 1 with the reason otherwise.
@@ -50,6 +52,7 @@
 #include "blockswap/v1/blockswap.grpc.pb.h"
 #include "client/core/connection.h"
 #include "client/core/file_model.h"
+#include "client/core/private_daemon.h"
 #include "client/core/socket_path.h"
 #include "shared/build_info/build_info.h"
 #include "tools/blockswapctl/admin_caller.h"
@@ -174,6 +177,19 @@ int Health(const Options& options) {
   return verdict.healthy ? 0 : kExitFailure;
 }
 
+// ResolveSocket's choice; with none configured and no system daemon
+// answering, the user's private daemon where one runs (blockswapctl never
+// starts one: it looks at what is there).
+std::string InspectedSocket(const std::string& given) {
+  const ResolvedSocket resolved = ResolveSocket(given);
+  if (resolved.source != SocketSource::kSystemDefault || !AutostartEnabled()) return resolved.path;
+  absl::StatusOr<bool> system = SocketAnswers(resolved.path);
+  absl::StatusOr<PrivateDaemonOptions> private_daemon = PrivateDaemonOptionsFromEnvironment();
+  if (!system.ok() || *system || !private_daemon.ok()) return resolved.path;
+  absl::StatusOr<bool> answers = SocketAnswers(private_daemon->socket_path());
+  return answers.ok() && *answers ? private_daemon->socket_path() : resolved.path;
+}
+
 int Main(int argc, char** argv) {
   Options options;
   CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd",
@@ -181,7 +197,8 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", blockswap::VersionText("blockswapctl", blockswap::ThisBuild()));
   app.add_option("--socket", options.socket_path,
                  absl::StrCat("blockswapd's control socket (default: $", kSocketEnvironmentVariable,
-                              " if set, else ", kDefaultSocketPath, ")"));
+                              " if set, else ", kDefaultSocketPath,
+                              ", else the user's private blockswapd if one runs)"));
   app.add_flag("--json", options.json, "print one JSON document instead of tables");
   app.add_option("--timeout", options.timeout_seconds, "seconds each call may take")
       ->check(CLI::PositiveNumber)
@@ -274,7 +291,7 @@ int Main(int argc, char** argv) {
 
   const std::string command = app.get_subcommands().front()->get_name();
   if (command == "help") return Help(app, help_topic);
-  options.socket_path = ResolveSocket(options.socket_path).path;
+  options.socket_path = InspectedSocket(options.socket_path);
   if (command == "plan") return Plan(options, plan);
   if (command == "trace") return Trace(options, trace);
   if (command == "register") return Register(options, file, registration);

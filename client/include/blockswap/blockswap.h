@@ -69,7 +69,10 @@ const char* bs_last_error(void);
 /* --- connection ---------------------------------------------------------- */
 
 /* Connects to the daemon at `socket_path` (NULL or "": $BLOCKSWAP_SOCKET if set,
- * else /run/blockswap/blockswapd.sock) and attaches a session named `client_name` (may be NULL). */
+ * else /run/blockswap/blockswapd.sock, else, when nothing answers there, the
+ * caller's private daemon in /dev/shm/blockswap-<uid>, started from the
+ * blockswapd beside this library when none runs; BLOCKSWAP_AUTOSTART=0 turns
+ * that off) and attaches a session named `client_name` (may be NULL). */
 int bs_connect(const char* socket_path, const char* client_name, bs_client** out);
 /* Detaches and frees the client. Models and rings of the client must have
  * been closed first. NULL is ignored. */

@@ -92,7 +92,7 @@ struct BlockSwapConfig {
   bool supports_backward = true;                // false: inference (forward-only, wrap-around)
   uint32_t ring_size = 2;                       // B, clamped to S
   bool debug = false;                           // print every finished pass's statistics
-  std::string socket_path;                      // "": $BLOCKSWAP_SOCKET, else the system one
+  std::string socket_path;                      // "": as bs_connect (env, system, private)
   std::string client_name = "blockswap-torch";
   std::string model_name = "torch-blocks";
   Selector selector;  // empty = LinearWeights

@@ -51,7 +51,9 @@ class BlockSwapConfig:
     h2d_only: bool = False
     ring_size: int = 2
     debug: bool = False
-    socket: Optional[str] = None  # None: $BLOCKSWAP_SOCKET, else /run/blockswap/blockswapd.sock
+    # None: $BLOCKSWAP_SOCKET, else /run/blockswap/blockswapd.sock, else (nothing answering
+    # there) the user's private blockswapd, started when needed (BLOCKSWAP_AUTOSTART=0: never)
+    socket: Optional[str] = None
     gradient_checkpointing: bool = False
     swap_tensor_selector: Optional[Callable] = None
     client_name: Optional[str] = None
@@ -243,8 +245,9 @@ class StreamOffloader:
                         f"adapters), or leave this tensor out with a swap_tensor_selector.")
 
     def _connect(self):
-        # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET,
-        # else the system socket), the one rule every binary follows; its errors name the path.
+        # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET, else
+        # the system socket, else the private daemon), the one rule every binary follows; its
+        # errors name the path.
         socket = self._config.socket
         where = socket or "$BLOCKSWAP_SOCKET or the default socket"
         name = self._config.client_name or f"python:{self.block_type}:{os.getpid()}"

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from test_autostart import kill_private_daemons, system_daemon_answers
 
 BUNDLE = os.path.abspath(os.environ.get("BLOCKSWAP_PYTHON_BUNDLE",
                                         os.path.join(REPO, "build", "python")))
@@ -60,6 +61,24 @@ def test_pip_installed_bundle_loads_its_own_libraries(daemon, tmp_path):
     wanted = [m for m in probe["maps"] if re.search(r"/lib(grpc|protobuf|absl_)", m)]
     assert wanted, probe["maps"]
     assert all(m.startswith(lib_dir) for m in wanted), wanted
+
+    # With no socket configured the bundle's own blockswapd is the private
+    # daemon: `pip install` was the whole set-up.
+    if system_daemon_answers():
+        return
+    private_dir = str(tmp_path / "private")
+    started = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path,
+                             env=clean_env(PYTHONPATH=str(target), BLOCKSWAP_AUTOSTART_DIR=private_dir,
+                                           BLOCKSWAP_AUTOSTART_IDLE_EXIT="60"))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "blockswap: started a private blockswapd (pid" in started.stderr, started.stderr
+        assert json.loads(started.stdout.strip().splitlines()[-1])["loads"] > 0
+        pid = int(re.search(r"started a private blockswapd \(pid (\d+)\)", started.stderr).group(1))
+        assert os.path.realpath(f"/proc/{pid}/exe") == os.path.join(lib_dir, "blockswapd")
+    finally:
+        kill_private_daemons(private_dir)
 
 
 def readme_example():
