@@ -17,19 +17,11 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
-from . import _abi
+from . import _abi, _fork
 from ._memory import device_bytes, host_bytes, safetensors_dtype, typed_view
+from .selection import checkpoint_tensor_name, default_swap_tensor_selector, trainable_linears
 
-
-def default_swap_tensor_selector(block):
-    """The weight of every ``*Linear`` module, as ``(module, attribute)`` pairs.
-
-    A selector may return several tensors per module (a quantized weight and
-    its scales); each attribute must be a parameter or a registered buffer.
-    """
-    return [(module, "weight") for _, module in block.named_modules()
-            if module.__class__.__name__.endswith("Linear")
-            and getattr(module, "weight", None) is not None]
+__all__ = ["BlockSwapConfig", "StreamOffloader", "default_swap_tensor_selector"]
 
 
 @dataclass
@@ -68,6 +60,10 @@ class BlockSwapConfig:
     model_block_pattern: str = r"^blocks\.(\d+)\."
     model_select: Optional[str] = None
     model_select_rank: int = 0
+    # The model's name of a streamed tensor, from its name relative to the
+    # block (`attn.to_q.base_layer.weight` under peft); None: the name with
+    # adapter wrappers' `base_layer.` segments dropped (selection.py).
+    model_tensor_name: Optional[Callable[[str], str]] = None
 
     @classmethod
     def from_args(cls, args, device, supports_backward):
@@ -97,6 +93,7 @@ def _place_blocks(num_blocks, blocks_to_swap, ring_size):
     """The scheduler's placement (bs_place_blocks), needed before the
     scheduler exists (to register the backward hooks): the streaming block
     indices, ascending, and the ring size after the clamp."""
+    _fork.check("placing the streaming blocks")
     lib = _abi.library()
     count, slots = ctypes.c_uint32(0), ctypes.c_uint32(0)
     _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, None, 0,
@@ -216,18 +213,21 @@ class StreamOffloader:
         names = {id(module): name for name, module in block.named_modules()}
         jobs = []
         for module, attr in self._selector(block):
+            if id(module) not in names:
+                raise ValueError(f"swap tensor selector returned a {module.__class__.__name__} "
+                                 f"that is not part of {self.block_type} block {block_idx}")
+            prefix = names[id(module)]
+            where = (f"{prefix or '(the block itself)'} ({module.__class__.__name__}) of "
+                     f"{self.block_type} block {block_idx}")
             if attr in module._parameters:
                 is_param = True
             elif attr in module._buffers:
                 is_param = False
             else:
                 raise ValueError(
-                    f"swap tensor selector returned {attr!r}, which is neither a parameter nor a "
-                    f"registered buffer of {module.__class__.__name__} (block {block_idx})")
-            if id(module) not in names:
-                raise ValueError(f"swap tensor selector returned a module that is not part of "
-                                 f"block {block_idx}")
-            prefix = names[id(module)]
+                    f"swap tensor selector returned {attr!r} of {where}, which is neither a "
+                    f"parameter nor a registered buffer of it (an adapter wrapper's property? "
+                    f"select the wrapped module's tensor, e.g. its base_layer.weight)")
             jobs.append(_Job(module, attr, is_param, f"{prefix}.{attr}" if prefix else attr))
         return jobs
 
@@ -237,10 +237,27 @@ class StreamOffloader:
                 tensor = getattr(job.module, job.attr)
                 if job.is_param and tensor.requires_grad:
                     raise ValueError(
-                        f"blockswap streams frozen weights only, but {job.name} of "
-                        f"{self.block_type} block {block} requires grad. Freeze the base "
-                        f"weights (e.g. block.requires_grad_(False) before adding LoRA "
-                        f"adapters), or leave this tensor out with a swap_tensor_selector.")
+                        f"blockswap streams frozen tensors only, but the swap tensor selector "
+                        f"returned {job.name} of {self.block_type} block {block}, which "
+                        f"requires grad (it is trained). Leave it out of the selector (the "
+                        f"default one streams frozen base weights only and skips adapters), or "
+                        f"freeze it with requires_grad_(False) if it is not meant to train.")
+
+    def _select_at_first_prepare(self):
+        """The default selector chooses by requires_grad, which trainers set
+        after building the offloader: select again, and refuse a streaming
+        block left with nothing to stream."""
+        if self._config.swap_tensor_selector is None:
+            self._jobs = {block: self._select(block) for block in self._jobs}
+        for block in self.stream_idx:
+            if not self._jobs[block]:
+                trained = trainable_linears(self._blocks[block])
+                raise ValueError(
+                    f"blockswap: {self.block_type} block {block} has no frozen tensor to stream"
+                    + (f": its Linears {', '.join(trained)} require grad (a full fine-tune "
+                       f"trains them in this process; leave h2d_only / model_id / model_file "
+                       f"out to exchange blocks instead)" if trained else
+                       " (the swap tensor selector returned nothing)"))
 
     def _connect(self):
         # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET,
@@ -286,10 +303,11 @@ class StreamOffloader:
             options = _abi.FileOptions(config.model_block_pattern.encode(),
                                        (config.model_select or "").encode(),
                                        config.model_select_rank, None)
+            # The library's message already says "registering FILE".
             _abi.check(lib.bs_model_register_file(self._client, config.model_file.encode(),
                                                   ctypes.byref(options), ctypes.byref(model),
                                                   None),
-                       f"registering {config.model_file}")
+                       "BlockSwapConfig.model_file")
         else:
             _abi.check(lib.bs_model_open(self._client, config.model_id.encode(),
                                          ctypes.byref(model)),
@@ -376,12 +394,19 @@ class StreamOffloader:
         where = (f"{self.block_type} block {block} (model {self.model_id} block "
                  f"{model_block})")
         offsets = []
+        # Blocks this process uploaded keep their own names; a model from a file
+        # (or opened by id) has the checkpoint's.
+        to_model = (self._config.model_tensor_name or checkpoint_tensor_name) \
+            if self._from_daemon else (lambda name: name)
         for job in self._jobs[block]:
-            if job.name not in entries:
-                raise ValueError(f"{where}: the selector streams {job.name!r}, which the "
-                                 f"model's block does not have (it has "
-                                 f"{', '.join(map(repr, entries))})")
-            dtype, shape, offset = entries.pop(job.name)
+            name = to_model(job.name)
+            if name not in entries:
+                renamed = f" (as {name!r})" if name != job.name else ""
+                raise ValueError(f"{where}: the selector streams {job.name!r}{renamed}, which "
+                                 f"the model's block does not have (it has "
+                                 f"{', '.join(map(repr, entries))}); "
+                                 f"BlockSwapConfig.model_tensor_name maps the names")
+            dtype, shape, offset = entries.pop(name)
             tensor = getattr(job.module, job.attr)
             mine = safetensors_dtype(tensor.dtype, f"{job.name} of {where}")
             if dtype != mine:
@@ -392,8 +417,12 @@ class StreamOffloader:
                                  f"{list(shape)}, the module {list(tensor.shape)}")
             offsets.append(offset)
         if entries:
+            hint = "" if self._config.model_select else (
+                "; the file's blocks hold every tensor matching model_block_pattern unless "
+                "BlockSwapConfig.model_select picks the streamed ones, e.g. "
+                "model_select=r\"\\.weight$\", model_select_rank=2 for the Linears' weights")
             raise ValueError(f"{where} has tensor {next(iter(entries))!r} that the selector "
-                             f"does not stream in the module")
+                             f"does not stream in the module{hint}")
         return offsets
 
     def _views(self, model_block, block, flat):
@@ -452,6 +481,7 @@ class StreamOffloader:
                                f"and libblockswap.so do not match")
 
     def _first_prepare(self):
+        self._select_at_first_prepare()
         self._check_frozen()  # again: the trainer may have changed its mind since
         self._register()
         for i, block in enumerate(self._blocks):
@@ -500,6 +530,7 @@ class StreamOffloader:
             self._callback_error = error
 
     def _call(self, function, *args, what):
+        _fork.check(what)
         if self.device.type == "cuda":
             current = torch.cuda.current_stream(self.device)
             if current != self._stream:
@@ -518,6 +549,7 @@ class StreamOffloader:
     def prepare_block_devices_before_forward(self, blocks=None):
         if self.S == 0:
             return
+        _fork.check("prepare_block_devices_before_forward")
         if self._scheduler is None:
             self._first_prepare()
         self._call(self._lib.bs_scheduler_prepare, what="prepare_block_devices_before_forward")
@@ -607,6 +639,7 @@ class StreamOffloader:
                   "forward": None, "backward": None}
         if self._scheduler is None:
             return result
+        _fork.check("stats")
         if finish_pass:
             self._call(self._lib.bs_scheduler_finish_pass, what="stats")
         for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):
@@ -627,6 +660,11 @@ class StreamOffloader:
         self.remove_handles = []
         lib = self._lib
         if lib is None:
+            return
+        if _fork.in_forked_child():
+            # The handles are the parent's: destroying them here would end its
+            # session. The child's copies of the mappings go when it exits.
+            self._scheduler = self._ring = self._model = self._client = self._lib = None
             return
         for block, views in self._master_views.items():
             copies = [v.detach().to(self.device, copy=True) for v in views]
