@@ -11,6 +11,7 @@ held the slot before back to views of its read-only master.
 """
 import ctypes
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -106,6 +107,21 @@ def _place_blocks(num_blocks, blocks_to_swap, ring_size):
     return list(streaming[:count.value]), slots.value
 
 
+def _quiet_backward_hook_warning():
+    """torch warns, every backward, when a full backward hook fires on a
+    module none of whose inputs requires grad (the first block of a LoRA
+    model: its input comes from frozen layers). Our hook expects exactly that
+    case (it then has nothing to do), so the warning says nothing to the user.
+    Python's filters cannot tell hooks apart (nor torch's modules: the
+    warning is attributed to the caller of backward()): this silences the
+    message for every full backward hook of the process, from the first
+    streaming offloader that trains on."""
+    warnings.filterwarnings(
+        "ignore", category=UserWarning,
+        message=r"Full backward hook is firing when gradients are computed with respect to "
+                r"module outputs since no inputs require gradients")
+
+
 class _Job:
     """One streamed tensor: module attribute, its name relative to the block."""
     __slots__ = ("module", "attr", "is_param", "name")
@@ -196,6 +212,7 @@ class StreamOffloader:
         self._lib = _abi.library()
         self._connect()
         if self.supports_backward:
+            _quiet_backward_hook_warning()
             for i, block in enumerate(blocks):
                 if self.is_stream[i] or (i > 0 and self.is_stream[i - 1]):
                     self.remove_handles.append(
@@ -557,6 +574,7 @@ class StreamOffloader:
     def wait_for_block(self, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
+        _fork.check("wait_for_block")
         self._require_prepared("wait_for_block")
         self._call(self._lib.bs_scheduler_wait_for_block, block_idx,
                    what=f"wait_for_block({block_idx})")
@@ -564,6 +582,7 @@ class StreamOffloader:
     def submit_move_blocks_forward(self, blocks, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
+        _fork.check("submit_move_blocks_forward")
         self._require_prepared("submit_move_blocks_forward")
         self._call(self._lib.bs_scheduler_after_forward, block_idx,
                    what=f"submit_move_blocks_forward({block_idx})")
@@ -611,6 +630,7 @@ class StreamOffloader:
 
     @property
     def model_id(self):
+        _fork.check("model_id")
         return self._lib.bs_model_id(self._model).decode() if self._model else None
 
     def slot_address_ranges(self):
@@ -633,13 +653,15 @@ class StreamOffloader:
         """Placement and the last finished pass's statistics per direction:
         stall_seconds is how long the compute stream sat idle at the pass's
         waits (time lost), host_wait_seconds how long the training thread
-        blocked in them (mostly its own compute draining)."""
+        blocked in them (mostly its own compute draining). copy_seconds adds
+        up only the loads a wait found unfilled (from the request to the fill):
+        0 when every load was done before its wait, as on the host backend."""
+        _fork.check("stats")
         result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
         if self._scheduler is None:
             return result
-        _fork.check("stats")
         if finish_pass:
             self._call(self._lib.bs_scheduler_finish_pass, what="stats")
         for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):

@@ -1,12 +1,18 @@
 """Real trainers' models: a peft LoRA on a diffusers Flux transformer trains
 through blockswap with the default selector and the model's own forward, bit
 for bit like the resident model; its inference too."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import blockswap
 import blockswap.diffusers
-from tiny_flux import DOUBLE, SINGLE, inputs, tiny_flux, train_steps
+from tiny_flux import DOUBLE, inputs, sd3_inputs, tiny_flux, tiny_sd3, train_steps
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flux_child.py")
 
 
 def config(daemon, supports_backward=True, **overrides):
@@ -93,3 +99,43 @@ def test_model_file_maps_peft_names_to_the_checkpoint(daemon, tmp_path):
         model_select=r"\.weight$", model_select_rank=2), lists=["transformer_blocks"])
     assert_same(train_steps(model, 1), expected)
     swap.close()
+
+
+def test_sd3_inference_equals_resident(daemon):
+    with torch.no_grad():
+        expected = tiny_sd3()(**sd3_inputs()).sample
+    model = tiny_sd3()
+    assert blockswap.diffusers.block_lists(model) == ["transformer_blocks"]
+    swap = blockswap.diffusers.attach(model, 2, config(daemon, supports_backward=False))
+    with torch.no_grad():
+        assert torch.equal(model(**sd3_inputs()).sample, expected)
+    assert swap.stats()["transformer_blocks"]["forward"]["waits"] == 2
+    swap.close()
+
+
+def test_two_processes_serving_flux_share_one_copy(daemon, tmp_path):
+    with torch.no_grad():
+        expected = tiny_flux(lora=False)(**inputs()).sample
+    outs = [str(tmp_path / f"out{k}.pt") for k in range(2)]
+    children = [subprocess.Popen([sys.executable, CHILD, daemon.socket, out], text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE) for out in outs]
+    try:
+        ready = [child.stdout.readline().split() for child in children]
+        assert all(line[:1] == ["ready"] for line in ready), ready
+        assert ready[0][1] == ready[1][1]
+        ids = ready[0][1].split(",")
+        assert len(set(ids)) == 2  # one model per block list
+        models = daemon.ctl("models")["models"]
+        assert sorted(m["model_id"] for m in models) == sorted(ids)
+        assert all(m["open_sessions"] == 2 for m in models)
+        for child in children:
+            child.stdin.write("done\n")
+            child.stdin.flush()
+        assert [child.wait(timeout=60) for child in children] == [0, 0]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    for out in outs:
+        assert torch.equal(torch.load(out), expected)
