@@ -16,10 +16,10 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flux_child.py"
 
 
 def config(daemon, supports_backward=True, **overrides):
-    return blockswap.BlockSwapConfig(device=torch.device("cpu"),
-                                     supports_backward=supports_backward, socket=daemon.socket,
-                                     h2d_only=True, gradient_checkpointing=supports_backward,
-                                     ring_size=1, **overrides)
+    fields = dict(device=torch.device("cpu"), supports_backward=supports_backward,
+                  socket=daemon.socket, h2d_only=True, gradient_checkpointing=supports_backward,
+                  ring_size=1)
+    return blockswap.BlockSwapConfig(**{**fields, **overrides})
 
 
 def assert_same(got, want):
@@ -60,6 +60,17 @@ def test_peft_lora_on_flux_trains_like_resident(daemon):
     train_steps(reference, 2)
     with torch.no_grad():
         assert torch.equal(sample, reference(**inputs(seed=7)).sample)
+
+
+def test_the_reference_default_streams_a_peft_model(daemon):
+    """h2d_only=False (the reference's exchange): trainable adapters on a
+    frozen base are no full fine-tune, so the blocks stream."""
+    expected = train_steps(tiny_flux(), 1)
+    model = tiny_flux()
+    swap = blockswap.diffusers.attach(model, 1, config(daemon, h2d_only=False))
+    assert_same(train_steps(model, 1), expected)
+    assert all(s["mode"] == "stream" for s in swap.stats().values()), swap.stats()
+    swap.close()
 
 
 def test_flux_inference_equals_resident(daemon):
