@@ -2,6 +2,8 @@
 train like resident; DataLoader workers forked beside streaming leave the
 parent's session alone and get a clear error when they call into blockswap."""
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 import blockswap
+from conftest import BIN_DIR
 from tiny_transformer import LoRALinear, TinyTransformer, batches, train
 
 NUM_BLOCKS, SWAP = 6, 4
@@ -156,6 +159,17 @@ def test_forked_dataloader_workers_leave_the_session_alone(daemon):
     assert [c["pid"] for c in clients] == [os.getpid()]
     assert model.offloader.stats()["backward"]["loads"] > 0
     model.offloader.close()
+
+
+def test_a_forked_child_that_drops_the_offloader_and_exits_normally(daemon):
+    """Beyond DataLoader (whose workers leave by os._exit): a plain fork whose
+    child collects the inherited offloader and exits through the
+    interpreter's and the library's exit handlers; the parent trains on."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_exit.py")
+    out = subprocess.run([sys.executable, script, daemon.socket, BIN_DIR], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["child", "0", "equal", "True", "clients", "1"], out.stdout
 
 
 def test_a_worker_of_a_process_without_blockswap_loaded_is_not_refused():
