@@ -24,6 +24,7 @@ def config(daemon, supports_backward=True, **overrides):
 
 def assert_same(got, want):
     (losses, grads), (want_losses, want_grads) = got, want
+    assert len(losses) == len(want_losses) == len(grads) == len(want_grads)
     for step, (a, b) in enumerate(zip(losses, want_losses)):
         assert torch.equal(a, b), f"step {step}: loss {a} != {b}"
     for step, (a, b) in enumerate(zip(grads, want_grads)):
