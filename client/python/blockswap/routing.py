@@ -22,6 +22,7 @@ import sys
 
 from .exchange import ModelOffloader
 from .offloader import BlockSwapConfig, StreamOffloader, _place_blocks
+from .selection import base_modules
 
 # Each tensor of a block starts at a multiple of this in the daemon's layout
 # (shared/protocol/model_layout.h, kTensorAlignment), and a block's bytes are
@@ -38,8 +39,10 @@ def _say_once(key, message):
 
 
 def exchange_selector(block):
-    """What the exchange moves: the `weight` of every module that has one."""
-    return [(module, "weight") for module in block.modules()
+    """What the exchange moves: the `weight` of every module that has one,
+    adapters (peft's lora_A / lora_B ...) left out: a wrapper's base_layer
+    holds its weight (selection.py)."""
+    return [(module, "weight") for _, module in base_modules(block)
             if getattr(module, "weight", None) is not None]
 
 

@@ -17,11 +17,38 @@ def create(model, cfg, swap=4):
     return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), swap, cfg)
 
 
+def every_linear_weight(block):
+    return [(m, "weight") for m in block.modules() if isinstance(m, torch.nn.Linear)]
+
+
 def test_trainable_streamed_weight_is_refused(daemon):
     model = TinyTransformer(6)
     model.blocks[2].proj.weight.requires_grad_(True)
-    with pytest.raises(ValueError, match=r"proj\.weight of blocks block 2 requires grad.*Freeze"):
-        create(model, config(daemon))
+    with pytest.raises(ValueError, match=r"returned proj\.weight of blocks block 2, which "
+                                         r"requires grad.*Leave it out of the selector"):
+        create(model, config(daemon, swap_tensor_selector=every_linear_weight))
+    # The default selector leaves it in the trainer's process.
+    offloader = create(model, config(daemon))
+    assert "proj.weight" not in [job.name for job in offloader._jobs[2]]
+    assert "qkv.base.weight" in [job.name for job in offloader._jobs[2]]
+    offloader.close()
+
+
+def test_a_full_fine_tune_streams_nothing_and_says_so(daemon):
+    model = TinyTransformer(6, lora=False).fine_tune()
+    model.gradient_checkpointing = True
+    offloader = create(model, config(daemon))
+    with pytest.raises(ValueError, match=r"blocks block 0 has no frozen tensor to stream: its "
+                                         r"Linears qkv, proj, fc1, fc2 require grad"):
+        offloader.prepare_block_devices_before_forward(model.blocks)
+    offloader.close()
+
+
+def test_a_selected_property_names_the_module_path(daemon):
+    model = TinyTransformer(6)
+    with pytest.raises(ValueError, match=r"returned 'weight' of qkv \(LoRALinear\) of blocks "
+                                         r"block 0, which is neither a parameter"):
+        create(model, config(daemon, swap_tensor_selector=lambda b: [(b.qkv, "weight")]))
 
 
 def test_training_without_gradient_checkpointing_is_refused(daemon):

@@ -82,7 +82,7 @@ def test_cpu_offloading_wrapper_moves_inputs_in_and_outputs_out():
                                                                                   dtype=torch.float64))
 
 
-def test_default_selector_streams_the_weight_of_every_linear():
+def test_default_selector_streams_the_frozen_weight_of_every_linear():
     class QuantLinear(nn.Module):  # the reference matches the class name's ending
         def __init__(self):
             super().__init__()
@@ -91,7 +91,11 @@ def test_default_selector_streams_the_weight_of_every_linear():
     block = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), QuantLinear())
     block.append(nn.Linear(2, 2))
     block[3].weight = None
+    block.requires_grad_(False)
     assert cou.default_swap_tensor_selector(block) == [(block[0], "weight"), (block[2], "weight")]
+    # Unlike the reference, a trained weight is left in the trainer, not refused.
+    block[0].weight.requires_grad_(True)
+    assert cou.default_swap_tensor_selector(block) == [(block[2], "weight")]
 
 
 def test_from_args_refuses_what_the_reference_refuses():
@@ -121,7 +125,10 @@ def test_lora_stream_offloader_streams_the_blocks_asked_for(daemon, monkeypatch)
     assert all(torch.equal(a, b) for a, b in zip(losses, expected))
     model.offloader.close()
 
-    trainable = TinyTransformer(6)
-    trainable.blocks[0].proj.weight.requires_grad_(True)
-    with pytest.raises(ValueError, match="streams frozen weights only"):
-        cou.LoRAStreamOffloader("blocks", trainable.blocks, 6, 4, True, torch.device("cpu"))
+    # A full fine-tune has nothing frozen to stream (the reference refuses it too).
+    trainable = TinyTransformer(6, lora=False).fine_tune()
+    offloader = cou.LoRAStreamOffloader("blocks", trainable.blocks, 6, 4, True,
+                                        torch.device("cpu"))
+    with pytest.raises(ValueError, match="has no frozen tensor to stream"):
+        offloader.prepare_block_devices_before_forward(trainable.blocks)
+    offloader.close()
