@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/os/logging.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -347,6 +348,7 @@ absl::Time DeviceWorker::PollRings() {
   if (absl::Status tracked = copies_.Track(std::move(batch)); !tracked.ok()) {
     // The device failed under the copies just issued: their rings cannot be
     // trusted any more.
+    LogDeviceFailure(tracked);
     for (auto& [id, state] : rings_) state->producer->Fail(tracked);
   }
   return earliest;
@@ -392,8 +394,17 @@ absl::Time DeviceWorker::RetireCopies() {
         }
       });
   if (next.ok()) return *next;
+  LogDeviceFailure(next.status());
   for (auto& [id, state] : rings_) state->producer->Fail(next.status());
   return absl::Now() + kRetirePoll;
+}
+
+void DeviceWorker::LogDeviceFailure(const absl::Status& error) {
+  // Sticky: the first failure is the one worth a line; the rings fail with it.
+  if (device_failure_logged_) return;
+  device_failure_logged_ = true;
+  Log(LogLevel::kError, absl::StrCat("device ", device_.info().uuid, " failed: ", error.message(),
+                                     "; its ", rings_.size(), " rings fail with this error"));
 }
 
 void DeviceWorker::Heartbeat() {

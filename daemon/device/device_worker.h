@@ -237,6 +237,8 @@ class DeviceWorker {
                 std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Retires completed copies; returns when to look again.
   absl::Time RetireCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // One error line for the device's first failure (sticky, as CUDA's are).
+  void LogDeviceFailure(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
@@ -267,6 +269,7 @@ class DeviceWorker {
   std::vector<std::unique_ptr<RingState>> retired_ ABSL_GUARDED_BY(rings_mu_);
   uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
   LatencyHistogram load_latency_ ABSL_GUARDED_BY(rings_mu_);
+  bool device_failure_logged_ ABSL_GUARDED_BY(rings_mu_) = false;
   absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
 
   // The copies issued and not yet seen complete, with their keep-alives.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/os/logging.h"
 #include "shared/protocol/grpc_status.h"
 
 namespace blockswap::daemon {
@@ -262,14 +264,22 @@ grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext*
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
   if (status.ok()) {
-    status = view_.verify->Submit(caller->uid, request->model_id(),
-                                  [reactor, reply](const absl::StatusOr<VerifyResult>& verified) {
-                                    if (verified.ok()) {
-                                      reply->set_blocks(static_cast<uint32_t>(verified->blocks));
-                                      reply->set_bytes(verified->bytes);
-                                    }
-                                    reactor->Finish(ToGrpcStatus(verified.status()));
-                                  });
+    const std::string id = request->model_id();
+    const uid_t uid = caller->uid;
+    status = view_.verify->Submit(
+        uid, id, [reactor, reply, id, uid](const absl::StatusOr<VerifyResult>& verified) {
+          if (verified.ok()) {
+            reply->set_blocks(static_cast<uint32_t>(verified->blocks));
+            reply->set_bytes(verified->bytes);
+            Log(LogLevel::kInfo, absl::StrCat("verified model ", id.substr(0, 16), " for uid ", uid,
+                                              ": ", verified->blocks, " blocks, ", verified->bytes,
+                                              " bytes match the manifest"));
+          } else {
+            Log(LogLevel::kWarning, absl::StrCat("verify of model ", id.substr(0, 16), " for uid ",
+                                                 uid, ": ", verified.status().message()));
+          }
+          reactor->Finish(ToGrpcStatus(verified.status()));
+        });
   }
   if (!status.ok()) reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -279,12 +289,19 @@ grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* 
                                                    const v1::EvictModelRequest* request,
                                                    v1::EvictModelReply*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CallerOf(peers_, *context).status();
+  absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
+  absl::Status status = caller.status();
   if (status.ok() && view_.store == nullptr) {
     status = absl::UnimplementedError("this blockswapd cannot evict models");
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
-  if (status.ok()) status = view_.store->Evict(request->model_id());
+  if (status.ok()) {
+    status = view_.store->Evict(request->model_id());
+    if (status.ok()) {
+      Log(LogLevel::kInfo, absl::StrCat("evicted model ", request->model_id().substr(0, 16),
+                                        " for uid ", caller->uid));
+    }
+  }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }

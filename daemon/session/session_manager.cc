@@ -1,7 +1,5 @@
 #include "daemon/session/session_manager.h"
 
-#include "daemon/session/file_offers.h"
-
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -10,12 +8,24 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/os/logging.h"
+#include "daemon/session/file_offers.h"
 #include "daemon/session/random_token.h"
-#include "shared/protocol/ring_wire.h"
+#include "shared/base/message_text.h"
 #include "shared/base/status.h"
+#include "shared/protocol/ring_wire.h"
 
 namespace blockswap::daemon {
 namespace {
+
+// One info line per event of a session, naming it as an operator finds it
+// in `blockswapctl clients`: "session 3 (pid 42, uid 1000, 'rank0'): ...".
+void LogSession(const Session& session, absl::string_view event) {
+  if (!LogEnabled(LogLevel::kInfo)) return;
+  Log(LogLevel::kInfo,
+      absl::StrCat("session ", session.id(), " (pid ", session.peer().pid, ", uid ",
+                   session.peer().uid, ", ", Quoted(session.client_name()), "): ", event));
+}
 
 // The newest passes a session keeps for Admin.Stats (each at most ~100
 // bytes, request_validation.h): about 25 KiB per session.
@@ -79,6 +89,7 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     by_token_[token] = session;
     by_id_[session->id()] = session;
   }
+  LogSession(*session, "attached");
   v1::AttachReply reply;
   reply.set_session_token(token);
   reply.set_backend(BackendToProto(backend_.kind()));
@@ -154,6 +165,7 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
       it2 = it2->second == session_id ? ring_owner_.erase(it2) : std::next(it2);
     }
   }
+  LogSession(*session, process_alive ? "detached" : "ended: its process exited");
   absl::MutexLock lock(&session->mu);
   session->ended = true;
   for (auto& [ring_id, ring] : session->rings) ring.worker->RetireRing(ring_id, process_alive);
@@ -343,6 +355,9 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(
   reply.mutable_masters()->set_index(0);
   for (uint64_t offset : model->master_offsets()) reply.add_master_offsets(offset);
   reply.set_masters_bytes(model->masters_bytes());
+  LogSession(session, absl::StrCat(already_present ? "opened" : "registered", " model ",
+                                   model->id().substr(0, 16), " (", model->masters_bytes(),
+                                   " bytes of masters)"));
   return reply;
 }
 
@@ -443,6 +458,8 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     worker->second->RetireRing(ring_id, /*owner_alive=*/false);
     return sent;
   }
+  LogSession(session, absl::StrCat("created ring ", ring_id, " on ", request.device_uuid(), " (",
+                                   shape.slot_count, " slots of ", shape.slot_bytes, " bytes)"));
   absl::MutexLock lock(&mu_);
   ring_owner_[ring_id] = session.id();
   return wire.descriptor;
@@ -465,6 +482,7 @@ absl::Status SessionManager::DestroyRing(Session& session, const v1::DestroyRing
     ring_owner_.erase(request.ring_id());
   }
   worker->RetireRing(request.ring_id(), /*owner_alive=*/true);
+  LogSession(session, absl::StrCat("destroyed ring ", request.ring_id()));
   return absl::OkStatus();
 }
 

@@ -332,6 +332,25 @@ class ServiceTest(unittest.TestCase):
         self.assertGreater(sample(after, "process_resident_memory_bytes"), 1 << 20)
         self.assertEqual(daemon.stop(), 0)
 
+    def test_info_log_has_a_line_per_session_ring_and_model_event(self):
+        daemon = self.start()
+        self.assertTrue(daemon.messages(until="READY=1"))
+        demo = subprocess.run([os.path.join(BIN, "blockswap-demo"), "--name=logged",
+                               "--socket=" + daemon.socket_path, "--blocks=6", "--swap=3",
+                               "--ring=2", "--block-bytes=65536", "--steps=2"],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(demo.returncode, 0, demo.stdout + demo.stderr)
+        who = r"session (\d+) \(pid \d+, uid %d, 'logged'\): " % os.getuid()
+        attached = daemon.await_log(who + "attached")
+        self.assertTrue(attached, daemon.log_text())
+        session = attached.group(1)
+        who = r"session %s \(pid \d+, uid %d, 'logged'\): " % (session, os.getuid())
+        for event in (r"(registered|opened) model [0-9a-f]{16} \(\d+ bytes of masters\)",
+                      r"created ring \d+ on HOST-0 \(2 slots of \d+ bytes\)",
+                      r"destroyed ring \d+", r"(detached|ended: its process exited)"):
+            self.assertTrue(daemon.await_log(who + event), "%s\n%s" % (event, daemon.log_text()))
+        self.assertEqual(daemon.stop(), 0)
+
     def test_sigterm_drains_a_streaming_client_within_the_grace(self):
         daemon = self.start(["--shutdown-grace=1"])
         self.assertTrue(daemon.messages(until="READY=1"))
