@@ -84,9 +84,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(
       *daemon->sessions_, daemon->peers_, *daemon->work_);
-  daemon->view_ = DaemonView{daemon->backend_.get(), daemon->store_.get(), daemon->sessions_.get(),
-                             admin_workers,          daemon->boot_id_,     absl::Now(),
-                             daemon->verify_.get()};
+  daemon->view_ = DaemonView{daemon->backend_.get(),  daemon->store_.get(),
+                             daemon->sessions_.get(), admin_workers,
+                             daemon->boot_id_,        absl::Now(),
+                             daemon->verify_.get(),   &daemon->refused_connections_};
   daemon->admin_service_ = std::make_unique<AdminService>(daemon->view_, daemon->peers_);
 
   // grpc.health.v1.Health: SERVING until shutdown begins.
@@ -111,6 +112,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   listener_options.socket_path = o.socket_path;
   listener_options.policy = std::move(policy);
   listener_options.group = socket_group;
+  listener_options.refused = &daemon->refused_connections_;
   listener_options.max_connections_per_uid = o.max_connections_per_uid;
   listener_options.max_pending_per_uid = o.max_pending_connections_per_uid;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };

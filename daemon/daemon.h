@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -74,6 +75,7 @@ class Daemon {
   std::unique_ptr<WorkQueue> work_;
   std::unique_ptr<VerifyQueue> verify_;
   PeerRegistry peers_;
+  std::atomic<uint64_t> refused_connections_{0};  // the listener counts, the metrics read
   std::unique_ptr<BlockSwapService> blockswap_service_;
   std::map<std::string, GpuModes> gpu_modes_;  // by device UUID; cuda backend only
   DaemonView view_;

@@ -4,6 +4,7 @@
 #ifndef BLOCKSWAP_DAEMON_SERVER_DAEMON_VIEW_H_
 #define BLOCKSWAP_DAEMON_SERVER_DAEMON_VIEW_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -28,6 +29,8 @@ struct DaemonView {
   // Where VerifyModel re-hashes, off the reactor and off the work queue of
   // the clients' calls; null: it answers UNIMPLEMENTED.
   VerifyQueue* verify = nullptr;
+  // Connections the listener refused or closed unserved; null: not counted.
+  const std::atomic<uint64_t>* refused_connections = nullptr;
 };
 
 }  // namespace blockswap::daemon

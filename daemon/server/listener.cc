@@ -241,6 +241,7 @@ void Listener::Log(absl::string_view message) const {
 }
 
 void Listener::Refuse(std::optional<uid_t> uid, absl::string_view message) {
+  if (options_.refused != nullptr) options_.refused->fetch_add(1, std::memory_order_relaxed);
   refusals_.Refused(uid, message, absl::Now());
 }
 

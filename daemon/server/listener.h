@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,9 +42,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/server/access_policy.h"
-#include "daemon/session/peer.h"
 #include "daemon/server/peer_registry.h"
 #include "daemon/server/refusal_log.h"
+#include "daemon/session/peer.h"
 #include "daemon/session/side_channel.h"
 #include "shared/base/unique_fd.h"
 
@@ -76,6 +77,9 @@ struct ListenerOptions {
   // one line per uid per 10 s, then a count: RefusalLog). Called on the
   // listener's thread; must not block. Empty: standard error.
   std::function<void(absl::string_view)> log;
+  // Counts every connection refused or closed before it was served (for the
+  // metrics); must outlive the listener. Null: not counted.
+  std::atomic<uint64_t>* refused = nullptr;
 };
 
 class Listener {

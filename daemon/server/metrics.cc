@@ -73,6 +73,10 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.evictions = status.evictions();
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
+  if (view.refused_connections != nullptr) {
+    snapshot.refused_connections = view.refused_connections->load(std::memory_order_relaxed);
+  }
+  snapshot.quota_refusals = view.sessions->quota_refusals();
   if (absl::StatusOr<ProcessStats> process = ReadProcessStats(); process.ok()) {
     snapshot.process = *process;
   }
@@ -140,6 +144,13 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "file_read_bytes_total", "counter", "bytes read from safetensors files")
       .Sample("", s.file_bytes_read);
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
+  Family(&out, "refused_connections_total", "counter",
+         "connections refused (a peer not allowed, over a per-uid cap) or closed before they were "
+         "served (no first message in time)")
+      .Sample("", s.refused_connections);
+  Family(&out, "quota_refusals_total", "counter",
+         "requests refused with RESOURCE_EXHAUSTED because a per-process or per-uid quota was full")
+      .Sample("", s.quota_refusals);
 
   // Counts and byte sizes are separate families: a sum or a unit over one
   // family must mean something.

@@ -54,6 +54,8 @@ struct MetricsSnapshot {
   uint64_t evictions = 0;
   uint64_t file_reads = 0;
   uint64_t file_bytes_read = 0;
+  uint64_t refused_connections = 0;
+  uint64_t quota_refusals = 0;
   // Absent when /proc could not be read (then the families are left out).
   std::optional<ProcessStats> process;
   bool draining = false;

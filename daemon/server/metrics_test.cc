@@ -31,6 +31,8 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.evictions = 2;
   s.file_reads = 3;
   s.file_bytes_read = 300;
+  s.refused_connections = 5;
+  s.quota_refusals = 6;
   s.process = ProcessStats{.cpu_seconds = 1.25,
                            .resident_memory_bytes = 1 << 20,
                            .virtual_memory_bytes = 1 << 30,
@@ -124,6 +126,8 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_TRUE(HasLine(text, "blockswap_evictions_total 2"));
   EXPECT_TRUE(HasLine(text, "blockswap_file_reads_total 3"));
   EXPECT_TRUE(HasLine(text, "blockswap_file_read_bytes_total 300"));
+  EXPECT_TRUE(HasLine(text, "blockswap_refused_connections_total 5"));
+  EXPECT_TRUE(HasLine(text, "blockswap_quota_refusals_total 6"));
   EXPECT_TRUE(HasLine(text, "blockswap_info{version=\"0.1.0\",backend=\"host\"} 1"));
 }
 

@@ -538,7 +538,12 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
 
 absl::StatusOr<Reservation> SessionManager::ChargeClient(const Peer& peer,
                                                          const ClientAmounts& amounts) {
-  return accounts_.Reserve(peer.uid, peer.pid, amounts, quotas_.Get());
+  absl::StatusOr<Reservation> charged =
+      accounts_.Reserve(peer.uid, peer.pid, amounts, quotas_.Get());
+  if (!charged.ok() && absl::IsResourceExhausted(charged.status())) {
+    quota_refusals_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return charged;
 }
 
 absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {

@@ -12,6 +12,7 @@
 #ifndef BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_
 #define BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,6 +84,8 @@ class SessionManager final : public SideChannelAcceptor {
   // Refuses new sessions from now on (shutdown).
   void StopAttaching();
   bool draining() const;  // StopAttaching was called
+  // Requests refused because a per-process or per-uid quota was full.
+  uint64_t quota_refusals() const { return quota_refusals_.load(std::memory_order_relaxed); }
   // Ends every session (shutdown).
   void EndAll();
   // The per-client and per-uid quotas; Set may be called at any time (SIGHUP).
@@ -104,6 +107,7 @@ class SessionManager final : public SideChannelAcceptor {
                                             bool already_present);
   // Charges `amounts` to the peer's process and uid (ClientAccounts::Reserve).
   absl::StatusOr<Reservation> ChargeClient(const Peer& peer, const ClientAmounts& amounts);
+  std::atomic<uint64_t> quota_refusals_{0};
 
   const Backend& backend_;
   ModelStore& store_;

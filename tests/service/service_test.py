@@ -330,6 +330,21 @@ class ServiceTest(unittest.TestCase):
                                        '{device="HOST-0",le="+Inf"}'), sample(after, latency))
         self.assertGreater(sample(after, "process_open_fds"), 3)
         self.assertGreater(sample(after, "process_resident_memory_bytes"), 1 << 20)
+        # A connection speaking neither gRPC nor the side channel is refused, and counted.
+        self.assertEqual(sample(after, "blockswap_refused_connections_total"), 0)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stranger:
+            stranger.connect(daemon.socket_path)
+            stranger.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" + b"x" * 64)
+            stranger.settimeout(10)
+            try:
+                self.assertEqual(stranger.recv(1), b"", "the daemon closes it")
+            except ConnectionResetError:
+                pass  # closed with our bytes unread: a reset
+        deadline = time.monotonic() + 10
+        while sample(metrics(port), "blockswap_refused_connections_total") < 1:
+            self.assertLess(time.monotonic(), deadline, "the refusal was not counted")
+            time.sleep(0.05)
+        self.assertEqual(sample(metrics(port), "blockswap_quota_refusals_total"), 0)
         self.assertEqual(daemon.stop(), 0)
 
     def test_info_log_has_a_line_per_session_ring_and_model_event(self):
