@@ -427,6 +427,12 @@ void DeviceWorker::FreeRetiredRings() {
       }
     }
     if (released || (now >= state.release_deadline && copies_done)) {
+      if (LogEnabled(LogLevel::kDebug)) {
+        Log(LogLevel::kDebug,
+            absl::StrCat("ring ", state.ring_id, " of session ", state.session_id, " freed on ",
+                         device_.info().uuid, " after ", state.loads, " loads (", state.bytes,
+                         " bytes)", released ? "" : ", its client never released every slot"));
+      }
       retired_traces_.push_back(ReadRingTrace(state, 0));
       retired_traces_.back().retired = true;
       if (retired_traces_.size() > kRetiredRingTraces) {

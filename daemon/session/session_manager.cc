@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/os/logging.h"
@@ -541,9 +542,31 @@ absl::StatusOr<Reservation> SessionManager::ChargeClient(const Peer& peer,
   absl::StatusOr<Reservation> charged =
       accounts_.Reserve(peer.uid, peer.pid, amounts, quotas_.Get());
   if (!charged.ok() && absl::IsResourceExhausted(charged.status())) {
-    quota_refusals_.fetch_add(1, std::memory_order_relaxed);
+    NoteQuotaRefusal(peer, charged.status());
   }
   return charged;
+}
+
+void SessionManager::NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal) {
+  constexpr absl::Duration kWindow = absl::Seconds(10);
+  quota_refusals_.fetch_add(1, std::memory_order_relaxed);
+  const absl::Time now = absl::Now();
+  uint64_t suppressed = 0;
+  {
+    absl::MutexLock lock(&refusal_log_mu_);
+    RefusalWindow& window = refusal_log_[peer.uid];
+    if (now < window.until) {
+      ++window.suppressed;
+      return;
+    }
+    suppressed = std::exchange(window.suppressed, 0);
+    window.until = now + kWindow;
+  }
+  Log(LogLevel::kInfo,
+      absl::StrCat("quota refusal for pid ", peer.pid, " (uid ", peer.uid, "): ", refusal.message(),
+                   suppressed > 0 ? absl::StrCat(" (and ", suppressed, " more for uid ", peer.uid,
+                                                 " before this, not logged)")
+                                  : ""));
 }
 
 absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {

@@ -107,7 +107,17 @@ class SessionManager final : public SideChannelAcceptor {
                                             bool already_present);
   // Charges `amounts` to the peer's process and uid (ClientAccounts::Reserve).
   absl::StatusOr<Reservation> ChargeClient(const Peer& peer, const ClientAmounts& amounts);
+  // Counts a quota refusal and logs it: the first of a uid in a 10 s window
+  // as it is, the others summed up with the next one logged, so that a client
+  // retrying in a loop cannot flood the journal.
+  void NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal);
   std::atomic<uint64_t> quota_refusals_{0};
+  struct RefusalWindow {
+    absl::Time until;
+    uint64_t suppressed = 0;
+  };
+  absl::Mutex refusal_log_mu_;
+  std::map<uid_t, RefusalWindow> refusal_log_ ABSL_GUARDED_BY(refusal_log_mu_);
 
   const Backend& backend_;
   ModelStore& store_;

@@ -366,6 +366,28 @@ class ServiceTest(unittest.TestCase):
             self.assertTrue(daemon.await_log(who + event), "%s\n%s" % (event, daemon.log_text()))
         self.assertEqual(daemon.stop(), 0)
 
+    def test_quota_refusals_and_freed_rings_are_logged(self):
+        daemon = self.start(["--max-sessions-per-uid=1", "--log-level=debug"])
+        self.assertTrue(daemon.messages(until="READY=1"))
+        demo = [os.path.join(BIN, "blockswap-demo"), "--socket=" + daemon.socket_path,
+                "--blocks=6", "--swap=3", "--ring=2", "--block-bytes=65536"]
+        first = subprocess.Popen(demo + ["--name=first", "--steps=1000000", "--compute-us=200"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.assertTrue(daemon.await_log(r"'first'\): created ring"), daemon.log_text())
+            second = subprocess.run(demo + ["--name=second", "--steps=1"], capture_output=True,
+                                    text=True, timeout=60)
+            self.assertNotEqual(second.returncode, 0, second.stdout)
+            self.assertTrue(daemon.await_log(r"quota refusal for pid \d+ \(uid %d\): .*"
+                                             r"max_sessions_per_uid" % os.getuid()),
+                            daemon.log_text())
+        finally:
+            first.terminate()
+            first.wait(timeout=30)
+        self.assertTrue(daemon.await_log(r"\[debug\] ring \d+ of session \d+ freed on HOST-0 "
+                                         r"after \d+ loads"), daemon.log_text())
+        self.assertEqual(daemon.stop(), 0)
+
     def test_sigterm_drains_a_streaming_client_within_the_grace(self):
         daemon = self.start(["--shutdown-grace=1"])
         self.assertTrue(daemon.messages(until="READY=1"))
