@@ -548,25 +548,12 @@ absl::StatusOr<Reservation> SessionManager::ChargeClient(const Peer& peer,
 }
 
 void SessionManager::NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal) {
-  constexpr absl::Duration kWindow = absl::Seconds(10);
   quota_refusals_.fetch_add(1, std::memory_order_relaxed);
-  const absl::Time now = absl::Now();
-  uint64_t suppressed = 0;
-  {
-    absl::MutexLock lock(&refusal_log_mu_);
-    RefusalWindow& window = refusal_log_[peer.uid];
-    if (now < window.until) {
-      ++window.suppressed;
-      return;
-    }
-    suppressed = std::exchange(window.suppressed, 0);
-    window.until = now + kWindow;
-  }
-  Log(LogLevel::kInfo,
-      absl::StrCat("quota refusal for pid ", peer.pid, " (uid ", peer.uid, "): ", refusal.message(),
-                   suppressed > 0 ? absl::StrCat(" (and ", suppressed, " more for uid ", peer.uid,
-                                                 " before this, not logged)")
-                                  : ""));
+  absl::MutexLock lock(&quota_log_mu_);
+  quota_log_.Refused(peer.uid,
+                     absl::StrCat("quota refusal for pid ", peer.pid, " (uid ", peer.uid,
+                                  "): ", refusal.message()),
+                     absl::Now());
 }
 
 absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {

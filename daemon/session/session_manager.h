@@ -25,6 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device/device_worker.h"
+#include "daemon/os/logging.h"
+#include "daemon/os/refusal_log.h"
 #include "daemon/session/client_accounts.h"
 #include "daemon/session/quota.h"
 #include "daemon/session/session.h"
@@ -107,17 +109,13 @@ class SessionManager final : public SideChannelAcceptor {
                                             bool already_present);
   // Charges `amounts` to the peer's process and uid (ClientAccounts::Reserve).
   absl::StatusOr<Reservation> ChargeClient(const Peer& peer, const ClientAmounts& amounts);
-  // Counts a quota refusal and logs it: the first of a uid in a 10 s window
-  // as it is, the others summed up with the next one logged, so that a client
+  // Counts a quota refusal and logs it through quota_log_, so that a client
   // retrying in a loop cannot flood the journal.
   void NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal);
   std::atomic<uint64_t> quota_refusals_{0};
-  struct RefusalWindow {
-    absl::Time until;
-    uint64_t suppressed = 0;
-  };
-  absl::Mutex refusal_log_mu_;
-  std::map<uid_t, RefusalWindow> refusal_log_ ABSL_GUARDED_BY(refusal_log_mu_);
+  absl::Mutex quota_log_mu_;
+  RefusalLog quota_log_ ABSL_GUARDED_BY(quota_log_mu_){
+      [](absl::string_view line) { Log(LogLevel::kInfo, line); }, absl::Seconds(10), "request"};
 
   const Backend& backend_;
   ModelStore& store_;

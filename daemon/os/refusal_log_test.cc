@@ -1,4 +1,4 @@
-#include "daemon/server/refusal_log.h"
+#include "daemon/os/refusal_log.h"
 
 #include <gtest/gtest.h>
 
@@ -45,6 +45,20 @@ TEST_F(RefusalLogTest, OneUidsFloodDoesNotHideAnothersRefusal) {
   EXPECT_EQ(lines_.back(),
             "refused 99 more connections from uid 1000 in the last 10s (the last: "
             "flood)");
+}
+
+TEST_F(RefusalLogTest, TheSummaryCountsWhatItWasMadeFor) {
+  RefusalLog quotas([this](absl::string_view line) { lines_.emplace_back(line); },
+                    absl::Seconds(10), "request");
+  quotas.Refused(1000, "quota refusal 1", t0_);
+  quotas.Refused(1000, "quota refusal 2", t0_ + absl::Seconds(1));
+  // The next refusal after the window sums up the last one first.
+  quotas.Refused(1000, "quota refusal 3", t0_ + absl::Seconds(12));
+  EXPECT_EQ(lines_, (std::vector<std::string>{
+                        "quota refusal 1",
+                        "refused 1 more request from uid 1000 in the last 10s (the last: quota "
+                        "refusal 2)",
+                        "quota refusal 3"}));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "daemon/server/refusal_log.h"
+#include "daemon/os/refusal_log.h"
 
 #include <utility>
 
@@ -39,9 +39,9 @@ absl::Time RefusalLog::next_flush() const {
 void RefusalLog::Summarize(int64_t key, const Window& window) {
   if (window.suppressed == 0) return;
   sink_(absl::StrCat(
-      "refused ", window.suppressed, " more connection", window.suppressed == 1 ? "" : "s",
-      " from ", key < 0 ? std::string("peers of unknown uid") : absl::StrCat("uid ", key),
-      " in the last ", absl::FormatDuration(window_), " (the last: ", window.last, ")"));
+      "refused ", window.suppressed, " more ", what_, window.suppressed == 1 ? "" : "s", " from ",
+      key < 0 ? std::string("peers of unknown uid") : absl::StrCat("uid ", key), " in the last ",
+      absl::FormatDuration(window_), " (the last: ", window.last, ")"));
 }
 
 }  // namespace blockswap::daemon

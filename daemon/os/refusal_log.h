@@ -1,12 +1,14 @@
-// RefusalLog: the listener's log of refused connections, rate-limited per
-// uid so that a peer opening thousands of bad connections cannot flood the
-// journal. The first refusal of a uid in a window is logged as it is; the
-// others are counted, and one line sums them up when the window ends:
+// RefusalLog: a log of refusals rate-limited per uid, so that a peer
+// retrying thousands of times cannot flood the journal: the listener's
+// refused connections, the session manager's quota refusals. The first
+// refusal of a uid in a window is logged as it is; the others are counted,
+// and one line sums them up once the window has ended (at the next Refused
+// or Flush):
 //   refused 1999 more connections from uid 1000 in the last 10s (the last:
 //   pid 4242 (uid 1000): it did not send its first message within 5s)
-// Not thread-safe: the listener's thread alone uses it.
-#ifndef BLOCKSWAP_DAEMON_SERVER_REFUSAL_LOG_H_
-#define BLOCKSWAP_DAEMON_SERVER_REFUSAL_LOG_H_
+// Not thread-safe: its owner serialises the calls.
+#ifndef BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
+#define BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
 
 #include <sys/types.h>
 
@@ -24,10 +26,12 @@ namespace blockswap::daemon {
 class RefusalLog {
  public:
   using Sink = std::function<void(absl::string_view)>;
-  explicit RefusalLog(Sink sink, absl::Duration window = absl::Seconds(10))
-      : sink_(std::move(sink)), window_(window) {}
+  // `what`: the singular noun the summary counts ("connection" refused...).
+  explicit RefusalLog(Sink sink, absl::Duration window = absl::Seconds(10),
+                      std::string what = "connection")
+      : sink_(std::move(sink)), window_(window), what_(std::move(what)) {}
 
-  // One refused connection: `uid` is empty when its credentials are not
+  // One refusal: `uid` is empty when its credentials are not
   // known (yet); `message` is the whole line to log.
   void Refused(std::optional<uid_t> uid, absl::string_view message, absl::Time now);
   // Logs the summaries of the windows that ended by `now`.
@@ -45,9 +49,10 @@ class RefusalLog {
 
   const Sink sink_;
   const absl::Duration window_;
+  const std::string what_;
   std::map<int64_t, Window> windows_;  // by uid; -1: credentials unknown
 };
 
 }  // namespace blockswap::daemon
 
-#endif  // BLOCKSWAP_DAEMON_SERVER_REFUSAL_LOG_H_
+#endif  // BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
