@@ -45,6 +45,23 @@ class Daemon:
             return f.read()
 
 
+def assert_ranks_train_like_resident(results):
+    """The results of a DDP job's ranks (trainer_child.py's ddp mode, one dict per rank): each
+    rank streamed (its backward loaded blocks) and trained bit for bit like its own resident
+    run, and DDP kept every rank's adapters identical to the first's."""
+    import torch  # the package's tests need it; conftest itself does not
+
+    for rank, result in enumerate(results):
+        plain, streamed = result["plain"], result["blockswap"]
+        assert all(torch.equal(a, b) for a, b in zip(plain["losses"], streamed["losses"])), rank
+        for name, value in plain["lora"].items():
+            assert torch.equal(value, streamed["lora"][name]), f"rank {rank}: {name}"
+        assert result["stats"]["backward"]["loads"] > 0
+    for result in results[1:]:
+        for name, value in results[0]["blockswap"]["lora"].items():
+            assert torch.equal(value, result["blockswap"]["lora"][name]), name
+
+
 def _die_with_parent():
     """In the daemon's child before exec: SIGTERM it if pytest itself is killed
     (a ctest timeout), when the fixture's `finally` cannot run."""

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import torch
 
-from conftest import BIN_DIR
+from conftest import BIN_DIR, assert_ranks_train_like_resident
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "trainer_child.py")
@@ -101,14 +101,7 @@ def test_torchrun_ranks_with_no_daemon_start_one_and_train_bitwise(private_dir, 
     assert not os.path.exists(os.path.join(private_dir, "blockswapd.log.1")), "a second start"
 
     results = [torch.load(out.replace("RANK", str(rank))) for rank in range(WORLD)]
-    for rank, result in enumerate(results):
-        plain, streamed = result["plain"], result["blockswap"]
-        assert all(torch.equal(a, b) for a, b in zip(plain["losses"], streamed["losses"])), rank
-        for name, value in plain["lora"].items():
-            assert torch.equal(value, streamed["lora"][name]), f"rank {rank}: {name}"
-        assert result["stats"]["backward"]["loads"] > 0
-    for name, value in results[0]["blockswap"]["lora"].items():
-        assert torch.equal(value, results[WORLD - 1]["blockswap"]["lora"][name]), name
+    assert_ranks_train_like_resident(results)
 
     admin, daemon = results[0]["admin"], results[0]["daemon"]
     assert daemon["pid"] == int(started[0])

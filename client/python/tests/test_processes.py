@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from conftest import BIN_DIR
+from conftest import BIN_DIR, assert_ranks_train_like_resident
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer_child.py")
 
@@ -54,16 +54,9 @@ def test_ddp_ranks_stream_through_one_daemon(daemon, tmp_path):
                 rank.kill()
                 rank.wait()
     results = [torch.load(out) for out in outs]
-    for rank, result in enumerate(results):
-        plain, streamed = result["plain"], result["blockswap"]
-        assert all(torch.equal(a, b) for a, b in zip(plain["losses"], streamed["losses"])), rank
-        for name, value in plain["lora"].items():
-            assert torch.equal(value, streamed["lora"][name]), f"rank {rank}: {name}"
-        assert result["stats"]["backward"]["loads"] > 0
-    # DDP kept the ranks' adapters identical; the ranks saw different data.
+    assert_ranks_train_like_resident(results)
+    # The ranks saw different data.
     assert not torch.equal(results[0]["plain"]["losses"][0], results[1]["plain"]["losses"][0])
-    for name, value in results[0]["blockswap"]["lora"].items():
-        assert torch.equal(value, results[1]["blockswap"]["lora"][name]), name
     admin = results[0]["admin"]
     assert sorted(c["client_name"] for c in admin["clients"]["clients"]) == \
         ["ddp-rank-0", "ddp-rank-1"]
