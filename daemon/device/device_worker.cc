@@ -184,6 +184,12 @@ bool DeviceWorker::idle() const {
 }
 
 void DeviceWorker::Run() {
+  // Once for the thread's life: the backend's device guards then switch
+  // nothing on each copy, record and query. Failing, each guard switches.
+  if (absl::Status bound = device_.UseOnThisThread(); !bound.ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("device worker of ", device_.info().uuid,
+                                         " could not make its device current: ", bound.message()));
+  }
   absl::Duration wait = kHeartbeatPeriod;
   while (true) {
     // The doorbell's protocol (shared/os/doorbell.h): say we may sleep, read

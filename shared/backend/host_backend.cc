@@ -632,6 +632,7 @@ class HostDevice final : public Device {
     return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
   }
   absl::Status health() const override { return absl::OkStatus(); }
+  absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space
 
  private:
   DeviceInfo info_;
