@@ -717,8 +717,17 @@ class StreamOffloader:
             self._bind(block, [nn.Parameter(c, requires_grad=False) if isinstance(v, nn.Parameter)
                                else c for v, c in zip(views, copies)])
         self._master_views, self._slot_views, self._slot_flat = {}, {}, []
-        for attr, destroy in (("_scheduler", lib.bs_scheduler_destroy),
-                              ("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
+        if self._scheduler:
+            scheduler, self._scheduler = self._scheduler, None
+            lib.bs_scheduler_destroy(scheduler)
+        if self._ring:
+            # CUDA's order: the releases recorded after the stream's last use
+            # of the slots, the stream synchronised, the imports closed, and
+            # only then the ring freed by the daemon (bs_ring_close). An error
+            # here cannot be acted on: the ring is closed all the same.
+            stream = ctypes.c_void_p(self._stream.cuda_stream) if self._stream is not None else None
+            lib.bs_ring_close(self._ring, stream, _CLOSE_TIMEOUT_MS)
+        for attr, destroy in (("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
                               ("_client", lib.bs_disconnect)):
             handle = getattr(self, attr)
             if handle:
