@@ -133,7 +133,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::stri
   return session;
 }
 
-void SessionManager::Detach(Session& session) { EndSession(session.id(), /*process_alive=*/true); }
+void SessionManager::Detach(Session& session) { EndSession(session.id(), SessionEnd::kDetached); }
 
 absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Peer& peer,
                                                UniqueFd socket) {
@@ -149,7 +149,7 @@ absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Pe
   return absl::OkStatus();
 }
 
-void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
+void SessionManager::EndSession(uint64_t session_id, SessionEnd how) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -166,10 +166,28 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
       it2 = it2->second == session_id ? ring_owner_.erase(it2) : std::next(it2);
     }
   }
-  LogSession(*session, process_alive ? "detached" : "ended: its process exited");
+  LogSession(*session, how == SessionEnd::kProcessExited ? "ended: its process exited"
+                       : how == SessionEnd::kDetached    ? "detached"
+                                                         : "ended: blockswapd is stopping");
   absl::MutexLock lock(&session->mu);
   session->ended = true;
-  for (auto& [ring_id, ring] : session->rings) ring.worker->RetireRing(ring_id, process_alive);
+  // A client that detaches has closed its rings (client::Ring closes each
+  // before its connection detaches); one the daemon leaves while it runs may
+  // still map them.
+  for (auto& [ring_id, ring] : session->rings) {
+    switch (how) {
+      case SessionEnd::kDetached:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kClosedByClient);
+        break;
+      case SessionEnd::kProcessExited:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
+        break;
+      case SessionEnd::kDaemonStopping:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerDetached,
+                                session->peer().pidfd);
+        break;
+    }
+  }
   session->rings.clear();
   // An upload being committed stays until its CommitUpload drops it: the
   // commit reads its staging area without the lock.
@@ -191,7 +209,7 @@ void SessionManager::ReaperLoop() {
     for (int i = 0; i < count; ++i) {
       if (events[i].data.u64 == UINT64_MAX) return;  // woken to stop
       // The pidfd is readable: the session's process has exited.
-      EndSession(events[i].data.u64, /*process_alive=*/false);
+      EndSession(events[i].data.u64, SessionEnd::kProcessExited);
     }
   }
 }
@@ -220,7 +238,7 @@ bool SessionManager::draining() const {
 
 void SessionManager::EndAll() {
   for (const std::shared_ptr<Session>& session : Sessions()) {
-    EndSession(session->id(), /*process_alive=*/true);
+    EndSession(session->id(), SessionEnd::kDaemonStopping);
   }
 }
 
@@ -456,7 +474,8 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     }
   }
   if (!sent.ok()) {
-    worker->second->RetireRing(ring_id, /*owner_alive=*/false);
+    // The client never received it: nothing imports it.
+    worker->second->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
     return sent;
   }
   LogSession(session, absl::StrCat("created ring ", ring_id, " on ", request.device_uuid(), " (",
@@ -482,7 +501,7 @@ absl::Status SessionManager::DestroyRing(Session& session, const v1::DestroyRing
     absl::MutexLock lock(&mu_);
     ring_owner_.erase(request.ring_id());
   }
-  worker->RetireRing(request.ring_id(), /*owner_alive=*/true);
+  worker->RetireRing(request.ring_id(), DeviceWorker::RetireReason::kClosedByClient);
   LogSession(session, absl::StrCat("destroyed ring ", request.ring_id()));
   return absl::OkStatus();
 }

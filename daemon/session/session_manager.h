@@ -97,7 +97,14 @@ class SessionManager final : public SideChannelAcceptor {
   const ClientAccounts& accounts() const { return accounts_; }
 
  private:
-  void EndSession(uint64_t session_id, bool process_alive);
+  // How a session ended, which decides when its remaining rings are freed
+  // (DeviceWorker::RetireReason).
+  enum class SessionEnd {
+    kDetached,        // the client said it is done (Detach): it closed its rings
+    kProcessExited,   // its process exited: its imports ended with it
+    kDaemonStopping,  // shutdown, the client alive: it may still map its rings
+  };
+  void EndSession(uint64_t session_id, SessionEnd how);
   void ReaperLoop();
   // Sends `fds` over the session's side channel as a new batch.
   absl::StatusOr<uint64_t> SendFds(Session& session, const std::vector<int>& fds)

@@ -5,6 +5,8 @@
 // (ClientExit in client_roles.h).
 #include "tests/integration/client_roles.h"
 
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -89,6 +91,15 @@ struct Setup {
 };
 
 absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report) {
+  // --as-uid=N: a trainer of another user (gid N too, no other groups) than
+  // the daemon's, as under the system service. Dumpable again after setuid,
+  // as any trainer that was never anyone else is.
+  if (const int64_t uid = args.Int("as-uid", -1); uid >= 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+        ::setuid(static_cast<uid_t>(uid)) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot become uid ", uid, " (not root?)"));
+    }
+  }
   Setup setup;
   const uint64_t seed = args.Int("seed", 1);
   const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 4u
+#define BS_ABI_VERSION 5u
 
 enum bs_code {
   BS_OK = 0,
@@ -154,8 +154,16 @@ const void* bs_model_master(const bs_model* model, uint32_t block);
  * this UUID (one of bs_client_device_uuid). */
 int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,
                    uint64_t slot_bytes, bs_ring** out);
-/* Drains outstanding loads (at most 5 s; not at all once the daemon is gone)
- * and frees the ring. */
+/* Ends the ring in the order CUDA's IPC rules need: waits for outstanding
+ * loads, records each slot's release on `stream` (which must follow the last
+ * use of every slot), synchronises it, closes the imported memory and events,
+ * then has the daemon free the ring. With the daemon gone it only
+ * synchronises and closes. Every later call on the ring fails but
+ * bs_ring_destroy; closing again returns BS_OK. Since ABI version 5. */
+int bs_ring_close(bs_ring* ring, void* stream, uint32_t timeout_ms);
+/* bs_ring_close(ring, NULL, 5000) unless the ring was closed, then frees the
+ * handle. NULL is the legacy default stream on cuda, which follows only the
+ * blocking streams: close with the stream that used the ring first. */
 void bs_ring_destroy(bs_ring* ring);
 
 uint32_t bs_ring_slot_count(const bs_ring* ring);
