@@ -5,6 +5,7 @@
 // (ClientExit in client_roles.h).
 #include "tests/integration/client_roles.h"
 
+#include <grp.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -38,6 +39,17 @@ int Exit(const absl::Status& status, const RoleReport& report) {
 }
 
 }  // namespace
+
+bool BecomeUid(const KeyValueArgs& args) {
+  const int64_t uid = args.Int("uid", -1);
+  if (uid < 0) return true;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+      ::setuid(static_cast<uid_t>(uid)) != 0) {
+    std::cerr << "cannot become uid " << uid << " (not root?)\n";
+    return false;
+  }
+  return true;
+}
 
 std::vector<std::vector<client::TensorUpload>> ModelUploads(
     const std::vector<std::vector<uint8_t>>& data, uint32_t blocks) {
