@@ -101,6 +101,7 @@ struct RingSnapshot {
 struct RingOwner {
   uint32_t pid = 0;
   std::string client_name;
+  uint32_t uid = 0;  // whose trace it is (Admin.Trace shows it to that uid)
 };
 
 // One ring's client trace as the daemon read it (validated).

@@ -40,12 +40,13 @@ v1::Backend BackendToProto(BackendKind kind) {
 
 SessionManager::SessionManager(const Backend& backend, ModelStore& store,
                                std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
-                               RequestLimits limits)
+                               RequestLimits limits, ModelVisibility visibility)
     : backend_(backend),
       store_(store),
       workers_(std::move(workers)),
       boot_id_(boot_id),
       limits_(limits),
+      visibility_(visibility),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event event{};
@@ -336,7 +337,8 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
     result = content.status();
     if (content.ok()) {
       registered = store_.Register(name, layout, static_cast<const std::byte*>(content->data()),
-                                   content->size());
+                                   content->size(),
+                                   Registrant{session.peer().uid, session.peer().gid, "upload"});
       result = registered.status();
     }
   }
@@ -352,7 +354,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::OpenModel(Session& session,
                                                          const v1::OpenModelRequest& request) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateModelId(request.model_id()));
   std::shared_ptr<const Model> model = store_.Find(request.model_id());
-  if (model == nullptr) {
+  if (model == nullptr || !visibility_.MaySee(session.peer(), model->registrants().List())) {
     return absl::NotFoundError(
         absl::StrCat("model ", request.model_id(), " is not registered on this node"));
   }
@@ -410,7 +412,8 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
   }
   IngestSpec spec{request.block_pattern(), request.select(), request.select_rank()};
   BLOCKSWAP_ASSIGN_OR_RETURN(IngestResult result,
-                             file_ingest_.Register(std::move(files), spec, request.name()));
+                             file_ingest_.Register(std::move(files), spec, request.name(),
+                                                   session.peer().uid, session.peer().gid));
   v1::RegisterFileReply reply;
   reply.set_read_file(result.read_file);
   BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_model(),
@@ -445,7 +448,8 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     absl::MutexLock lock(&mu_);
     ring_id = ++next_ring_id_;
   }
-  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name()};
+  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name(),
+                  session.peer().uid};
   // The load fast path, when asked for: the worker resolves the ring's
   // request-ring entries against the session's models.
   std::shared_ptr<const LoadResolver> resolver;
