@@ -71,6 +71,7 @@ absl::Status Ring::Recreate() {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection_, device_, ring_->shape().slot_count,
                                     ring_->shape().slot_bytes, transport_));
+  WatchLoss(*ring);
   absl::MutexLock lock(&mu_);
   consumer_ = NewConsumer(*ring);
   first_traced_ticket_ = meter_.next_ticket();
