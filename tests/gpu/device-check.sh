@@ -101,7 +101,7 @@ run() {
   torch_builder=$!
   torch_build_start=${SECONDS}
   check protocol 60 protocol_on_gpu "${out}"
-  check two-clients 45 gpu_tests "${out}" two-clients 'GpuStreamingTest.*'
+  check two-clients 45 gpu_tests "${out}" two-clients '*GpuStreamingTest.*'
   check daemon-death 30 gpu_tests "${out}" daemon-death 'GpuTest.DaemonKilledUnderAClient*'
   check bench-h2d 110 bench_h2d "${out}"
   end_part
@@ -110,7 +110,7 @@ run() {
   part rest
   check list-devices 20 blockswapd --list-devices --backend="${backend}"
   check gpu-tests 120 gpu_tests "${out}" gpu-rest \
-    '-GpuStreamingTest.*:GpuTest.DaemonKilledUnderAClient*'
+    '-*GpuStreamingTest.*:GpuTest.DaemonKilledUnderAClient*'
   info compute-sanitizer 90 sanitizer_on_gpu
   check demos 90 demos_on_gpu "${out}"
   check python 120 python_on_gpu
@@ -120,6 +120,8 @@ run() {
   local verdict=ok
   ((failed)) && verdict=FAIL
   echo "TOTAL ${verdict}  $((SECONDS - run_start))s" >>"${summary}"
+  set +m
+  trap - TERM INT
   cat "${summary}"
   return "${failed}"
 }
@@ -128,6 +130,7 @@ run() {
 # costs one line, not the run.
 torch_build_limit=300
 run_start=${SECONDS}
+code=0  # the checks' functions keep theirs local; a stray reference must not end the run
 
 # part NAME: a header line; end_part: "PART name ok|FAIL  Ns".
 part() {
@@ -283,6 +286,8 @@ gpu_tests() {
     gpu_test --gtest_filter="${filter}" --gtest_output="xml:${xml}" || code=1
   { echo "<!-- ${name}: gpu_test --gtest_filter='${filter}' -->"; cat "${xml}"; } >>"${out}/gpu.xml"
   grep -q 'result="skipped"' "${xml}" && code=1
+  # A filter that matched nothing passes in GoogleTest: not here.
+  grep -q '<testsuites tests="0"' "${xml}" && { echo "no test matched ${filter}"; code=1; }
   rm -f "${xml}"
   return "${code}"
 }
