@@ -308,6 +308,26 @@ void Connection::ReadLoadEvents() {
     ended_error_ = error;
   }
   load_stream_ended_.store(true, std::memory_order_release);
+  RunLossWatches();
+}
+
+void Connection::RunLossWatches() {
+  absl::MutexLock lock(&watch_mu_);
+  for (auto& [id, on_loss] : loss_watches_) on_loss();
+}
+
+std::unique_ptr<Connection::LossWatch> Connection::WatchLoss(std::function<void()> on_loss) {
+  absl::MutexLock lock(&watch_mu_);
+  const uint64_t id = next_watch_++;
+  // Ended before the watch: the reader has run the watches already.
+  if (load_stream_ended_.load(std::memory_order_acquire)) on_loss();
+  loss_watches_.emplace(id, std::move(on_loss));
+  return std::make_unique<LossWatch>(*this, id);
+}
+
+Connection::LossWatch::~LossWatch() {
+  absl::MutexLock lock(&connection_.watch_mu_);
+  connection_.loss_watches_.erase(id_);
 }
 
 absl::Status Connection::EndedError() const {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,6 +73,27 @@ class Connection {
   // UNAVAILABLE once the Load stream has ended (the daemon went away or
   // closed it); OK before. Cheap: waits poll it.
   absl::Status Liveness() const;
+
+  // A watch on the daemon's loss (WatchLoss); destroying it unregisters it,
+  // waiting for a run in progress, so its function never runs afterwards.
+  class LossWatch {
+   public:
+    LossWatch(Connection& connection, uint64_t id) : connection_(connection), id_(id) {}
+    LossWatch(const LossWatch&) = delete;
+    LossWatch& operator=(const LossWatch&) = delete;
+    ~LossWatch();
+
+   private:
+    Connection& connection_;
+    const uint64_t id_;
+  };
+  // Runs `on_loss` on the Load stream's reader thread each time the stream
+  // ends (the daemon died, closed it, or a Reconnect replaced it), and at
+  // once if it has ended already. The client's watchdog: it releases the
+  // streams that wait for the daemon's ready words (client::Ring), which no
+  // host-side timeout could. `on_loss` must be quick and must not call into
+  // this connection.
+  std::unique_ptr<LossWatch> WatchLoss(std::function<void()> on_loss);
 
   // Attaches a new session to the daemon on the same socket, after the old
   // one was lost (the daemon died or restarted): a new channel, token, side
@@ -144,6 +166,14 @@ class Connection {
   mutable absl::Mutex errors_mu_;
   std::map<uint64_t, absl::Status> ring_errors_ ABSL_GUARDED_BY(errors_mu_);
   absl::Status ended_error_ ABSL_GUARDED_BY(errors_mu_);
+
+  // Held while the watches run, so that a LossWatch destroyed meanwhile
+  // waits for them.
+  absl::Mutex watch_mu_;
+  std::map<uint64_t, std::function<void()>> loss_watches_ ABSL_GUARDED_BY(watch_mu_);
+  uint64_t next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
+  // Runs every loss watch (the Load stream has ended).
+  void RunLossWatches();
 };
 
 }  // namespace blockswap::client

@@ -75,6 +75,7 @@ absl::Status Ring::Recreate() {
   BLOCKSWAP_ASSIGN_OR_RETURN(
       std::unique_ptr<RingImport> ring,
       Import(connection_, device_, shape_.slot_count, shape_.slot_bytes, transport_));
+  WatchLoss(*ring);
   absl::MutexLock lock(&mu_);
   id_ = ring->ring_id();
   consumer_ = NewConsumer(*ring);

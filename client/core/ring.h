@@ -112,7 +112,13 @@ class Ring {
         ring_(std::move(ring)),
         ring_session_(connection.token()),
         notifier_(std::move(notifier)),
-        consumer_(NewConsumer(*ring_)) {}
+        consumer_(NewConsumer(*ring_)) {
+    WatchLoss(*ring_);
+  }
+  // Releases `ring`'s ready words when the connection loses the daemon.
+  void WatchLoss(RingImport& ring) {
+    loss_watches_.push_back(connection_.WatchLoss([&ring] { ring.AbandonReadyWords(); }));
+  }
   // The CreateRing call and the import, in the connection's current session.
   static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection, Device& device,
                                                             uint32_t slot_count,
@@ -141,6 +147,9 @@ class Ring {
   // functions write into ring_ and retired_, so it is destroyed (drained)
   // before them.
   std::unique_ptr<Stream> notifier_;
+  // The watchdog: per imported ring (ring_ and retired_), released when the
+  // daemon is lost (RingImport::AbandonReadyWords). Destroyed before them.
+  std::vector<std::unique_ptr<Connection::LossWatch>> loss_watches_;
   absl::Mutex mu_;
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
   // A shorter idle time is the wait's own cost, not a stall: tracing it

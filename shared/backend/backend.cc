@@ -53,6 +53,13 @@ HostBackendOptions HostBackendOptions::FromEnvironment() {
       us != nullptr && absl::SimpleAtoi(us, &jitter) && jitter > 0) {
     options.jitter_us = jitter;
   }
+  int64_t copy_delay = 0;
+  if (const char* us = std::getenv("BLOCKSWAP_HOST_COPY_DELAY_US");
+      us != nullptr && absl::SimpleAtoi(us, &copy_delay) && copy_delay > 0) {
+    options.copy_delay_us = copy_delay;
+  }
+  const char* no_words = std::getenv("BLOCKSWAP_HOST_NO_STREAM_WORDS");
+  options.without_stream_words = no_words != nullptr && absl::string_view(no_words) == "1";
   return options;
 }
 

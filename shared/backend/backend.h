@@ -18,6 +18,7 @@
 #ifndef BLOCKSWAP_SHARED_BACKEND_BACKEND_H_
 #define BLOCKSWAP_SHARED_BACKEND_BACKEND_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,11 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "shared/base/unique_fd.h"
+#include "shared/os/shared_memory.h"
 
 namespace blockswap {
 
@@ -87,6 +89,31 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
+// 32-bit words in host memory, shared between processes, that a stream can
+// write once its earlier work is done (Stream::WriteWord) and wait on
+// (Stream::WaitWord), and that any thread can write with a plain store: on
+// cuda the driver's stream memory operations (cuStreamWriteValue32 /
+// cuStreamWaitValue32) on memory registered for the device. A wait on a word
+// is released by whoever writes it — unlike a wait on another process's
+// event, which only that process can complete — so a client can release its
+// own stream when the daemon that was to write the word died
+// (docs/architecture.md, "A dead daemon"). Owns the mapping it was made of;
+// work queued on a stream keeps it alive where the backend can (host).
+class StreamWords {
+ public:
+  virtual ~StreamWords() = default;
+  virtual size_t count() const = 0;
+  // The host's view of word `index` (< count()).
+  virtual std::atomic<uint32_t>& word(size_t index) const = 0;
+};
+
+// Whether `value` has reached `target` in serial-number order, as
+// cuStreamWaitValue32's CU_STREAM_WAIT_VALUE_GEQ compares:
+// (int32_t)(value - target) >= 0.
+inline bool WordReached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
 // How long a stream sat idle at one wait: from when the stream reached the
 // wait until the event's record completed (the reference offloader's "GPU
 // stall", measured on the stream, not on the thread that issued the wait).
@@ -119,10 +146,8 @@ class WaitTimer {
 class Stream {
  public:
   virtual ~Stream() = default;
-  virtual absl::Status CopyHostToDevice(void* device_dst, const void* host_src,
-                                        size_t bytes) = 0;
-  virtual absl::Status CopyDeviceToHost(void* host_dst, const void* device_src,
-                                        size_t bytes) = 0;
+  virtual absl::Status CopyHostToDevice(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual absl::Status CopyDeviceToHost(void* host_dst, const void* device_src, size_t bytes) = 0;
   virtual absl::Status Record(Event& event) = 0;
   // Later work on this stream waits for `event`'s record as of NOW.
   virtual absl::Status Wait(Event& event) = 0;
@@ -130,6 +155,15 @@ class Stream {
   // `timer` (of this stream's device) must not be reused before the stream
   // has passed this wait or its result has been read.
   virtual absl::Status WaitTimed(Event& event, WaitTimer& timer) = 0;
+  // Once the work issued before it has completed, stores `value` in word
+  // `index` of `words` (registered for this stream's device), with the
+  // earlier work's writes visible before the word.
+  virtual absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) = 0;
+  // Later work on this stream waits until word `index` of `words` has reached
+  // `target` (WordReached), whoever writes it; with `timer` (may be null)
+  // measuring the idle time as WaitTimed does.
+  virtual absl::Status WaitWord(StreamWords& words, size_t index, uint32_t target,
+                                WaitTimer* timer) = 0;
   // Runs `fn` on a backend thread once all earlier work has completed; later
   // work waits for it. `fn` must not call into the backend.
   virtual absl::Status LaunchHostFunc(std::function<void()> fn) = 0;
@@ -164,6 +198,11 @@ class Device {
   // `wait_timeout`, then DEADLINE_EXCEEDED).
   virtual absl::StatusOr<std::unique_ptr<Stream>> WrapStream(
       void* native, absl::Duration wait_timeout = absl::Seconds(30)) = 0;
+  // Makes the words of `mapping` (a read-write shared mapping, typically of
+  // a memfd that another process maps too) usable by this device's streams
+  // (WriteWord, WaitWord). FAILED_PRECONDITION, saying why, where the device
+  // has no stream memory operations: the caller falls back to events.
+  virtual absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) = 0;
   // Pins [data, data + bytes) for copies to every device of the backend.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;
@@ -200,8 +239,15 @@ struct HostBackendOptions {
   // (usually up to jitter_us, 1 in 16 times up to 21x that); zero disables
   // it. Shakes out ordering bugs.
   int64_t jitter_us = 0;
-  // device_count from BLOCKSWAP_HOST_DEVICES and jitter_us from
-  // BLOCKSWAP_HOST_JITTER_US where set.
+  // A test switch: each host-to-device copy of a stream worker takes at least
+  // this long, so that a test can act while a copy is in flight.
+  int64_t copy_delay_us = 0;
+  // A test switch: the devices have no stream memory operations
+  // (MapStreamWords fails), as some GPUs and drivers do.
+  bool without_stream_words = false;
+  // device_count from BLOCKSWAP_HOST_DEVICES, jitter_us from
+  // BLOCKSWAP_HOST_JITTER_US, copy_delay_us from BLOCKSWAP_HOST_COPY_DELAY_US
+  // and without_stream_words from BLOCKSWAP_HOST_NO_STREAM_WORDS=1, where set.
   static HostBackendOptions FromEnvironment();
 };
 

@@ -4,8 +4,9 @@
 // Only the runtime is used, linked statically (CUDA::cudart_static), which
 // dlopen()s libcuda.so.1 on first use: a binary built with CUDA still starts on
 // a machine without a driver, where OpenCudaBackend says so and the host
-// backend serves. No driver API (cu*) function is called, so nothing links
-// libcuda.
+// backend serves. Nothing links libcuda: the two driver functions used (the
+// stream memory operations of StreamWords) are looked up at run time through
+// cudaGetDriverEntryPointByVersion.
 //
 // Ownership: each class below owns one CUDA handle (or, for a host
 // registration, one set of pinned ranges) and releases it in its destructor.
@@ -16,6 +17,7 @@
 // with the device's sticky error, if any, and reports its own errors through
 // it; every runtime call that acts on a device runs inside a ScopedDevice.
 
+#include <cuda.h>  // the driver API's types and flags only: libcuda is never linked
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,8 +38,8 @@
 #include "shared/backend/backend.h"
 #include "shared/backend/cuda_check.h"
 #include "shared/base/monotonic_clock.h"
-#include "shared/os/shared_memory.h"
 #include "shared/base/status.h"
+#include "shared/os/shared_memory.h"
 
 namespace blockswap {
 namespace cuda_internal {
@@ -439,8 +441,14 @@ class CudaWaitTimer final : public WaitTimer {
   // The wait itself, between the two records (on the stream's device, as
   // the caller's ScopedDevice has it).
   absl::Status RecordAround(cudaStream_t stream, cudaEvent_t awaited) {
+    return RecordAround(stream, [&] {
+      return BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamWaitEvent(stream, awaited, 0));
+    });
+  }
+  // The same around any wait that `issue_wait` puts on `stream`.
+  absl::Status RecordAround(cudaStream_t stream, const std::function<absl::Status()>& issue_wait) {
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(start_, stream));
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaStreamWaitEvent(stream, awaited, 0));
+    BLOCKSWAP_RETURN_IF_ERROR(issue_wait());
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(end_, stream));
     issued_ = true;
     return absl::OkStatus();
@@ -472,6 +480,90 @@ class CudaWaitTimer final : public WaitTimer {
 void CUDART_CB RunHostFunction(void* user_data) noexcept {
   std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user_data));
   (*fn)();
+}
+
+// The driver's stream memory operations (the V2 ones of CUDA 11.7, which
+// need no module parameter), found at run time so that nothing links libcuda.
+// Both null where the driver lacks them; `why_missing` then says why.
+struct StreamMemOps {
+  CUresult(CUDAAPI* wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult(CUDAAPI* write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  std::string why_missing;
+};
+
+const StreamMemOps& GetStreamMemOps() {
+  static const StreamMemOps ops = [] {
+    StreamMemOps found;
+    auto find = [&found](const char* symbol, void** fn) {
+      cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+      // 11070: the version that introduced the V2 operations; the
+      // unversioned lookup is deprecated in CUDA 13.
+      cudaError_t error =
+          cudaGetDriverEntryPointByVersion(symbol, fn, 11070, cudaEnableDefault, &result);
+      if (error != cudaSuccess || result != cudaDriverEntryPointSuccess || *fn == nullptr) {
+        *fn = nullptr;
+        if (found.why_missing.empty()) {
+          found.why_missing = absl::StrCat(
+              "the driver has no ", symbol, " (", cudaGetErrorName(error),
+              result == cudaDriverEntryPointVersionNotSufficent ? ", driver older than 11.7" : "",
+              ")");
+        }
+      }
+    };
+    find("cuStreamWaitValue32", reinterpret_cast<void**>(&found.wait_value32));
+    find("cuStreamWriteValue32", reinterpret_cast<void**>(&found.write_value32));
+    if (found.wait_value32 == nullptr || found.write_value32 == nullptr) {
+      found.wait_value32 = nullptr;
+      found.write_value32 = nullptr;
+    }
+    return found;
+  }();
+  return ops;
+}
+
+absl::Status DriverStatus(DeviceHealth& health, CUresult result, absl::string_view call) {
+  if (result == CUDA_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(call, " failed on ", health.label(), ": CUresult ", static_cast<int>(result)));
+}
+
+// A shared mapping registered (mapped, portable) for the device, so that the
+// GPU reads and writes its words over the bus: cuStreamWaitValue32 polls
+// host memory, and a CPU store releases a stream's wait without any CUDA
+// call (what a client's watchdog needs when the daemon is gone).
+class CudaStreamWords final : public StreamWords {
+ public:
+  CudaStreamWords(DeviceHealth& health, Mapping mapping, CUdeviceptr device_address)
+      : health_(health), mapping_(std::move(mapping)), device_address_(device_address) {}
+  CudaStreamWords(const CudaStreamWords&) = delete;
+  CudaStreamWords& operator=(const CudaStreamWords&) = delete;
+  ~CudaStreamWords() override {
+    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaHostUnregister(mapping_.data()));
+  }
+
+  size_t count() const override { return mapping_.size() / sizeof(uint32_t); }
+  std::atomic<uint32_t>& word(size_t index) const override {
+    return static_cast<std::atomic<uint32_t>*>(mapping_.data())[index];
+  }
+  absl::StatusOr<CUdeviceptr> DeviceAddress(size_t index) const {
+    if (index >= count()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("stream word ", index, " out of range (", count(), " words)"));
+    }
+    return device_address_ + index * sizeof(uint32_t);
+  }
+
+ private:
+  DeviceHealth& health_;
+  Mapping mapping_;
+  const CUdeviceptr device_address_;
+};
+
+absl::StatusOr<CudaStreamWords*> AsCudaWords(StreamWords& words) {
+  auto* cuda_words = dynamic_cast<CudaStreamWords*>(&words);
+  if (cuda_words == nullptr) return absl::InvalidArgumentError("not cuda-backend stream words");
+  return cuda_words;
 }
 
 class CudaStream final : public Stream {
@@ -538,6 +630,44 @@ class CudaStream final : public Stream {
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
     return cuda_timer->RecordAround(stream_, cuda_event->get());
+  }
+
+  // The default flag orders the copy's writes before the word's (a memory
+  // barrier), which is what the word promises to its waiter.
+  absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(CudaStreamWords * cuda_words, AsCudaWords(words));
+    BLOCKSWAP_ASSIGN_OR_RETURN(CUdeviceptr address, cuda_words->DeviceAddress(index));
+    const StreamMemOps& ops = GetStreamMemOps();
+    if (ops.write_value32 == nullptr) return absl::FailedPreconditionError(ops.why_missing);
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    return DriverStatus(health_,
+                        ops.write_value32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT),
+                        "cuStreamWriteValue32");
+  }
+
+  // CU_STREAM_WAIT_VALUE_GEQ compares as WordReached does (serial numbers).
+  absl::Status WaitWord(StreamWords& words, size_t index, uint32_t target,
+                        WaitTimer* timer) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(CudaStreamWords * cuda_words, AsCudaWords(words));
+    BLOCKSWAP_ASSIGN_OR_RETURN(CUdeviceptr address, cuda_words->DeviceAddress(index));
+    const StreamMemOps& ops = GetStreamMemOps();
+    if (ops.wait_value32 == nullptr) return absl::FailedPreconditionError(ops.why_missing);
+    CudaWaitTimer* cuda_timer = nullptr;
+    if (timer != nullptr) {
+      cuda_timer = dynamic_cast<CudaWaitTimer*>(timer);
+      if (cuda_timer == nullptr || &cuda_timer->health() != &health_) {
+        return absl::InvalidArgumentError(absl::StrCat("a wait on a stream of ", health_.label(),
+                                                       " can only be timed by a timer of ",
+                                                       health_.label()));
+      }
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    auto wait = [&]() -> absl::Status {
+      return DriverStatus(health_,
+                          ops.wait_value32(stream_, address, target, CU_STREAM_WAIT_VALUE_GEQ),
+                          "cuStreamWaitValue32");
+    };
+    return cuda_timer != nullptr ? cuda_timer->RecordAround(stream_, wait) : wait();
   }
 
   // The function is owned by the runtime from a successful launch on and
@@ -726,6 +856,41 @@ class CudaDevice final : public Device {
   // range is pinned in pieces of kHostRegisterChunkBytes, and one copy must
   // not span two pieces (cuda_check.h). A range of more than one piece must
   // start on a page boundary, so that no page belongs to two pieces.
+  // Where the driver has the stream memory operations and the device can
+  // register host memory; otherwise FAILED_PRECONDITION (the ring keeps to
+  // its events).
+  absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
+    if (mapping.data() == nullptr || mapping.size() < sizeof(uint32_t)) {
+      return absl::InvalidArgumentError("stream words need a mapping of at least one word");
+    }
+    const StreamMemOps& ops = GetStreamMemOps();
+    if (ops.wait_value32 == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(health_.label(), " cannot use stream words: ", ops.why_missing));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    int host_register = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, cudaDeviceGetAttribute(&host_register, cudaDevAttrHostRegisterSupported,
+                                         health_.ordinal()));
+    if (host_register == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          health_.label(), " cannot use stream words: it cannot register host memory"));
+    }
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, cudaHostRegister(mapping.data(), mapping.size(),
+                                   cudaHostRegisterMapped | cudaHostRegisterPortable));
+    void* device_address = nullptr;
+    absl::Status mapped = BLOCKSWAP_CUDA_STATUS(
+        &health_, cudaHostGetDevicePointer(&device_address, mapping.data(), 0));
+    if (!mapped.ok()) {
+      (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaHostUnregister(mapping.data()));
+      return mapped;
+    }
+    return std::make_unique<CudaStreamWords>(health_, std::move(mapping),
+                                             reinterpret_cast<CUdeviceptr>(device_address));
+  }
+
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                        size_t bytes) override {
     constexpr size_t kChunk = cuda_internal::kHostRegisterChunkBytes;

@@ -271,6 +271,34 @@ constexpr int kFreedMemoryPoison = 0xdb;
 constexpr size_t kMemoryHeaderBytes = 4096;
 static_assert(sizeof(HostMemoryHeader) <= kMemoryHeaderBytes);
 
+// Stream words over a shared mapping: a stream's write is a store and a
+// futex wake on its worker; a wait blocks the worker until the word reaches
+// its target. Unlike a wait on an event, it never watches the writer's
+// process: as on a GPU, only a write releases it.
+class HostStreamWords final : public StreamWords {
+ public:
+  explicit HostStreamWords(Mapping mapping)
+      : mapping_(std::make_shared<Mapping>(std::move(mapping))) {}
+  size_t count() const override { return mapping_->size() / sizeof(uint32_t); }
+  std::atomic<uint32_t>& word(size_t index) const override {
+    return static_cast<std::atomic<uint32_t>*>(mapping_->data())[index];
+  }
+  const std::shared_ptr<Mapping>& mapping() const { return mapping_; }
+
+ private:
+  std::shared_ptr<Mapping> mapping_;
+};
+
+absl::StatusOr<HostStreamWords*> AsHostWords(StreamWords& words, size_t index) {
+  auto* host_words = dynamic_cast<HostStreamWords*>(&words);
+  if (host_words == nullptr) return absl::InvalidArgumentError("not host-backend stream words");
+  if (index >= words.count()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("stream word ", index, " out of range (", words.count(), " words)"));
+  }
+  return host_words;
+}
+
 class HostMemory final : public DeviceMemory {
  public:
   // `mapping` covers the header and `size` bytes after it. `claim` is held
@@ -319,8 +347,11 @@ class HostMemory final : public DeviceMemory {
 // nobody waits for ever on this stream.
 class HostStream final : public Stream {
  public:
-  explicit HostStream(int64_t jitter_us)
-      : jitter_us_(jitter_us), rng_(std::random_device{}()), worker_([this] { Run(); }) {}
+  HostStream(int64_t jitter_us, absl::Duration copy_delay)
+      : jitter_us_(jitter_us),
+        copy_delay_(copy_delay),
+        rng_(std::random_device{}()),
+        worker_([this] { Run(); }) {}
 
   ~HostStream() override {
     {
@@ -331,10 +362,52 @@ class HostStream final : public Stream {
   }
 
   absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes) override {
-    return Enqueue([=] { std::memcpy(dst, src, bytes); });
+    return Enqueue([=, delay = copy_delay_] {
+      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+      std::memcpy(dst, src, bytes);
+    });
   }
   absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes) override {
     return Enqueue([=] { std::memcpy(dst, src, bytes); });
+  }
+
+  absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostStreamWords * host_words, AsHostWords(words, index));
+    return Enqueue([word = &words.word(index), value, keep = host_words->mapping()] {
+      word->store(value, std::memory_order_release);
+      FutexWakeAll(word);
+    });
+  }
+
+  absl::Status WaitWord(StreamWords& words, size_t index, uint32_t target,
+                        WaitTimer* timer) override {
+    BLOCKSWAP_ASSIGN_OR_RETURN(HostStreamWords * host_words, AsHostWords(words, index));
+    std::shared_ptr<HostWaitTimerState> timer_state;
+    if (timer != nullptr) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(HostWaitTimer * host_timer, AsHostWaitTimer(*timer));
+      timer_state = host_timer->state();
+    }
+    const std::atomic<uint32_t>* word = &words.word(index);
+    return EnqueueTimed(
+        [this, word, index, target, keep = host_words->mapping()] {
+          absl::Time abandon_at = absl::InfiniteFuture();
+          while (true) {
+            const uint32_t seen = word->load(std::memory_order_acquire);
+            if (WordReached(seen, target)) return;
+            if (absl::Now() >= abandon_at) {
+              // The work behind the wait must not run unguarded (nor outlive
+              // what it uses): skipped, as behind a failure.
+              Fail(absl::CancelledError(absl::StrCat(
+                  "stream destroyed while waiting for stream word ", index, " to reach ", target)));
+              return;
+            }
+            if (abandon_at == absl::InfiniteFuture() && Stopping()) {
+              abandon_at = absl::Now() + kShutdownWaitGrace;
+            }
+            FutexWait(word, seen, absl::Milliseconds(20));
+          }
+        },
+        std::move(timer_state));
   }
 
   absl::Status Record(Event& event) override {
@@ -342,11 +415,9 @@ class HostStream final : public Stream {
     BLOCKSWAP_RETURN_IF_ERROR(failure());
     BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("recording"));
     uint32_t seq = host_event->IssueRecord();
-    return Enqueue(
-        [state = host_event->state(), seq, keep = host_event->mapping()] {
-          HostEvent::CompleteRecord(state, seq);
-        },
-        /*even_after_failure=*/true);
+    return Enqueue([state = host_event->state(), seq,
+                    keep = host_event->mapping()] { HostEvent::CompleteRecord(state, seq); },
+                   /*even_after_failure=*/true);
   }
 
   absl::Status Wait(Event& event) override { return EnqueueWait(event, nullptr); }
@@ -358,9 +429,7 @@ class HostStream final : public Stream {
     return EnqueueWait(event, host_timer->state());
   }
 
-  absl::Status LaunchHostFunc(std::function<void()> fn) override {
-    return Enqueue(std::move(fn));
-  }
+  absl::Status LaunchHostFunc(std::function<void()> fn) override { return Enqueue(std::move(fn)); }
 
   absl::Status Synchronize() override {
     auto done = std::make_shared<absl::Notification>();
@@ -391,16 +460,23 @@ class HostStream final : public Stream {
     HostEventState* state = host_event->state();
     // The snapshot is what makes an early wait bind to the previous record.
     uint32_t target = host_event->WaitTarget();
+    return EnqueueTimed([this, state, target, keep = host_event->mapping(),
+                         creator = host_event->creator()] { AwaitRecord(state, target, *creator); },
+                        std::move(timer));
+  }
+
+  // Queues `wait` (it blocks the worker until what it waits for happened);
+  // `timer`, when set, gets the worker's idle time in it.
+  absl::Status EnqueueTimed(std::function<void()> wait, std::shared_ptr<HostWaitTimerState> timer) {
     const uint64_t timed_wait = timer != nullptr ? timer->Issue() : 0;
     std::function<void()> if_skipped;
     if (timer != nullptr) {
       if_skipped = [timer, timed_wait] { timer->Complete(timed_wait, WaitIdle{MonotonicNanos()}); };
     }
     absl::Status queued = Enqueue(
-        [this, state, target, keep = host_event->mapping(), creator = host_event->creator(), timer,
-         timed_wait] {
+        [wait = std::move(wait), timer, timed_wait] {
           const uint64_t began_ns = MonotonicNanos();
-          AwaitRecord(state, target, *creator);
+          wait();
           if (timer != nullptr) {
             timer->Complete(timed_wait,
                             WaitIdle{began_ns, absl::Nanoseconds(MonotonicNanos() - began_ns)});
@@ -480,6 +556,7 @@ class HostStream final : public Stream {
   }
 
   const int64_t jitter_us_;
+  const absl::Duration copy_delay_;
   std::mt19937_64 rng_;  // worker thread only
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
@@ -532,9 +609,40 @@ class InlineHostStream final : public Stream {
           return false;
         });
     if (absl::IsDeadlineExceeded(waited)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "event not completed within ", absl::FormatDuration(wait_timeout_),
-          " (its recorder may be gone)"));
+      return absl::DeadlineExceededError(absl::StrCat("event not completed within ",
+                                                      absl::FormatDuration(wait_timeout_),
+                                                      " (its recorder may be gone)"));
+    }
+    return waited;
+  }
+  absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
+    BLOCKSWAP_RETURN_IF_ERROR(AsHostWords(words, index).status());
+    words.word(index).store(value, std::memory_order_release);
+    FutexWakeAll(&words.word(index));
+    return absl::OkStatus();
+  }
+  absl::Status WaitWord(StreamWords& words, size_t index, uint32_t target,
+                        WaitTimer* timer) override {
+    BLOCKSWAP_RETURN_IF_ERROR(AsHostWords(words, index).status());
+    std::shared_ptr<HostWaitTimerState> timer_state;
+    if (timer != nullptr) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(HostWaitTimer * host_timer, AsHostWaitTimer(*timer));
+      timer_state = host_timer->state();
+    }
+    const uint64_t timed_wait = timer_state != nullptr ? timer_state->Issue() : 0;
+    const uint64_t began_ns = MonotonicNanos();
+    const std::atomic<uint32_t>& word = words.word(index);
+    absl::Status waited = FutexAwait(&word, wait_timeout_, [&]() -> absl::StatusOr<bool> {
+      return WordReached(word.load(std::memory_order_acquire), target);
+    });
+    if (timer_state != nullptr) {
+      timer_state->Complete(timed_wait,
+                            WaitIdle{began_ns, absl::Nanoseconds(MonotonicNanos() - began_ns)});
+    }
+    if (absl::IsDeadlineExceeded(waited)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("stream word ", index, " did not reach ", target, " within ",
+                       absl::FormatDuration(wait_timeout_), " (its writer may be gone)"));
     }
     return waited;
   }
@@ -552,7 +660,10 @@ class NoopRegistration final : public HostRegistration {};
 
 class HostDevice final : public Device {
  public:
-  HostDevice(int index, int64_t jitter_us) : jitter_us_(jitter_us) {
+  HostDevice(int index, const HostBackendOptions& options)
+      : jitter_us_(options.jitter_us),
+        copy_delay_(absl::Microseconds(options.copy_delay_us)),
+        without_stream_words_(options.without_stream_words) {
     info_.uuid = absl::StrCat("HOST-", index);
     info_.name = absl::StrCat("blockswap host device ", index);
     info_.total_memory_bytes =
@@ -615,7 +726,7 @@ class HostDevice final : public Device {
     return std::unique_ptr<Event>(std::move(event));
   }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
-    return std::make_unique<HostStream>(jitter_us_);
+    return std::make_unique<HostStream>(jitter_us_, copy_delay_);
   }
   absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() override {
     return std::make_unique<HostWaitTimer>();
@@ -631,19 +742,31 @@ class HostDevice final : public Device {
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*, size_t) override {
     return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
   }
+  absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
+    if (without_stream_words_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          info_.uuid, " has no stream memory operations (BLOCKSWAP_HOST_NO_STREAM_WORDS=1)"));
+    }
+    if (mapping.data() == nullptr || mapping.size() < sizeof(uint32_t)) {
+      return absl::InvalidArgumentError("stream words need a mapping of at least one word");
+    }
+    return std::make_unique<HostStreamWords>(std::move(mapping));
+  }
   absl::Status health() const override { return absl::OkStatus(); }
   absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space
 
  private:
   DeviceInfo info_;
   const int64_t jitter_us_;
+  const absl::Duration copy_delay_;
+  const bool without_stream_words_;
 };
 
 class HostBackend final : public Backend {
  public:
   explicit HostBackend(const HostBackendOptions& options) {
     for (int i = 0; i < options.device_count; ++i) {
-      devices_.push_back(std::make_unique<HostDevice>(i, options.jitter_us));
+      devices_.push_back(std::make_unique<HostDevice>(i, options));
     }
   }
   BackendKind kind() const override { return BackendKind::kHost; }

@@ -1,9 +1,9 @@
 // The host backend must keep CUDA's semantics (backend.h); these tests pin
 // the ones the load protocol depends on.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstring>
-
-#include <gtest/gtest.h>
 #include <optional>
 
 #include "absl/strings/string_view.h"
@@ -42,9 +42,10 @@ TEST_F(HostBackendTest, WaitBindsToTheRecordThatExistsWhenIssued) {
   std::atomic<bool> early_ran{false}, late_ran{false}, late_saw_done{false};
   ASSERT_TRUE(early->LaunchHostFunc([&] { early_ran = true; }).ok());
   ASSERT_TRUE(late->LaunchHostFunc([&] {
-    late_saw_done = producer_done.load();
-    late_ran = true;
-  }).ok());
+                    late_saw_done = producer_done.load();
+                    late_ran = true;
+                  })
+                  .ok());
   ASSERT_TRUE(early->Synchronize().ok());
   EXPECT_TRUE(early_ran);
   absl::SleepFor(absl::Milliseconds(50));
@@ -247,6 +248,70 @@ TEST(BackendChoice, ForcedCudaWithoutCudaSupportSaysWhy) {
   EXPECT_NE(status.message().find("no CUDA support"), absl::string_view::npos) << status;
 }
 #endif
+
+// Stream words (backend.h): a wait is released by the stream that writes the
+// word behind its work, or by a plain store from any thread (a client's
+// watchdog), and compares in serial-number order.
+class HostStreamWordsTest : public HostBackendTest {
+ protected:
+  std::unique_ptr<StreamWords> NewWords() {
+    SharedMemory memory = SharedMemory::Create("words-test", 4096).value();
+    return device().MapStreamWords(memory.Map(Access::kReadWrite).value()).value();
+  }
+};
+
+TEST_F(HostStreamWordsTest, AWaitPassesOnlyOnceTheWriterStreamsEarlierWorkIsDone) {
+  auto writer = NewStream();
+  auto waiter = NewStream();
+  auto words = NewWords();
+  absl::Notification release;
+  std::atomic<bool> written_work_done{false};
+  std::atomic<bool> waiter_saw_it{false};
+  ASSERT_TRUE(writer->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
+  ASSERT_TRUE(writer->LaunchHostFunc([&] { written_work_done = true; }).ok());
+  ASSERT_TRUE(writer->WriteWord(*words, 3, 7).ok());
+  ASSERT_TRUE(waiter->WaitWord(*words, 3, 7, nullptr).ok());
+  ASSERT_TRUE(waiter->LaunchHostFunc([&] { waiter_saw_it = written_work_done.load(); }).ok());
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_EQ(words->word(3).load(), 0u) << "written before the writer's earlier work ran";
+  release.Notify();
+  ASSERT_TRUE(waiter->Synchronize().ok());
+  EXPECT_TRUE(waiter_saw_it);
+  EXPECT_EQ(words->word(3).load(), 7u);
+}
+
+TEST_F(HostStreamWordsTest, AStoreFromAnyThreadReleasesAWaitNoStreamWillWrite) {
+  auto waiter = NewStream();
+  auto words = NewWords();
+  std::unique_ptr<WaitTimer> timer = device().CreateWaitTimer().value();
+  absl::Notification passed;
+  ASSERT_TRUE(waiter->WaitWord(*words, 0, 5, timer.get()).ok());
+  ASSERT_TRUE(waiter->LaunchHostFunc([&] { passed.Notify(); }).ok());
+  EXPECT_FALSE(passed.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  words->word(0).store(5 + (1u << 30));  // the watchdog's move: far ahead
+  EXPECT_TRUE(passed.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  std::optional<WaitIdle> idle = timer->Await().value();
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_GE(idle->idle, absl::Milliseconds(40)) << "the timer measures the idle time at the wait";
+}
+
+TEST(StreamWordOrder, ComparesInSerialNumberArithmetic) {
+  EXPECT_TRUE(WordReached(5, 5));
+  EXPECT_TRUE(WordReached(6, 5));
+  EXPECT_FALSE(WordReached(4, 5));
+  EXPECT_TRUE(WordReached(0x00000002u, 0xFFFFFFFEu));  // across the wrap
+  EXPECT_FALSE(WordReached(0xFFFFFFFEu, 0x00000002u));
+  EXPECT_TRUE(WordReached(4 + (1u << 30), 5));  // a watchdog's move releases a pending wait
+}
+
+TEST(HostStreamWordsSwitch, WithoutStreamWordsTheDeviceSaysSo) {
+  auto backend = OpenHostBackend({.without_stream_words = true});
+  SharedMemory memory = SharedMemory::Create("words-test", 4096).value();
+  absl::StatusOr<std::unique_ptr<StreamWords>> words =
+      backend->devices()[0]->MapStreamWords(memory.Map(Access::kReadWrite).value());
+  EXPECT_TRUE(absl::IsFailedPrecondition(words.status())) << words.status();
+  EXPECT_NE(words.status().message().find("no stream memory operations"), absl::string_view::npos);
+}
 
 }  // namespace
 }  // namespace blockswap

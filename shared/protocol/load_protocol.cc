@@ -194,11 +194,16 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, Release
   BLOCKSWAP_RETURN_IF_ERROR(
       copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
   if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
-    BLOCKSWAP_RETURN_IF_ERROR(copy_stream_.Record(ring_.ready(slot)));
+    // The ready word where there is one: a client can release a wait on it
+    // when the daemon dies, not one on the daemon's event.
+    StreamWords* words = ring_.ready_words();
+    BLOCKSWAP_RETURN_IF_ERROR(words != nullptr
+                                  ? copy_stream_.WriteWord(*words, slot, load.generation)
+                                  : copy_stream_.Record(ring_.ready(slot)));
   }
   if (!Skipped(ProtocolStep::kDaemonPublishFilled)) {
-    // Published at issue, as on CUDA: the client's GPU-side wait on ready[s]
-    // covers completion.
+    // Published at issue: the client's GPU-side wait on ready[s] covers
+    // completion (docs/architecture.md says why not at completion).
     std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
     filled.store(load.generation, std::memory_order_release);
     FutexWakeAll(&filled);
@@ -233,6 +238,9 @@ void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
   control.status.error_slot.store(slot, std::memory_order_relaxed);
   control.status.error_code.store(static_cast<uint32_t>(error.code()), std::memory_order_release);
   for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) FutexWakeAll(&control.filled_seq[s]);
+  // Nothing more is copied: a client stream waiting on a ready word would
+  // wait for ever.
+  ring_.AbandonReadyWords();
 }
 
 void RingProducer::Heartbeat() {
@@ -340,8 +348,12 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
   }
   filled_seen_[slot] = true;
   if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
-    BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
-                                               : stream.Wait(ring_.ready(slot)));
+    if (StreamWords* words = ring_.ready_words(); words != nullptr) {
+      BLOCKSWAP_RETURN_IF_ERROR(stream.WaitWord(*words, slot, requested_[slot], timer));
+    } else {
+      BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
+                                                 : stream.Wait(ring_.ready(slot)));
+    }
   }
   return absl::OkStatus();
 }
@@ -363,6 +375,15 @@ absl::Status RingConsumer::Drain(absl::Duration timeout) {
 }
 
 absl::Status RingConsumer::CheckHealth() const {
+  absl::Status health = RingHealth();
+  // A ring that failed, or a daemon lost, fills nothing more: release this
+  // process's streams from their waits on the ready words (the step fails
+  // with `health`).
+  if (!health.ok()) ring_.AbandonReadyWords();
+  return health;
+}
+
+absl::Status RingConsumer::RingHealth() const {
   if (options_.liveness) BLOCKSWAP_RETURN_IF_ERROR(options_.liveness());
   const RingStatusWord& status = ring_.control().status;
   if (uint32_t code = status.error_code.load(std::memory_order_acquire); code != 0) {

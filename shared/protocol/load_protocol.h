@@ -12,10 +12,13 @@
 //             free[s] has completed — woken by the notification, but trusting
 //             only its own query of free[s] (never a GPU-side wait on a
 //             client's event); a slow fallback poll covers a client that does
-//             not notify — copy master -> slot, record ready[s], publish
-//             filled_seq[s] = g and wake waiters.
+//             not notify — copy master -> slot, then have the copy stream
+//             write ready word s = g (record ready[s] where the device has no
+//             stream memory operations), publish filled_seq[s] = g and wake
+//             waiters.
 //  3. client  (RingConsumer::AwaitLoaded) wait until filled_seq[s] == g,
-//             checking the status word, then make the stream wait on ready[s].
+//             checking the status word, then make the stream wait until ready
+//             word s reaches g (or on ready[s]).
 // So every cross-process wait is issued only after the record it must bind
 // to: a wait issued early binds to the previous record and reads stale bytes.
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_
@@ -44,9 +47,9 @@ enum class ProtocolStep : uint32_t {
   kClientRecordFree,
   kClientPublishConsumed,
   kClientAwaitFilled,
-  kClientStreamWaitReady,
-  kDaemonAwaitFree,  // the daemon's own query of free[s] before a copy
-  kDaemonRecordReady,
+  kClientStreamWaitReady,  // on the ready word, or on ready[s]
+  kDaemonAwaitFree,        // the daemon's own query of free[s] before a copy
+  kDaemonRecordReady,      // the ready word's write, or ready[s]'s record
   kDaemonPublishFilled,
   // Speed only: without it the daemon finds releases by its fallback poll.
   kClientNotifyRelease,
@@ -213,7 +216,8 @@ class RingConsumer {
   absl::Status Drain(absl::Duration timeout);
 
   // The ring's status word: OK, or the error that failed the ring in the
-  // daemon, a daemon restart, or a silent daemon (heartbeat).
+  // daemon, a daemon restart, or a silent daemon (heartbeat). Not OK also
+  // releases the ring's ready words (RingImport::AbandonReadyWords).
   absl::Status CheckHealth() const;
 
   // The generation last requested for `slot` (0: never).
@@ -222,6 +226,8 @@ class RingConsumer {
 
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
+  // CheckHealth's verdict, without its consequence.
+  absl::Status RingHealth() const;
   // Queues the notification that generation `releasable` may be copied into
   // `slot` once the free[s] just recorded has completed.
   absl::Status NotifyRelease(uint32_t slot, uint32_t releasable);

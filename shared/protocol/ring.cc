@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "shared/base/status.h"
+#include "shared/os/futex.h"
 
 namespace blockswap {
 
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
     ring->ready_.push_back(std::move(ready));
     ring->free_.push_back(std::move(free));
   }
+  BLOCKSWAP_RETURN_IF_ERROR(ring->CreateReadyWords());
 
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ring->daemon_control_,
@@ -68,6 +70,20 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
   return ring;
 }
 
+absl::Status DaemonRing::CreateReadyWords() {
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      SharedMemory memory,
+      SharedMemory::Create(absl::StrCat("ring-", ring_id_, "-ready-words"), kReadyWordsBytes));
+  BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, memory.Map(Access::kReadWrite));
+  absl::StatusOr<std::unique_ptr<StreamWords>> words = device_.MapStreamWords(std::move(mapping));
+  // A device without stream memory operations keeps to the ready events.
+  if (absl::IsFailedPrecondition(words.status())) return absl::OkStatus();
+  BLOCKSWAP_RETURN_IF_ERROR(words.status());
+  ready_words_memory_ = std::move(memory);
+  ready_words_ = *std::move(words);
+  return absl::OkStatus();
+}
+
 TraceSnapshot DaemonRing::ReadClientTrace(uint64_t since_ns) const {
   // Read never writes through the view, so the read-only mapping suits it.
   auto* memory = const_cast<std::byte*>(static_cast<const std::byte*>(client_control_map_.data()));
@@ -92,6 +108,9 @@ absl::StatusOr<RingExport> DaemonRing::Export() const {
   // A read-only open file description: the client cannot map it writable.
   BLOCKSWAP_ASSIGN_OR_RETURN(out.daemon_control, daemon_control_.fd().ReopenReadOnly());
   BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, client_control_.fd().Duplicate());
+  if (ready_words_ != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(out.ready_words, ready_words_memory_.fd().Duplicate());
+  }
   return out;
 }
 
@@ -141,6 +160,21 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
     ring->ready_.push_back(std::move(ready));
     ring->free_.push_back(std::move(free));
   }
+  if (exported.ready_words.valid()) {
+    // The daemon writes these words instead of recording the ready events:
+    // a client that could not wait on them would read unfilled slots.
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        SharedMemory words, SharedMemory::Adopt(std::move(exported.ready_words), kReadyWordsBytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, words.Map(Access::kReadWrite));
+    absl::StatusOr<std::unique_ptr<StreamWords>> mapped = device.MapStreamWords(std::move(mapping));
+    if (!mapped.ok()) {
+      return Annotate(mapped.status(),
+                      absl::StrCat("ring ", exported.ring_id,
+                                   " signals its fills through stream words, which this "
+                                   "process cannot use"));
+    }
+    ring->ready_words_ = *std::move(mapped);
+  }
 
   BLOCKSWAP_ASSIGN_OR_RETURN(
       SharedMemory daemon_control,
@@ -177,6 +211,30 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
         absl::StrCat("ring ", exported.ring_id, ": client control block is not initialised"));
   }
   return ring;
+}
+
+namespace {
+
+// Moves every ready word of a ring kReadyWordAbandonStep ahead, once
+// (`abandoned`): a second step could carry a word past half the serial
+// space, behind the generations it must stay ahead of.
+void AbandonWords(StreamWords* words, uint32_t slot_count, std::atomic<bool>& abandoned) {
+  if (words == nullptr || abandoned.exchange(true)) return;
+  for (uint32_t s = 0; s < slot_count; ++s) {
+    std::atomic<uint32_t>& word = words->word(s);
+    word.fetch_add(kReadyWordAbandonStep, std::memory_order_acq_rel);
+    FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
+  }
+}
+
+}  // namespace
+
+void DaemonRing::AbandonReadyWords() {
+  AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+}
+
+void RingImport::AbandonReadyWords() const {
+  AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
 }
 
 }  // namespace blockswap

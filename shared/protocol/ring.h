@@ -8,6 +8,7 @@
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 #define BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,7 +61,19 @@ struct RingExport {
   // The device's doorbell (DeviceWorker adds it to every ring): rung after
   // writing the request ring and by the client's release notifications.
   DoorbellExport doorbell;
+  // The ready words (kReadyWordsBytes, read-write), where the device has
+  // stream memory operations; invalid: the ready events serve instead.
+  UniqueFd ready_words;
 };
+
+// One page of 32-bit ready words, word s for slot s.
+inline constexpr size_t kReadyWordsBytes = 4096;
+static_assert(kReadyWordsBytes >= kMaxRingSlots * sizeof(uint32_t));
+
+// How far the client's watchdog moves a ready word when it loses the daemon:
+// ahead, in serial-number order (WordReached), of every generation a wait can
+// be pending on.
+inline constexpr uint32_t kReadyWordAbandonStep = 1u << 30;
 
 // The daemon's side. Owns every part of the ring; the client's imports of it
 // must be gone (or the client dead) before the memory is reused.
@@ -77,6 +90,13 @@ class DaemonRing {
   std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
   Event& ready(uint32_t s) const { return *ready_[s]; }
   Event& free(uint32_t s) const { return *free_[s]; }
+  // The ready words (word s: the last generation copied into slot s), or
+  // null where the device has no stream memory operations (ready events).
+  StreamWords* ready_words() const { return ready_words_.get(); }
+  // A failed ring copies nothing more: its words jump ahead (as
+  // RingImport::AbandonReadyWords), so that no client stream waits for ever
+  // on a copy that will not come. Once.
+  void AbandonReadyWords();
   DaemonControlBlock& control() const {
     return *static_cast<DaemonControlBlock*>(daemon_control_map_.data());
   }
@@ -90,6 +110,8 @@ class DaemonRing {
  private:
   DaemonRing(Device& device, uint64_t ring_id, const RingShape& shape)
       : device_(device), ring_id_(ring_id), shape_(shape) {}
+  // The ready words, where the device has stream memory operations.
+  absl::Status CreateReadyWords();
 
   Device& device_;
   const uint64_t ring_id_;
@@ -98,6 +120,9 @@ class DaemonRing {
   std::unique_ptr<DeviceMemory> memory_;
   std::vector<std::unique_ptr<Event>> ready_;
   std::vector<std::unique_ptr<Event>> free_;
+  SharedMemory ready_words_memory_;  // valid with ready_words_
+  std::unique_ptr<StreamWords> ready_words_;
+  std::atomic<bool> abandoned_{false};  // AbandonReadyWords ran
   SharedMemory daemon_control_;
   Mapping daemon_control_map_;  // read-write
   SharedMemory client_control_;
@@ -119,6 +144,14 @@ class RingImport {
   std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
   Event& ready(uint32_t s) const { return *ready_[s]; }
   Event& free(uint32_t s) const { return *free_[s]; }
+  // The daemon's ready words, when it sent them (else the ready events).
+  StreamWords* ready_words() const { return ready_words_.get(); }
+  // The watchdog's move when the daemon is lost: every ready word jumps
+  // ahead (kReadyWordAbandonStep), so that no wait of a stream on this ring
+  // is left for a write that will never come. What the waits guarded is not
+  // guaranteed after that: the caller fails the step. Thread-safe; only the
+  // first call moves the words.
+  void AbandonReadyWords() const;
   const DaemonControlBlock& control() const {
     return *static_cast<const DaemonControlBlock*>(daemon_control_map_.data());
   }
@@ -142,6 +175,8 @@ class RingImport {
   std::unique_ptr<DeviceMemory> memory_;
   std::vector<std::unique_ptr<Event>> ready_;
   std::vector<std::unique_ptr<Event>> free_;
+  std::unique_ptr<StreamWords> ready_words_;
+  mutable std::atomic<bool> abandoned_{false};     // AbandonReadyWords ran
   Mapping daemon_control_map_;                     // read-only
   Mapping client_control_map_;                     // read-write
   TraceLog trace_{nullptr, kClientTraceCapacity};  // in client_control_map_

@@ -83,6 +83,9 @@ RingOnWire RingToWire(RingExport exported, uint64_t batch) {
     *d.mutable_doorbell() = AddFd(std::move(exported.doorbell.bell), batch, wire.fds);
     *d.mutable_doorbell_sleeping() = AddFd(std::move(exported.doorbell.sleeping), batch, wire.fds);
   }
+  if (exported.ready_words.valid()) {
+    *d.mutable_ready_words() = AddFd(std::move(exported.ready_words), batch, wire.fds);
+  }
   return wire;
 }
 
@@ -115,6 +118,9 @@ absl::StatusOr<RingExport> RingFromWire(const v1::RingDescriptor& d, std::vector
     BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.bell, taker.Take(d.doorbell(), "doorbell"));
     BLOCKSWAP_ASSIGN_OR_RETURN(out.doorbell.sleeping,
                                taker.Take(d.doorbell_sleeping(), "doorbell_sleeping"));
+  }
+  if (d.has_ready_words()) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(out.ready_words, taker.Take(d.ready_words(), "ready_words"));
   }
   return out;
 }

@@ -7,6 +7,8 @@
 // must hold. The comparison runs after the spin, so a slot overwritten while
 // the "compute" ran is caught. Results go to --report=FILE
 // (tests/support/role_report.h); the exit code is a ClientExit.
+#include "tests/gpu/gpu_roles.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +27,6 @@
 #include "client/core/ring.h"
 #include "shared/base/status.h"
 #include "tests/gpu/device_compute.h"
-#include "tests/gpu/gpu_roles.h"
 #include "tests/support/block_content.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
@@ -44,13 +45,13 @@ using testing::RoleReport;
   report.Add("error", absl::StrCat(static_cast<int>(status.code()), " ", status.message()));
   if (compute != nullptr) {
     // Whatever went wrong with the daemon, this process's own stream must
-    // still be sound: no kernel faulted on memory that went away. Whether
-    // it drains at all after the daemon died (its last wait is on the
-    // daemon's event) is reported as observed: "busy" (still waiting 5 s
-    // later), "abandoned" (the backend gave the wait up: the host backend
-    // fails a stream waiting on a dead process's event), "ok" or "fault".
+    // still be sound: no kernel faulted on memory that went away, and with
+    // ready words (the watchdog released them) it drains. What it did is
+    // reported: "busy" (still waiting 5 s later), "abandoned" (the backend
+    // gave the wait up: the host backend fails a stream waiting on a dead
+    // process's event), "ok" or "fault".
     absl::Status sync = compute->SynchronizeWithin(absl::Seconds(5));
-    std::string observed = sync.ok()                         ? "ok"
+    std::string observed = sync.ok()                        ? "ok"
                            : absl::IsDeadlineExceeded(sync) ? "busy: "
                            : absl::IsUnavailable(sync)      ? "abandoned: "
                                                             : "fault: ";
@@ -67,8 +68,8 @@ struct Client {
   std::unique_ptr<client::Model> model;
   std::unique_ptr<client::Ring> ring;
   std::unique_ptr<DeviceCompute> compute;
-  std::vector<const void*> kept;         // per block: its bytes on the device
-  std::vector<uint64_t> tensor_offset;   // per block: where its bytes sit in a slot
+  std::vector<const void*> kept;        // per block: its bytes on the device
+  std::vector<uint64_t> tensor_offset;  // per block: where its bytes sit in a slot
   std::vector<uint64_t> tensor_bytes;
 };
 
@@ -77,9 +78,9 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   const uint64_t seed = args.Int("seed", 1);
   const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 12));
   const uint64_t max_bytes = args.Int("block-bytes", 4 << 20);
-  BLOCKSWAP_ASSIGN_OR_RETURN(client.connection,
-                             client::Connection::Connect(args.Str("socket"),
-                                                         args.Str("name", "gpu-test")));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      client.connection,
+      client::Connection::Connect(args.Str("socket"), args.Str("name", "gpu-test")));
   // The blocks' bytes, for an upload or the comparisons only: a benchmark
   // client that opens a model and never compares (--verify=0) makes none.
   const bool registering = args.Str("model-id").empty();
@@ -100,7 +101,7 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   // --model-id: open what an earlier client registered (no upload).
   BLOCKSWAP_ASSIGN_OR_RETURN(
       client.model, registering ? client::Model::Register(*client.connection, "gpu-test", uploads)
-                        : client::Model::Open(*client.connection, args.Str("model-id")));
+                                : client::Model::Open(*client.connection, args.Str("model-id")));
   report.Add("model", client.model->id());
   uint64_t slot_bytes = 0;
   for (uint32_t b = 0; b < blocks; ++b) {
@@ -115,6 +116,11 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   BLOCKSWAP_ASSIGN_OR_RETURN(
       client.ring, client::Ring::Create(*client.connection, uuid,
                                         static_cast<uint32_t>(args.Int("slots", 2)), slot_bytes));
+  // How the client's stream waits for a fill: on the daemon's ready words
+  // (a dead daemon's are released by this process's watchdog) or, where the
+  // device has no stream memory operations, on its ready events.
+  report.Add("ready_path",
+             client.ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "events");
   BLOCKSWAP_ASSIGN_OR_RETURN(
       client.compute,
       DeviceCompute::Create(client.connection->backend_kind(), client.ring->device(), checks));

@@ -7,6 +7,7 @@
 // Anything that can hang on a GPU (a dead peer, a stuck copy) runs in a
 // child process waited for with a deadline; a test that runs out of time
 // says what it saw instead of hanging (and ctest's TIMEOUT backs that up).
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdlib>
@@ -16,8 +17,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -236,16 +235,21 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 }
 
 // The daemon dies under a streaming client: the client's next step fails
-// with UNAVAILABLE within its timeout, and its own stream stays sound (no
-// kernel faults on ring memory that went away with the daemon). Whether its
-// stream still drains is reported, not assumed: on the host backend a wait
-// on an event the dead daemon never completed is abandoned (the stream
-// fails UNAVAILABLE); on cuda it is what this test measures.
+// with UNAVAILABLE within its timeout, and its own stream stays sound and
+// drains: its waits are on the daemon's ready words, which the client's
+// watchdog releases when it loses the daemon (docs/architecture.md, "A dead
+// daemon"). Where the device has no stream memory operations the ring keeps
+// to its events, whose waits nothing can release: the test says so and skips.
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   StartDaemon();
   ChildProcess client =
       Spawn("gpu-stream", "orphan", {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000"});
   ASSERT_TRUE(AwaitReport("orphan", "streaming")) << Describe("orphan");
+  if (FirstValue(Report("orphan"), "ready_path") != "words") {
+    client.Kill(SIGKILL);
+    GTEST_SKIP() << "this device has no stream memory operations (the ring waits on events): a "
+                    "daemon death can leave its client's stream waiting";
+  }
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   const absl::Time killed = absl::Now();
   const int code = Finish(client, "orphan", absl::Seconds(20));
@@ -253,14 +257,11 @@ TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   const testing::ReportLines report = Report("orphan");
   EXPECT_EQ(code, kGpuClientFailed) << Describe("orphan");
   EXPECT_TRUE(absl::StartsWith(FirstValue(report, "error"), "14 ")) << Describe("orphan");
-  // No fault; whether the stream drains is an observation (the daemon's
-  // last `ready` may never complete), printed below.
-  EXPECT_FALSE(absl::StartsWith(FirstValue(report, "sync"), "fault")) << Describe("orphan");
-  EXPECT_FALSE(FirstValue(report, "sync").empty()) << Describe("orphan");
-  EXPECT_LE(noticed, absl::Seconds(12));  // 5 s timeout + 5 s bounded sync
+  // The watchdog released the stream: it drains, without a fault.
+  EXPECT_EQ(FirstValue(report, "sync"), "ok") << Describe("orphan");
+  EXPECT_LE(noticed, absl::Seconds(7));  // the 5 s timeout, and the stream drained at once
   std::cerr << "client failed " << noticed
-            << " after the daemon was killed: " << FirstValue(report, "error")
-            << "; its stream: " << FirstValue(report, "sync") << "\n";
+            << " after the daemon was killed: " << FirstValue(report, "error") << "\n";
 }
 
 }  // namespace

@@ -229,6 +229,88 @@ int RunStream(const std::vector<std::string>& argv) {
 }
 BLOCKSWAP_CHILD_ROLE("stream", RunStream);
 
+// One step of a trainer on an asynchronous stream: load block `block` into
+// slot 0, wait for it on `stream`, read the slot there and compare, then
+// wait (at most `timeout`) until the stream has passed that read. OK with
+// the block byte-exact; the ring's error (UNAVAILABLE once the daemon is
+// lost) when the stream was released without the daemon's copy.
+absl::Status OrphanStep(Setup& setup, Stream& stream, uint32_t block, absl::Duration timeout,
+                        const RoleReport& report, bool say_waiting) {
+  client::Ring& ring = *setup.ring;
+  BLOCKSWAP_RETURN_IF_ERROR(ring.Load(0, *setup.model, block, stream));
+  BLOCKSWAP_RETURN_IF_ERROR(ring.Wait(0, stream, timeout));
+  const std::vector<std::byte>& want = setup.expected[block];
+  auto exact = std::make_shared<std::atomic<bool>>(false);
+  auto passed = std::make_shared<absl::Notification>();
+  const void* slot = ring.slot(0);
+  BLOCKSWAP_RETURN_IF_ERROR(stream.LaunchHostFunc([slot, &want, exact, passed] {
+    exact->store(std::memcmp(slot, want.data(), want.size()) == 0);
+    passed->Notify();
+  }));
+  if (say_waiting) report.Add("waiting", "1");  // the stream waits for the copy in flight
+  const absl::Time since = absl::Now();
+  if (!passed->WaitForNotificationWithTimeout(timeout)) {
+    report.Add("stream", "stuck");
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the stream did not pass its wait for slot 0 within ", absl::FormatDuration(timeout)));
+  }
+  report.Add("released_ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - since)));
+  BLOCKSWAP_RETURN_IF_ERROR(ring.Health());
+  if (!exact->load()) return absl::DataLossError(absl::StrCat("block ", block, " arrived wrong"));
+  return absl::OkStatus();
+}
+
+// The daemon dies while this client's stream waits on a copy in flight
+// (the test slows copies down, BLOCKSWAP_HOST_COPY_DELAY_US): the stream
+// must be released within the client's timeout (--timeout-ms), the step
+// must fail UNAVAILABLE ("step_error"), the stream must still run work
+// ("stream_after" ok), and once a daemon is back (the test starts one on the
+// same socket after "step_error") the next step must succeed, byte-exact
+// ("recovered" ok).
+int RunOrphanStream(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  const absl::Duration timeout = absl::Milliseconds(args.Int("timeout-ms", 5000));
+  absl::StatusOr<Setup> setup = Prepare(args, report);
+  if (!setup.ok()) return Exit(setup.status(), report);
+  auto stream = setup->ring->device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
+  report.Add("ready_path",
+             setup->ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "events");
+  if (absl::Status s = OrphanStep(*setup, **stream, 0, timeout, report, false); !s.ok()) {
+    return Exit(s, report);
+  }
+  absl::Status lost = OrphanStep(*setup, **stream, 1, timeout, report, true);
+  report.Add("step_error", absl::StrCat(static_cast<int>(lost.code()), " ", lost.message()));
+  if (lost.ok()) {
+    return Exit(absl::InternalError("the step succeeded although its daemon died under its copy"),
+                report);
+  }
+  // The stream itself is sound: it runs what comes next.
+  absl::Status after = (*stream)->LaunchHostFunc([] {});
+  if (after.ok()) after = (*stream)->Synchronize();
+  report.Add("stream_after", after.ok() ? std::string("ok") : std::string(after.message()));
+  if (!after.ok()) return Exit(after, report);
+  // The daemon comes back: a new session, the model by id, a new ring.
+  absl::Status back = absl::UnavailableError("no daemon came back within 20 s");
+  for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {
+    back = setup->connection->Reconnect(absl::Seconds(1));
+    if (back.ok() || !absl::IsUnavailable(back)) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!back.ok()) return Exit(back, report);
+  auto model = client::Model::Open(*setup->connection, setup->model->id());
+  if (!model.ok()) return Exit(model.status(), report);
+  setup->model = *std::move(model);
+  if (absl::Status s = setup->ring->Recreate(); !s.ok()) return Exit(s, report);
+  if (absl::Status s = OrphanStep(*setup, **stream, 2, timeout, report, false); !s.ok()) {
+    return Exit(s, report);
+  }
+  report.Add("recovered", "ok");
+  return kClientOk;
+}
+BLOCKSWAP_CHILD_ROLE("orphan-stream", RunOrphanStream);
+
 // Loads one block into slot 0, then leaves a second load pending behind a
 // stream that never completes: the daemon holds that copy back forever (its
 // `free` never completes) while the role sleeps until it is killed.

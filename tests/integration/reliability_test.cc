@@ -2,6 +2,7 @@
 // of a pass, the daemon mid-pass — nothing is lost and nobody stalls; a full
 // session cycle leaves no leak; the P7 soak. Real blockswapd, real client
 // processes (the stream role of client_roles.cc, blockswap_abi_client).
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdlib>
@@ -12,8 +13,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -52,9 +51,9 @@ class ReliabilityTest : public DaemonClientTest {
   ChildProcess SpawnAbiClient(const std::string& name, std::vector<std::string> args) {
     args.push_back("--socket=" + dirs_->socket_path());
     args.push_back("--report=" + ReportPath(name));
-    auto child = ChildProcess::SpawnProgram(BinaryDirectory() + "/blockswap_abi_client",
-                                            {.args = args,
-                                             .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+    auto child = ChildProcess::SpawnProgram(
+        BinaryDirectory() + "/blockswap_abi_client",
+        {.args = args, .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
     EXPECT_TRUE(child.ok()) << child.status();
     return *std::move(child);
   }
@@ -145,8 +144,8 @@ TEST_F(ReliabilityTest, TwentyClientKillsMidPassDisturbNobody) {
 TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
   StartDaemon();
   ChildProcess trainer = SpawnAbiClient(
-      "trainer", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=400",
-                  "--hook-sleep-us=100"});
+      "trainer",
+      {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=400", "--hook-sleep-us=100"});
   ASSERT_TRUE(AwaitReport("trainer", "streaming"));
   const std::string model = FirstValue(ReadRoleReport(ReportPath("trainer")), "model");
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
@@ -174,9 +173,9 @@ TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
 // timeout (2 s here), then its hook fails UNAVAILABLE saying so.
 TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout) {
   StartDaemon();
-  ChildProcess trainer = SpawnAbiClient(
-      "orphan", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
-                 "--reconnect-timeout-ms=2000"});
+  ChildProcess trainer =
+      SpawnAbiClient("orphan", {"--scheduler-blocks=10", "--blocks=4", "--slots=2",
+                                "--passes=1000000", "--reconnect-timeout-ms=2000"});
   ASSERT_TRUE(AwaitReport("orphan", "streaming"));
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   const absl::Time killed = absl::Now();
@@ -192,12 +191,47 @@ TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout
   std::cerr << "without its daemon the trainer failed after " << took << ": " << error << "\n";
 }
 
+// Item 2 of issue 20: the daemon is SIGKILLed while a client's stream waits
+// on a copy in flight (copies take 1.5 s here). The client's watchdog
+// releases the stream's wait on the ready word within its timeout, the step
+// fails UNAVAILABLE, the stream still runs work, and with a daemon back on
+// the socket the next step succeeds byte-exact. Without the watchdog the
+// stream would wait for a word nobody writes any more (the host backend's
+// word waits, like a GPU's, watch no process), and the step would time out.
+TEST_F(ReliabilityTest, DaemonKilledUnderAWaitingStreamReleasesItAndTheNextStepSucceeds) {
+  const DaemonFlags slow_copies{.env = {{"BLOCKSWAP_HOST_COPY_DELAY_US", "1500000"}}};
+  StartDaemon(slow_copies);
+  ChildProcess client = Spawn("orphan-stream", "orphan", {"--timeout-ms=5000"});
+  ASSERT_TRUE(AwaitReport("orphan", "waiting"))
+      << FirstValue(ReadRoleReport(ReportPath("orphan")), "error");
+  EXPECT_EQ(FirstValue(ReadRoleReport(ReportPath("orphan")), "ready_path"), "words");
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(AwaitReport("orphan", "stream_after", absl::Seconds(10)))
+      << "the client's stream was not released: "
+      << FirstValue(ReadRoleReport(ReportPath("orphan")), "stream");
+  const absl::Duration released = absl::Now() - killed;
+  ReportLines report = ReadRoleReport(ReportPath("orphan"));
+  EXPECT_TRUE(absl::StartsWith(FirstValue(report, "step_error"), "14 "))
+      << "UNAVAILABLE expected: " << FirstValue(report, "step_error");
+  EXPECT_EQ(FirstValue(report, "stream_after"), "ok");
+  EXPECT_LT(released, absl::Seconds(5)) << "released only after the client's 5 s timeout";
+  StartDaemon(slow_copies);
+  auto code = client.Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  report = ReadRoleReport(ReportPath("orphan"));
+  EXPECT_EQ(*code, 0) << FirstValue(report, "error");
+  EXPECT_EQ(FirstValue(report, "recovered"), "ok");
+  std::cerr << "stream released " << released
+            << " after the daemon was killed (step: " << FirstValue(report, "step_error") << ")\n";
+}
+
 // Reconnection off (timeout 0): the daemon's loss fails the hook at once.
 TEST_F(ReliabilityTest, SchedulerWithReconnectionOffFailsAtOnce) {
   StartDaemon();
-  ChildProcess trainer = SpawnAbiClient(
-      "no-reconnect", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
-                       "--reconnect-timeout-ms=0"});
+  ChildProcess trainer =
+      SpawnAbiClient("no-reconnect", {"--scheduler-blocks=10", "--blocks=4", "--slots=2",
+                                      "--passes=1000000", "--reconnect-timeout-ms=0"});
   ASSERT_TRUE(AwaitReport("no-reconnect", "streaming"));
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   const absl::Time killed = absl::Now();
@@ -261,13 +295,15 @@ TEST_F(ReliabilityTest, P7SoakManyClientsVerifiedLoadsNoError) {
     // A client that failed counts as one error besides its wrong loads.
     errors += (counted ? wrong : 0) + (!code.ok() || *code != kClientOk || !counted ? 1 : 0);
     EXPECT_TRUE(code.ok() && *code == kClientOk)
-        << "soak" << i << ": " << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString())
-        << " " << FirstValue(report, "error");
+        << "soak" << i << ": "
+        << (code.ok() ? absl::StrCat("exit ", *code) : code.status().ToString()) << " "
+        << FirstValue(report, "error");
   }
   EXPECT_EQ(errors, 0);
   EXPECT_EQ(verified, clients * ((loads + kBlocks - 1) / kBlocks) * kBlocks);
-  std::cout << "P7 scale (" << clients << " clients x " << loads << " verified loads) goal=0 errors measured="
-            << errors << " errors " << (errors == 0 ? "PASS" : "MISS") << std::endl;
+  std::cout << "P7 scale (" << clients << " clients x " << loads
+            << " verified loads) goal=0 errors measured=" << errors << " errors "
+            << (errors == 0 ? "PASS" : "MISS") << std::endl;
 }
 
 }  // namespace

@@ -54,6 +54,9 @@ class HeldCopyDevice final : public Device {
                                                                        size_t bytes) override {
     return device_.RegisterHostMemory(data, bytes);
   }
+  absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
+    return device_.MapStreamWords(std::move(mapping));
+  }
   absl::Status health() const override { return device_.health(); }
   absl::Status UseOnThisThread() override { return device_.UseOnThisThread(); }
 
@@ -77,6 +80,13 @@ class HeldCopyDevice final : public Device {
     absl::Status Wait(Event& event) override { return stream_->Wait(event); }
     absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
       return stream_->WaitTimed(event, timer);
+    }
+    absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
+      return stream_->WriteWord(words, index, value);
+    }
+    absl::Status WaitWord(StreamWords& words, size_t index, uint32_t target,
+                          WaitTimer* timer) override {
+      return stream_->WaitWord(words, index, target, timer);
     }
     absl::Status LaunchHostFunc(std::function<void()> fn) override {
       return stream_->LaunchHostFunc(std::move(fn));

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -44,6 +45,11 @@ struct Args {
   // holds a second copy of the weights (the memory tests want this process
   // to hold exactly what a trainer packing its own weights holds).
   bool resident_check = true;
+  // --loss-tolerance: how far (relative) step 1's loss may lie from the
+  // resident model's. 0, the default, is bit for bit, which holds where both
+  // paths run the same kernels (the CPU); GPU kernels need not be
+  // deterministic across the two (tests/gpu/device-check.sh passes one).
+  double loss_tolerance = 0;
   uint64_t start_rss = 0;  // VmHWM when main starts: LibTorch's own
 };
 
@@ -188,9 +194,13 @@ int Run(const Args& args) {
         static_cast<unsigned long long>(streamed_bytes));
     return 0;
   }
-  if (check_resident && first_loss != resident_loss) {
-    std::printf("loss of step 1 %.9g differs from the resident model's %.9g\n", first_loss,
-                resident_loss);
+  const double loss_error = std::abs(first_loss - resident_loss);
+  const bool loss_matches = args.loss_tolerance == 0
+                                ? first_loss == resident_loss
+                                : loss_error <= args.loss_tolerance * std::abs(resident_loss);
+  if (check_resident && !loss_matches) {
+    std::printf("loss of step 1 %.9g differs from the resident model's %.9g (tolerance %g)\n",
+                first_loss, resident_loss, args.loss_tolerance);
     ++mismatches;
   }
   if (mismatches != 0 || (loads == 0 && !offloader.streaming_blocks().empty())) {
@@ -203,10 +213,18 @@ int Run(const Args& args) {
                 static_cast<unsigned long long>(loads));
     return 0;
   }
-  std::printf(
-      "demo ok: %s loads %llu checks 1 mismatches 0 (step 1 loss equals the resident "
-      "model's)\n",
-      args.name.c_str(), static_cast<unsigned long long>(loads));
+  if (args.loss_tolerance == 0) {
+    std::printf(
+        "demo ok: %s loads %llu checks 1 mismatches 0 (step 1 loss equals the resident "
+        "model's)\n",
+        args.name.c_str(), static_cast<unsigned long long>(loads));
+  } else {
+    std::printf(
+        "demo ok: %s loads %llu checks 1 mismatches 0 (step 1 loss within %g of the resident "
+        "model's: off by %.3g)\n",
+        args.name.c_str(), static_cast<unsigned long long>(loads), args.loss_tolerance,
+        resident_loss == 0 ? loss_error : loss_error / std::abs(resident_loss));
+  }
   return 0;
 }
 
@@ -242,6 +260,10 @@ int main(int argc, char** argv) {
       "--no-resident-check", [&args] { args.resident_check = false; },
       "without --model: skip the check that step 1's loss equals the whole model's (which "
       "holds a second copy of the weights)");
+  app.add_option("--loss-tolerance", args.loss_tolerance,
+                 "relative difference allowed between step 1's loss and the whole model's "
+                 "(0: bit for bit; GPU kernels may differ between the two paths)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option(
       "--write-model", args.write_model,
       "write the frozen base of --blocks/--dim/--seed to this safetensors file and exit");
