@@ -117,6 +117,31 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   EXPECT_EQ(FirstValue(report, "v2_consistent"), "1");
 }
 
+TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsSessionAlone) {
+  StartDaemon();
+  auto trainer = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswap_abi_client",
+      {.args = {"--fork=1", "--passes=4", "--slots=2", "--socket=" + dirs_->socket_path(),
+                "--report=" + ReportPath("fork")},
+       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto code = trainer->Wait(absl::Seconds(90));
+  ASSERT_TRUE(code.ok()) << code.status();
+  ReportLines report = ReadRoleReport(ReportPath("fork"));
+  EXPECT_EQ(*code, 0) << absl::StrJoin(report, "\n", [](std::string* out, const auto& line) {
+    absl::StrAppend(out, line.first, " ", absl::StrJoin(line.second, " | "));
+  });
+  // Every call the child made was refused, naming itself and the parent.
+  EXPECT_EQ(FirstValue(report, "checked"), "19");
+  EXPECT_EQ(FirstValue(report, "not_refused"), "");
+  // Both children ended on their own: neither hung in an RPC of the parent's.
+  EXPECT_EQ(FirstValue(report, "checker_exit"), "0");
+  EXPECT_EQ(FirstValue(report, "quitter_exit"), "0");
+  // The parent streamed on byte-exact and its session still answers.
+  EXPECT_EQ(FirstValue(report, "reopened"), "1");
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
+}
+
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {
   StartDaemon({.extra_args = {"--max-pinned-bytes=8388608"}});
   // Make the socket reachable for the uid-65534 case: the allow list, not

@@ -21,6 +21,19 @@
  * message of the calling thread's last failure is bs_last_error(). Objects
  * are thread-safe unless noted. No gRPC, protobuf, abseil or Boost type
  * crosses this interface.
+ *
+ * fork() (ABI 5). Handles belong to the process that attached. In a child
+ * forked after bs_connect (a DataLoader worker, say) every call on an
+ * inherited handle fails BS_FAILED_PRECONDITION ("... was forked from pid N
+ * after that process attached ..."), functions that return a value return
+ * their empty one (0, NULL, UINT32_MAX) with that message in bs_last_error,
+ * and bs_connect fails the same way (gRPC cannot attach again after fork()).
+ * The destroy functions (bs_disconnect, bs_model_close, bs_ring_destroy,
+ * bs_scheduler_destroy) are safe in the child: they free the handle's own
+ * memory and nothing else (no call to the daemon, nothing shared touched),
+ * so the parent's session, rings and mappings carry on. A process that
+ * streams attaches itself: start it with exec, or as a spawn/forkserver
+ * worker.
  */
 #ifndef BLOCKSWAP_BLOCKSWAP_H_
 #define BLOCKSWAP_BLOCKSWAP_H_
@@ -32,7 +45,8 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 4u
+/* 5: fork() handling (above); copy_seconds measured by the daemon. */
+#define BS_ABI_VERSION 5u
 
 enum bs_code {
   BS_OK = 0,
