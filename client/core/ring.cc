@@ -72,6 +72,7 @@ absl::Status Ring::Recreate() {
                              Import(connection_, device_, ring_->shape().slot_count,
                                     ring_->shape().slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
+  retired_copy_time_ += consumer_->CopyTimeSoFar().value_or(absl::ZeroDuration());
   consumer_ = NewConsumer(*ring);
   first_traced_ticket_ = meter_.next_ticket();
   ring_session_ = connection_.token();
@@ -173,6 +174,13 @@ bool Ring::Filled(uint32_t slot) {
   const uint32_t requested = consumer_->requested(slot);
   return requested != 0 &&
          ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
+}
+
+std::optional<absl::Duration> Ring::CopyTime() {
+  absl::MutexLock lock(&mu_);
+  std::optional<absl::Duration> current = consumer_->CopyTimeSoFar();
+  if (!current) return std::nullopt;
+  return retired_copy_time_ + *current;
 }
 
 absl::Status Ring::Health() {

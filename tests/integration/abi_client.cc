@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -37,6 +38,23 @@
 #include "tests/support/key_value_args.h"
 
 namespace {
+
+// This process's memcpy rate from a master into private memory (the median
+// of a few copies of block 0, after one that faults the pages in): what the
+// host backend's copy from master to slot should about take.
+double MemcpyRate(const blockswap::Model& model) {
+  const uint64_t bytes = model.block_bytes(0);
+  std::vector<uint8_t> into(bytes);
+  std::vector<double> rates;
+  for (int i = 0; i < 6; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(into.data(), model.master(0), bytes);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (i > 0) rates.push_back(static_cast<double>(bytes) / took.count());
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
 
 // Drives the ring with the C ABI's scheduler over `num_blocks` transformer
 // blocks, of which the model's blocks are the streaming ones (in rank
@@ -90,18 +108,24 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
     blockswap::detail::Check(code, what);
     if (hook_sleep_us > 0) usleep(static_cast<useconds_t>(hook_sleep_us));
   };
+  // The last step's wall time per pass, for its copy_seconds to be within.
+  std::chrono::duration<double> forward_wall{}, backward_wall{};
   for (uint32_t step = 0; step < steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
     run(bs_scheduler_prepare(scheduler), "prepare");
     for (uint32_t block = 0; block < num_blocks; ++block) {
       run(bs_scheduler_wait_for_block(scheduler, block), "wait_for_block");
       check(block);
       run(bs_scheduler_after_forward(scheduler, block), "after_forward");
     }
+    const auto turn = std::chrono::steady_clock::now();
     for (uint32_t block = num_blocks; block-- > 0;) {
       check(block);
       run(bs_scheduler_after_backward(scheduler, block), "after_backward");
     }
     run(bs_scheduler_finish_pass(scheduler), "finish_pass");
+    forward_wall = turn - start;
+    backward_wall = std::chrono::steady_clock::now() - turn;
     if (step == 0) report << "streaming 1" << std::endl;
   }
   bs_pass_stats forward{}, backward{};
@@ -122,8 +146,15 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
       forward_v2.host_wait_seconds == forward.stall_seconds && forward_v2.loads == forward.loads &&
       forward_v2.stall_seconds >= 0 && forward_v2.stall_seconds <= forward_v2.host_wait_seconds &&
       short_v2.stall_seconds == forward_v2.stall_seconds && short_v2.host_wait_seconds == -1;
+  bs_pass_stats_v2 backward_v2{};
+  backward_v2.struct_size = sizeof(backward_v2);
+  run(bs_scheduler_last_pass_v2(scheduler, BS_BACKWARD, &backward_v2), "last_pass_v2 backward");
   owned.reset();
   report << "v2_consistent " << (v2_consistent ? 1 : 0) << "\n";
+  report << "forward_copy_s " << forward_v2.copy_seconds << "\nbackward_copy_s "
+         << backward_v2.copy_seconds << "\nforward_wall_s " << forward_wall.count()
+         << "\nbackward_wall_s " << backward_wall.count() << "\nblock_bytes "
+         << model.block_bytes(0) << "\nmemcpy_bytes_per_s " << MemcpyRate(model) << "\n";
   report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
          << "\nbackward_loads " << backward.loads << "\nwrong " << wrong << "\n";
   if (wrong > 0) {
