@@ -285,6 +285,10 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
  *                      the wait on cuda): the time the trainer really lost;
  *   host_wait_seconds  how long the calling thread blocked in them, mostly
  *                      its own queued compute draining, not time lost.
+ * copy_seconds (both structs, ABI 5) is the daemon's copy-stream time for
+ * the ring's copies that the pass's waits saw complete, each copy counted
+ * once (a pass's last prefetches count in the next pass); before ABI 5 it
+ * counted only loads a wait found unfilled, so 0 on the host backend.
  * The caller sets struct_size to sizeof(bs_pass_stats_v2); the library
  * writes only the fields that fit in it (so a newer header's larger struct
  * and an older one both work). */
