@@ -182,6 +182,20 @@ std::vector<FieldSpec> MakeFields() {
         },
         [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
        Kind::kIdList});
+  fields.push_back(
+      {{"model_access", "--model-access",
+        "who may open and list a model: \"allowed-users\" (every allowed user, the default) or "
+        "\"registrant-group\" (the uids that registered its content, their groups, root and "
+        "the daemon's uid)",
+        false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<ModelAccess> access = ParseModelAccess(v);
+          if (!access.ok()) return access.status();
+          o.model_access = *access;
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return Quoted(ModelAccessName(o.model_access)); }},
+       Kind::kText});
   auto seconds = [&](const char* key, const char* flag, const char* help, double max,
                      absl::Duration O::*member) {
     fields.push_back(

@@ -32,6 +32,7 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
                           "max_pinned_bytes",
                           "allow_uids",
                           "allow_gids",
+                          "model_access",
                           "shutdown_grace",
                           "idle_exit",
                           "idle_exit_lock",
@@ -159,6 +160,10 @@ TEST(Config, BadValuesNameTheKeyAndTheValue) {
       {"allow_uids = [-1]", "allow_uids: expected a non-negative integer"},
       {"max_memory_bytes = \"lots\"", "max_memory_bytes: expected a byte count"},
       {"max_rings_per_uid = \"many\"", "max_rings_per_uid: expected a non-negative integer"},
+      {"model_access = \"group\"",
+       "model_access: expected \"allowed-users\" (every allowed user sees every model) or "
+       "\"registrant-group\" (the registering uids, their groups, root and the daemon's uid), "
+       "got 'group'"},
   };
   for (const auto& [text, want] : cases) {
     DaemonOptions o;
@@ -233,7 +238,8 @@ TEST(Config, ShippedConfigIsValidAndSetsEveryKey) {
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(o.socket_path, "/run/blockswap/blockswapd.sock");
   EXPECT_EQ(o.socket_group, "blockswap");
-  EXPECT_EQ(o.metrics_listen, "");  // off by default
+  EXPECT_EQ(o.metrics_listen, "");                        // off by default
+  EXPECT_EQ(o.model_access, ModelAccess::kAllowedUsers);  // the shipped default
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();

@@ -77,8 +77,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);
   }
-  daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_,
-                                                       workers, daemon->boot_id_);
+  daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_, workers,
+                                                       daemon->boot_id_, RequestLimits{},
+                                                       ModelVisibility(o.model_access));
   daemon->sessions_->quotas().Set(o.quotas);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
@@ -141,11 +142,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
 
   std::vector<std::string> uuids;
   for (const auto& device : devices) uuids.push_back(device->info().uuid);
-  daemon->Log(absl::StrCat("ready on ", o.socket_path, ": backend ",
-                           BackendKindName(daemon->backend_->kind()), ", devices ",
-                           absl::StrJoin(uuids, ", "), ", masters in ", o.shm_prefix, " (",
-                           daemon->store_->stats().adopted, " models adopted), access ",
-                           daemon->listener_->policy().Describe()));
+  daemon->Log(absl::StrCat(
+      "ready on ", o.socket_path, ": backend ", BackendKindName(daemon->backend_->kind()),
+      ", devices ", absl::StrJoin(uuids, ", "), ", masters in ", o.shm_prefix, " (",
+      daemon->store_->stats().adopted, " models adopted), access ",
+      daemon->listener_->policy().Describe(), ", model_access ", ModelAccessName(o.model_access)));
   return daemon;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/os/logging.h"
+#include "daemon/session/model_visibility.h"
 #include "daemon/session/quota.h"
 #include "shared/backend/backend.h"
 
@@ -36,6 +37,8 @@ struct DaemonOptions {
   // group).
   std::vector<uid_t> allow_uids;
   std::vector<gid_t> allow_gids;
+  // Who may open and list each model (daemon/session/model_visibility.h).
+  ModelAccess model_access = ModelAccess::kAllowedUsers;
   // How long Shutdown lets attached clients detach on their own.
   absl::Duration shutdown_grace = absl::Seconds(10);
   LogLevel log_level = LogLevel::kInfo;

@@ -211,6 +211,12 @@ int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_cou
   });
 }
 
+int bs_ring_close(bs_ring* ring, void* stream, uint32_t timeout_ms) {
+  if (ring == nullptr) return InvalidArgument("bs_ring_close: ring is NULL");
+  if (int code = Inherited(ring, "bs_ring_close")) return code;
+  return Guard([&] { return ring->ring->Close(stream, Millis(timeout_ms)); });
+}
+
 void bs_ring_destroy(bs_ring* ring) { Destroy(ring); }
 
 uint32_t bs_ring_slot_count(const bs_ring* ring) {

@@ -68,11 +68,16 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
 }
 
 absl::Status Ring::Recreate() {
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
-                             Import(connection_, device_, ring_->shape().slot_count,
-                                    ring_->shape().slot_bytes, transport_));
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      std::unique_ptr<RingImport> ring,
+      Import(connection_, device_, shape_.slot_count, shape_.slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
   retired_copy_time_ += consumer_->CopyTimeSoFar().value_or(absl::ZeroDuration());
+  id_ = ring->ring_id();
   consumer_ = NewConsumer(*ring);
   first_traced_ticket_ = meter_.next_ticket();
   ring_session_ = connection_.token();
@@ -81,25 +86,88 @@ absl::Status Ring::Recreate() {
 }
 
 Ring::~Ring() {
-  if (!connection_.Liveness().ok()) return;  // the daemon is gone: nothing to drain or free
   {
     absl::MutexLock lock(&mu_);
-    (void)consumer_->Drain(kDestroyDrainTimeout);
+    if (ring_ == nullptr) return;
   }
-  v1::DestroyRingRequest request;
-  request.set_session_token(connection_.token());
-  request.set_ring_id(ring_->ring_id());
-  v1::DestroyRingReply reply;
-  auto context = Connection::Context(absl::Seconds(5));
-  (void)connection_.stub().DestroyRing(context.get(), request, &reply);
+  absl::StatusOr<std::unique_ptr<Stream>> stream =
+      device_.WrapStream(nullptr, kDestroyDrainTimeout);
+  if (stream.ok()) {
+    (void)Close(**stream, kDestroyDrainTimeout);
+  } else {
+    // No stream to order against: close what is imported all the same.
+    absl::MutexLock lock(&mu_);
+    consumer_.reset();
+    notifier_.reset();
+    retired_.clear();
+    ring_.reset();
+  }
+}
+
+absl::Status Ring::Close(void* native_stream, absl::Duration timeout) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
+                             device_.WrapStream(native_stream, timeout));
+  return Close(*stream, timeout);
+}
+
+absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (ring_ == nullptr) return absl::OkStatus();
+  absl::Status first;
+  const auto keep_first = [&first](const absl::Status& status) {
+    if (first.ok() && !status.ok()) first = status;
+  };
+  // A daemon that is gone will neither copy again nor free anything: its
+  // events are a dead process's, not to be recorded.
+  const bool daemon_alive =
+      connection_.Liveness().ok() &&
+      ring_->control().status.boot_id.load(std::memory_order_relaxed) == ring_->boot_id();
+  // 1. `free` after the last use of every slot ever loaded, once the loads
+  //    still outstanding are filled (a slot's next free follows its fill).
+  //    Loads that do not fill within `timeout` get no record: the stream's
+  //    synchronisation below still orders every use before DestroyRing.
+  absl::Status drained = daemon_alive ? consumer_->Drain(timeout) : absl::OkStatus();
+  keep_first(drained);
+  if (daemon_alive && drained.ok()) {
+    for (uint32_t slot = 0; slot < shape_.slot_count; ++slot) {
+      if (consumer_->requested(slot) == 0) continue;
+      keep_first(consumer_->Release(slot, stream));
+    }
+  }
+  // 2. Synchronise: the stream's reads of the slots, and the notifier's
+  //    writes into the control block, are done before anything is unmapped.
+  keep_first(stream.Synchronize());
+  keep_first(meter_.Collect(/*wait_for_all=*/true));
+  consumer_.reset();
+  if (notifier_ != nullptr) keep_first(notifier_->Synchronize());
+  notifier_.reset();
+  // 3. Close the imported memory and events.
+  retired_.clear();
+  ring_.reset();
+  // 4. Only now may the daemon free what they were imported from.
+  if (daemon_alive) {
+    v1::DestroyRingRequest request;
+    request.set_session_token(ring_session_);
+    request.set_ring_id(id_);
+    v1::DestroyRingReply reply;
+    auto context = Connection::Context(timeout);
+    grpc::Status destroyed = connection_.stub().DestroyRing(context.get(), request, &reply);
+    if (!destroyed.ok()) keep_first(Connection::CallError(destroyed, "destroying a ring"));
+  }
+  return first.ok() ? first : Annotate(first, absl::StrCat("closing ring ", id_));
+}
+
+absl::Status Ring::CheckOpen() const {
+  if (ring_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("ring ", id_, " is closed"));
 }
 
 absl::Status Ring::Explain(const absl::Status& status) const {
   if (status.ok()) return status;
-  absl::Status reported = connection_.RingError(ring_->ring_id());
+  absl::Status reported = connection_.RingError(id_);
   if (reported.ok()) return status;
-  return absl::Status(reported.code(), absl::StrCat("ring ", ring_->ring_id(),
-                                                    " failed in blockswapd: ", reported.message()));
+  return absl::Status(reported.code(),
+                      absl::StrCat("ring ", id_, " failed in blockswapd: ", reported.message()));
 }
 
 absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream) {
@@ -120,6 +188,7 @@ absl::Status Ring::Release(uint32_t slot, void* native_stream) {
 
 absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream) {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
   if (!generation.ok()) return Explain(generation.status());
   // The fast path needs the model's handle in the ring's own session (a
@@ -141,11 +210,13 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
 
 absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   return Explain(consumer_->AwaitLoaded(slot, stream, timeout));
 }
 
 absl::StatusOr<uint64_t> Ring::WaitTimed(uint32_t slot, Stream& stream, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   BLOCKSWAP_ASSIGN_OR_RETURN(WaitTimer * timer, meter_.Acquire());
   if (absl::Status waited = consumer_->AwaitLoaded(slot, stream, timeout, timer); !waited.ok()) {
     meter_.Unused();
@@ -159,18 +230,21 @@ absl::StatusOr<uint64_t> Ring::WaitTimed(uint32_t slot, Stream& stream, absl::Du
 
 absl::StatusOr<std::vector<MeasuredStall>> Ring::TakeMeasuredStalls(bool wait_for_all) {
   absl::MutexLock lock(&mu_);
+  if (ring_ == nullptr) return meter_.TakeCollected();  // Close collected the rest
   BLOCKSWAP_RETURN_IF_ERROR(meter_.Collect(wait_for_all));
   return meter_.TakeCollected();
 }
 
 absl::Status Ring::Release(uint32_t slot, Stream& stream) {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   return Explain(consumer_->Release(slot, stream));
 }
 
 bool Ring::Filled(uint32_t slot) {
-  if (slot >= ring_->shape().slot_count) return false;
+  if (slot >= shape_.slot_count) return false;
   absl::MutexLock lock(&mu_);
+  if (ring_ == nullptr) return false;
   const uint32_t requested = consumer_->requested(slot);
   return requested != 0 &&
          ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
@@ -178,6 +252,7 @@ bool Ring::Filled(uint32_t slot) {
 
 std::optional<absl::Duration> Ring::CopyTime() {
   absl::MutexLock lock(&mu_);
+  if (consumer_ == nullptr) return std::nullopt;  // closed
   std::optional<absl::Duration> current = consumer_->CopyTimeSoFar();
   if (!current) return std::nullopt;
   return retired_copy_time_ + *current;
@@ -185,11 +260,13 @@ std::optional<absl::Duration> Ring::CopyTime() {
 
 absl::Status Ring::Health() {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   return Explain(consumer_->CheckHealth());
 }
 
 absl::Status Ring::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   return Explain(consumer_->Drain(timeout));
 }
 

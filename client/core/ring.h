@@ -38,8 +38,22 @@ class Ring {
   static absl::StatusOr<std::unique_ptr<Ring>> Create(Connection& connection,
                                                       absl::string_view device_uuid,
                                                       uint32_t slot_count, uint64_t slot_bytes);
-  // Drains outstanding loads (bounded) and asks the daemon to free the ring.
+  // Close(default stream) unless the ring was closed.
   ~Ring();
+
+  // Ends the ring in the order CUDA's IPC rules need (DESIGN §3, teardown):
+  // waits for the loads still outstanding, records `free` of every slot on
+  // `stream` (which must follow the caller's last use of every slot), then
+  // synchronises it and the release notifier, closes the imported memory and
+  // events (of this ring and of those Recreate replaced), and only then asks
+  // the daemon to free the ring (DestroyRing): freeing exported memory
+  // before its importer closed it is undefined. With the daemon gone it
+  // records nothing (its events are a dead process's) and sends nothing.
+  // Everything is closed even when a step fails; the first failure is
+  // returned. Later calls on the ring fail FAILED_PRECONDITION; closing again
+  // is a no-op. `native_stream` as in Load.
+  absl::Status Close(Stream& stream, absl::Duration timeout);
+  absl::Status Close(void* native_stream, absl::Duration timeout);
 
   // Replaces the ring by a new one of the same shape on the same device, in
   // the connection's current session (after Connection::Reconnect): every
@@ -49,10 +63,11 @@ class Ring {
   // meanwhile.
   absl::Status Recreate();
 
-  uint64_t id() const { return ring_->ring_id(); }
+  uint64_t id() const { return id_; }
   const std::string& device_uuid() const { return device_.info().uuid; }
-  const RingShape& shape() const { return ring_->shape(); }
-  void* slot(uint32_t s) const { return ring_->slot(s); }
+  const RingShape& shape() const { return shape_; }
+  // Null once the ring is closed.
+  void* slot(uint32_t s) const { return ring_ != nullptr ? ring_->slot(s) : nullptr; }
 
   absl::Status Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream);
   absl::Status Wait(uint32_t slot, void* native_stream, absl::Duration timeout);
@@ -81,13 +96,14 @@ class Ring {
   bool Filled(uint32_t slot);
   // The copy-stream time of this ring's copies the daemon has seen complete
   // (RingConsumer::CopyTimeSoFar), over every ring Recreate() replaced too,
-  // so it only grows; nullopt from a daemon that does not publish it.
+  // so it only grows; nullopt from a daemon that does not publish it, and
+  // once the ring is closed.
   std::optional<absl::Duration> CopyTime();
   // The ring's status word, explained: OK, or why the ring failed.
   absl::Status Health();
   // Whether loads travel through the ring's request ring (the daemon
   // granted one, and the fast path was asked for).
-  bool has_request_ring() const { return ring_->has_request_ring(); }
+  bool has_request_ring() const { return ring_ != nullptr && ring_->has_request_ring(); }
   // The imported ring itself, for tests that misbehave on purpose.
   RingImport& shared_ring_for_testing() const { return *ring_; }
 
@@ -97,6 +113,8 @@ class Ring {
       : connection_(connection),
         device_(device),
         transport_(transport),
+        id_(ring->ring_id()),
+        shape_(ring->shape()),
         ring_(std::move(ring)),
         ring_session_(connection.token()),
         notifier_(std::move(notifier)),
@@ -114,11 +132,15 @@ class Ring {
   }
   // A ring that failed says why: the daemon's own message where it sent one.
   absl::Status Explain(const absl::Status& status) const;
+  // FAILED_PRECONDITION once Close has run.
+  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Connection& connection_;
   Device& device_;
   const LoadTransport transport_;
-  std::unique_ptr<RingImport> ring_;                  // replaced only by Recreate()
+  uint64_t id_;                                       // of ring_ (kept once it is closed)
+  RingShape shape_;                                   // the same
+  std::unique_ptr<RingImport> ring_;                  // replaced by Recreate(), reset by Close()
   std::string ring_session_;                          // the token of the session ring_ belongs to
   std::vector<std::unique_ptr<RingImport>> retired_;  // rings replaced by Recreate()
   // The side stream of the release notifications (RingConsumer): its host

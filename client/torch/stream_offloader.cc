@@ -626,15 +626,28 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
 }
 
 StreamOffloader::~StreamOffloader() {
+  Impl& m = *impl_;
   // The masters and slots are unmapped with the model and the ring: leave
   // the streamed tensors empty rather than dangling.
-  for (auto& block : impl_->streamed) {
+  for (auto& block : m.streamed) {
     for (Impl::Streamed& t : block) {
       try {
         t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
       } catch (...) {
       }
     }
+  }
+  // The ring's teardown after the last use of its slots: the scheduler goes,
+  // then the ring is closed on the scheduler's stream once that follows the
+  // compute stream (its last kernels may still read a slot). Closing records
+  // the releases, synchronises, and only then lets the daemon free the ring.
+  m.scheduler.reset();
+  if (!m.ring.has_value()) return;
+  try {
+    Join(CurrentStream(m.config.device), m.stream);
+    m.ring->Close(NativeStream(m.stream));
+  } catch (...) {
+    // A destructor cannot report it; ~Ring closes what is left.
   }
 }
 

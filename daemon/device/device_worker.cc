@@ -1,5 +1,7 @@
 #include "daemon/device/device_worker.h"
 
+#include <poll.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -43,8 +45,17 @@ struct DeviceWorker::RingState {
   uint64_t loads = 0;
   uint64_t bytes = 0;
   // Retirement.
-  bool owner_alive = false;
-  absl::Time release_deadline;
+  RetireReason retired_for = RetireReason::kOwnerExited;
+  std::shared_ptr<const UniqueFd> owner_process;  // kOwnerDetached: the owner's pidfd
+
+  // Held for a process that may still map the ring. Once it has exited, the
+  // ring is freed as any dead client's.
+  bool HeldForLiveOwner() {
+    if (retired_for != RetireReason::kOwnerDetached) return false;
+    pollfd pfd{owner_process != nullptr ? owner_process->get() : -1, POLLIN, 0};
+    if (pfd.fd < 0 || ::poll(&pfd, 1, 0) != 0) retired_for = RetireReason::kOwnerExited;
+    return retired_for == RetireReason::kOwnerDetached;
+  }
 };
 
 v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
@@ -87,6 +98,13 @@ DeviceWorker::~DeviceWorker() {
   // Rings go only after the copies that write into them.
   (void)copy_stream_->Synchronize();
   absl::MutexLock lock(&rings_mu_);
+  // A ring a live client may still map is not freed (undefined on CUDA
+  // while it does): the daemon is exiting, and its exit releases it.
+  static auto* const left_to_exit = new std::vector<std::unique_ptr<RingState>>();
+  for (auto& [id, state] : rings_) left_to_exit->push_back(std::move(state));
+  for (auto& state : retired_) {
+    if (state->HeldForLiveOwner()) left_to_exit->push_back(std::move(state));
+  }
   rings_.clear();
   retired_.clear();
 }
@@ -161,14 +179,15 @@ void DeviceWorker::Reject(LoadTask task, absl::Status error) {
   Submit(std::move(task));
 }
 
-void DeviceWorker::RetireRing(uint64_t ring_id, bool owner_alive, absl::Duration release_timeout) {
+void DeviceWorker::RetireRing(uint64_t ring_id, RetireReason reason,
+                              std::shared_ptr<const UniqueFd> owner) {
   absl::MutexLock lock(&rings_mu_);
   auto it = rings_.find(ring_id);
   if (it == rings_.end()) return;
   std::unique_ptr<RingState> state = std::move(it->second);
   rings_.erase(it);
-  state->owner_alive = owner_alive;
-  state->release_deadline = absl::Now() + release_timeout;
+  state->retired_for = reason;
+  state->owner_process = std::move(owner);
   retired_.push_back(std::move(state));
   doorbell_->Ring();  // frees it now, not at the next heartbeat
 }
@@ -180,10 +199,18 @@ void DeviceWorker::FailAllRings(const absl::Status& error) {
 
 bool DeviceWorker::idle() const {
   absl::MutexLock lock(&rings_mu_);
-  return retired_.empty();
+  return std::all_of(retired_.begin(), retired_.end(), [](const std::unique_ptr<RingState>& state) {
+    return state->HeldForLiveOwner();
+  });
 }
 
 void DeviceWorker::Run() {
+  // Once for the thread's life: the backend's device guards then switch
+  // nothing on each copy, record and query. Failing, each guard switches.
+  if (absl::Status bound = device_.UseOnThisThread(); !bound.ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("device worker of ", device_.info().uuid,
+                                         " could not make its device current: ", bound.message()));
+  }
   absl::Duration wait = kHeartbeatPeriod;
   while (true) {
     // The doorbell's protocol (shared/os/doorbell.h): say we may sleep, read
@@ -205,9 +232,9 @@ void DeviceWorker::Run() {
     ReadRequestRings();
     const absl::Time next_poll = std::min(PollRings(), RetireCopies());
     Heartbeat();
-    FreeRetiredRings();
+    const bool freeing = FreeRetiredRings();
     wait = std::min(kHeartbeatPeriod, std::max(absl::ZeroDuration(), next_poll - absl::Now()));
-    if (!retired_.empty()) wait = std::min(wait, kRetirePoll);
+    if (freeing) wait = std::min(wait, kRetirePoll);
   }
 }
 
@@ -420,24 +447,31 @@ void DeviceWorker::Heartbeat() {
   for (auto& [id, state] : rings_) state->producer->Heartbeat();
 }
 
-void DeviceWorker::FreeRetiredRings() {
-  absl::Time now = absl::Now();
+bool DeviceWorker::FreeRetiredRings() {
+  bool freeing = false;
   for (auto it = retired_.begin(); it != retired_.end();) {
     RingState& state = **it;
-    const bool copies_done = !copies_.InFlight(state.ring_id);
-    bool released = copies_done;
-    if (released && state.owner_alive && now < state.release_deadline) {
+    if (state.HeldForLiveOwner()) {
+      ++it;
+      continue;
+    }
+    bool released = !copies_.InFlight(state.ring_id);
+    // A client that closed the ring recorded `free` after its last use of
+    // each slot; a dead client's records may never complete.
+    if (released && state.retired_for == RetireReason::kClosedByClient) {
       for (uint32_t s = 0; s < state.ring->shape().slot_count && released; ++s) {
         absl::StatusOr<bool> done = state.ring->free(s).Query();
         released = !done.ok() || *done;
       }
     }
-    if (released || (now >= state.release_deadline && copies_done)) {
+    if (released) {
       if (LogEnabled(LogLevel::kDebug)) {
-        Log(LogLevel::kDebug,
-            absl::StrCat("ring ", state.ring_id, " of session ", state.session_id, " freed on ",
-                         device_.info().uuid, " after ", state.loads, " loads (", state.bytes,
-                         " bytes)", released ? "" : ", its client never released every slot"));
+        Log(LogLevel::kDebug, absl::StrCat("ring ", state.ring_id, " of session ", state.session_id,
+                                           " freed on ", device_.info().uuid, " after ",
+                                           state.loads, " loads (", state.bytes, " bytes)",
+                                           state.retired_for == RetireReason::kClosedByClient
+                                               ? ""
+                                               : ", its client having exited"));
       }
       retired_traces_.push_back(ReadRingTrace(state, 0));
       retired_traces_.back().retired = true;
@@ -447,9 +481,11 @@ void DeviceWorker::FreeRetiredRings() {
       }
       it = retired_.erase(it);
     } else {
+      freeing = true;
       ++it;
     }
   }
+  return freeing;
 }
 
 void DeviceWorker::Report(RingState& ring, const absl::Status& error, uint32_t slot,

@@ -101,6 +101,7 @@ struct RingSnapshot {
 struct RingOwner {
   uint32_t pid = 0;
   std::string client_name;
+  uint32_t uid = 0;  // whose trace it is (Admin.Trace shows it to that uid)
 };
 
 // One ring's client trace as the daemon read it (validated).
@@ -190,18 +191,38 @@ class DeviceWorker {
   // `error` (so a client waiting on the ring hears of it) and reports it.
   void Reject(LoadTask task, absl::Status error);
 
-  // Stops serving the ring and frees it once nothing on a device can still
-  // touch it: the copy stream is done with it and — while its client is
-  // alive (`owner_alive`) — every `free` event the client recorded has
-  // completed (bounded by `release_timeout`).
-  void RetireRing(uint64_t ring_id, bool owner_alive,
-                  absl::Duration release_timeout = absl::Seconds(30));
+  // Why a ring is retired, which decides when it may be freed. CUDA frees
+  // exported memory and events only after every import of them is closed
+  // (cudaFree before the importer's cudaIpcCloseMemHandle is undefined), and
+  // only the client can say that it closed them.
+  enum class RetireReason {
+    // DestroyRing, or a Detach of the session: the client has closed its
+    // imports (client::Ring::Close; a connection detaches after its rings).
+    // Freed once the copy stream is done with the ring and every `free` the
+    // client recorded has completed, however long that takes: a client whose
+    // stream never completes keeps its ring (and its charge) until it exits.
+    kClosedByClient,
+    // The client's process has exited (or never received the ring): its
+    // imports ended with it. Freed once the copy stream is done with it.
+    kOwnerExited,
+    // The daemon ended the session while its process lives (shutdown): the
+    // process may still map the ring, so it is held until `owner` (its
+    // pidfd) says the process exited, then freed as kOwnerExited; a daemon
+    // that stops first leaves it to its own exit (~DeviceWorker).
+    kOwnerDetached,
+  };
+
+  // Stops serving the ring and frees it once nothing can still touch it
+  // (RetireReason). `owner` is needed for kOwnerDetached only.
+  void RetireRing(uint64_t ring_id, RetireReason reason,
+                  std::shared_ptr<const UniqueFd> owner = nullptr);
 
   // Fails every ring with `error` (shutdown): clients waiting on a slot see
   // it in the status word at once.
   void FailAllRings(const absl::Status& error);
 
-  // True once every retired ring has been freed.
+  // True once every retired ring has been freed, but for those held for a
+  // process that may still map them (kOwnerDetached, process alive).
   bool idle() const;
 
   std::vector<RingSnapshot> Snapshot() const;
@@ -240,7 +261,10 @@ class DeviceWorker {
   // One error line for the device's first failure (sticky, as CUDA's are).
   void LogDeviceFailure(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
-  void FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Frees the retired rings that nothing can touch any more; true while
+  // one still waits for the device (copies, `free` records), which the worker
+  // polls for quickly, unlike a ring held for a live process.
+  bool FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
               const std::shared_ptr<LoadEventSink>& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Into trace_ (the worker thread's own ring).

@@ -10,6 +10,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -28,6 +30,7 @@
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
+#include "tests/support/child_process.h"
 #include "tests/support/held_copy_device.h"
 #include "tests/support/process_cpu.h"
 #include "tests/support/recording_load_sink.h"
@@ -48,6 +51,12 @@ constexpr uint64_t kNoSuchRing = 1'000'000;
 
 using RecordingSink = ::blockswap::testing::RecordingLoadSink;
 
+// A process that only lives: the owner of a detached session's ring.
+int RunLiving(const std::vector<std::string>&) {
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+BLOCKSWAP_CHILD_ROLE("living", RunLiving);
+
 // The client's half of one ring.
 struct TestRing {
   uint64_t id = 0;
@@ -66,6 +75,15 @@ struct TestRing {
         control().status.error_code.load(std::memory_order_acquire));
   }
   std::string error_message() const { return control().error_message; }
+  // The client's teardown before it asks for the ring to be freed: its
+  // imports are closed (freeing them first is undefined on CUDA, a breach
+  // on the host backend). What its streams still have queued keeps working.
+  void Close() {
+    consumer.reset();
+    if (notifier != nullptr) (void)notifier->Synchronize();
+    notifier.reset();
+    client.reset();
+  }
 };
 
 class DeviceWorkerTest : public ::testing::Test {
@@ -477,7 +495,8 @@ TEST_F(DeviceWorkerTest, ARejectedRequestFailsItsRingWithTheRejection) {
 
 TEST_F(DeviceWorkerTest, ALoadForARingThatNoLongerExistsIsReportedNotFound) {
   TestRing& ring = CreateRing(4);
-  worker_->RetireRing(ring.id, /*owner_alive=*/false);
+  ring.Close();
+  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kOwnerExited);
   worker_->Submit(Task(ring, 0, 1, block_a_));
   std::vector<v1::LoadEvent> events = sink_->AwaitEvents(1);
   ASSERT_EQ(events.size(), 1u);
@@ -510,7 +529,8 @@ TEST_F(DeviceWorkerTest, ARetiredRingIsNoLongerServed) {
   TestRing& ring = CreateRing(3);
   ASSERT_EQ(SnapshotOf(3).size(), 1u);
   EXPECT_EQ(worker_->stats().rings, 1u);
-  worker_->RetireRing(ring.id, /*owner_alive=*/true);
+  ring.Close();
+  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kClosedByClient);
   EXPECT_TRUE(SnapshotOf(3).empty());
   EXPECT_EQ(worker_->stats().rings, 0u);
 }
@@ -519,7 +539,8 @@ TEST_F(DeviceWorkerTest, ARetiredRingIsFreedOnlyOnceItsClientHasReleasedItsSlots
   TestRing& ring = CreateRing(3);
   HoldCompute();
   ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());  // free[0] behind held work
-  worker_->RetireRing(ring.id, /*owner_alive=*/true);
+  ring.Close();
+  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kClosedByClient);
   AwaitWorkerPasses(5);
   EXPECT_FALSE(worker_->idle()) << "freed while the client's stream still uses a slot";
 
@@ -544,10 +565,12 @@ TEST_F(DeviceWorkerTest, ARetiredRingKeepsItsChargeUntilItIsFreed) {
   ASSERT_TRUE(exported.ok()) << exported.status();
   auto imported = RingImport::Import(*device_, std::move(exported).value());
   ASSERT_TRUE(imported.ok()) << imported.status();
-  RingConsumer consumer(**imported);
+  auto consumer = std::make_unique<RingConsumer>(**imported);
   HoldCompute();
-  ASSERT_TRUE(consumer.Release(0, *compute_).ok());  // free[0] behind held work
-  worker_->RetireRing(3, /*owner_alive=*/true);
+  ASSERT_TRUE(consumer->Release(0, *compute_).ok());  // free[0] behind held work
+  consumer.reset();
+  imported->reset();  // closed before the ring is destroyed
+  worker_->RetireRing(3, DeviceWorker::RetireReason::kClosedByClient);
   AwaitWorkerPasses(5);
   ASSERT_FALSE(worker_->idle());
   EXPECT_EQ(rings.used(), 1u) << "a retired ring not yet freed stopped counting";
@@ -570,7 +593,7 @@ TEST_F(DeviceWorkerTest, ARingOverTheNodesMemoryBudgetIsRefusedBeforeAnythingIsA
   EXPECT_THAT(second.status().message(),
               HasSubstr(absl::StrCat("over max_memory_bytes = ", 3 * kSlotBytes)));
   EXPECT_EQ(worker_->stats().rings, 1u);
-  worker_->RetireRing(1, /*owner_alive=*/false);
+  worker_->RetireRing(1, DeviceWorker::RetireReason::kOwnerExited);
   ASSERT_TRUE(AwaitIdle());
   EXPECT_EQ(budget.used(), 0u) << "a freed ring's memory is still charged";
 }
@@ -589,9 +612,38 @@ TEST_F(DeviceWorkerTest, ARingRetiredAfterItsClientDiedIsFreedWithoutWaitingForI
   TestRing& ring = CreateRing(3);
   HoldCompute();
   ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());
+  ring.Close();  // as a process's exit closes its imports
   // A dead client's free events may never complete.
-  worker_->RetireRing(ring.id, /*owner_alive=*/false);
+  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kOwnerExited);
   EXPECT_TRUE(AwaitIdle());
+}
+
+// A session that ended while its process lives (Detach) leaves that process
+// able to map its rings: they are held until it exits, and the worker does
+// not poll quickly for them (it stays idle meanwhile).
+TEST_F(DeviceWorkerTest, ARingOfADetachedProcessIsHeldUntilTheProcessExits) {
+  TestRing& ring = CreateRing(3);
+  ring.Close();  // this process stands in for the owner; the child's life decides
+  auto owner = ::blockswap::testing::ChildProcess::Spawn("living", {});
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  auto pidfd = std::make_shared<const UniqueFd>(
+      static_cast<int>(::syscall(SYS_pidfd_open, owner->pid(), 0)));
+  ASSERT_TRUE(pidfd->valid());
+  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kOwnerDetached, pidfd);
+  AwaitWorkerPasses(5);
+  const auto freed = [this] {
+    for (const RingTrace& traced : worker_->ReadTrace(0).rings) {
+      if (traced.ring_id == 3 && traced.retired) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(freed()) << "freed while its process may still map it";
+  EXPECT_TRUE(worker_->idle()) << "a ring held for a live process kept the worker busy";
+  owner->Kill(SIGKILL);
+  ASSERT_TRUE(owner->Wait(kHangGuard).ok());
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while (!freed() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(freed()) << "not freed once its process had exited";
 }
 
 TEST_F(DeviceWorkerTest, StatisticsCountAcceptedLoadsAndTheirBytes) {

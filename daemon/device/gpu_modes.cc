@@ -7,18 +7,13 @@
 namespace blockswap::daemon {
 namespace {
 
-// The few NVML entry points used, with NVML's C types spelled out.
 using NvmlReturn = int;
-using NvmlDevice = struct NvmlDeviceOpaque*;
+using NvmlDevice = NvmlCalls::Device;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr NvmlReturn kNvmlNotSupported = 3;
 
-struct Nvml {
+struct Nvml : NvmlCalls {
   NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*handle_by_uuid)(const char*, NvmlDevice*) = nullptr;
-  NvmlReturn (*compute_mode)(NvmlDevice, int*) = nullptr;
-  NvmlReturn (*mig_mode)(NvmlDevice, unsigned*, unsigned*) = nullptr;
-  const char* (*error_string)(NvmlReturn) = nullptr;
   std::string error;  // why NVML is unusable; empty when usable
 };
 
@@ -51,12 +46,17 @@ const Nvml& LoadNvml() {
 }  // namespace
 
 GpuModes ProbeGpuModes(const std::string& uuid) {
-  GpuModes modes;
   const Nvml& nvml = LoadNvml();
   if (!nvml.error.empty()) {
+    GpuModes modes;
     modes.error = nvml.error;
     return modes;
   }
+  return ProbeGpuModesWith(nvml, uuid);
+}
+
+GpuModes ProbeGpuModesWith(const NvmlCalls& nvml, const std::string& uuid) {
+  GpuModes modes;
   NvmlDevice device = nullptr;
   if (NvmlReturn r = nvml.handle_by_uuid(uuid.c_str(), &device); r != kNvmlSuccess) {
     modes.error = absl::StrCat("NVML does not know ", uuid, ": ", nvml.error_string(r));
@@ -76,7 +76,9 @@ GpuModes ProbeGpuModes(const std::string& uuid) {
   } else if (r == kNvmlNotSupported) {
     modes.mig = "disabled";  // a GPU without MIG
   } else {
-    modes.error = absl::StrCat(modes.error.empty() ? "" : "; ", "MIG mode: ", nvml.error_string(r));
+    // After the compute mode's error, if there was one: both are kept.
+    absl::StrAppend(&modes.error, modes.error.empty() ? "" : "; ",
+                    "MIG mode: ", nvml.error_string(r));
   }
   return modes;
 }

@@ -25,6 +25,20 @@ struct GpuModes {
 // Thread-compatible; loads NVML on first use and keeps it loaded.
 GpuModes ProbeGpuModes(const std::string& uuid);
 
+// The NVML entry points the probe calls, with NVML's C types spelled out
+// (nvmlReturn_t is an int, 0 success, 3 not supported; nvmlDevice_t a
+// pointer), so that a test can stand in for NVML.
+struct NvmlCalls {
+  using Device = struct NvmlDeviceOpaque*;
+  int (*handle_by_uuid)(const char*, Device*) = nullptr;
+  int (*compute_mode)(Device, int*) = nullptr;
+  int (*mig_mode)(Device, unsigned*, unsigned*) = nullptr;
+  const char* (*error_string)(int) = nullptr;
+};
+// ProbeGpuModes with `nvml` (initialised): every error it meets is kept in
+// `error`, in the order met.
+GpuModes ProbeGpuModesWith(const NvmlCalls& nvml, const std::string& uuid);
+
 // The warning the daemon logs for a device whose modes keep clients out;
 // empty when there is none.
 std::string GpuModesWarning(const std::string& uuid, const GpuModes& modes);

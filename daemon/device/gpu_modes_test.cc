@@ -26,5 +26,22 @@ TEST(GpuModes, MigAndExclusiveModesAreWarnedAbout) {
   EXPECT_EQ(GpuModesWarning("GPU-1", {.compute_mode = "default", .mig = "disabled"}), "");
 }
 
+// An NVML that knows the GPU but answers neither question: both reasons
+// are kept, in the order asked.
+TEST(GpuModes, EveryNvmlErrorIsKept) {
+  NvmlCalls nvml;
+  nvml.handle_by_uuid = [](const char*, NvmlCalls::Device* device) {
+    *device = nullptr;
+    return 0;
+  };
+  nvml.compute_mode = [](NvmlCalls::Device, int*) { return 999; };
+  nvml.mig_mode = [](NvmlCalls::Device, unsigned*, unsigned*) { return 998; };
+  nvml.error_string = [](int code) { return code == 999 ? "compute failure" : "mig failure"; };
+  GpuModes modes = ProbeGpuModesWith(nvml, "GPU-1");
+  EXPECT_EQ(modes.compute_mode, "unknown");
+  EXPECT_EQ(modes.mig, "unknown");
+  EXPECT_EQ(modes.error, "compute mode: compute failure; MIG mode: mig failure");
+}
+
 }  // namespace
 }  // namespace blockswap::daemon

@@ -37,6 +37,41 @@ void FillTraceEvent(const TraceEvent& event, v1::TraceEvent* out) {
   out->set_flags(event.flags);
 }
 
+// Whose rings' activity (Admin.Residency, Admin.Trace) a caller may see:
+// every ring under "allowed-users" and for the privileged; under
+// "registrant-group" its own uid's rings, and those of live sessions whose
+// every open model it may see (a session never closes a model before it
+// ends, so these are all the models its rings can have loaded). A ring of
+// another uid's ended session is hidden: what it loaded is no longer known.
+class RingFilter {
+ public:
+  RingFilter(const DaemonView& view, const Peer& caller) : caller_(caller) {
+    const ModelVisibility& visibility = view.sessions->visibility();
+    all_ = visibility.access() == ModelAccess::kAllowedUsers || visibility.Privileged(caller);
+    if (all_) return;
+    for (const auto& session : view.sessions->Sessions()) {
+      bool shown = true;
+      for (const std::string& id : session->models->Ids()) {
+        std::shared_ptr<const Model> model = session->models->FindById(id);
+        if (model != nullptr && !visibility.MaySee(caller, model->registrants().List())) {
+          shown = false;
+          break;
+        }
+      }
+      if (shown) shown_sessions_.insert(session->id());
+    }
+  }
+
+  bool Shows(uint64_t session_id, uint32_t owner_uid) const {
+    return all_ || owner_uid == caller_.uid || shown_sessions_.contains(session_id);
+  }
+
+ private:
+  const Peer& caller_;
+  bool all_ = false;
+  std::set<uint64_t> shown_sessions_;
+};
+
 }  // namespace
 
 v1::StatusReply BuildStatus(const DaemonView& view) {
@@ -75,7 +110,8 @@ v1::ClientsReply BuildClients(const DaemonView& view) {
   return reply;
 }
 
-v1::ModelsReply BuildModels(const DaemonView& view) {
+v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
+  const ModelVisibility& visibility = view.sessions->visibility();
   std::map<std::string, uint32_t> open_in;
   for (const auto& session : view.sessions->Sessions()) {
     for (const std::string& id : session->models->Ids()) ++open_in[id];
@@ -84,8 +120,10 @@ v1::ModelsReply BuildModels(const DaemonView& view) {
   // A pinned store pins every model (cudaHostRegister on the cuda backend).
   bool pinned = view.backend->kind() == BackendKind::kCuda;
   for (const auto& model : view.store->List()) {
+    const std::vector<Registrant> registrants = model->registrants().List();
+    if (!visibility.MaySee(caller, registrants)) continue;
     v1::ModelInfo* info = reply.add_models();
-    info->set_source(model->source());
+    info->set_source(visibility.Sources(caller, registrants, model->source()));
     info->set_pinned(pinned);
     info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
     info->set_model_id(model->id());
@@ -97,10 +135,15 @@ v1::ModelsReply BuildModels(const DaemonView& view) {
   return reply;
 }
 
-v1::ResidencyReply BuildResidency(const DaemonView& view) {
+v1::ResidencyReply BuildResidency(const DaemonView& view, const Peer& caller) {
   v1::ResidencyReply reply;
+  std::map<uint64_t, uint32_t> uid_of;  // by session id
+  for (const auto& session : view.sessions->Sessions()) uid_of[session->id()] = session->peer().uid;
+  const RingFilter filter(view, caller);
   for (const auto& [uuid, worker] : view.workers) {
     for (const RingSnapshot& ring : worker->Snapshot()) {
+      auto uid = uid_of.find(ring.session_id);
+      if (!filter.Shows(ring.session_id, uid == uid_of.end() ? UINT32_MAX : uid->second)) continue;
       v1::RingResidency* out = reply.add_rings();
       out->set_session_id(ring.session_id);
       out->set_ring_id(ring.ring_id);
@@ -159,24 +202,26 @@ v1::StatsReply BuildStats(const DaemonView& view) {
   return reply;
 }
 
-template <typename Reply>
+template <typename Reply, typename Build>
 grpc::ServerUnaryReactor* AdminService::Answer(grpc::CallbackServerContext* context, Reply* reply,
-                                               Reply (*build)(const DaemonView&)) {
+                                               Build build) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
-  if (caller.ok()) *reply = build(view_);
+  if (caller.ok()) *reply = build(view_, *caller);
   reactor->Finish(ToGrpcStatus(caller.status()));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* context,
                                                const v1::StatusRequest*, v1::StatusReply* reply) {
-  return Answer(context, reply, &BuildStatus);
+  return Answer(context, reply,
+                [](const DaemonView& view, const Peer&) { return BuildStatus(view); });
 }
 grpc::ServerUnaryReactor* AdminService::Clients(grpc::CallbackServerContext* context,
                                                 const v1::ClientsRequest*,
                                                 v1::ClientsReply* reply) {
-  return Answer(context, reply, &BuildClients);
+  return Answer(context, reply,
+                [](const DaemonView& view, const Peer&) { return BuildClients(view); });
 }
 grpc::ServerUnaryReactor* AdminService::Models(grpc::CallbackServerContext* context,
                                                const v1::ModelsRequest*, v1::ModelsReply* reply) {
@@ -189,11 +234,14 @@ grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* c
 }
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
                                               const v1::StatsRequest*, v1::StatsReply* reply) {
-  return Answer(context, reply, &BuildStats);
+  return Answer(context, reply,
+                [](const DaemonView& view, const Peer&) { return BuildStats(view); });
 }
 
-v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request) {
+v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request,
+                          const Peer& caller) {
   v1::TraceReply reply;
+  const RingFilter filter(view, caller);
   reply.set_daemon_pid(static_cast<uint32_t>(::getpid()));
   reply.set_now_ns(MonotonicNanos());
   struct Client {
@@ -210,10 +258,17 @@ v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& reques
     v1::TraceDevice* device = reply.add_devices();
     device->set_uuid(uuid);
     device->set_name(worker->device().info().name);
-    for (const TraceEvent& event : trace.events) FillTraceEvent(event, device->add_events());
+    std::set<uint64_t> hidden_rings;
+    for (const RingTrace& ring : trace.rings) {
+      if (!filter.Shows(ring.session_id, ring.owner.uid)) hidden_rings.insert(ring.ring_id);
+    }
+    for (const TraceEvent& event : trace.events) {
+      if (!hidden_rings.contains(event.ring_id)) FillTraceEvent(event, device->add_events());
+    }
     device->set_lost(trace.lost);
     device->set_retired_rings_dropped(trace.retired_rings_dropped);
     for (RingTrace& ring : trace.rings) {
+      if (hidden_rings.contains(ring.ring_id)) continue;
       Client& client = clients[ring.session_id];
       client.owner = ring.owner;
       client.live = client.live || !ring.retired;
@@ -247,10 +302,25 @@ grpc::ServerUnaryReactor* AdminService::Trace(grpc::CallbackServerContext* conte
                                               const v1::TraceRequest* request,
                                               v1::TraceReply* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CallerOf(peers_, *context).status();
-  if (status.ok()) *reply = BuildTrace(view_, *request);
+  absl::StatusOr<Peer> caller = CallerOf(peers_, *context);
+  if (caller.ok()) *reply = BuildTrace(view_, *request, *caller);
+  absl::Status status = caller.status();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+absl::Status AdminService::CheckVisible(const Peer& caller, const std::string& model_id) const {
+  if (view_.store == nullptr) return absl::OkStatus();
+  // Not Find: an admin's look must not count as a use for the LRU order.
+  for (const auto& model : view_.store->List()) {
+    if (model->id() != model_id) continue;
+    if (view_.sessions->visibility().MaySee(caller, model->registrants().List())) {
+      return absl::OkStatus();
+    }
+    break;
+  }
+  // Unknown or not visible: the same answer (model_visibility.h says why).
+  return NoSuchModelError(model_id);
 }
 
 grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext* context,
@@ -263,6 +333,7 @@ grpc::ServerUnaryReactor* AdminService::VerifyModel(grpc::CallbackServerContext*
     status = absl::UnimplementedError("this blockswapd cannot verify models");
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
+  if (status.ok()) status = CheckVisible(*caller, request->model_id());
   if (status.ok()) {
     const std::string id = request->model_id();
     const uid_t uid = caller->uid;
@@ -295,6 +366,7 @@ grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* 
     status = absl::UnimplementedError("this blockswapd cannot evict models");
   }
   if (status.ok()) status = ValidateModelId(request->model_id());
+  if (status.ok()) status = CheckVisible(*caller, request->model_id());
   if (status.ok()) {
     status = view_.store->Evict(request->model_id());
     if (status.ok()) {

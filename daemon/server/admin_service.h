@@ -15,12 +15,15 @@ namespace blockswap::daemon {
 // The replies, built without gRPC so that tests can call them directly.
 v1::StatusReply BuildStatus(const DaemonView& view);
 v1::ClientsReply BuildClients(const DaemonView& view);
-v1::ModelsReply BuildModels(const DaemonView& view);
-v1::ResidencyReply BuildResidency(const DaemonView& view);
+// Models, Residency and Trace show only what `caller` may see
+// (daemon/session/model_visibility.h).
+v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller);
+v1::ResidencyReply BuildResidency(const DaemonView& view, const Peer& caller);
 v1::StatsReply BuildStats(const DaemonView& view);
 // Every worker's trace and every ring's client trace (grouped by session),
 // events at or after request.since_ns.
-v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request);
+v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request,
+                          const Peer& caller);
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
@@ -53,9 +56,11 @@ class AdminService final : public v1::Admin::CallbackService {
                                        v1::EvictModelReply* reply) override;
 
  private:
-  template <typename Reply>
-  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Reply* reply,
-                                   Reply (*build)(const DaemonView&));
+  // `build(view, caller)` for an allowed caller.
+  template <typename Reply, typename Build>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Reply* reply, Build build);
+  // NOT_FOUND, as for an unknown id, unless `caller` may see the model.
+  absl::Status CheckVisible(const Peer& caller, const std::string& model_id) const;
 
   const DaemonView view_;
   const PeerRegistry& peers_;

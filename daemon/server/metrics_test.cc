@@ -1,10 +1,6 @@
 #include "daemon/server/metrics.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -15,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/server/metrics_server.h"
-#include "shared/base/unique_fd.h"
+#include "tests/support/http_get.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -191,24 +187,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
   EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
 }
 
-// GET `path` from 127.0.0.1:`port`; the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  UniqueFd socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    return "connect failed";
-  }
-  std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  (void)!::write(socket.get(), request.data(), request.size());
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(socket.get(), buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-  return response;
-}
+using testing::HttpGet;
 
 TEST(MetricsServer, ServesTheRenderedTextAtSlashMetricsOnly) {
   std::atomic<int> renders{0};

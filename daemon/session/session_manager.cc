@@ -40,12 +40,13 @@ v1::Backend BackendToProto(BackendKind kind) {
 
 SessionManager::SessionManager(const Backend& backend, ModelStore& store,
                                std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
-                               RequestLimits limits)
+                               RequestLimits limits, ModelVisibility visibility)
     : backend_(backend),
       store_(store),
       workers_(std::move(workers)),
       boot_id_(boot_id),
       limits_(limits),
+      visibility_(visibility),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event event{};
@@ -133,7 +134,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::stri
   return session;
 }
 
-void SessionManager::Detach(Session& session) { EndSession(session.id(), /*process_alive=*/true); }
+void SessionManager::Detach(Session& session) { EndSession(session.id(), SessionEnd::kDetached); }
 
 absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Peer& peer,
                                                UniqueFd socket) {
@@ -149,7 +150,7 @@ absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Pe
   return absl::OkStatus();
 }
 
-void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
+void SessionManager::EndSession(uint64_t session_id, SessionEnd how) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -166,10 +167,28 @@ void SessionManager::EndSession(uint64_t session_id, bool process_alive) {
       it2 = it2->second == session_id ? ring_owner_.erase(it2) : std::next(it2);
     }
   }
-  LogSession(*session, process_alive ? "detached" : "ended: its process exited");
+  LogSession(*session, how == SessionEnd::kProcessExited ? "ended: its process exited"
+                       : how == SessionEnd::kDetached    ? "detached"
+                                                         : "ended: blockswapd is stopping");
   absl::MutexLock lock(&session->mu);
   session->ended = true;
-  for (auto& [ring_id, ring] : session->rings) ring.worker->RetireRing(ring_id, process_alive);
+  // A client that detaches has closed its rings (client::Ring closes each
+  // before its connection detaches); one the daemon leaves while it runs may
+  // still map them.
+  for (auto& [ring_id, ring] : session->rings) {
+    switch (how) {
+      case SessionEnd::kDetached:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kClosedByClient);
+        break;
+      case SessionEnd::kProcessExited:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
+        break;
+      case SessionEnd::kDaemonStopping:
+        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerDetached,
+                                session->peer().pidfd);
+        break;
+    }
+  }
   session->rings.clear();
   // An upload being committed stays until its CommitUpload drops it: the
   // commit reads its staging area without the lock.
@@ -191,7 +210,7 @@ void SessionManager::ReaperLoop() {
     for (int i = 0; i < count; ++i) {
       if (events[i].data.u64 == UINT64_MAX) return;  // woken to stop
       // The pidfd is readable: the session's process has exited.
-      EndSession(events[i].data.u64, /*process_alive=*/false);
+      EndSession(events[i].data.u64, SessionEnd::kProcessExited);
     }
   }
 }
@@ -220,7 +239,7 @@ bool SessionManager::draining() const {
 
 void SessionManager::EndAll() {
   for (const std::shared_ptr<Session>& session : Sessions()) {
-    EndSession(session->id(), /*process_alive=*/true);
+    EndSession(session->id(), SessionEnd::kDaemonStopping);
   }
 }
 
@@ -318,7 +337,8 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
     result = content.status();
     if (content.ok()) {
       registered = store_.Register(name, layout, static_cast<const std::byte*>(content->data()),
-                                   content->size());
+                                   content->size(),
+                                   Registrant{session.peer().uid, session.peer().gid, "upload"});
       result = registered.status();
     }
   }
@@ -334,7 +354,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::OpenModel(Session& session,
                                                          const v1::OpenModelRequest& request) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateModelId(request.model_id()));
   std::shared_ptr<const Model> model = store_.Find(request.model_id());
-  if (model == nullptr) {
+  if (model == nullptr || !visibility_.MaySee(session.peer(), model->registrants().List())) {
     return absl::NotFoundError(
         absl::StrCat("model ", request.model_id(), " is not registered on this node"));
   }
@@ -392,7 +412,8 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
   }
   IngestSpec spec{request.block_pattern(), request.select(), request.select_rank()};
   BLOCKSWAP_ASSIGN_OR_RETURN(IngestResult result,
-                             file_ingest_.Register(std::move(files), spec, request.name()));
+                             file_ingest_.Register(std::move(files), spec, request.name(),
+                                                   session.peer().uid, session.peer().gid));
   v1::RegisterFileReply reply;
   reply.set_read_file(result.read_file);
   BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_model(),
@@ -427,7 +448,8 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     absl::MutexLock lock(&mu_);
     ring_id = ++next_ring_id_;
   }
-  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name()};
+  RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name(),
+                  session.peer().uid};
   // The load fast path, when asked for: the worker resolves the ring's
   // request-ring entries against the session's models.
   std::shared_ptr<const LoadResolver> resolver;
@@ -456,7 +478,8 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
     }
   }
   if (!sent.ok()) {
-    worker->second->RetireRing(ring_id, /*owner_alive=*/false);
+    // The client never received it: nothing imports it.
+    worker->second->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
     return sent;
   }
   LogSession(session, absl::StrCat("created ring ", ring_id, " on ", request.device_uuid(), " (",
@@ -482,7 +505,7 @@ absl::Status SessionManager::DestroyRing(Session& session, const v1::DestroyRing
     absl::MutexLock lock(&mu_);
     ring_owner_.erase(request.ring_id());
   }
-  worker->RetireRing(request.ring_id(), /*owner_alive=*/true);
+  worker->RetireRing(request.ring_id(), DeviceWorker::RetireReason::kClosedByClient);
   LogSession(session, absl::StrCat("destroyed ring ", request.ring_id()));
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@
 #include "daemon/os/logging.h"
 #include "daemon/os/refusal_log.h"
 #include "daemon/session/client_accounts.h"
+#include "daemon/session/model_visibility.h"
 #include "daemon/session/quota.h"
 #include "daemon/session/session.h"
 #include "daemon/session/side_channel.h"
@@ -41,10 +42,11 @@ namespace blockswap::daemon {
 class SessionManager final : public SideChannelAcceptor {
  public:
   // `workers` maps each device UUID the daemon drives to its worker; all
-  // arguments must outlive the manager.
+  // arguments must outlive the manager. `visibility` decides which models
+  // each session may open (model_visibility.h).
   SessionManager(const Backend& backend, ModelStore& store,
                  std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
-                 RequestLimits limits = {});
+                 RequestLimits limits = {}, ModelVisibility visibility = ModelVisibility());
   // Ends every session and stops the reaper.
   ~SessionManager() override;
 
@@ -59,6 +61,8 @@ class SessionManager final : public SideChannelAcceptor {
   // Slow (hashes and copies the upload): never call it on a reactor thread.
   absl::StatusOr<v1::ModelReply> CommitUpload(Session& session,
                                               const v1::CommitUploadRequest& request);
+  // NOT_FOUND, worded as for an unknown id, for a model the session's peer
+  // may not see.
   absl::StatusOr<v1::ModelReply> OpenModel(Session& session, const v1::OpenModelRequest& request);
   // Allocates device memory: never call it on a reactor thread.
   absl::StatusOr<v1::RingDescriptor> CreateRing(Session& session,
@@ -77,6 +81,7 @@ class SessionManager final : public SideChannelAcceptor {
   absl::StatusOr<v1::RegisterFileReply> RegisterFile(Session& session,
                                                      const v1::RegisterFileRequest& request);
   const FileIngest& file_ingest() const { return file_ingest_; }
+  const ModelVisibility& visibility() const { return visibility_; }
 
   absl::Status AcceptSideChannel(absl::string_view token, const Peer& peer,
                                  UniqueFd socket) override;
@@ -97,7 +102,14 @@ class SessionManager final : public SideChannelAcceptor {
   const ClientAccounts& accounts() const { return accounts_; }
 
  private:
-  void EndSession(uint64_t session_id, bool process_alive);
+  // How a session ended, which decides when its remaining rings are freed
+  // (DeviceWorker::RetireReason).
+  enum class SessionEnd {
+    kDetached,        // the client said it is done (Detach): it closed its rings
+    kProcessExited,   // its process exited: its imports ended with it
+    kDaemonStopping,  // shutdown, the client alive: it may still map its rings
+  };
+  void EndSession(uint64_t session_id, SessionEnd how);
   void ReaperLoop();
   // Sends `fds` over the session's side channel as a new batch.
   absl::StatusOr<uint64_t> SendFds(Session& session, const std::vector<int>& fds)
@@ -122,6 +134,7 @@ class SessionManager final : public SideChannelAcceptor {
   const std::map<std::string, DeviceWorker*> workers_;
   const uint64_t boot_id_;
   const RequestLimits limits_;
+  const ModelVisibility visibility_;
   QuotaPolicy quotas_;
   ClientAccounts accounts_;
   FileIngest file_ingest_{store_};

@@ -135,9 +135,8 @@ bool FileIngest::Lookup(const std::string& key, IngestResult* result) const {
   return true;
 }
 
-absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds,
-                                                  const IngestSpec& spec,
-                                                  absl::string_view name) {
+absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, const IngestSpec& spec,
+                                                  absl::string_view name, uid_t uid, gid_t gid) {
   if (fds.empty() || fds.size() > kMaxShards) {
     return absl::InvalidArgumentError(
         absl::StrCat("a registration names ", fds.size(), " files (1..", kMaxShards, ")"));
@@ -165,25 +164,39 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds,
     file.size = static_cast<uint64_t>(st.st_size);
     absl::StrAppend(&key, KeyOf(st));
   }
+  std::vector<std::string> paths;
+  for (const OpenFile& file : files) paths.push_back(file.path);
+  std::string source = absl::StrCat("file ", absl::StrJoin(paths, ", "));
+  if (source.size() > 1000) source = absl::StrCat(source.substr(0, 1000), "...");
+  const Registrant registrant{uid, gid, std::move(source)};
   absl::StrAppend(&key, "\n", spec.block_pattern.size(), ":", spec.block_pattern, "\n",
                   spec.select.size(), ":", spec.select, "\n", spec.select_rank);
 
+  IngestResult known;
   {
     absl::MutexLock lock(&mu_);
     while (true) {
-      IngestResult known;
       if (Lookup(key, &known)) {
         ++stats_.known;
-        return known;
+        break;
       }
       // The same file being read by another call: its result is ours; if it
       // fails, this call reads itself.
       if (!in_progress_.contains(key)) break;
       done_.Wait(&mu_);
     }
-    in_progress_.insert(key);
+    if (known.model == nullptr) in_progress_.insert(key);
   }
-  auto result = Read(files, spec, name);
+  if (known.model != nullptr) {
+    // Read before, perhaps by another user: this one opened the file too, so
+    // it gets its own access to the content.
+    BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.model, registrant));
+    if (known.extras != nullptr) {
+      BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.extras, registrant));
+    }
+    return known;
+  }
+  auto result = Read(files, spec, name, registrant);
   absl::MutexLock lock(&mu_);
   in_progress_.erase(key);
   done_.SignalAll();
@@ -194,7 +207,8 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds,
 }
 
 absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files,
-                                              const IngestSpec& spec, absl::string_view name) {
+                                              const IngestSpec& spec, absl::string_view name,
+                                              const Registrant& registrant) {
   std::vector<SafetensorsHeader> headers;
   std::vector<std::string> paths;
   std::vector<int> fds;
@@ -216,14 +230,13 @@ absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files
 
   std::string model_name(name);
   if (model_name.empty()) model_name = paths[0].substr(paths[0].rfind('/') + 1);
-  std::string source = absl::StrCat("file ", absl::StrJoin(paths, ", "));
-  if (source.size() > 1000) source = absl::StrCat(source.substr(0, 1000), "...");
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<MasterDraft> draft,
-                             store_.BeginDraft(plan.layout, model_name, source));
+                             store_.BeginDraft(plan.layout, model_name, registrant));
   std::unique_ptr<MasterDraft> extras_draft;
   if (!plan.extras.blocks.empty()) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
-        extras_draft, store_.BeginDraft(plan.extras, absl::StrCat(model_name, " (extras)"), source));
+        extras_draft,
+        store_.BeginDraft(plan.extras, absl::StrCat(model_name, " (extras)"), registrant));
   }
 
   // One unit per block (the extras block last in the list), taken in the

@@ -28,6 +28,8 @@
 #ifndef BLOCKSWAP_DAEMON_STORE_FILE_INGEST_H_
 #define BLOCKSWAP_DAEMON_STORE_FILE_INGEST_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,9 +72,11 @@ class FileIngest {
   // header or spec (naming the file), NOT_FOUND for a pattern or selector that
   // matches nothing, RESOURCE_EXHAUSTED from the store's capacity checks,
   // DATA_LOSS for a file cut short while reading. Nothing is left behind on
-  // failure.
+  // failure. `uid` and `gid` (the caller's, as SO_PEERCRED says) are recorded
+  // as a registrant of the model and its extras, from these files, whether
+  // this call read them or they were known.
   absl::StatusOr<IngestResult> Register(std::vector<UniqueFd> files, const IngestSpec& spec,
-                                        absl::string_view name);
+                                        absl::string_view name, uid_t uid = 0, gid_t gid = 0);
 
   FileIngestStats stats() const;
 
@@ -88,7 +92,7 @@ class FileIngest {
   };
 
   absl::StatusOr<IngestResult> Read(const std::vector<OpenFile>& files, const IngestSpec& spec,
-                                    absl::string_view name);
+                                    absl::string_view name, const Registrant& registrant);
   // The models of a known key if the store still has them all.
   bool Lookup(const std::string& key, IngestResult* result) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -194,6 +194,19 @@ TEST_F(FileIngestTest, RegisteringTheSameFileAgainReadsNothing) {
   EXPECT_EQ(ingest.stats().reads, 3u);
 }
 
+TEST_F(FileIngestTest, ASecondUserRegisteringAKnownFileIsRecordedForTheModelAndItsExtras) {
+  FileIngest ingest(Store());
+  auto first = ingest.Register(Files(file_), kWeights, "", 1000, 100);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE(first->extras, nullptr);
+  auto second = ingest.Register(Files(file_), kWeights, "", 1001, 101);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->read_file);
+  const std::vector<Registrant> both = {{1000, 100, "file " + file_}, {1001, 101, "file " + file_}};
+  EXPECT_EQ(second->model->registrants().List(), both);
+  EXPECT_EQ(second->extras->registrants().List(), both);
+}
+
 TEST_F(FileIngestTest, EightConcurrentRegistrationsReadTheFileOnce) {
   FileIngest ingest(Store());
   std::vector<absl::StatusOr<IngestResult>> results(8, absl::UnknownError("not run"));

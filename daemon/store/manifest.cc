@@ -1,5 +1,6 @@
 #include "daemon/store/manifest.h"
 
+#include <cstdint>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -47,11 +48,17 @@ std::string EncodeManifest(const Manifest& model) {
                       {"sha256", DigestHex(model.block_hashes[b])},
                       {"tensors", std::move(tensors)}});
   }
+  Json registrants = Json::array();
+  for (const Registrant& registrant : model.registrants) {
+    registrants.push_back(
+        {{"uid", registrant.uid}, {"gid", registrant.gid}, {"source", registrant.source}});
+  }
   Json manifest = {{"format", kManifestFormat},
                    {"version", kManifestVersion},
                    {"id", model.id},
                    {"name", model.name},
                    {"source", model.source},
+                   {"registrants", std::move(registrants)},
                    {"masters_bytes", model.masters_bytes},
                    {"blocks", std::move(blocks)}};
   // Tensor names are valid UTF-8 (ValidateLayout); a model name that is not
@@ -72,6 +79,18 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
     manifest.name = String(json, "name");
     // Manifests written before models had a source have none.
     manifest.source = json.contains("source") ? String(json, "source") : "upload";
+    // Manifests written before registrants were recorded have none.
+    if (json.contains("registrants")) {
+      for (const Json& registrant : json.at("registrants")) {
+        const uint64_t uid = U64(registrant, "uid");
+        const uint64_t gid = U64(registrant, "gid");
+        if (uid > UINT32_MAX || gid > UINT32_MAX) {
+          throw std::invalid_argument("a registrant's uid or gid is out of range");
+        }
+        manifest.registrants.push_back(Registrant{static_cast<uid_t>(uid), static_cast<gid_t>(gid),
+                                                  String(registrant, "source")});
+      }
+    }
     manifest.masters_bytes = U64(json, "masters_bytes");
     for (const Json& block_json : json.at("blocks")) {
       BlockSpec& block = manifest.layout.blocks.emplace_back();

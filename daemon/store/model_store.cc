@@ -30,7 +30,6 @@
 namespace blockswap::daemon {
 namespace {
 
-
 constexpr absl::string_view kLockName = ".lock";
 constexpr absl::string_view kMastersSuffix = ".masters";
 constexpr absl::string_view kManifestSuffix = ".manifest";
@@ -287,6 +286,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string&
   model->id_ = id;
   model->name_ = std::move(manifest.name);
   model->source_ = std::move(manifest.source);
+  model->registrants_.Replace(std::move(manifest.registrants));
   model->layout_ = std::move(manifest.layout);
   model->block_hashes_ = std::move(manifest.block_hashes);
   model->master_offsets_ = std::move(manifest.master_offsets);
@@ -358,6 +358,62 @@ absl::Status ModelStore::CreateMasterFile(Model& model, const std::string& temp,
   return absl::OkStatus();
 }
 
+absl::Status ModelStore::WriteManifestFile(const Model& model,
+                                           const std::vector<Registrant>& registrants,
+                                           const std::string& temp) const {
+  int raw = ::openat(directory_fd_.get(), temp.c_str(),
+                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, kManifestMode);
+  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(temp)));
+  UniqueFd manifest(raw);
+  if (::fchmod(manifest.get(), kManifestMode) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(temp)));
+  }
+  const std::string json =
+      EncodeManifest({model.id_, model.name_, model.source_, registrants, model.layout_,
+                      model.block_hashes_, model.master_offsets_, model.masters_bytes_});
+  BLOCKSWAP_RETURN_IF_ERROR(WriteFully(manifest.get(), 0, json.data(), json.size(), PathOf(temp)));
+  if (::fsync(manifest.get()) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(temp)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model,
+                                       const Registrant& registrant) {
+  absl::MutexLock manifest_lock(&manifest_mu_);
+  std::vector<Registrant> with = model->registrants_.With(registrant);
+  if (with.empty()) return absl::OkStatus();
+  const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
+  // Not SealMaster's temporary name: a registration of the same id after an
+  // eviction may be sealing meanwhile.
+  const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
+  auto record = [&]() -> absl::Status {
+    BLOCKSWAP_RETURN_IF_ERROR(WriteManifestFile(*model, with, temp));
+    // Under mu_, so that an eviction (which removes the manifest under it)
+    // cannot be undone by this rename.
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(model->id_);
+    if (it == models_.end() || it->second != model) {
+      RemoveQuietly(temp);
+      return absl::OkStatus();  // evicted: no manifest to keep it in
+    }
+    if (::renameat(directory_fd_.get(), temp.c_str(), directory_fd_.get(), manifest_name.c_str()) !=
+        0) {
+      absl::Status error = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(temp)));
+      RemoveQuietly(temp);
+      return error;
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status recorded = record(); !recorded.ok()) {
+    RemoveQuietly(temp);
+    return Annotate(recorded, absl::StrCat("recording uid ", registrant.uid,
+                                           " as a registrant of model ", model->id_));
+  }
+  model->registrants_.Replace(std::move(with));
+  return absl::OkStatus();
+}
+
 absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_temp) const {
   const std::string masters_name = absl::StrCat(model.id_, kMastersSuffix);
   const std::string manifest_name = absl::StrCat(model.id_, kManifestSuffix);
@@ -372,21 +428,7 @@ absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_tem
     if (::fchmod(model.fd_.get(), kSealedMastersMode) != 0) {
       return ErrnoStatus(errno, absl::StrCat("chmod 0400 ", PathOf(masters_temp)));
     }
-    int raw = ::openat(dir, manifest_temp.c_str(),
-                       O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, kManifestMode);
-    if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(manifest_temp)));
-    UniqueFd manifest(raw);
-    if (::fchmod(manifest.get(), kManifestMode) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(manifest_temp)));
-    }
-    const std::string json =
-        EncodeManifest({model.id_, model.name_, model.source_, model.layout_, model.block_hashes_,
-                        model.master_offsets_, model.masters_bytes_});
-    BLOCKSWAP_RETURN_IF_ERROR(
-        WriteFully(manifest.get(), 0, json.data(), json.size(), PathOf(manifest_temp)));
-    if (::fsync(manifest.get()) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(manifest_temp)));
-    }
+    BLOCKSWAP_RETURN_IF_ERROR(WriteManifestFile(model, model.registrants_.List(), manifest_temp));
     // Pinned before the commit, so that a model that cannot be pinned leaves
     // only temporary files to remove.
     BLOCKSWAP_RETURN_IF_ERROR(Pin(model));
@@ -437,8 +479,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::WriteMaster(std::unique_ptr<M
 
 absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
                                                     const ModelLayout& layout,
-                                                    const std::byte* content,
-                                                    size_t content_bytes) {
+                                                    const std::byte* content, size_t content_bytes,
+                                                    const Registrant& registrant) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement staging, StagingOffsets(layout));
   if (content == nullptr || content_bytes < staging.total_bytes) {
@@ -459,21 +501,28 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   std::string id = ModelId(layout, hashes);
 
   Reservation memory;
+  std::shared_ptr<const Model> existing;
   {
     absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<const Model> existing = FindOrAwaitLocked(id)) {
-      return RegisterResult{.model = std::move(existing), .already_present = true};
+    existing = FindOrAwaitLocked(id);
+    if (existing == nullptr) {
+      BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
+      BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
+      in_progress_.insert(id);
+      reserved_bytes_ += master.total_bytes;
     }
-    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
-    BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
-    in_progress_.insert(id);
-    reserved_bytes_ += master.total_bytes;
+  }
+  if (existing != nullptr) {
+    BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
+    return RegisterResult{.model = std::move(existing), .already_present = true};
   }
 
   auto model = std::unique_ptr<Model>(new Model());
   model->memory_ = std::move(memory);
   model->id_ = id;
   model->name_ = std::string(name);
+  model->source_ = registrant.source;
+  model->registrants_.Replace({registrant});
   model->layout_ = layout;
   model->block_hashes_ = std::move(hashes);
   model->master_offsets_ = std::move(master.offsets);
@@ -583,12 +632,14 @@ void ModelStore::ReleaseReservation(uint64_t bytes) {
   reserved_bytes_ -= bytes;
 }
 
+absl::Status NoSuchModelError(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
+}
+
 absl::Status ModelStore::Evict(absl::string_view id) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(id);
-  if (it == models_.end()) {
-    return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
-  }
+  if (it == models_.end()) return NoSuchModelError(id);
   if (uint64_t refs = References(it->second); refs != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("model ", it->first, " is still referenced ", refs,
@@ -601,9 +652,7 @@ absl::Status ModelStore::Evict(absl::string_view id) {
 
 absl::StatusOr<VerifyResult> ModelStore::Verify(absl::string_view id) const {
   std::shared_ptr<const Model> model = Find(id);
-  if (model == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
-  }
+  if (model == nullptr) return NoSuchModelError(id);
   std::vector<char> bad(model->block_count(), 0);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(model->block_count(), [&](size_t b) {
     bad[b] = Sha256Of(model->block(b), model->block_bytes(b)) != model->block_hashes()[b];
@@ -639,8 +688,8 @@ absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data,
 }
 
 absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
-                                                                     absl::string_view name,
-                                                                     absl::string_view source) {
+                                                                    absl::string_view name,
+                                                                    const Registrant& registrant) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
   auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
@@ -658,7 +707,8 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   Model& model = *draft->model_;
   model.memory_ = std::move(memory);
   model.name_ = std::string(name);
-  model.source_ = std::string(source);
+  model.source_ = registrant.source;
+  model.registrants_.Replace({registrant});
   model.layout_ = layout;
   model.master_offsets_ = std::move(master.offsets);
   model.masters_bytes_ = master.total_bytes;
@@ -690,7 +740,11 @@ absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDra
     if (existing == nullptr) in_progress_.insert(id);
   }
   if (existing != nullptr) {
+    const std::vector<Registrant> registrants = model.registrants_.List();
     draft.reset();  // outside the lock: it takes it to return its reservation
+    for (const Registrant& registrant : registrants) {
+      BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
+    }
     return RegisterResult{.model = std::move(existing), .already_present = true};
   }
   model.id_ = id;

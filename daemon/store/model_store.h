@@ -5,8 +5,10 @@
 // euid, never loose in world-writable /dev/shm):
 //   .lock             flock()ed exclusively while a store is open
 //   <id>.masters      the blocks of model <id>, at MasterOffsets(layout)
-//   <id>.manifest     JSON: format, id, name, layout, block hashes, master
-//                     offsets, masters_bytes; its rename is the commit point
+//   <id>.manifest     JSON: format, id, name, registrants, layout, block
+//                     hashes, master offsets, masters_bytes; its first rename
+//                     is the commit point. It is rewritten (a temporary file
+//                     renamed over it) when another registrant is recorded.
 //   *.tmp             a registration in progress (removed at Open)
 // Both files of a model are mode 0600. Clients never open them by name: they
 // get a read-only descriptor (Model::OpenReadOnly) over SCM_RIGHTS.
@@ -41,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/budget/memory_budget.h"
 #include "daemon/store/block_placement.h"
+#include "daemon/store/registrants.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
 #include "shared/os/shared_memory.h"
@@ -68,9 +71,12 @@ class Model {
 
   const std::string& id() const { return id_; }
   const std::string& name() const { return name_; }  // informational
-  // Where the content came from: "upload", or "file <path>[, <path>...]"
-  // (the daemon's view of the registered descriptors). Informational.
+  // Where the content came from first: "upload", or "file <path>[, <path>...]"
+  // (the daemon's view of the registered descriptors). Informational; the
+  // manifests written before registrants were recorded have only this.
   const std::string& source() const { return source_; }
+  // Every registration of this content (ModelStore::AddRegistrant).
+  const Registrants& registrants() const { return registrants_; }
   const ModelLayout& layout() const { return layout_; }
   const std::vector<Sha256Digest>& block_hashes() const { return block_hashes_; }
   size_t block_count() const { return layout_.blocks.size(); }
@@ -99,6 +105,9 @@ class Model {
   std::vector<Sha256Digest> block_hashes_;
   std::vector<uint64_t> master_offsets_;
   uint64_t masters_bytes_ = 0;
+  // Grows while the model is shared (the store persists each change first):
+  // the one part of a sealed model that is not immutable.
+  mutable Registrants registrants_;
   // Declared in the order they are acquired, so that they are released in
   // reverse: unpin, unmap, close, and only then return the budget's charge.
   Reservation memory_;
@@ -153,6 +162,10 @@ class MasterDraft {
   uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
 };
 
+// NOT_FOUND for a model id the caller may not use, worded the same whether
+// the model does not exist or the caller may not see it (the Admin calls).
+absl::Status NoSuchModelError(absl::string_view id);
+
 // What `blockswapctl verify` reports.
 struct VerifyResult {
   size_t blocks = 0;
@@ -165,6 +178,7 @@ struct VerifyResult {
 // (each owns its file, mapping and pinning), but the directory lock is gone.
 class ModelStore {
   friend class MasterDraft;
+
  public:
   // Creates `options.directory` (mode 0700) or checks the existing one (a
   // directory, not a link, owned by geteuid(), no group/other permission),
@@ -188,8 +202,10 @@ class ModelStore {
   // blocks into a new master file, commits it, pins it and publishes it.
   // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes or the
   // directory's free space. On failure nothing is left behind.
+  // `registrant` is recorded with the model, or added to the present one's.
   absl::StatusOr<RegisterResult> Register(absl::string_view name, const ModelLayout& layout,
-                                          const std::byte* content, size_t content_bytes);
+                                          const std::byte* content, size_t content_bytes,
+                                          const Registrant& registrant = {});
 
   // Capacity: when the model would exceed max_pinned_bytes or the directory's
   // free space, sealed models no session holds are evicted, least recently
@@ -204,15 +220,24 @@ class ModelStore {
 
   // A master file for `layout` (see MasterDraft): checks the capacity (making
   // room as Register does), reserves the budget and creates the temporary
-  // file. `name` and `source` are informational.
+  // file. `name` is informational; `registrant` is recorded as Register does.
   absl::StatusOr<std::unique_ptr<MasterDraft>> BeginDraft(const ModelLayout& layout,
                                                           absl::string_view name,
-                                                          absl::string_view source);
+                                                          const Registrant& registrant);
   // Seals a filled draft whose block hashes are `hashes`: computes the id and
   // either returns the sealed model of that id (already_present; the draft
-  // is dropped) or commits the draft under it as Register does.
+  // is dropped, its registrant added) or commits the draft under it as
+  // Register does.
   absl::StatusOr<RegisterResult> CommitDraft(std::unique_ptr<MasterDraft> draft,
                                              std::vector<Sha256Digest> hashes);
+
+  // Records another registration of `model`'s content: persisted in its
+  // manifest before it is visible in model->registrants(), so that a
+  // restarted daemon keeps it. Nothing changes for one recorded already (or
+  // over kMaxSourcesPerRegistrant); an error (a full tmpfs) records nothing.
+  // Blocks on writing the manifest; rewrites are serialized.
+  absl::Status AddRegistrant(const std::shared_ptr<const Model>& model,
+                             const Registrant& registrant) ABSL_LOCKS_EXCLUDED(manifest_mu_, mu_);
 
   // Removes a sealed model that no session holds: FAILED_PRECONDITION naming
   // how many references remain otherwise, NOT_FOUND for an unknown id.
@@ -257,6 +282,9 @@ class ModelStore {
   // it read-write; `allocate`: reserves every page (posix_fallocate) and
   // populates the mapping.
   absl::Status CreateMasterFile(Model& model, const std::string& temp, bool allocate) const;
+  // Writes model's manifest, listing `registrants`, into `temp` (mode 0600).
+  absl::Status WriteManifestFile(const Model& model, const std::vector<Registrant>& registrants,
+                                 const std::string& temp) const;
   // Writes the manifest, pins, and renames `masters_temp` and the manifest
   // into place (the commit point). Removes what it wrote on failure.
   absl::Status SealMaster(Model& model, const std::string& masters_temp) const;
@@ -287,6 +315,9 @@ class ModelStore {
   const UniqueFd directory_fd_;  // every file is opened relative to it
   const UniqueFd lock_fd_;       // holds the flock for the store's lifetime
 
+  // Serializes manifest rewrites (AddRegistrant); taken before mu_, never
+  // while holding it, so that writing a manifest does not block Find.
+  absl::Mutex manifest_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::CondVar registration_done_;  // signalled when `in_progress_` shrinks
   std::map<std::string, std::shared_ptr<const Model>, std::less<>> models_ ABSL_GUARDED_BY(mu_);

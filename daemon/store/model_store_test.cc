@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -211,6 +212,75 @@ TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
   EXPECT_EQ(second->model->name(), "first");
   EXPECT_EQ(store->stats().copies, 1u);
   EXPECT_EQ(Entries(directory_).size(), 3u);  // .lock, one manifest, one masters file
+}
+
+TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARestart) {
+  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors"};
+  const Registrant nobody{65534, 65534, "upload"};
+  TestModel content = MakeModel(2);
+  std::string id;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    auto first =
+        store->Register("m", content.layout, content.content.data(), content.content.size(), alice);
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto again =
+        store->Register("m", content.layout, content.content.data(), content.content.size(), alice);
+    auto second = store->Register("m", content.layout, content.content.data(),
+                                  content.content.size(), nobody);
+    ASSERT_TRUE(again.ok() && second.ok());
+    EXPECT_TRUE(second->already_present);
+    EXPECT_EQ(second->model->registrants().List(), (std::vector<Registrant>{alice, nobody}))
+        << "a registration recorded twice, or the second registrant missing";
+    EXPECT_EQ(store->stats().copies, 1u) << "the same content was copied again";
+    EXPECT_EQ(Entries(directory_).size(), 3u) << "a rewrite left a temporary file";
+    id = first->model->id();
+  }
+  auto reopened = OpenStore();
+  ASSERT_NE(reopened, nullptr);
+  std::shared_ptr<const Model> adopted = reopened->Find(id);
+  ASSERT_NE(adopted, nullptr);
+  EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{alice, nobody}));
+  EXPECT_EQ(adopted->source(), alice.source);
+}
+
+TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto registered = Register(*store, MakeModel(3));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(store->AddRegistrant(registered->model, {7, 7, absl::StrCat("file /p", i)}).ok());
+  }
+  ASSERT_TRUE(store->AddRegistrant(registered->model, {8, 8, "upload"}).ok());
+  std::vector<Registrant> list = registered->model->registrants().List();
+  EXPECT_EQ(std::count_if(list.begin(), list.end(), [](const Registrant& r) { return r.uid == 7; }),
+            4);
+  EXPECT_EQ(list.back(), (Registrant{8, 8, "upload"})) << "another uid must still get in";
+}
+
+TEST_F(ModelStoreTest, AManifestWrittenBeforeRegistrantsWereRecordedIsAdoptedWithNone) {
+  TestModel content = MakeModel(4);
+  std::string id;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    auto registered = Register(*store, content);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    id = registered->model->id();
+  }
+  const std::string manifest = PathOf(id + ".manifest");
+  nlohmann::json json = nlohmann::json::parse(ReadFile(manifest));
+  ASSERT_TRUE(json.contains("registrants"));
+  json.erase("registrants");
+  WriteFile(manifest, json.dump(), 0600);
+  auto reopened = OpenStore();
+  ASSERT_NE(reopened, nullptr);
+  std::shared_ptr<const Model> adopted = reopened->Find(id);
+  ASSERT_NE(adopted, nullptr) << "an older manifest was not adopted";
+  EXPECT_TRUE(adopted->registrants().List().empty());
+  EXPECT_EQ(adopted->source(), "upload");
 }
 
 TEST_F(ModelStoreTest, ConcurrentRegistrationsOfTheSameContentCopyOnce) {

@@ -170,6 +170,12 @@ class Device {
   // The sticky error that poisoned this device (OK while healthy): once a
   // device has failed, every later request for it fails with this error.
   virtual absl::Status health() const = 0;
+  // Makes this device the calling thread's current device for good (cuda:
+  // one cudaSetDevice, never undone; host: nothing), so that the backend's
+  // scoped device switches on the thread switch nothing, on every call.
+  // Only for a thread the caller owns and gives to this device (a daemon's
+  // device worker), never for a trainer's thread, whose device is its own.
+  virtual absl::Status UseOnThisThread() = 0;
 };
 
 class Backend {

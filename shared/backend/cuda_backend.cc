@@ -609,6 +609,14 @@ class CudaDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   absl::Status health() const override { return health_.status(); }
 
+  // Not a ScopedDevice: the thread keeps the device, so that every guard on
+  // it finds the device current and switches nothing (nor creates a context
+  // on GPU 0 by restoring the device 0 a fresh thread reports).
+  absl::Status UseOnThisThread() override {
+    BLOCKSWAP_RETURN_IF_ERROR(health_.status());
+    return BLOCKSWAP_CUDA_STATUS(&health_, cudaSetDevice(health_.ordinal()));
+  }
+
   // A plain cudaMalloc per ring: memory from a pool or a sub-allocator could
   // not be exported on its own (cudaIpcGetMemHandle takes an allocation's
   // base).

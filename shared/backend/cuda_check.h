@@ -108,7 +108,9 @@ absl::Status CheckCuda(DeviceHealth* health, cudaError_t error, const char* expr
 // context. A thread that never chose a device reports device 0, so a guard
 // used on such a thread restores device 0 and thereby creates a context
 // (hundreds of MiB) on GPU 0. Threads that call the backend should first make
-// their own device current; then no guard switches anything.
+// their own device current; then no guard switches anything. A thread given
+// to one device (the daemon's device worker) does that once at its start
+// with Device::UseOnThisThread.
 class ScopedDevice {
  public:
   // Fails with the device's sticky error when it is poisoned, before touching

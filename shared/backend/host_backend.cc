@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "shared/backend/backend.h"
+#include "shared/backend/host_lifetime.h"
 #include "shared/base/monotonic_clock.h"
 #include "shared/base/status.h"
 #include "shared/os/futex.h"
@@ -28,6 +29,9 @@
 
 namespace blockswap {
 namespace {
+
+using host_lifetime::ImportClaim;
+using host_lifetime::ImportLedger;
 
 constexpr absl::string_view kMemoryBlob = "blockswap-host-memory-v1";
 constexpr absl::string_view kEventBlob = "blockswap-host-event-v1";
@@ -42,12 +46,15 @@ constexpr absl::Duration kShutdownWaitGrace = absl::Milliseconds(200);
 // wait issued now snapshots "the most recent record" exactly as CUDA does.
 // creator_pid: the process that created the event (the daemon, for a ring's
 // events), which is the one that records what the importer waits for.
+// ledger: who holds an import of it (host_lifetime.h).
 struct HostEventState {
   uint32_t magic;
   uint32_t creator_pid;
   std::atomic<uint32_t> record_count;
   std::atomic<uint32_t> completed_count;
+  ImportLedger ledger;
 };
+static_assert(sizeof(HostEventState) <= kEventBytes);
 
 // The creator of an imported event, watched through a pidfd, so that a wait
 // on a record the creator will never complete (it died) ends instead of
@@ -90,8 +97,9 @@ class HostEvent final : public Event {
     auto* state = static_cast<HostEventState*>(mapping.data());
     state->magic = kEventMagic;
     state->creator_pid = static_cast<uint32_t>(::getpid());
+    host_lifetime::InitializeLedger(state->ledger);
     return std::unique_ptr<HostEvent>(
-        new HostEvent(std::move(shm), std::move(mapping), EventCreator::Watch(0)));
+        new HostEvent(std::move(shm), std::move(mapping), EventCreator::Watch(0), ImportClaim()));
   }
 
   static absl::StatusOr<std::unique_ptr<HostEvent>> Import(ExportedHandle handle) {
@@ -105,12 +113,49 @@ class HostEvent final : public Event {
     if (state->magic != kEventMagic) {
       return absl::InvalidArgumentError("host-backend event handle has a bad magic number");
     }
+    auto* ledger = &static_cast<HostEventState*>(mapping.data())->ledger;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ImportClaim claim, ImportClaim::Claim(*ledger, "an event"));
     std::shared_ptr<EventCreator> creator = EventCreator::Watch(state->creator_pid);
     return std::unique_ptr<HostEvent>(
-        new HostEvent(std::move(shm), std::move(mapping), std::move(creator)));
+        new HostEvent(std::move(shm), std::move(mapping), std::move(creator), std::move(claim)));
   }
 
-  absl::StatusOr<bool> Query() override { return Reached(state(), WaitTarget()); }
+  // The exporter's destruction (cudaEventDestroy) must come after every
+  // importer's: an import used after it is undefined on CUDA.
+  ~HostEvent() override {
+    if (imported()) return;
+    if (std::string holders = host_lifetime::MarkFreed(state()->ledger); !holders.empty()) {
+      host_lifetime::ReportLifetimeViolation(absl::FailedPreconditionError(absl::StrCat(
+          "an exported event was destroyed while ", holders,
+          " still held an import of it (the importer must destroy its import first)")));
+    }
+  }
+
+  absl::StatusOr<bool> Query() override {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckUsable("querying"));
+    return Reached(state(), WaitTarget());
+  }
+
+  // Whether this process may operate on the event now: always for the
+  // exporter; for an importer, not once the exporter destroyed it (a breach,
+  // reported) nor once the exporter has died (UNAVAILABLE: the race with a
+  // dying daemon cannot be closed, so it is an error, not a breach).
+  absl::Status CheckUsable(absl::string_view operation) const {
+    if (!imported()) return absl::OkStatus();
+    if (host_lifetime::Freed(state()->ledger)) {
+      absl::Status breach = absl::FailedPreconditionError(
+          absl::StrCat(operation, " an imported event after its exporter (pid ",
+                       state()->creator_pid, ") destroyed it"));
+      host_lifetime::ReportLifetimeViolation(breach);
+      return breach;
+    }
+    if (creator_->Dead()) {
+      return absl::UnavailableError(absl::StrCat(
+          operation, " an event of pid ", state()->creator_pid,
+          ", which has exited (undefined on CUDA: the process that created the event is gone)"));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<ExportedHandle> Export() const override {
     BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
@@ -140,13 +185,18 @@ class HostEvent final : public Event {
   const std::shared_ptr<EventCreator>& creator() const { return creator_; }
 
  private:
-  HostEvent(SharedMemory shm, Mapping mapping, std::shared_ptr<EventCreator> creator)
+  HostEvent(SharedMemory shm, Mapping mapping, std::shared_ptr<EventCreator> creator,
+            ImportClaim claim)
       : shm_(std::move(shm)),
         mapping_(std::make_shared<Mapping>(std::move(mapping))),
-        creator_(std::move(creator)) {}
+        creator_(std::move(creator)),
+        claim_(std::move(claim)) {}
+  // Made by Import: an import holds an entry of the ledger.
+  bool imported() const { return claim_.held(); }
   SharedMemory shm_;
   std::shared_ptr<Mapping> mapping_;
   std::shared_ptr<EventCreator> creator_;
+  ImportClaim claim_;  // after mapping_ (its ledger): cleared first
 };
 
 absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
@@ -208,11 +258,45 @@ absl::StatusOr<HostWaitTimer*> AsHostWaitTimer(WaitTimer& timer) {
   return host_timer;
 }
 
+// The first page of a host "device memory" object, before its bytes: who
+// holds an import of it (host_lifetime.h).
+struct HostMemoryHeader {
+  uint32_t magic;
+  uint32_t reserved;
+  ImportLedger ledger;
+};
+constexpr uint32_t kMemoryMagic = 0x42534d45;  // "BSME"
+// What device memory freed under a live importer reads as.
+constexpr int kFreedMemoryPoison = 0xdb;
+constexpr size_t kMemoryHeaderBytes = 4096;
+static_assert(sizeof(HostMemoryHeader) <= kMemoryHeaderBytes);
+
 class HostMemory final : public DeviceMemory {
  public:
-  HostMemory(SharedMemory shm, Mapping mapping, size_t size)
-      : shm_(std::move(shm)), mapping_(std::move(mapping)), size_(size) {}
-  std::byte* data() const override { return static_cast<std::byte*>(mapping_.data()); }
+  // `mapping` covers the header and `size` bytes after it. `claim` is held
+  // by an import, empty for the allocation itself.
+  HostMemory(SharedMemory shm, Mapping mapping, size_t size, ImportClaim claim)
+      : shm_(std::move(shm)), mapping_(std::move(mapping)), size_(size), claim_(std::move(claim)) {}
+
+  // The exporter's free (cudaFree) must come after every importer's close
+  // (cudaIpcCloseMemHandle). When it does not, the breach is reported, and
+  // the bytes are overwritten with kFreedMemoryPoison, so that an importer
+  // that still uses its mapping reads garbage, as it may on a GPU, instead of
+  // memory that is quietly still there (the object's size is sealed, so it
+  // cannot be cut off to make the access fault).
+  ~HostMemory() override {
+    if (claim_.held()) return;
+    if (std::string holders = host_lifetime::MarkFreed(header().ledger); !holders.empty()) {
+      host_lifetime::ReportLifetimeViolation(absl::FailedPreconditionError(
+          absl::StrCat("exported device memory (", size_, " bytes) was freed while ", holders,
+                       " still mapped it (the importer must close its mapping first)")));
+      std::memset(data(), kFreedMemoryPoison, size_);
+    }
+  }
+
+  std::byte* data() const override {
+    return static_cast<std::byte*>(mapping_.data()) + kMemoryHeaderBytes;
+  }
   size_t size() const override { return size_; }
   absl::StatusOr<ExportedHandle> Export() const override {
     BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
@@ -220,9 +304,12 @@ class HostMemory final : public DeviceMemory {
   }
 
  private:
+  HostMemoryHeader& header() const { return *static_cast<HostMemoryHeader*>(mapping_.data()); }
+
   SharedMemory shm_;
   Mapping mapping_;
   size_t size_;
+  ImportClaim claim_;  // after mapping_ (its ledger): cleared first
 };
 
 // A failed stream (it waited on an event whose recorder died) behaves as a
@@ -253,6 +340,7 @@ class HostStream final : public Stream {
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
     BLOCKSWAP_RETURN_IF_ERROR(failure());
+    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("recording"));
     uint32_t seq = host_event->IssueRecord();
     return Enqueue(
         [state = host_event->state(), seq, keep = host_event->mapping()] {
@@ -299,6 +387,7 @@ class HostStream final : public Stream {
   // `timer`, when set, gets the worker's idle time at the wait.
   absl::Status EnqueueWait(Event& event, std::shared_ptr<HostWaitTimerState> timer) {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("waiting on"));
     HostEventState* state = host_event->state();
     // The snapshot is what makes an early wait bind to the previous record.
     uint32_t target = host_event->WaitTarget();
@@ -416,6 +505,7 @@ class InlineHostStream final : public Stream {
   }
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("recording"));
     HostEvent::CompleteRecord(host_event->state(), host_event->IssueRecord());
     return absl::OkStatus();
   }
@@ -431,6 +521,7 @@ class InlineHostStream final : public Stream {
   }
   absl::Status Wait(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
+    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("waiting on"));
     const HostEventState* state = host_event->state();
     uint32_t target = host_event->WaitTarget();
     const EventCreator& creator = *host_event->creator();
@@ -483,14 +574,18 @@ class HostDevice final : public Device {
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
     size_t size = RoundUp(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
-    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
-                               SharedMemory::Create(absl::StrCat(info_.uuid, "-ring"), size));
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        SharedMemory shm,
+        SharedMemory::Create(absl::StrCat(info_.uuid, "-ring"), kMemoryHeaderBytes + size));
     // Pre-faulted, as device memory is committed when allocated: otherwise
     // the first copy into each page pays a fault and the page's zeroing on
     // the copy path (measured by tests/bench: about a quarter of the copy
     // worker's CPU time while a fresh 128 MiB ring fills; docs/BENCHMARKS.md).
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite, /*populate=*/true));
-    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size);
+    auto* header = static_cast<HostMemoryHeader*>(mapping.data());
+    header->magic = kMemoryMagic;
+    host_lifetime::InitializeLedger(header->ledger);
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size, ImportClaim());
   }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
@@ -498,9 +593,17 @@ class HostDevice final : public Device {
     if (handle.blob != kMemoryBlob || !handle.fd.valid()) {
       return absl::InvalidArgumentError("not a host-backend memory handle");
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Adopt(std::move(handle.fd), bytes));
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        SharedMemory shm, SharedMemory::Adopt(std::move(handle.fd), kMemoryHeaderBytes + bytes));
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
-    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), bytes);
+    auto* header = static_cast<HostMemoryHeader*>(mapping.data());
+    if (header->magic != kMemoryMagic) {
+      return absl::InvalidArgumentError("host-backend memory handle has a bad magic number");
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ImportClaim claim,
+                               ImportClaim::Claim(header->ledger, "device memory"));
+    return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), bytes,
+                                        std::move(claim));
   }
 
   absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
@@ -529,6 +632,7 @@ class HostDevice final : public Device {
     return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
   }
   absl::Status health() const override { return absl::OkStatus(); }
+  absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space
 
  private:
   DeviceInfo info_;

@@ -108,5 +108,24 @@ TEST_F(DeadRecorderTest, AsynchronousStreamFailsAndSkipsTheWorkBehindTheWait) {
       << "the failure is sticky, as a CUDA stream error is";
 }
 
+// Using an imported event after its creator died is undefined on CUDA: on
+// the host every later record, wait and query of it fails UNAVAILABLE (an
+// error, not a reported breach: a client cannot close the race with a daemon
+// that dies).
+TEST_F(DeadRecorderTest, RecordingWaitingOrQueryingAnEventOfADeadProcessFailsUnavailable) {
+  child_->Kill(SIGKILL);
+  ASSERT_TRUE(child_->Wait(absl::Seconds(10)).ok());
+  auto stream = device().CreateStream();
+  auto caller = device().WrapStream(nullptr, absl::Seconds(30));
+  ASSERT_TRUE(stream.ok() && caller.ok());
+  absl::Status recorded = (*stream)->Record(*event_);
+  EXPECT_TRUE(absl::IsUnavailable(recorded)) << recorded;
+  EXPECT_NE(recorded.message().find("which has exited"), std::string::npos) << recorded;
+  EXPECT_TRUE(absl::IsUnavailable((*caller)->Record(*event_)));
+  EXPECT_TRUE(absl::IsUnavailable((*stream)->Wait(*event_)));
+  EXPECT_TRUE(absl::IsUnavailable((*caller)->Wait(*event_)));
+  EXPECT_TRUE(absl::IsUnavailable(event_->Query().status()));
+}
+
 }  // namespace
 }  // namespace blockswap

@@ -44,12 +44,25 @@ run() {
   fi
 }
 
+# Processes other than this script's using more than 5% of a CPU over one
+# second, or "none".
+busy_processes() {
+  local list
+  list=$(top -b -n 2 -d 1 -w 200 | awk -v self="$$" '
+    /^top -/ { sample++ }
+    sample == 2 && $1 ~ /^[0-9]+$/ && $9 + 0 > 5 && $12 != "top" { printf "%s %s (%s%%), ", $1, $12, $9 }')
+  echo "${list:-none}" | sed 's/, $//'
+}
+
 {
   echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \
        "$(awk '/MemTotal/ {printf "%.1f GiB RAM", $2/1048576}' /proc/meminfo)," \
        "kernel $(uname -r)"
   echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
+  # The load average lags: say what else is running now. A stray daemon or
+  # client left behind by a killed test makes the latency rows meaningless.
+  echo "busy:    $(busy_processes)"
   echo "commit:  $(git -C "${root}" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } | tee -a "${log}"
 

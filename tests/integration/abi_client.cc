@@ -224,6 +224,7 @@ std::string CheckInheritedHandles(pid_t parent, const std::string& socket_path,
   expect_refused(bs_ring_wait(ring.get(), 0, nullptr, 1000), "bs_ring_wait");
   expect_refused(bs_ring_release(ring.get(), 0, nullptr), "bs_ring_release");
   expect_refused(bs_ring_drain(ring.get(), 1000), "bs_ring_drain");
+  expect_refused(bs_ring_close(ring.get(), nullptr, 1000), "bs_ring_close");
   bs_tensor_info info{};
   expect_refused(bs_model_tensor(model.get(), 0, 0, &info), "bs_model_tensor");
   expect_refused(bs_scheduler_prepare(scheduler), "bs_scheduler_prepare");

@@ -4,7 +4,6 @@
 // keeping whatever it was granted until it exits. Exit 0 when the refusal
 // came as expected, 1 (with what came instead on stderr) when not.
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -30,18 +29,6 @@
 
 namespace blockswap::testing {
 namespace {
-
-// --uid=N: the role runs as uid N (and gid N, no supplementary groups).
-bool BecomeUid(const KeyValueArgs& args) {
-  const int64_t uid = args.Int("uid", -1);
-  if (uid < 0) return true;
-  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
-      ::setuid(static_cast<uid_t>(uid)) != 0) {
-    std::cerr << "cannot become uid " << uid << " (not root?)\n";
-    return false;
-  }
-  return true;
-}
 
 // BeginUpload of a model of `blocks` blocks of `block_bytes` (one U8 tensor
 // each), straight on the stub: no byte of it is ever written.

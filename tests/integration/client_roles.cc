@@ -5,6 +5,8 @@
 // (ClientExit in client_roles.h).
 #include "tests/integration/client_roles.h"
 
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "client/core/connection.h"
 #include "client/core/model.h"
 #include "client/core/ring.h"
+#include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
@@ -38,6 +41,26 @@ int Exit(const absl::Status& status, const RoleReport& report) {
 }
 
 }  // namespace
+
+absl::Status BecomeUser(int64_t uid) {
+  // Gid N too, and no other groups. Dumpable again after setuid, as any
+  // trainer that was never anyone else is.
+  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+      ::setuid(static_cast<uid_t>(uid)) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot become uid ", uid, " (not root?)"));
+  }
+  return absl::OkStatus();
+}
+
+bool BecomeUid(const KeyValueArgs& args) {
+  const int64_t uid = args.Int("uid", -1);
+  if (uid < 0) return true;
+  if (absl::Status became = BecomeUser(uid); !became.ok()) {
+    std::cerr << became.message() << "\n";
+    return false;
+  }
+  return true;
+}
 
 std::vector<std::vector<client::TensorUpload>> ModelUploads(
     const std::vector<std::vector<uint8_t>>& data, uint32_t blocks) {
@@ -89,6 +112,11 @@ struct Setup {
 };
 
 absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report) {
+  // --as-uid=N: a trainer of another user than the daemon's, as under the
+  // system service.
+  if (const int64_t uid = args.Int("as-uid", -1); uid >= 0) {
+    BLOCKSWAP_RETURN_IF_ERROR(BecomeUser(uid));
+  }
   Setup setup;
   const uint64_t seed = args.Int("seed", 1);
   const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));

@@ -1,4 +1,5 @@
-// Client roles of the integration tests (client_roles.cc, rogue_roles.cc)
+// Client roles of the integration tests (client_roles.cc, rogue_roles.cc,
+// budget_roles.cc, visibility_roles.cc)
 // and the model they share.
 #ifndef BLOCKSWAP_TESTS_INTEGRATION_CLIENT_ROLES_H_
 #define BLOCKSWAP_TESTS_INTEGRATION_CLIENT_ROLES_H_
@@ -11,6 +12,7 @@
 #include "client/core/model.h"
 #include "shared/protocol/model_layout.h"
 #include "tests/integration/test_model.h"
+#include "tests/support/key_value_args.h"
 
 namespace blockswap::testing {
 
@@ -27,6 +29,16 @@ std::vector<std::vector<client::TensorUpload>> ModelUploads(
 // DestroyRing straight on the stub (no drain, unlike client::Ring's
 // destructor), for the roles that test the daemon's side of it.
 absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id);
+
+// A well-formed model id that no test registers.
+inline constexpr char kUnregisteredModelId[] =
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+// This process becomes uid N (and gid N, no supplementary groups).
+absl::Status BecomeUser(int64_t uid);
+// --uid=N: the role runs as uid N (BecomeUser); false (said on stderr) when
+// it cannot. Without --uid: true, unchanged.
+bool BecomeUid(const KeyValueArgs& args);
 
 std::vector<std::byte> ExpectedBlock(const ModelLayout& layout,
                                      const std::vector<std::vector<uint8_t>>& data, uint32_t b);

@@ -53,6 +53,52 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   EXPECT_EQ(CountShm(".masters"), 1) << "one set of masters";
 }
 
+// Issue 20 item 4: the daemon and a trainer of another uid, as under the
+// system service (the daemon user blockswap, trainers in the socket's group):
+// the trainer reaches the socket through the group, imports its ring (memory
+// and events) and streams byte-exact, and neither breaks a lifetime rule.
+TEST_F(DaemonClientTest, AClientOfAnotherUidInTheSocketsGroupStreamsByteExact) {
+  StartDaemon({.extra_args = {"--socket-group=65534"}});
+  // The way to the socket (and to the role's report) for uid 65534; the
+  // socket itself stays 0660, reachable through its group only.
+  ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+  std::ofstream(ReportPath("other-uid")).flush();
+  ASSERT_EQ(::chmod(ReportPath("other-uid").c_str(), 0666), 0);
+  struct stat socket_stat {};
+  ASSERT_EQ(::stat(dirs_->socket_path().c_str(), &socket_stat), 0);
+  EXPECT_EQ(socket_stat.st_mode & 07777, 0660u);
+  EXPECT_EQ(socket_stat.st_gid, 65534u);
+
+  ChildProcess trainer = Spawn("stream", "other-uid", {"--passes=20", "--as-uid=65534"});
+  EXPECT_EQ(Finish(trainer, "other-uid"), kClientOk) << Describe("other-uid");
+  EXPECT_EQ(FirstValue(Report("other-uid"), "wrong"), "0");
+  auto code = daemon_->Stop(SIGTERM);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << "the daemon did not stop cleanly after the other uid's session";
+}
+
+// Whatever umask it inherits (the unit's UMask=0007 lets the CUDA driver's
+// IPC files reach the socket's group), the daemon's own files get the modes
+// it chooses: its masters directory 0700, nothing in it open to others.
+TEST_F(DaemonClientTest, UnderAPermissiveUmaskTheDaemonsFilesKeepTheirModes) {
+  const mode_t previous = ::umask(0);
+  StartDaemon();
+  ::umask(previous);
+  EXPECT_EQ(Run("stream", "modes", {"--passes=1"}), kClientOk);
+  struct stat entry {};
+  ASSERT_EQ(::stat(dirs_->socket_path().c_str(), &entry), 0);
+  EXPECT_EQ(entry.st_mode & 0007, 0u) << "the socket is open to others";
+  ASSERT_EQ(::stat(dirs_->shm_dir().c_str(), &entry), 0);
+  EXPECT_EQ(entry.st_mode & 07777, 0700u);
+  const std::vector<std::string> files = dirs_->ShmEntries();
+  EXPECT_FALSE(files.empty());
+  for (const std::string& name : files) {
+    ASSERT_EQ(::stat((dirs_->shm_dir() + "/" + name).c_str(), &entry), 0) << name;
+    EXPECT_EQ(entry.st_mode & 0077, 0u)
+        << name << " has mode " << std::oct << (entry.st_mode & 07777);
+  }
+}
+
 TEST_F(DaemonClientTest, AFileRegisteredThroughTheCAbiIsTheModelAnUploadGets) {
   StartDaemon();
   const std::string file = dirs_->temp_dir() + "/abi.safetensors";
@@ -175,7 +221,7 @@ TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsS
     absl::StrAppend(out, line.first, " ", absl::StrJoin(line.second, " | "));
   });
   // Every call the child made was refused, naming itself and the parent.
-  EXPECT_EQ(FirstValue(report, "checked"), "19");
+  EXPECT_EQ(FirstValue(report, "checked"), "20");
   EXPECT_EQ(FirstValue(report, "not_refused"), "");
   // Both children ended on their own: neither hung in an RPC of the parent's.
   EXPECT_EQ(FirstValue(report, "checker_exit"), "0");

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ class DaemonProcess {
   pid_t pid() const { return process_.pid(); }
   // Sends `signal` and waits for the exit: the exit code (128+N for a signal).
   absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(20));
+  // The exit code (128+N for a signal) once the daemon has exited on its
+  // own; nullopt while it runs.
+  std::optional<int> Exited() { return process_.TryWait(); }
 
   // An Admin stub on the daemon's socket (the test process is root: allowed).
   // Defined in daemon_process_admin.cc: only in blockswap_daemon_process, not

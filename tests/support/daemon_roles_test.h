@@ -7,9 +7,11 @@
 #define BLOCKSWAP_TESTS_SUPPORT_DAEMON_ROLES_TEST_H_
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +37,15 @@ class DaemonRolesTest : public ::testing::Test {
     auto dirs = ScratchDirs::Create();
     ASSERT_TRUE(dirs.ok()) << dirs.status();
     dirs_ = *std::move(dirs);
+  }
+
+  // A daemon that aborted (a host-backend lifetime check, say: its stderr
+  // has the line) fails the test even when nothing asked it anything after.
+  void TearDown() override {
+    if (daemon_ == nullptr) return;
+    if (std::optional<int> code = daemon_->Exited(); code.has_value() && *code == 128 + SIGABRT) {
+      ADD_FAILURE() << "blockswapd aborted during the test (its stderr says why)";
+    }
   }
 
   void StartDaemon(DaemonFlags flags = {}) {

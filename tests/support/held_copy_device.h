@@ -55,6 +55,7 @@ class HeldCopyDevice final : public Device {
     return device_.RegisterHostMemory(data, bytes);
   }
   absl::Status health() const override { return device_.health(); }
+  absl::Status UseOnThisThread() override { return device_.UseOnThisThread(); }
 
  private:
   // Each copy waits on the stream, in order, until the copies are released.

@@ -224,9 +224,16 @@ int RunConsumer(const std::vector<std::string>& argv) {
   auto send = [&](const PeerMessage& message) {
     return ::send(socket.get(), &message, sizeof(message), MSG_NOSIGNAL) == sizeof(message);
   };
+  // The client's teardown, before the producer may free the ring: the
+  // stream's reads done, the imports closed (host_lifetime.h), then kDone.
+  auto done = [&] {
+    (void)(*stream)->Synchronize();
+    ring->reset();
+    send(PeerMessage{MessageType::kDone, 0, 0, 0});
+  };
   auto classify = [&](const absl::Status& status) {
     std::cerr << "consumer: " << status << "\n";
-    send(PeerMessage{MessageType::kDone, 0, 0, 0});
+    done();
     return absl::IsDeadlineExceeded(status) ? kPeerTimedOut : kPeerRingFailed;
   };
   auto request = [&](int64_t k) -> absl::Status {
@@ -276,7 +283,7 @@ int RunConsumer(const std::vector<std::string>& argv) {
       bool intact = std::memcmp(copy, expected[block].data(), bytes) == 0;
       std::cerr << "consumer: rogue request answered: " << health
                 << (intact ? " (slot intact)" : " (slot OVERWRITTEN)") << "\n";
-      send(PeerMessage{MessageType::kDone, 0, 0, 0});
+      done();
       if (!intact) return kPeerWrongBytes;
       return health.ok() ? kPeerTimedOut : kPeerRingFailed;
     }
@@ -285,8 +292,7 @@ int RunConsumer(const std::vector<std::string>& argv) {
     }
   }
   if (auto s = consumer.Drain(); !s.ok()) return classify(s);
-  (void)(*stream)->Synchronize();
-  send(PeerMessage{MessageType::kDone, 0, 0, 0});
+  done();
   if (wrong.load() > 0) {
     std::cerr << "consumer: " << wrong.load() << " of " << total << " loads had wrong bytes\n";
     return kPeerWrongBytes;

@@ -556,7 +556,10 @@ TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
   nlohmann::json models = CtlJson({"models"});
   ASSERT_EQ(models["models"].size(), 2u) << models;  // the blocks and the extras
   for (const nlohmann::json& model : models["models"]) {
-    EXPECT_EQ(model["source"], "file " + file);
+    // Every registration of the content, each once: the upload only added
+    // itself to the blocks' model.
+    EXPECT_EQ(model["source"],
+              model["model_id"] == id ? "file " + file + "; upload" : "file " + file);
     EXPECT_EQ(model["pinned"], false);  // the host backend pins nothing
     if (model["model_id"] == id) {
       EXPECT_EQ(model["block_count"], 4);

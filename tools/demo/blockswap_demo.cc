@@ -115,8 +115,10 @@ class Demo {
                                   slot_bytes);
     std::unique_ptr<DemoStream> stream = DemoStream::Open(client.backend());
     int code = Stream(client, model, ring, *stream, slot_bytes);
-    // The ring drains and is freed while the session is still attached.
-    ring.Drain(std::chrono::milliseconds(static_cast<int64_t>(flags_.timeout_seconds * 1000)));
+    // The ring is closed after the stream's last use of its slots, and freed
+    // while the session is still attached.
+    ring.Close(stream->native(),
+               std::chrono::milliseconds(static_cast<int64_t>(flags_.timeout_seconds * 1000)));
     stream->Synchronize();
     return code;
   }

@@ -22,14 +22,15 @@
  * are thread-safe unless noted. No gRPC, protobuf, abseil or Boost type
  * crosses this interface.
  *
- * fork() (ABI 5). Handles belong to the process that attached. In a child
+ * fork() (ABI 6). Handles belong to the process that attached. In a child
  * forked after bs_connect (a DataLoader worker, say) every call on an
  * inherited handle fails BS_FAILED_PRECONDITION ("... was forked from pid N
  * after that process attached ..."), functions that return a value return
  * their empty one (0, NULL, UINT32_MAX) with that message in bs_last_error,
  * and bs_connect fails the same way (gRPC cannot attach again after fork()).
- * The destroy functions (bs_disconnect, bs_model_close, bs_ring_destroy,
- * bs_scheduler_destroy) are safe in the child: they free the handle's own
+ * bs_ring_close fails like the other calls. The destroy functions
+ * (bs_disconnect, bs_model_close, bs_ring_destroy, bs_scheduler_destroy)
+ * are safe in the child: they free the handle's own
  * memory and nothing else (no call to the daemon, nothing shared touched),
  * so the parent's session, rings and mappings carry on. A process that
  * streams attaches itself: start it with exec, or as a spawn/forkserver
@@ -45,8 +46,8 @@
 extern "C" {
 #endif
 
-/* 5: fork() handling (above); copy_seconds measured by the daemon. */
-#define BS_ABI_VERSION 5u
+/* 6: fork() handling (above); copy_seconds measured by the daemon. */
+#define BS_ABI_VERSION 6u
 
 enum bs_code {
   BS_OK = 0,
@@ -168,8 +169,16 @@ const void* bs_model_master(const bs_model* model, uint32_t block);
  * this UUID (one of bs_client_device_uuid). */
 int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,
                    uint64_t slot_bytes, bs_ring** out);
-/* Drains outstanding loads (at most 5 s; not at all once the daemon is gone)
- * and frees the ring. */
+/* Ends the ring in the order CUDA's IPC rules need: waits for outstanding
+ * loads, records each slot's release on `stream` (which must follow the last
+ * use of every slot), synchronises it, closes the imported memory and events,
+ * then has the daemon free the ring. With the daemon gone it only
+ * synchronises and closes. Every later call on the ring fails but
+ * bs_ring_destroy; closing again returns BS_OK. Since ABI version 5. */
+int bs_ring_close(bs_ring* ring, void* stream, uint32_t timeout_ms);
+/* bs_ring_close(ring, NULL, 5000) unless the ring was closed, then frees the
+ * handle. NULL is the legacy default stream on cuda, which follows only the
+ * blocking streams: close with the stream that used the ring first. */
 void bs_ring_destroy(bs_ring* ring);
 
 uint32_t bs_ring_slot_count(const bs_ring* ring);
@@ -285,9 +294,9 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
  *                      the wait on cuda): the time the trainer really lost;
  *   host_wait_seconds  how long the calling thread blocked in them, mostly
  *                      its own queued compute draining, not time lost.
- * copy_seconds (both structs, ABI 5) is the daemon's copy-stream time for
+ * copy_seconds (both structs, ABI 6) is the daemon's copy-stream time for
  * the ring's copies that the pass's waits saw complete, each copy counted
- * once (a pass's last prefetches count in the next pass); before ABI 5 it
+ * once (a pass's last prefetches count in the next pass); before ABI 6 it
  * counted only loads a wait found unfilled, so 0 on the host backend.
  * The caller sets struct_size to sizeof(bs_pass_stats_v2); the library
  * writes only the fields that fit in it (so a newer header's larger struct

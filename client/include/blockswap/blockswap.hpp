@@ -110,6 +110,11 @@ class Ring {
   void Drain(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     detail::Check(bs_ring_drain(handle_.ptr, detail::Millis(timeout)), "bs_ring_drain");
   }
+  // bs_ring_close: the ring's teardown ordered after `stream`, the stream
+  // that used its slots last (the destructor closes on the default stream).
+  void Close(void* stream = nullptr, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    detail::Check(bs_ring_close(handle_.ptr, stream, detail::Millis(timeout)), "bs_ring_close");
+  }
   bs_ring* get() const { return handle_.ptr; }
 
  private:

@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 4  # bs_scheduler_last_pass_v2
+ABI_VERSION = 5  # bs_ring_close
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -113,6 +113,7 @@ _PROTOTYPES = {
     "bs_model_tensor": (_INT, [_P, _U32, _U32, ctypes.POINTER(TensorInfo)]),
     "bs_model_master": (_P, [_P, _U32]),
     "bs_ring_create": (_INT, [_P, _STR, _U32, _U64, _PP]),
+    "bs_ring_close": (_INT, [_P, _P, _U32]),
     "bs_ring_destroy": (None, [_P]),
     "bs_ring_slot_count": (_U32, [_P]),
     "bs_ring_slot_bytes": (_U64, [_P]),

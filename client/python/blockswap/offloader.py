@@ -92,6 +92,25 @@ class BlockSwapConfig:
                    gradient_checkpointing=checkpointing)
 
 
+# How long closing the ring may wait for its outstanding loads and its
+# stream (bs_ring_close).
+_CLOSE_TIMEOUT_MS = 5000
+
+
+def _check_not_capturing(what):
+    """The Python face of the C++ layer's CheckNotCapturing: blockswapd loads
+    the streamed blocks and the wait for them is made on the host, which a
+    captured CUDA graph cannot replay (under capture the event record and
+    wait of the load protocol fail with a CUDA error that says nothing of it)."""
+    # Without CUDA initialised in this process there is no capture to be in.
+    if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"blockswap: {what} during CUDA graph capture. Streamed blocks are loaded by "
+            f"blockswapd and waited for on the host, which a captured graph cannot replay: "
+            f"capture only the resident part of the model, or run the offloaded blocks "
+            f"outside the graph")
+
+
 def _place_blocks(num_blocks, blocks_to_swap, ring_size):
     """The scheduler's placement (bs_place_blocks), needed before the
     scheduler exists (to register the backward hooks): the streaming block
@@ -551,6 +570,7 @@ class StreamOffloader:
 
     def _call(self, function, *args, what):
         _fork.check(what)
+        _check_not_capturing(what)
         if self.device.type == "cuda":
             current = torch.cuda.current_stream(self.device)
             if current != self._stream:
@@ -570,6 +590,7 @@ class StreamOffloader:
         if self.S == 0:
             return
         _fork.check("prepare_block_devices_before_forward")
+        _check_not_capturing("prepare_block_devices_before_forward")
         if self._scheduler is None:
             self._first_prepare()
         self._call(self._lib.bs_scheduler_prepare, what="prepare_block_devices_before_forward")
@@ -697,8 +718,17 @@ class StreamOffloader:
             self._bind(block, [nn.Parameter(c, requires_grad=False) if isinstance(v, nn.Parameter)
                                else c for v, c in zip(views, copies)])
         self._master_views, self._slot_views, self._slot_flat = {}, {}, []
-        for attr, destroy in (("_scheduler", lib.bs_scheduler_destroy),
-                              ("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
+        if self._scheduler:
+            scheduler, self._scheduler = self._scheduler, None
+            lib.bs_scheduler_destroy(scheduler)
+        if self._ring:
+            # CUDA's order: the releases recorded after the stream's last use
+            # of the slots, the stream synchronised, the imports closed, and
+            # only then the ring freed by the daemon (bs_ring_close). An error
+            # here cannot be acted on: the ring is closed all the same.
+            stream = ctypes.c_void_p(self._stream.cuda_stream) if self._stream is not None else None
+            lib.bs_ring_close(self._ring, stream, _CLOSE_TIMEOUT_MS)
+        for attr, destroy in (("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
                               ("_client", lib.bs_disconnect)):
             handle = getattr(self, attr)
             if handle:

@@ -25,6 +25,10 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 os.environ["BLOCKSWAP_LIBRARY"] = os.path.abspath(
     os.environ.get("BLOCKSWAP_LIBRARY", os.path.join(REPO, "build", "lib", "libblockswap.so")))
 BIN_DIR = os.path.abspath(os.environ.get("BLOCKSWAP_BIN_DIR", os.path.join(REPO, "build", "bin")))
+# Every daemon and trainer of these tests aborts at a breach of CUDA's
+# lifetime rules that the host backend sees (shared/backend/host_lifetime.h).
+os.environ.setdefault("BLOCKSWAP_HOST_LIFETIME_CHECKS", "abort")
+LIFETIME_BREACH = "CUDA lifetime rule broken"
 
 
 class Daemon:
@@ -122,5 +126,8 @@ def daemon():
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        with open(log_path, errors="replace") as log:
+            broken = [line for line in log if LIFETIME_BREACH in line]
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
+        assert not broken, f"blockswapd broke a CUDA lifetime rule: {broken}"

@@ -113,3 +113,21 @@ def test_a_slot_overwritten_under_saved_weights_fails_loudly(daemon):
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         train(model, batches(1))
     model.offloader.close()
+
+
+def test_a_prepare_or_wait_under_cuda_graph_capture_is_refused_with_the_reason(daemon,
+                                                                             monkeypatch):
+    model = TinyTransformer(6)
+    offloader = create(model, config(daemon))
+    offloader.prepare_block_devices_before_forward(model.blocks)
+    # As under torch.cuda.graph(): CUDA initialised, the current stream capturing.
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for call in (lambda: offloader.prepare_block_devices_before_forward(model.blocks),
+                 lambda: offloader.wait_for_block(offloader.stream_idx[0])):
+        with pytest.raises(RuntimeError, match=r"during CUDA graph capture\. Streamed blocks are "
+                                               r"loaded by blockswapd"):
+            call()
+    monkeypatch.undo()
+    offloader.wait_for_block(offloader.stream_idx[0])  # outside the capture it streams again
+    offloader.close()

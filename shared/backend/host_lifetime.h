@@ -1,0 +1,96 @@
+// The host backend's check of CUDA's IPC lifetime rules (DESIGN §4), whose
+// breach is undefined behaviour on a GPU and would otherwise pass unseen on
+// the host, where a memfd stays valid for as long as anybody maps it:
+//   - exported memory is freed (cudaFree), or an exported event destroyed,
+//     while an importer still holds it;
+//   - an importer uses an event after its exporter destroyed it (a mapping
+//     whose exporter freed it under the importer reads poison instead:
+//     host_backend.cc);
+//   - an importer records or waits on an event of a process that has died.
+// The first two are breaches by whoever freed or used too early: reported
+// here (ReportLifetimeViolation). The last is a race nobody can close (a
+// daemon can die at any moment), so the backend call fails with UNAVAILABLE
+// instead (host_backend.cc).
+//
+// Who holds what lives beside the object, in its own shared memory: an
+// ImportLedger, written with atomics only (no locks in shared memory, DESIGN
+// §6). Each import claims one entry with its process's identity (pid and
+// start time, so a reused pid is not mistaken for the importer) and clears
+// it when closed; an importer that died without closing is found dead
+// through /proc. The host backend assumes one pid namespace for exporter and
+// importers (it is the test backend; its daemon and clients share one).
+#ifndef BLOCKSWAP_SHARED_BACKEND_HOST_LIFETIME_H_
+#define BLOCKSWAP_SHARED_BACKEND_HOST_LIFETIME_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace blockswap::host_lifetime {
+
+// Live imports one exported object can have at once; the load protocol
+// needs one (the ring's client).
+inline constexpr int kMaxImports = 8;
+
+struct ImportLedger {
+  // The exporter's pid (for messages).
+  std::atomic<uint32_t> exporter_pid;
+  // 1 once the exporter freed or destroyed the object.
+  std::atomic<uint32_t> freed;
+  // 0: free; otherwise the importing process (ProcessKey).
+  std::atomic<uint64_t> imports[kMaxImports];
+};
+
+// This process as an import entry: pid in the low 32 bits, the low 32 bits
+// of its start time (clock ticks since boot) in the high ones.
+uint64_t ProcessKey();
+
+// The exporter's side, when it creates the object.
+void InitializeLedger(ImportLedger& ledger);
+
+// One import's entry in a ledger, cleared on destruction (the import is
+// closed). Move-only. The ledger's memory must outlive it.
+class ImportClaim {
+ public:
+  // RESOURCE_EXHAUSTED when kMaxImports imports are live already.
+  static absl::StatusOr<ImportClaim> Claim(ImportLedger& ledger, const char* what);
+  ImportClaim() = default;
+  ImportClaim(ImportClaim&& other) noexcept;
+  ImportClaim& operator=(ImportClaim&& other) noexcept;
+  ImportClaim(const ImportClaim&) = delete;
+  ImportClaim& operator=(const ImportClaim&) = delete;
+  ~ImportClaim();
+  // False for a default-constructed (or moved-from) claim.
+  bool held() const { return ledger_ != nullptr; }
+
+ private:
+  ImportClaim(ImportLedger* ledger, int entry) : ledger_(ledger), entry_(entry) {}
+  void Clear();
+  ImportLedger* ledger_ = nullptr;
+  int entry_ = -1;
+};
+
+// The exporter's side, when it frees the object: marks it freed and returns
+// the live importers ("pid 12, pid 34"; empty when none), so that the caller
+// reports the breach. Dead importers' entries are not counted: a process's
+// imports end with it.
+std::string MarkFreed(ImportLedger& ledger);
+
+// Whether the exporter has freed the object.
+bool Freed(const ImportLedger& ledger);
+
+// Reports a breach of the rules above: one line on stderr, counted; and
+// with BLOCKSWAP_HOST_LIFETIME_CHECKS=abort (what the test suite sets) the
+// process aborts after the line, so that no test can pass over it. The
+// default reports only: a client that breaks a rule must not bring a
+// production daemon down (DESIGN §6).
+void ReportLifetimeViolation(const absl::Status& violation);
+// Breaches reported by this process so far.
+uint64_t LifetimeViolationCount();
+
+}  // namespace blockswap::host_lifetime
+
+#endif  // BLOCKSWAP_SHARED_BACKEND_HOST_LIFETIME_H_

@@ -1,0 +1,224 @@
+// Model visibility (issue 19 item 8; daemon/session/model_visibility.h) with
+// real processes: a root client registers a model from a 0600 file and
+// streams another it uploaded; viewers (visibility_roles.cc) as root and as
+// uids 65534 and 65533 report what they can open and what the Admin calls
+// show them; the metrics exposition is scraped for ids and paths.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "client/core/connection.h"
+#include "client/core/file_model.h"
+#include "tests/integration/client_roles.h"
+#include "tests/integration/daemon_client_fixture.h"
+#include "tests/support/http_get.h"
+#include "tests/support/safetensors_writer.h"
+
+namespace blockswap::testing {
+namespace {
+
+constexpr char kBlockPattern[] = R"(^transformer_blocks\.(\d+)\.)";
+constexpr int kNotFound = 5;            // grpc::StatusCode::NOT_FOUND
+constexpr int kFailedPrecondition = 9;  // grpc::StatusCode::FAILED_PRECONDITION
+
+bool Has(const ReportLines& report, const std::string& key, const std::string& value) {
+  auto it = report.find(key);
+  return it != report.end() &&
+         std::find(it->second.begin(), it->second.end(), value) != it->second.end();
+}
+
+int CodeOf(const ReportLines& report, const std::string& key) {
+  int code = -1;
+  return absl::SimpleAtoi(FirstValue(report, key).substr(0, FirstValue(report, key).find(' ')),
+                          &code)
+             ? code
+             : -1;
+}
+
+class ModelVisibilityTest : public DaemonClientTest {
+ protected:
+  // A daemon that uids 65534 and 65533 may reach (the socket and the
+  // report files open to them), with metrics on a free port.
+  void StartSharedDaemon(std::vector<std::string> args) {
+    args.insert(args.end(),
+                {"--allow-uid=65534", "--allow-uid=65533", "--metrics-listen=127.0.0.1:0"});
+    StartDaemon({.extra_args = std::move(args), .output_path = LogPath()});
+    ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
+  }
+  std::string LogPath() const { return dirs_->temp_dir() + "/daemon.log"; }
+
+  // The model file: 0600 and root's, so that no other uid can open it; and a
+  // world-readable copy of the same content elsewhere.
+  void WriteModelFiles() {
+    ASSERT_TRUE(WriteSafetensorsFile(private_file(), TransformerTensors(3, 2, 8), 5).ok());
+    ASSERT_EQ(::chmod(private_file().c_str(), 0600), 0);
+    std::filesystem::create_directories(dirs_->temp_dir() + "/public");
+    ASSERT_TRUE(WriteSafetensorsFile(public_copy(), TransformerTensors(3, 2, 8), 5).ok());
+  }
+  std::string private_file() const { return dirs_->temp_dir() + "/private.safetensors"; }
+  std::string public_copy() const { return dirs_->temp_dir() + "/public/copy.safetensors"; }
+
+  // Runs the viewer as `uid` (-1: root, unchanged) probing `probe`; its report.
+  ReportLines View(const std::string& name, int uid, const std::string& probe,
+                   std::vector<std::string> args = {}) {
+    std::ofstream(ReportPath(name)).close();
+    EXPECT_EQ(::chmod(ReportPath(name).c_str(), 0666), 0);
+    args.push_back("--probe=" + probe);
+    args.push_back(absl::StrCat("--block-pattern=", kBlockPattern));
+    if (uid >= 0) args.push_back(absl::StrCat("--uid=", uid));
+    EXPECT_EQ(Run("viewer", name, std::move(args)), kClientOk) << Describe(name);
+    return Report(name);
+  }
+
+  // Each of OpenModel, VerifyModel and EvictModel answered `id` exactly as
+  // an id nobody registered.
+  void ExpectAnsweredAsUnknown(const ReportLines& seen, const std::string& id) {
+    for (const std::string key : {"open", "verify", "evict"}) {
+      EXPECT_EQ(CodeOf(seen, key), kNotFound) << key << ": " << FirstValue(seen, key);
+      EXPECT_EQ(FirstValue(seen, key), absl::StrReplaceAll(FirstValue(seen, "unknown_" + key),
+                                                           {{kUnregisteredModelId, id}}))
+          << key << ": the answer differs from an unknown id's, so it tells that the model exists";
+    }
+  }
+
+  uint64_t StreamerSession() {
+    const v1::ClientsReply clients = Clients();
+    for (const v1::ClientInfo& client : clients.clients()) {
+      if (client.client_name() == "streamer") return client.session_id();
+    }
+    ADD_FAILURE() << "no streamer attached";
+    return 0;
+  }
+
+  // GET /metrics on the port the daemon logged.
+  std::string ScrapeMetrics() {
+    std::ifstream in(LogPath());
+    std::stringstream log;
+    log << in.rdbuf();
+    const std::string text = log.str();
+    size_t at = text.rfind("/metrics (port ");
+    int port = 0;
+    if (at == std::string::npos ||
+        !absl::SimpleAtoi(text.substr(at + 15, text.find(')', at) - at - 15), &port)) {
+      ADD_FAILURE() << "the daemon did not log its metrics port: " << text;
+      return "";
+    }
+    return HttpGet(port, "/metrics");
+  }
+};
+
+TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRegistersItsContent) {
+  StartSharedDaemon({"--model-access=registrant-group"});
+  WriteModelFiles();
+  auto root = client::Connection::Connect(dirs_->socket_path(), "root");
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto file_model = client::RegisterFile(**root, private_file(), {.block_pattern = kBlockPattern});
+  ASSERT_TRUE(file_model.ok()) << file_model.status();
+  ASSERT_NE(file_model->extras, nullptr);
+  const std::string model = file_model->model->id();
+  const std::string extras = file_model->extras->id();
+  const std::string stop_file = dirs_->temp_dir() + "/stop";
+  ChildProcess streamer =
+      Spawn("stream", "streamer", {"--passes=1000000", "--stop-file=" + stop_file});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  const std::string upload = FirstValue(Report("streamer"), "model");
+  const std::string ring = FirstValue(Report("streamer"), "ring");
+  const std::string session = absl::StrCat(StreamerSession());
+
+  // uid 65534, in no group of root's: as if nothing were registered.
+  ReportLines nobody = View("nobody", 65534, model);
+  ExpectAnsweredAsUnknown(nobody, model);
+  for (const std::string& id : {model, extras, upload}) {
+    EXPECT_FALSE(Has(nobody, "listed", id)) << id << " listed to uid 65534";
+  }
+  EXPECT_FALSE(Has(nobody, "trace_session", session)) << "the streamer's trace shown to 65534";
+  EXPECT_FALSE(Has(nobody, "trace_ring", ring)) << "the streamer's ring in 65534's trace";
+  EXPECT_FALSE(Has(nobody, "residency_ring", ring)) << "the streamer's ring in 65534's residency";
+
+  // Root sees all of it: the hiding above is the policy's, not an empty view.
+  ReportLines admin = View("root", -1, model);
+  EXPECT_EQ(CodeOf(admin, "open"), 0) << FirstValue(admin, "open");
+  EXPECT_EQ(CodeOf(admin, "verify"), 0) << FirstValue(admin, "verify");
+  EXPECT_EQ(CodeOf(admin, "evict"), kFailedPrecondition) << FirstValue(admin, "evict");
+  EXPECT_TRUE(Has(admin, "listed", model) && Has(admin, "listed", extras) &&
+              Has(admin, "listed", upload));
+  EXPECT_TRUE(absl::StrContains(FirstValue(admin, "source_" + model), private_file()))
+      << FirstValue(admin, "source_" + model);
+  EXPECT_TRUE(Has(admin, "trace_session", session));
+  EXPECT_TRUE(Has(admin, "trace_ring", ring));
+  EXPECT_TRUE(Has(admin, "residency_ring", ring));
+
+  // 65534 uploads the streamer's content and registers its own copy of the
+  // file: each registration gets it access, nothing is copied again.
+  ReportLines shared =
+      View("nobody-registers", 65534, model, {"--upload-seed=1", "--file=" + public_copy()});
+  EXPECT_EQ(FirstValue(shared, "uploaded"), upload);
+  EXPECT_EQ(FirstValue(shared, "registered"), model);
+  EXPECT_EQ(CodeOf(shared, "open"), 0) << FirstValue(shared, "open");
+  EXPECT_EQ(CodeOf(shared, "verify"), 0) << FirstValue(shared, "verify");
+  for (const std::string& id : {model, extras, upload})
+    EXPECT_TRUE(Has(shared, "listed", id)) << id;
+  const std::string source = FirstValue(shared, "source_" + model);
+  EXPECT_TRUE(absl::StrContains(source, public_copy())) << source;
+  EXPECT_FALSE(absl::StrContains(source, private_file()))
+      << "root's path shown to 65534: " << source;
+  // The streamer's only model is now 65534's too.
+  EXPECT_TRUE(Has(shared, "trace_session", session));
+
+  // The metrics name no model and no path, whoever scrapes them.
+  const std::string metrics = ScrapeMetrics();
+  EXPECT_TRUE(absl::StrContains(metrics, "\nblockswap_models 3\n")) << metrics;
+  for (const std::string& id : {model, extras, upload}) {
+    EXPECT_FALSE(absl::StrContains(metrics, id.substr(0, 12))) << "a model id in the metrics";
+  }
+  EXPECT_FALSE(absl::StrContains(metrics, dirs_->temp_dir())) << "a source path in the metrics";
+
+  // After a restart the adopted models keep their registrants.
+  std::ofstream(stop_file).close();
+  EXPECT_EQ(Finish(streamer, "streamer"), kClientOk);
+  file_model->model.reset();
+  file_model->extras.reset();
+  root->reset();
+  ASSERT_TRUE(daemon_->Stop(SIGTERM).ok());
+  StartSharedDaemon({"--model-access=registrant-group"});
+  ReportLines again = View("nobody-after-restart", 65534, model);
+  EXPECT_EQ(CodeOf(again, "open"), 0) << FirstValue(again, "open");
+  EXPECT_TRUE(Has(again, "listed", model) && Has(again, "listed", upload));
+  ReportLines other = View("other-after-restart", 65533, model);
+  ExpectAnsweredAsUnknown(other, model);
+  EXPECT_FALSE(Has(other, "listed", model) || Has(other, "listed", upload));
+}
+
+TEST_F(ModelVisibilityTest, ByDefaultEveryAllowedUserOpensEveryModelButNotAnotherUsersPaths) {
+  StartSharedDaemon({});
+  WriteModelFiles();
+  auto root = client::Connection::Connect(dirs_->socket_path(), "root");
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto file_model = client::RegisterFile(**root, private_file(), {.block_pattern = kBlockPattern});
+  ASSERT_TRUE(file_model.ok()) << file_model.status();
+  const std::string model = file_model->model->id();
+
+  ReportLines nobody = View("nobody", 65534, model);
+  EXPECT_EQ(CodeOf(nobody, "open"), 0) << FirstValue(nobody, "open");
+  EXPECT_EQ(CodeOf(nobody, "verify"), 0) << FirstValue(nobody, "verify");
+  EXPECT_TRUE(Has(nobody, "listed", model));
+  EXPECT_EQ(FirstValue(nobody, "source_" + model), "file (another user's)");
+  ReportLines admin = View("root", -1, model);
+  EXPECT_TRUE(absl::StrContains(FirstValue(admin, "source_" + model), private_file()))
+      << FirstValue(admin, "source_" + model);
+}
+
+}  // namespace
+}  // namespace blockswap::testing
