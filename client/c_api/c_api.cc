@@ -9,10 +9,14 @@
 #include "blockswap/blockswap.h"
 #include "client/c_api/c_api_internal.h"
 #include "client/core/file_model.h"
+#include "shared/base/status.h"
 
+using blockswap::client::c_api::Destroy;
 using blockswap::client::c_api::Guard;
+using blockswap::client::c_api::Inherited;
 using blockswap::client::c_api::InvalidArgument;
 using blockswap::client::c_api::Report;
+using blockswap::client::c_api::Unusable;
 
 namespace blockswap::client::c_api {
 std::string& LastError() {
@@ -37,29 +41,35 @@ int bs_connect(const char* socket_path, const char* client_name, bs_client** out
   if (out == nullptr) return InvalidArgument("bs_connect: out is NULL");
   *out = nullptr;
   return Guard([&]() -> absl::Status {
+    BLOCKSWAP_RETURN_IF_ERROR(blockswap::client::OwnerProcess::CheckAttachAllowed());
     auto connection = blockswap::client::Connection::Connect(
         socket_path == nullptr ? "" : socket_path, client_name == nullptr ? "" : client_name);
     if (!connection.ok()) return connection.status();
-    *out = new bs_client{*std::move(connection)};
+    blockswap::client::OwnerProcess::NoteAttached();
+    *out = new bs_client{*std::move(connection), {}};
     return absl::OkStatus();
   });
 }
 
-void bs_disconnect(bs_client* client) { delete client; }
+void bs_disconnect(bs_client* client) { Destroy(client); }
 
 int bs_client_backend(const bs_client* client) {
-  if (client == nullptr) return 0;
+  if (Unusable(client, "bs_client_backend")) return 0;
   return client->connection->backend_kind() == blockswap::BackendKind::kCuda ? BS_BACKEND_CUDA
                                                                              : BS_BACKEND_HOST;
 }
 
 uint32_t bs_client_device_count(const bs_client* client) {
-  return client == nullptr ? 0
-                           : static_cast<uint32_t>(client->connection->device_uuids().size());
+  return Unusable(client, "bs_client_device_count")
+             ? 0
+             : static_cast<uint32_t>(client->connection->device_uuids().size());
 }
 
 const char* bs_client_device_uuid(const bs_client* client, uint32_t index) {
-  if (client == nullptr || index >= client->connection->device_uuids().size()) return nullptr;
+  if (Unusable(client, "bs_client_device_uuid") ||
+      index >= client->connection->device_uuids().size()) {
+    return nullptr;
+  }
   return client->connection->device_uuids()[index].c_str();
 }
 
@@ -69,6 +79,7 @@ int bs_model_register(bs_client* client, const char* name, const bs_block_desc* 
     return InvalidArgument("bs_model_register: client, blocks and out must not be NULL");
   }
   *out = nullptr;
+  if (int code = Inherited(client, "bs_model_register")) return code;
   return Guard([&]() -> absl::Status {
     std::vector<std::vector<blockswap::client::TensorUpload>> uploads(block_count);
     for (uint32_t b = 0; b < block_count; ++b) {
@@ -94,7 +105,7 @@ int bs_model_register(bs_client* client, const char* name, const bs_block_desc* 
     auto model = blockswap::client::Model::Register(*client->connection,
                                                     name == nullptr ? "" : name, uploads);
     if (!model.ok()) return model.status();
-    *out = new bs_model{*std::move(model)};
+    *out = new bs_model{*std::move(model), {}};
     return absl::OkStatus();
   });
 }
@@ -109,6 +120,7 @@ int bs_model_register_file(bs_client* client, const char* path, const bs_file_op
   }
   *model = nullptr;
   if (extras != nullptr) *extras = nullptr;
+  if (int code = Inherited(client, "bs_model_register_file")) return code;
   return Guard([&]() -> absl::Status {
     blockswap::client::FileRegistrationOptions file_options;
     file_options.block_pattern = options->block_pattern;
@@ -117,9 +129,9 @@ int bs_model_register_file(bs_client* client, const char* path, const bs_file_op
     file_options.name = options->name == nullptr ? "" : options->name;
     auto registered = blockswap::client::RegisterFile(*client->connection, path, file_options);
     if (!registered.ok()) return registered.status();
-    *model = new bs_model{std::move(registered->model)};
+    *model = new bs_model{std::move(registered->model), {}};
     if (extras != nullptr && registered->extras != nullptr) {
-      *extras = new bs_model{std::move(registered->extras)};
+      *extras = new bs_model{std::move(registered->extras), {}};
     }
     return absl::OkStatus();
   });
@@ -130,54 +142,57 @@ int bs_model_open(bs_client* client, const char* model_id, bs_model** out) {
     return InvalidArgument("bs_model_open: client, model_id and out must not be NULL");
   }
   *out = nullptr;
+  if (int code = Inherited(client, "bs_model_open")) return code;
   return Guard([&]() -> absl::Status {
     auto model = blockswap::client::Model::Open(*client->connection, model_id);
     if (!model.ok()) return model.status();
-    *out = new bs_model{*std::move(model)};
+    *out = new bs_model{*std::move(model), {}};
     return absl::OkStatus();
   });
 }
 
-void bs_model_close(bs_model* model) { delete model; }
+void bs_model_close(bs_model* model) { Destroy(model); }
 
 const char* bs_model_id(const bs_model* model) {
-  return model == nullptr ? nullptr : model->model->id().c_str();
+  return Unusable(model, "bs_model_id") ? nullptr : model->model->id().c_str();
 }
 
 uint32_t bs_model_block_count(const bs_model* model) {
-  return model == nullptr ? 0 : model->model->block_count();
+  return Unusable(model, "bs_model_block_count") ? 0 : model->model->block_count();
 }
 
 uint64_t bs_model_block_bytes(const bs_model* model, uint32_t block) {
-  if (model == nullptr || block >= model->model->block_count()) return 0;
+  if (Unusable(model, "bs_model_block_bytes") || block >= model->model->block_count()) return 0;
   return model->model->layout().blocks[block].bytes;
 }
 
 uint32_t bs_model_tensor_count(const bs_model* model, uint32_t block) {
-  if (model == nullptr || block >= model->model->block_count()) return 0;
+  if (Unusable(model, "bs_model_tensor_count") || block >= model->model->block_count()) return 0;
   return static_cast<uint32_t>(model->model->layout().blocks[block].tensors.size());
 }
 
 int bs_model_tensor(const bs_model* model, uint32_t block, uint32_t tensor, bs_tensor_info* out) {
   if (model == nullptr || out == nullptr) return InvalidArgument("bs_model_tensor: NULL argument");
+  if (int code = Inherited(model, "bs_model_tensor")) return code;
   const auto& blocks = model->model->layout().blocks;
   if (block >= blocks.size()) {
     return Report(absl::OutOfRangeError(
         absl::StrCat("block ", block, " out of range (model has ", blocks.size(), " blocks)")));
   }
   if (tensor >= blocks[block].tensors.size()) {
-    return Report(absl::OutOfRangeError(absl::StrCat("tensor ", tensor, " out of range (block ",
-                                                     block, " has ",
-                                                     blocks[block].tensors.size(), ")")));
+    return Report(
+        absl::OutOfRangeError(absl::StrCat("tensor ", tensor, " out of range (block ", block,
+                                           " has ", blocks[block].tensors.size(), ")")));
   }
   const blockswap::TensorSpec& spec = blocks[block].tensors[tensor];
-  *out = bs_tensor_info{spec.name.c_str(), spec.dtype.c_str(), spec.shape.data(),
-                        static_cast<uint32_t>(spec.shape.size()), spec.offset, spec.length};
+  *out = bs_tensor_info{spec.name.c_str(), spec.dtype.c_str(),
+                        spec.shape.data(), static_cast<uint32_t>(spec.shape.size()),
+                        spec.offset,       spec.length};
   return Report(absl::OkStatus());
 }
 
 const void* bs_model_master(const bs_model* model, uint32_t block) {
-  return model == nullptr ? nullptr : model->model->master(block);
+  return Unusable(model, "bs_model_master") ? nullptr : model->model->master(block);
 }
 
 int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,
@@ -186,53 +201,59 @@ int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_cou
     return InvalidArgument("bs_ring_create: client, device_uuid and out must not be NULL");
   }
   *out = nullptr;
+  if (int code = Inherited(client, "bs_ring_create")) return code;
   return Guard([&]() -> absl::Status {
-    auto ring = blockswap::client::Ring::Create(*client->connection, device_uuid, slot_count,
-                                                slot_bytes);
+    auto ring =
+        blockswap::client::Ring::Create(*client->connection, device_uuid, slot_count, slot_bytes);
     if (!ring.ok()) return ring.status();
-    *out = new bs_ring{*std::move(ring)};
+    *out = new bs_ring{*std::move(ring), {}};
     return absl::OkStatus();
   });
 }
 
 int bs_ring_close(bs_ring* ring, void* stream, uint32_t timeout_ms) {
   if (ring == nullptr) return InvalidArgument("bs_ring_close: ring is NULL");
+  if (int code = Inherited(ring, "bs_ring_close")) return code;
   return Guard([&] { return ring->ring->Close(stream, Millis(timeout_ms)); });
 }
 
-void bs_ring_destroy(bs_ring* ring) { delete ring; }
+void bs_ring_destroy(bs_ring* ring) { Destroy(ring); }
 
 uint32_t bs_ring_slot_count(const bs_ring* ring) {
-  return ring == nullptr ? 0 : ring->ring->shape().slot_count;
+  return Unusable(ring, "bs_ring_slot_count") ? 0 : ring->ring->shape().slot_count;
 }
 
 uint64_t bs_ring_slot_bytes(const bs_ring* ring) {
-  return ring == nullptr ? 0 : ring->ring->shape().slot_bytes;
+  return Unusable(ring, "bs_ring_slot_bytes") ? 0 : ring->ring->shape().slot_bytes;
 }
 
 void* bs_ring_slot(const bs_ring* ring, uint32_t slot) {
-  if (ring == nullptr || slot >= ring->ring->shape().slot_count) return nullptr;
+  if (Unusable(ring, "bs_ring_slot") || slot >= ring->ring->shape().slot_count) return nullptr;
   return ring->ring->slot(slot);
 }
 
 int bs_ring_load(bs_ring* ring, uint32_t slot, const bs_model* model, uint32_t block,
                  void* stream) {
   if (ring == nullptr || model == nullptr) return InvalidArgument("bs_ring_load: NULL argument");
+  if (int code = Inherited(ring, "bs_ring_load")) return code;
   return Guard([&] { return ring->ring->Load(slot, *model->model, block, stream); });
 }
 
 int bs_ring_wait(bs_ring* ring, uint32_t slot, void* stream, uint32_t timeout_ms) {
   if (ring == nullptr) return InvalidArgument("bs_ring_wait: ring is NULL");
+  if (int code = Inherited(ring, "bs_ring_wait")) return code;
   return Guard([&] { return ring->ring->Wait(slot, stream, Millis(timeout_ms)); });
 }
 
 int bs_ring_release(bs_ring* ring, uint32_t slot, void* stream) {
   if (ring == nullptr) return InvalidArgument("bs_ring_release: ring is NULL");
+  if (int code = Inherited(ring, "bs_ring_release")) return code;
   return Guard([&] { return ring->ring->Release(slot, stream); });
 }
 
 int bs_ring_drain(bs_ring* ring, uint32_t timeout_ms) {
   if (ring == nullptr) return InvalidArgument("bs_ring_drain: ring is NULL");
+  if (int code = Inherited(ring, "bs_ring_drain")) return code;
   return Guard([&] { return ring->ring->Drain(Millis(timeout_ms)); });
 }
 

@@ -13,16 +13,26 @@
 #include "blockswap/blockswap.h"
 #include "client/core/connection.h"
 #include "client/core/model.h"
+#include "client/core/owner_process.h"
 #include "client/core/ring.h"
 
+// Each handle remembers the process that attached (`owner`): in a child
+// forked after that, its calls fail and destroying it only forgets what it
+// holds (Forget: client/core/owner_process.h says why).
 struct bs_client {
   std::unique_ptr<blockswap::client::Connection> connection;
+  blockswap::client::OwnerProcess owner;
+  void Forget() { (void)connection.release(); }
 };
 struct bs_model {
   std::unique_ptr<blockswap::client::Model> model;
+  blockswap::client::OwnerProcess owner;
+  void Forget() { (void)model.release(); }
 };
 struct bs_ring {
   std::unique_ptr<blockswap::client::Ring> ring;
+  blockswap::client::OwnerProcess owner;
+  void Forget() { (void)ring.release(); }
 };
 
 namespace blockswap::client::c_api {
@@ -41,6 +51,28 @@ inline int Report(const absl::Status& status) {
 }
 
 inline int InvalidArgument(const char* what) { return Report(absl::InvalidArgumentError(what)); }
+
+// Non-zero (FAILED_PRECONDITION, kept for bs_last_error) when `handle` was
+// inherited across a fork: `if (int code = Inherited(ring, "bs_ring_load")) return code;`.
+template <typename Handle>
+int Inherited(const Handle* handle, const char* what) {
+  if (!handle->owner.forked()) return BS_OK;
+  return Report(handle->owner.Check(what));
+}
+
+// For the functions that return a value instead of a code: true (and the
+// error kept for bs_last_error) when `handle` is NULL or was inherited.
+template <typename Handle>
+bool Unusable(const Handle* handle, const char* what) {
+  return handle == nullptr || Inherited(handle, what) != BS_OK;
+}
+
+// Destroys `handle`; in a forked child frees only the handle itself.
+template <typename Handle>
+void Destroy(Handle* handle) {
+  if (handle != nullptr && handle->owner.forked()) handle->Forget();
+  delete handle;
+}
 
 // Runs `body` (returning absl::Status); no exception crosses the C ABI.
 template <typename Body>

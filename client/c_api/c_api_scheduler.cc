@@ -9,25 +9,35 @@
 #include <vector>
 
 #include "client/c_api/c_api_internal.h"
-#include "client/scheduler/ring_slot_driver.h"
 #include "client/core/session_recovery.h"
+#include "client/scheduler/ring_slot_driver.h"
 #include "client/scheduler/stream_scheduler.h"
 
 struct bs_scheduler {
+  blockswap::client::OwnerProcess owner;  // as bs_client's (c_api_internal.h)
   blockswap::client::Connection* connection = nullptr;
   std::unique_ptr<blockswap::Stream> stream;  // the caller's, wrapped
   std::unique_ptr<blockswap::client::SessionRecovery> recovery;
   std::unique_ptr<blockswap::client::RingSlotDriver> driver;
   std::unique_ptr<blockswap::client::StreamScheduler> scheduler;
   std::map<int, blockswap::client::PassStats> last_pass;  // by bs_direction
-  absl::Status report_error;  // the last failure to report a pass
-  bs_reload_fn on_reload = nullptr;  // bs_scheduler_set_reload_hook
+  absl::Status report_error;                              // the last failure to report a pass
+  bs_reload_fn on_reload = nullptr;                       // bs_scheduler_set_reload_hook
   void* reload_user_data = nullptr;
+  void Forget() {
+    (void)scheduler.release();
+    (void)driver.release();
+    (void)recovery.release();
+    (void)stream.release();
+  }
 };
 
+using blockswap::client::c_api::Destroy;
 using blockswap::client::c_api::Guard;
+using blockswap::client::c_api::Inherited;
 using blockswap::client::c_api::InvalidArgument;
 using blockswap::client::c_api::Report;
+using blockswap::client::c_api::Unusable;
 
 namespace {
 
@@ -80,6 +90,7 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
     return InvalidArgument("bs_scheduler_create: client, ring, model, config and out are needed");
   }
   *out = nullptr;
+  if (int code = Inherited(client, "bs_scheduler_create")) return code;
   return Guard([&]() -> absl::Status {
     using namespace blockswap::client;
     auto placement = PlaceBlocks(config->num_blocks, config->blocks_to_swap, config->ring_size);
@@ -98,8 +109,8 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
           model->model->block_count(), " (block r of the model is the r-th streaming block)"));
     }
     if (placement->ring_slots > ring->ring->shape().slot_count) {
-      return absl::InvalidArgumentError(absl::StrCat("the scheduler needs ",
-                                                     placement->ring_slots, " slots, the ring has ",
+      return absl::InvalidArgumentError(absl::StrCat("the scheduler needs ", placement->ring_slots,
+                                                     " slots, the ring has ",
                                                      ring->ring->shape().slot_count));
     }
     auto scheduler = std::make_unique<bs_scheduler>();
@@ -134,10 +145,10 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
     callbacks.on_before_reload = [raw](uint32_t slot) {
       if (raw->on_reload != nullptr) raw->on_reload(raw->reload_user_data, slot);
     };
-    auto created = StreamScheduler::Create(
-        SchedulerConfig{config->num_blocks, config->blocks_to_swap, config->ring_size,
-                        config->forward_only != 0},
-        *scheduler->driver, std::move(callbacks));
+    auto created =
+        StreamScheduler::Create(SchedulerConfig{config->num_blocks, config->blocks_to_swap,
+                                                config->ring_size, config->forward_only != 0},
+                                *scheduler->driver, std::move(callbacks));
     if (!created.ok()) return created.status();
     scheduler->scheduler = *std::move(created);
     *out = scheduler.release();
@@ -145,56 +156,65 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
   });
 }
 
-void bs_scheduler_destroy(bs_scheduler* scheduler) { delete scheduler; }
+void bs_scheduler_destroy(bs_scheduler* scheduler) { Destroy(scheduler); }
 
 uint32_t bs_scheduler_ring_slots(const bs_scheduler* scheduler) {
-  return scheduler == nullptr ? 0 : scheduler->scheduler->placement().ring_slots;
+  return Unusable(scheduler, "bs_scheduler_ring_slots")
+             ? 0
+             : scheduler->scheduler->placement().ring_slots;
 }
 
 uint32_t bs_scheduler_streaming_count(const bs_scheduler* scheduler) {
-  return scheduler == nullptr
+  return Unusable(scheduler, "bs_scheduler_streaming_count")
              ? 0
              : static_cast<uint32_t>(scheduler->scheduler->placement().streaming.size());
 }
 
 uint32_t bs_scheduler_streaming_block(const bs_scheduler* scheduler, uint32_t rank) {
-  if (scheduler == nullptr) return UINT32_MAX;
+  if (Unusable(scheduler, "bs_scheduler_streaming_block")) return UINT32_MAX;
   const auto& streaming = scheduler->scheduler->placement().streaming;
   return rank < streaming.size() ? streaming[rank] : UINT32_MAX;
 }
 
 int bs_scheduler_is_streaming(const bs_scheduler* scheduler, uint32_t block) {
-  return scheduler != nullptr && scheduler->scheduler->placement().is_streaming(block);
+  return !Unusable(scheduler, "bs_scheduler_is_streaming") &&
+         scheduler->scheduler->placement().is_streaming(block);
 }
 
 int bs_scheduler_prepare(bs_scheduler* scheduler) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_prepare: scheduler is NULL");
+  if (int code = Inherited(scheduler, "bs_scheduler_prepare")) return code;
   return Guard([&] { return scheduler->scheduler->Prepare(); });
 }
 
 int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_wait_for_block: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_wait_for_block")) return code;
   return Guard([&] { return scheduler->scheduler->WaitForBlock(block); });
 }
 
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_after_forward: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_after_forward")) return code;
   return Guard([&] { return scheduler->scheduler->AfterForward(block); });
 }
 
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_after_backward: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_after_backward")) return code;
   return Guard([&] { return scheduler->scheduler->AfterBackward(block); });
 }
 
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_forward_only: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_set_forward_only")) return code;
   scheduler->scheduler->SetForwardOnly(forward_only != 0);
   return Report(absl::OkStatus());
 }
 
 int bs_scheduler_set_reload_hook(bs_scheduler* scheduler, bs_reload_fn fn, void* user_data) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_reload_hook: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_set_reload_hook")) return code;
   scheduler->on_reload = fn;
   scheduler->reload_user_data = user_data;
   return Report(absl::OkStatus());
@@ -204,12 +224,14 @@ int bs_scheduler_set_reconnect_timeout(bs_scheduler* scheduler, uint32_t timeout
   if (scheduler == nullptr) {
     return InvalidArgument("bs_scheduler_set_reconnect_timeout: NULL scheduler");
   }
+  if (int code = Inherited(scheduler, "bs_scheduler_set_reconnect_timeout")) return code;
   scheduler->recovery->set_timeout(absl::Milliseconds(timeout_ms));
   return Report(absl::OkStatus());
 }
 
 int bs_scheduler_finish_pass(bs_scheduler* scheduler) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_finish_pass: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_finish_pass")) return code;
   return Guard([&] {
     scheduler->scheduler->FinishPass();
     return absl::OkStatus();
@@ -220,6 +242,7 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
   if (scheduler == nullptr || out == nullptr) {
     return InvalidArgument("bs_scheduler_last_pass: scheduler and out are needed");
   }
+  if (int code = Inherited(scheduler, "bs_scheduler_last_pass")) return code;
   absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
   if (!pass.ok()) return Report(pass.status());
   // ABI 1's stall_seconds has always been the thread's blocking time.
@@ -238,6 +261,7 @@ int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_p
   if (scheduler == nullptr || out == nullptr) {
     return InvalidArgument("bs_scheduler_last_pass_v2: scheduler and out are needed");
   }
+  if (int code = Inherited(scheduler, "bs_scheduler_last_pass_v2")) return code;
   const uint32_t size = out->struct_size;
   if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
     return Report(absl::InvalidArgumentError(absl::StrCat(

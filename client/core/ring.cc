@@ -77,6 +77,7 @@ absl::Status Ring::Recreate() {
       Import(connection_, device_, shape_.slot_count, shape_.slot_bytes, transport_));
   WatchLoss(*ring);
   absl::MutexLock lock(&mu_);
+  retired_copy_time_ += consumer_->CopyTimeSoFar().value_or(absl::ZeroDuration());
   id_ = ring->ring_id();
   consumer_ = NewConsumer(*ring);
   first_traced_ticket_ = meter_.next_ticket();
@@ -248,6 +249,14 @@ bool Ring::Filled(uint32_t slot) {
   const uint32_t requested = consumer_->requested(slot);
   return requested != 0 &&
          ring_->control().filled_seq[slot].load(std::memory_order_acquire) == requested;
+}
+
+std::optional<absl::Duration> Ring::CopyTime() {
+  absl::MutexLock lock(&mu_);
+  if (consumer_ == nullptr) return std::nullopt;  // closed
+  std::optional<absl::Duration> current = consumer_->CopyTimeSoFar();
+  if (!current) return std::nullopt;
+  return retired_copy_time_ + *current;
 }
 
 absl::Status Ring::Health() {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,11 @@ class Ring {
   // Wait now need not block on the daemon). A racy snapshot, meant for
   // statistics: a fill may land right after it returns false.
   bool Filled(uint32_t slot);
+  // The copy-stream time of this ring's copies the daemon has seen complete
+  // (RingConsumer::CopyTimeSoFar), over every ring Recreate() replaced too,
+  // so it only grows; nullopt from a daemon that does not publish it, and
+  // once the ring is closed.
+  std::optional<absl::Duration> CopyTime();
   // The ring's status word, explained: OK, or why the ring failed.
   absl::Status Health();
   // Whether loads travel through the ring's request ring (the daemon
@@ -158,6 +164,8 @@ class Ring {
   // Waits timed before this ticket belong to a ring replaced by Recreate():
   // their slots and generations mean nothing in consumer_'s trace.
   uint64_t first_traced_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  // The copy time the rings replaced by Recreate() had published.
+  absl::Duration retired_copy_time_ ABSL_GUARDED_BY(mu_);
   StallMeter meter_ ABSL_GUARDED_BY(mu_){
       device_, [this](const MeasuredStall& stall) {
         mu_.AssertHeld();  // the meter runs inside this ring's calls

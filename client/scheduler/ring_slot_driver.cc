@@ -37,7 +37,7 @@ RingSlotDriver::RingSlotDriver(Ring& ring, const Model& model, Stream& stream, M
       stream_(stream),
       map_(std::move(map)),
       options_(options),
-      timing_(ring.shape().slot_count),
+      copy_time_reported_(ring.CopyTime().value_or(absl::ZeroDuration())),
       last_block_(ring.shape().slot_count) {}
 
 namespace {
@@ -74,7 +74,6 @@ absl::Status RingSlotDriver::Reload(std::optional<uint32_t> loading) {
     if (!last_block_[slot] || slot == loading) continue;
     std::optional<uint32_t> model_block = map_(*last_block_[slot]);
     BLOCKSWAP_RETURN_IF_ERROR(ring_.Load(slot, model_, *model_block, stream_));
-    timing_[slot] = SlotTiming{};
     reloaded.push_back(slot);
   }
   // The scheduler may read a slot it saw loaded without another wait (a
@@ -88,9 +87,9 @@ absl::Status RingSlotDriver::Reload(std::optional<uint32_t> loading) {
 }
 
 absl::Status RingSlotDriver::Load(uint32_t slot, uint32_t block) {
-  if (slot >= timing_.size()) {
+  if (slot >= last_block_.size()) {
     return absl::OutOfRangeError(
-        absl::StrCat("slot ", slot, " out of range (the ring has ", timing_.size(), ")"));
+        absl::StrCat("slot ", slot, " out of range (the ring has ", last_block_.size(), ")"));
   }
   std::optional<uint32_t> model_block = map_(block);
   if (!model_block || *model_block >= model_.block_count()) {
@@ -98,19 +97,17 @@ absl::Status RingSlotDriver::Load(uint32_t slot, uint32_t block) {
                                                    model_.id(), " (", model_.block_count(),
                                                    " blocks)"));
   }
-  const absl::Time requested = absl::Now();
   absl::Status loaded =
       WithRecovery(slot, [&] { return ring_.Load(slot, model_, *model_block, stream_); });
   if (!loaded.ok()) return loaded;
-  timing_[slot] = SlotTiming{.requested = requested, .reported = false};
   last_block_[slot] = block;
   return absl::OkStatus();
 }
 
 absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
-  if (slot >= timing_.size()) {
+  if (slot >= last_block_.size()) {
     return absl::OutOfRangeError(
-        absl::StrCat("slot ", slot, " out of range (the ring has ", timing_.size(), ")"));
+        absl::StrCat("slot ", slot, " out of range (the ring has ", last_block_.size(), ")"));
   }
   WaitOutcome outcome;
   absl::Status waited = WithRecovery(std::nullopt, [&] {
@@ -121,10 +118,9 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
     return absl::OkStatus();
   });
   if (!waited.ok()) return waited;
-  SlotTiming& timing = timing_[slot];
-  if (!timing.reported) {
-    timing.reported = true;
-    if (!outcome.was_ready) outcome.copy_time = absl::Now() - timing.requested;
+  if (std::optional<absl::Duration> copy_time = ring_.CopyTime()) {
+    if (*copy_time > copy_time_reported_) outcome.copy_time = *copy_time - copy_time_reported_;
+    copy_time_reported_ = *copy_time;
   }
   return outcome;
 }

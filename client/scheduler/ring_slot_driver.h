@@ -63,11 +63,10 @@ class RingSlotDriver final : public SlotDriver {
 
   absl::Status Load(uint32_t slot, uint32_t block) override;
   // was_ready: the daemon had filled the slot before the wait (read from the
-  // ring's filled_seq). copy_time: reported once per load, and only for a
-  // load the wait found unfilled — then the time from the request to the
-  // fill is known to within the wait's wake-up (it includes the daemon's
-  // queueing, so it bounds the copy from above). A load that was already
-  // filled finished at an unknown earlier time and reports none.
+  // ring's filled_seq). copy_time: the copy-stream time, as the daemon
+  // measured it (Ring::CopyTime), of the ring's copies it saw complete since
+  // the previous wait, so each copy counts once, in the pass of the first
+  // wait after its completion (a pass's last prefetches count in the next).
   absl::StatusOr<WaitOutcome> Wait(uint32_t slot) override;
   absl::Status Release(uint32_t slot) override;
   absl::Status Drain() override;
@@ -75,11 +74,6 @@ class RingSlotDriver final : public SlotDriver {
   absl::StatusOr<std::vector<StreamStall>> TakeStreamStalls(bool wait_for_all) override;
 
  private:
-  struct SlotTiming {
-    absl::Time requested = absl::InfinitePast();
-    bool reported = true;  // nothing to report until a load is requested
-  };
-
   // Runs `call`; while it fails because the daemon was lost and recovery is
   // on, recovers (reloading every slot but `loading`, the slot the call
   // itself loads, if any) and runs it again.
@@ -92,7 +86,8 @@ class RingSlotDriver final : public SlotDriver {
   Stream& stream_;
   const ModelBlockMap map_;
   const Options options_;
-  std::vector<SlotTiming> timing_;
+  // Ring::CopyTime() when a wait last reported it.
+  absl::Duration copy_time_reported_ = absl::ZeroDuration();
   // Per slot, the transformer block of its last successful load.
   std::vector<std::optional<uint32_t>> last_block_;
 };

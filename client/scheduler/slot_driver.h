@@ -48,8 +48,10 @@ struct WaitOutcome {
   // False when the load had not completed when the wait was issued (the
   // compute had to wait for the copy: a "not-ready" wait).
   bool was_ready = true;
-  // How long the copy of the waited load took, when the driver can measure
-  // it and has not reported that load before; unset otherwise.
+  // Copy time of the driver's loads that it learnt of at this wait, each
+  // load's copy reported once (not necessarily the waited load's: a ring
+  // driver reports the copies its daemon saw complete since the previous
+  // wait); unset when none.
   std::optional<absl::Duration> copy_time = std::nullopt;
   // Set when the driver measures how long the compute stream sits idle at
   // this wait: TakeStreamStalls reports it later under this ticket (the

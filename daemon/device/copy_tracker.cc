@@ -43,18 +43,24 @@ absl::Status CopyTracker::Track(std::vector<Copy> copies) {
 }
 
 absl::StatusOr<absl::Time> CopyTracker::Retire(
-    absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns)> completed) {
+    absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns, absl::Duration stream_time)>
+        completed) {
   while (!batches_.empty()) {
     Batch& oldest = batches_.front();
     BLOCKSWAP_ASSIGN_OR_RETURN(bool done, oldest.done->Query());
     if (!done) break;
     const absl::Time now = absl::Now();
-    busy_ += now - std::max(oldest.issued, last_completed_);
+    const absl::Duration batch_busy = now - std::max(oldest.issued, last_completed_);
+    busy_ += batch_busy;
     last_completed_ = now;
     bytes_completed_ += oldest.bytes;
     late_backoff_ = absl::ZeroDuration();
     const uint64_t completed_ns = MonotonicNanos();
-    for (const Copy& copy : oldest.copies) completed(copy, completed_ns);
+    for (const Copy& copy : oldest.copies) {
+      const double share = oldest.bytes > 0 ? static_cast<double>(copy.bytes) / oldest.bytes
+                                            : 1.0 / oldest.copies.size();
+      completed(copy, completed_ns, batch_busy * share);
+    }
     spare_.push_back(std::move(oldest.done));
     batches_.pop_front();  // the keep-alives go here
   }

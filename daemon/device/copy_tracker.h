@@ -52,11 +52,14 @@ class CopyTracker {
 
   // Retires every batch whose event has completed, oldest first (the copy
   // stream runs in order), calling `completed` for each of its copies with
-  // the time it was seen complete; then drops the copies' keep-alives.
+  // the time it was seen complete and its share of the copy stream's time
+  // (the batch's busy time, counted as busy() counts it, shared among its
+  // copies by bytes); then drops the copies' keep-alives.
   // Returns when to look again: about when the oldest batch left should
   // complete at the rate measured so far (InfiniteFuture: nothing left).
   absl::StatusOr<absl::Time> Retire(
-      absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns)> completed);
+      absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns, absl::Duration stream_time)>
+          completed);
 
   // Whether a copy into one of `ring_id`'s slots may still be running.
   bool InFlight(uint64_t ring_id) const;

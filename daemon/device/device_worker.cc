@@ -412,10 +412,16 @@ void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Iss
 
 absl::Time DeviceWorker::RetireCopies() {
   LatencyHistogram& latency = load_latency_;  // guarded by rings_mu_, held here
+  auto& rings = rings_;                       // the same
   absl::StatusOr<absl::Time> next =
-      copies_.Retire([this, &latency](const CopyTracker::Copy& copy, uint64_t completed_ns) {
+      copies_.Retire([this, &latency, &rings](const CopyTracker::Copy& copy, uint64_t completed_ns,
+                                              absl::Duration stream_time) {
         trace_.ring().Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot,
                                         copy.generation, copy.block, TraceKind::kCopyDone, 0});
+        // The ring's client reads its copy times from the control block.
+        if (auto ring = rings.find(copy.ring_id); ring != rings.end()) {
+          ring->second->producer->PublishCopied(stream_time);
+        }
         if (copy.issued_ns != 0 && completed_ns >= copy.issued_ns) {
           latency.Observe(static_cast<double>(completed_ns - copy.issued_ns) / 1e9);
         }

@@ -2,7 +2,8 @@
 //
 // Two parts, each in its own shared-memory object and each written by ONE
 // side only; the other side maps it read-only:
-//   DaemonControlBlock  filled_seq per slot and the status word (daemon)
+//   DaemonControlBlock  filled_seq per slot, the status word and the copy
+//                       times (daemon)
 //   ClientControlBlock  consumed_seq per slot (client), the request ring of
 //                       the shared-memory load fast path (request_queue.h),
 //                       and the release notifications (releasable_seq)
@@ -29,6 +30,13 @@ inline constexpr size_t kControlBlockBytes = 4096;
 inline constexpr uint32_t kRequestRingCapacity = 64;
 // Bytes of the daemon's error message in the control block, NUL included.
 inline constexpr size_t kErrorMessageBytes = 1024;
+// DaemonControlBlock::features: the appended parts the daemon maintains.
+// Parts are only ever appended, and the word (once `reserved`, always 0)
+// announces them, so kControlBlockVersion stays the same: every client
+// checks that version for equality, and a bump would make each older
+// client refuse each newer daemon's rings. A client reads an appended part
+// only where its bit is set.
+inline constexpr uint32_t kDaemonFeatureCopyTimes = 1u << 0;
 
 // The ring's health as the daemon sees it. The client checks it on every
 // wait so that a rejected request, a device error or a dead daemon surface as
@@ -51,7 +59,7 @@ struct DaemonControlBlock {
   uint32_t magic;    // kDaemonControlMagic
   uint32_t version;  // kControlBlockVersion
   uint32_t slot_count;
-  uint32_t reserved;
+  uint32_t features;  // kDaemonFeature* bits, set before the ring is exported
   RingStatusWord status;
   // Generation g of slot s is filled (its copy is ISSUED, ready[s] recorded
   // after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
@@ -63,6 +71,14 @@ struct DaemonControlBlock {
   // published (release), so a client that saw error_code != 0 (acquire) may
   // read it. Whichever transport carried the failing request.
   alignas(64) char error_message[kErrorMessageBytes];
+  // --- appended for copy times (kDaemonFeatureCopyTimes). How many of the
+  // ring's copies the daemon has seen complete (it queries its own event
+  // behind each batch of copies), and the copy stream's time they took, in
+  // nanoseconds: a batch's busy time (from its issue, or the previous
+  // batch's completion, to its completion) shared among its copies by
+  // bytes. Both only grow; copy_ns is stored before copies_done (release).
+  alignas(64) std::atomic<uint64_t> copies_done;
+  std::atomic<uint64_t> copy_ns;
 };
 
 // One load request on the fast path: what a LoadRequest says, with the

@@ -247,6 +247,17 @@ void RingProducer::Heartbeat() {
   ring_.control().status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
 }
 
+void RingProducer::PublishCopied(absl::Duration stream_time) {
+  DaemonControlBlock& control = ring_.control();
+  const uint64_t ns =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(stream_time)));
+  // One writer (the device worker): plain read-modify-writes suffice.
+  control.copy_ns.store(control.copy_ns.load(std::memory_order_relaxed) + ns,
+                        std::memory_order_relaxed);
+  control.copies_done.store(control.copies_done.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_release);
+}
+
 absl::Status RingProducer::status() const { return status_; }
 
 // ---------------------------------------------------------------------------
@@ -372,6 +383,13 @@ absl::Status RingConsumer::Drain(absl::Duration timeout) {
     filled_seen_[slot] = true;
   }
   return absl::OkStatus();
+}
+
+std::optional<absl::Duration> RingConsumer::CopyTimeSoFar() const {
+  const DaemonControlBlock& control = ring_.control();
+  if ((control.features & kDaemonFeatureCopyTimes) == 0) return std::nullopt;
+  (void)control.copies_done.load(std::memory_order_acquire);
+  return absl::Nanoseconds(control.copy_ns.load(std::memory_order_relaxed));
 }
 
 absl::Status RingConsumer::CheckHealth() const {

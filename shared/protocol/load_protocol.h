@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -133,6 +134,9 @@ class RingProducer {
   void Fail(const absl::Status& error, uint32_t slot = UINT32_MAX);
   // Marks the daemon alive for the client's staleness check.
   void Heartbeat();
+  // Publishes that one more copy into the ring completed, having taken
+  // `stream_time` of the copy stream (DaemonControlBlock::copy_ns).
+  void PublishCopied(absl::Duration stream_time);
   absl::Status status() const;
 
  private:
@@ -219,6 +223,10 @@ class RingConsumer {
   // daemon, a daemon restart, or a silent daemon (heartbeat). Not OK also
   // releases the ring's ready words (RingImport::AbandonReadyWords).
   absl::Status CheckHealth() const;
+  // The copy-stream time of the ring's copies the daemon has seen complete
+  // so far (DaemonControlBlock::copy_ns); nullopt from a daemon that does
+  // not publish it.
+  std::optional<absl::Duration> CopyTimeSoFar() const;
 
   // The generation last requested for `slot` (0: never).
   uint32_t requested(uint32_t slot) const { return requested_[slot]; }

@@ -9,19 +9,27 @@
 //                        [--scheduler-blocks=N [--reconnect-timeout-ms=N --hook-sleep-us=N]]
 //   blockswap_abi_client --socket=PATH --file=F.safetensors --block-pattern=RE
 //                        [--select=RE] [--report=FILE]
+//   blockswap_abi_client --socket=PATH --fork=1 [--passes=N --report=FILE]
 // The second form registers the file (bs_model_register_file), reports the
 // model, its extras and its layout, and streams every block once, comparing
 // each slot with the master view.
+// The --fork form streams, forks two children mid-stream (one calls every
+// kind of bs_* on the inherited handles, destroys them and returns from
+// main; the other _exit()s), waits for both and streams on (RunFork).
 // Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +38,23 @@
 #include "tests/support/key_value_args.h"
 
 namespace {
+
+// This process's memcpy rate from a master into private memory (the median
+// of a few copies of block 0, after one that faults the pages in): what the
+// host backend's copy from master to slot should about take.
+double MemcpyRate(const blockswap::Model& model) {
+  const uint64_t bytes = model.block_bytes(0);
+  std::vector<uint8_t> into(bytes);
+  std::vector<double> rates;
+  for (int i = 0; i < 6; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(into.data(), model.master(0), bytes);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (i > 0) rates.push_back(static_cast<double>(bytes) / took.count());
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
 
 // Drives the ring with the C ABI's scheduler over `num_blocks` transformer
 // blocks, of which the model's blocks are the streaming ones (in rank
@@ -83,18 +108,24 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
     blockswap::detail::Check(code, what);
     if (hook_sleep_us > 0) usleep(static_cast<useconds_t>(hook_sleep_us));
   };
+  // The last step's wall time per pass, for its copy_seconds to be within.
+  std::chrono::duration<double> forward_wall{}, backward_wall{};
   for (uint32_t step = 0; step < steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
     run(bs_scheduler_prepare(scheduler), "prepare");
     for (uint32_t block = 0; block < num_blocks; ++block) {
       run(bs_scheduler_wait_for_block(scheduler, block), "wait_for_block");
       check(block);
       run(bs_scheduler_after_forward(scheduler, block), "after_forward");
     }
+    const auto turn = std::chrono::steady_clock::now();
     for (uint32_t block = num_blocks; block-- > 0;) {
       check(block);
       run(bs_scheduler_after_backward(scheduler, block), "after_backward");
     }
     run(bs_scheduler_finish_pass(scheduler), "finish_pass");
+    forward_wall = turn - start;
+    backward_wall = std::chrono::steady_clock::now() - turn;
     if (step == 0) report << "streaming 1" << std::endl;
   }
   bs_pass_stats forward{}, backward{};
@@ -115,8 +146,15 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
       forward_v2.host_wait_seconds == forward.stall_seconds && forward_v2.loads == forward.loads &&
       forward_v2.stall_seconds >= 0 && forward_v2.stall_seconds <= forward_v2.host_wait_seconds &&
       short_v2.stall_seconds == forward_v2.stall_seconds && short_v2.host_wait_seconds == -1;
+  bs_pass_stats_v2 backward_v2{};
+  backward_v2.struct_size = sizeof(backward_v2);
+  run(bs_scheduler_last_pass_v2(scheduler, BS_BACKWARD, &backward_v2), "last_pass_v2 backward");
   owned.reset();
   report << "v2_consistent " << (v2_consistent ? 1 : 0) << "\n";
+  report << "forward_copy_s " << forward_v2.copy_seconds << "\nbackward_copy_s "
+         << backward_v2.copy_seconds << "\nforward_wall_s " << forward_wall.count()
+         << "\nbackward_wall_s " << backward_wall.count() << "\nblock_bytes "
+         << model.block_bytes(0) << "\nmemcpy_bytes_per_s " << MemcpyRate(model) << "\n";
   report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
          << "\nbackward_loads " << backward.loads << "\nwrong " << wrong << "\n";
   if (wrong > 0) {
@@ -124,6 +162,166 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
     return 10;
   }
   return 0;
+}
+
+// Streams every block of `model` `passes` times through `ring`, pipelined
+// over its slots; returns how many slots or masters held wrong bytes.
+uint64_t StreamPasses(blockswap::Model& model, blockswap::Ring& ring,
+                      const std::vector<std::vector<uint8_t>>& expected, int64_t passes) {
+  const uint32_t slots = ring.slot_count();
+  const uint32_t blocks = model.block_count();
+  const uint64_t total = passes * blocks;
+  uint64_t wrong = 0;
+  for (uint64_t k = 0; k < slots && k < total; ++k) {
+    ring.Load(static_cast<uint32_t>(k), model, static_cast<uint32_t>(k % blocks));
+  }
+  for (uint64_t k = 0; k < total; ++k) {
+    const uint32_t slot = static_cast<uint32_t>(k % slots);
+    const uint32_t block = static_cast<uint32_t>(k % blocks);
+    ring.Wait(slot);
+    wrong += std::memcmp(ring.slot(slot), expected[block].data(), expected[block].size()) != 0;
+    wrong += std::memcmp(model.master(block), expected[block].data(), expected[block].size()) != 0;
+    if (k + slots < total) {
+      ring.Load(slot, model, static_cast<uint32_t>((k + slots) % blocks));
+    } else {
+      ring.Release(slot);
+    }
+  }
+  return wrong;
+}
+
+// In a child forked from `parent`: every call on an inherited handle must
+// fail FAILED_PRECONDITION naming the call and the parent's pid, and every
+// value getter must return its empty value; attaching again must fail too
+// (gRPC does not survive fork()). Writes one line per call that
+// did not, then "checked N".
+std::string CheckInheritedHandles(pid_t parent, const std::string& socket_path,
+                                  blockswap::Client& client, blockswap::Model& model,
+                                  blockswap::Ring& ring, bs_scheduler* scheduler) {
+  std::ostringstream out;
+  int checked = 0;
+  auto expect_refused = [&](int code, const char* call) {
+    ++checked;
+    const std::string message = bs_last_error();
+    if (code != BS_FAILED_PRECONDITION || message.find(call) == std::string::npos ||
+        message.find("forked from pid " + std::to_string(parent)) == std::string::npos) {
+      out << "not_refused " << call << " code " << code << ": " << message << "\n";
+    }
+  };
+  auto expect_empty = [&](bool empty, const char* call) {
+    expect_refused(empty ? BS_FAILED_PRECONDITION : BS_OK, call);
+  };
+  bs_client* attached = nullptr;
+  expect_refused(bs_connect(socket_path.c_str(), "child", &attached), "bs_connect");
+  bs_model* opened = nullptr;
+  expect_refused(bs_model_open(client.get(), model.id() == nullptr ? "" : model.id(), &opened),
+                 "bs_model_open");
+  bs_ring* created = nullptr;
+  expect_refused(bs_ring_create(client.get(), "HOST-0", 1, 4096, &created), "bs_ring_create");
+  expect_refused(bs_model_register(client.get(), "child", nullptr, 0, &opened),
+                 "bs_model_register");
+  expect_refused(bs_ring_load(ring.get(), 0, model.get(), 0, nullptr), "bs_ring_load");
+  expect_refused(bs_ring_wait(ring.get(), 0, nullptr, 1000), "bs_ring_wait");
+  expect_refused(bs_ring_release(ring.get(), 0, nullptr), "bs_ring_release");
+  expect_refused(bs_ring_drain(ring.get(), 1000), "bs_ring_drain");
+  expect_refused(bs_ring_close(ring.get(), nullptr, 1000), "bs_ring_close");
+  bs_tensor_info info{};
+  expect_refused(bs_model_tensor(model.get(), 0, 0, &info), "bs_model_tensor");
+  expect_refused(bs_scheduler_prepare(scheduler), "bs_scheduler_prepare");
+  expect_refused(bs_scheduler_wait_for_block(scheduler, 0), "bs_scheduler_wait_for_block");
+  expect_refused(bs_scheduler_after_forward(scheduler, 0), "bs_scheduler_after_forward");
+  expect_refused(bs_scheduler_finish_pass(scheduler), "bs_scheduler_finish_pass");
+  bs_pass_stats_v2 stats{};
+  stats.struct_size = sizeof(stats);
+  expect_refused(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &stats),
+                 "bs_scheduler_last_pass_v2");
+  expect_empty(ring.slot(0) == nullptr, "bs_ring_slot");
+  expect_empty(model.master(0) == nullptr, "bs_model_master");
+  expect_empty(model.id() == nullptr, "bs_model_id");
+  expect_empty(client.devices().empty(), "bs_client_device_count");
+  expect_empty(bs_scheduler_streaming_count(scheduler) == 0, "bs_scheduler_streaming_count");
+  out << "checked " << checked << "\n";
+  return out.str();
+}
+
+// Waits up to `timeout_s` for `child`; its exit code, 128+signal, or -1 if
+// it hung (then it is killed).
+int AwaitChild(pid_t child, int timeout_s) {
+  for (int tick = 0; tick < timeout_s * 100; ++tick) {
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    usleep(10000);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return -1;
+}
+
+// The --fork form: a trainer whose DataLoader workers fork after it attached.
+// Streams, runs a scheduler step, then forks two children while a load is
+// outstanding: one checks its inherited handles (CheckInheritedHandles),
+// destroys them and returns from main (static destructors, atexit); one
+// _exit()s at once. The parent streams on meanwhile and after, byte-exact,
+// and its session still answers (bs_model_open by id, a new ring).
+int RunFork(blockswap::Client& client, blockswap::Model& model, blockswap::Ring& ring,
+            const std::vector<std::vector<uint8_t>>& expected,
+            const blockswap::testing::KeyValueArgs& args, std::ofstream& report) {
+  const int64_t passes = args.Int("passes", 3);
+  uint64_t wrong = StreamPasses(model, ring, expected, passes);
+  // The scheduler's ring is its own: it trusts what it left in the slots.
+  blockswap::Ring scheduled = client.CreateRing(client.devices().front(), 2, ring.slot_bytes());
+  bs_scheduler_config config{model.block_count(), model.block_count(), 2, 0, 0};
+  bs_scheduler* scheduler = nullptr;
+  blockswap::detail::Check(bs_scheduler_create(client.get(), scheduled.get(), model.get(), &config,
+                                               nullptr, nullptr, nullptr, &scheduler),
+                           "bs_scheduler_create");
+  for (uint32_t block = 0; block < model.block_count(); ++block) {
+    blockswap::detail::Check(bs_scheduler_wait_for_block(scheduler, block), "wait_for_block");
+    blockswap::detail::Check(bs_scheduler_after_forward(scheduler, block), "after_forward");
+  }
+  const pid_t parent = getpid();
+  int to_parent[2];
+  if (pipe(to_parent) != 0) return 1;
+  report.flush();
+  const pid_t checker = fork();
+  if (checker == 0) {
+    close(to_parent[0]);
+    const std::string found =
+        CheckInheritedHandles(parent, args.Str("socket"), client, model, ring, scheduler);
+    (void)!write(to_parent[1], found.data(), found.size());
+    close(to_parent[1]);
+    bs_scheduler_destroy(scheduler);
+    return 0;  // main destroys the ring, the model and the client, then returns
+  }
+  close(to_parent[1]);
+  const pid_t quitter = fork();
+  if (quitter == 0) _exit(0);
+  // Stream on while the children run and exit.
+  wrong += StreamPasses(model, ring, expected, passes);
+  std::string found;
+  char buffer[4096];
+  for (ssize_t n; (n = read(to_parent[0], buffer, sizeof(buffer))) > 0;) found.append(buffer, n);
+  close(to_parent[0]);
+  report << found;
+  report << "checker_exit " << AwaitChild(checker, 30) << "\n";
+  report << "quitter_exit " << AwaitChild(quitter, 30) << "\n";
+  // The session is intact: the ring, the scheduler, the daemon's answers.
+  wrong += StreamPasses(model, ring, expected, passes);
+  blockswap::detail::Check(bs_scheduler_prepare(scheduler), "prepare after the fork");
+  for (uint32_t block = 0; block < model.block_count(); ++block) {
+    blockswap::detail::Check(bs_scheduler_wait_for_block(scheduler, block), "wait_for_block");
+    wrong +=
+        std::memcmp(scheduled.slot(block % 2), expected[block].data(), expected[block].size()) != 0;
+    blockswap::detail::Check(bs_scheduler_after_forward(scheduler, block), "after_forward");
+  }
+  bs_scheduler_destroy(scheduler);
+  blockswap::Model reopened = client.Open(model.id());
+  blockswap::Ring another = client.CreateRing(client.devices().front(), 1, ring.slot_bytes());
+  report << "reopened " << (std::string(reopened.id()) == model.id() ? 1 : 0) << "\n";
+  report << "wrong " << wrong << "\n";
+  return wrong == 0 ? 0 : 10;
 }
 
 // The --file form.
@@ -203,24 +401,8 @@ int main(int argc, char** argv) {
                           static_cast<uint32_t>(args.Int("scheduler-blocks", 0)),
                           static_cast<uint32_t>(args.Int("passes", 3)), args, report);
     }
-    const uint32_t slots = ring.slot_count();
-    const uint64_t total = args.Int("passes", 3) * blocks;
-    uint64_t wrong = 0;
-    for (uint64_t k = 0; k < slots && k < total; ++k) {
-      ring.Load(static_cast<uint32_t>(k), model, static_cast<uint32_t>(k % blocks));
-    }
-    for (uint64_t k = 0; k < total; ++k) {
-      const uint32_t slot = static_cast<uint32_t>(k % slots);
-      const uint32_t block = static_cast<uint32_t>(k % blocks);
-      ring.Wait(slot);
-      wrong += std::memcmp(ring.slot(slot), expected[block].data(), expected[block].size()) != 0;
-      wrong += std::memcmp(model.master(block), expected[block].data(), expected[block].size()) != 0;
-      if (k + slots < total) {
-        ring.Load(slot, model, static_cast<uint32_t>((k + slots) % blocks));
-      } else {
-        ring.Release(slot);
-      }
-    }
+    if (args.Has("fork")) return RunFork(client, model, ring, expected, args, report);
+    const uint64_t wrong = StreamPasses(model, ring, expected, args.Int("passes", 3));
     report << "wrong " << wrong << "\n";
     if (wrong > 0) {
       std::cerr << "blockswap_abi_client: " << wrong << " wrong blocks\n";

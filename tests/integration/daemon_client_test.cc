@@ -163,6 +163,74 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   EXPECT_EQ(FirstValue(report, "v2_consistent"), "1");
 }
 
+TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
+  StartDaemon();
+  // 4 MiB blocks, so that a copy takes longer than the daemon takes to
+  // notice its completion. No jitter: it would delay the copies themselves.
+  // Each hook sleeps 1 ms (the compute), so a pass is longer than its copies.
+  auto client = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswap_abi_client",
+      {.args = {"--scheduler-blocks=10", "--blocks=4", "--elements=700000", "--slots=2",
+                "--passes=4", "--hook-sleep-us=1000", "--socket=" + dirs_->socket_path(),
+                "--report=" + ReportPath("copies")}});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto code = client->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  ReportLines report = ReadRoleReport(ReportPath("copies"));
+  const double forward = NumberValue(report, "forward_copy_s");
+  const double backward = NumberValue(report, "backward_copy_s");
+  const double bytes = NumberValue(report, "block_bytes") * (NumberValue(report, "forward_loads") +
+                                                             NumberValue(report, "backward_loads"));
+  // The copy rate the daemon measured on its device over the whole run (it
+  // served no other ring), and the client's own memcpy rate: no copy of the
+  // same bytes is much faster than that.
+  v1::StatsReply stats = Stats();
+  ASSERT_EQ(stats.devices_size(), 1);
+  const double device_rate = stats.devices(0).bytes_copied() / stats.devices(0).copy_seconds();
+  const double memcpy_rate = NumberValue(report, "memcpy_bytes_per_s");
+  const std::string numbers = absl::StrCat(
+      "forward ", forward, " s in ", NumberValue(report, "forward_wall_s"), " s, backward ",
+      backward, " s in ", NumberValue(report, "backward_wall_s"), " s; ", bytes, " bytes take ",
+      bytes / device_rate, " s at the device's rate, ", bytes / memcpy_rate, " s at memcpy's");
+  EXPECT_GT(forward, 0) << numbers;
+  EXPECT_GT(backward, 0) << numbers;
+  EXPECT_LE(forward, NumberValue(report, "forward_wall_s")) << numbers;
+  EXPECT_LE(backward, NumberValue(report, "backward_wall_s")) << numbers;
+  // Roughly the step's bytes at the device's rate: a pass's last prefetches
+  // count in the next pass, and single copies vary (on a loaded machine a
+  // copy thread waits for a core).
+  EXPECT_GT(forward + backward, bytes / device_rate / 3) << numbers;
+  EXPECT_LT(forward + backward, 3 * bytes / device_rate) << numbers;
+  EXPECT_GT(forward + backward, 0.5 * bytes / memcpy_rate) << numbers;
+  std::cerr << "copy seconds: " << numbers << "\n";
+}
+
+TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsSessionAlone) {
+  StartDaemon();
+  auto trainer = ChildProcess::SpawnProgram(
+      BinaryDirectory() + "/blockswap_abi_client",
+      {.args = {"--fork=1", "--passes=4", "--slots=2", "--socket=" + dirs_->socket_path(),
+                "--report=" + ReportPath("fork")},
+       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto code = trainer->Wait(absl::Seconds(90));
+  ASSERT_TRUE(code.ok()) << code.status();
+  ReportLines report = ReadRoleReport(ReportPath("fork"));
+  EXPECT_EQ(*code, 0) << absl::StrJoin(report, "\n", [](std::string* out, const auto& line) {
+    absl::StrAppend(out, line.first, " ", absl::StrJoin(line.second, " | "));
+  });
+  // Every call the child made was refused, naming itself and the parent.
+  EXPECT_EQ(FirstValue(report, "checked"), "20");
+  EXPECT_EQ(FirstValue(report, "not_refused"), "");
+  // Both children ended on their own: neither hung in an RPC of the parent's.
+  EXPECT_EQ(FirstValue(report, "checker_exit"), "0");
+  EXPECT_EQ(FirstValue(report, "quitter_exit"), "0");
+  // The parent streamed on byte-exact and its session still answers.
+  EXPECT_EQ(FirstValue(report, "reopened"), "1");
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
+}
+
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {
   StartDaemon({.extra_args = {"--max-pinned-bytes=8388608"}});
   // Make the socket reachable for the uid-65534 case: the allow list, not

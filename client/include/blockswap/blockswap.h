@@ -21,6 +21,20 @@
  * message of the calling thread's last failure is bs_last_error(). Objects
  * are thread-safe unless noted. No gRPC, protobuf, abseil or Boost type
  * crosses this interface.
+ *
+ * fork() (ABI 6). Handles belong to the process that attached. In a child
+ * forked after bs_connect (a DataLoader worker, say) every call on an
+ * inherited handle fails BS_FAILED_PRECONDITION ("... was forked from pid N
+ * after that process attached ..."), functions that return a value return
+ * their empty one (0, NULL, UINT32_MAX) with that message in bs_last_error,
+ * and bs_connect fails the same way (gRPC cannot attach again after fork()).
+ * bs_ring_close fails like the other calls. The destroy functions
+ * (bs_disconnect, bs_model_close, bs_ring_destroy, bs_scheduler_destroy)
+ * are safe in the child: they free the handle's own
+ * memory and nothing else (no call to the daemon, nothing shared touched),
+ * so the parent's session, rings and mappings carry on. A process that
+ * streams attaches itself: start it with exec, or as a spawn/forkserver
+ * worker.
  */
 #ifndef BLOCKSWAP_BLOCKSWAP_H_
 #define BLOCKSWAP_BLOCKSWAP_H_
@@ -32,7 +46,8 @@
 extern "C" {
 #endif
 
-#define BS_ABI_VERSION 5u
+/* 6: fork() handling (above); copy_seconds measured by the daemon. */
+#define BS_ABI_VERSION 6u
 
 enum bs_code {
   BS_OK = 0,
@@ -279,6 +294,10 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
  *                      the wait on cuda): the time the trainer really lost;
  *   host_wait_seconds  how long the calling thread blocked in them, mostly
  *                      its own queued compute draining, not time lost.
+ * copy_seconds (both structs, ABI 6) is the daemon's copy-stream time for
+ * the ring's copies that the pass's waits saw complete, each copy counted
+ * once (a pass's last prefetches count in the next pass); before ABI 6 it
+ * counted only loads a wait found unfilled, so 0 on the host backend.
  * The caller sets struct_size to sizeof(bs_pass_stats_v2); the library
  * writes only the fields that fit in it (so a newer header's larger struct
  * and an older one both work). */

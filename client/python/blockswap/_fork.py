@@ -2,12 +2,13 @@
 
 Nothing of blockswap's: the parent's session, its gRPC channel (whose threads
 do not survive fork()) and its mappings of masters and ring slots belong to
-the parent. The C ABI has no fork handling of its own, so a child that called
-it with an inherited handle would run gRPC without its threads, and one that
-closed a handle (bs_disconnect) would end the parent's session. Once a
-process has loaded libblockswap.so, its forked children therefore get a clear
-error from every call into blockswap, and closing (or collecting) an inherited
-offloader in a child forgets its handles without touching them.
+the parent. The C ABI refuses every call on an inherited handle itself
+(FAILED_PRECONDITION) and only forgets inherited handles that are destroyed
+(client/core/owner_process.h). This layer says so earlier and in Python's
+terms: once a process has loaded libblockswap.so, its forked children get a
+clear error from every call into blockswap that names the 'spawn' start
+method, and closing (or collecting) an inherited offloader in a child
+forgets its handles without calling the library.
 """
 import os
 

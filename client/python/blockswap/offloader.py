@@ -677,9 +677,10 @@ class StreamOffloader:
         """Placement and the last finished pass's statistics per direction:
         stall_seconds is how long the compute stream sat idle at the pass's
         waits (time lost), host_wait_seconds how long the training thread
-        blocked in them (mostly its own compute draining). copy_seconds adds
-        up only the loads a wait found unfilled (from the request to the fill):
-        0 when every load was done before its wait, as on the host backend."""
+        blocked in them (mostly its own compute draining). copy_seconds is the
+        daemon's copy-stream time for the ring's copies that the pass's waits
+        saw complete (each copy counted once; a pass's last prefetches count
+        in the next pass)."""
         _fork.check("stats")
         result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,

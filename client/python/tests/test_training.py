@@ -1,5 +1,7 @@
 """Training and inference through a real blockswapd (host backend) give the
 same numbers as without the offloader, computing on weights in ring slots."""
+import time
+
 import torch
 
 import blockswap
@@ -126,4 +128,38 @@ def test_sampling_between_training_steps(daemon):
     assert all(torch.equal(a, b) for a, b in zip(reference.results, model.results))
     stats = offloader.stats()
     assert stats["forward"]["self_heals"] == 0
+    offloader.close()
+
+
+def test_copy_seconds_are_the_daemons_copy_time(daemon):
+    """stats() reports the copy time the daemon measured, also on the host
+    backend, where every load is filled before its wait (so the client alone
+    never sees a copy take any time)."""
+    model = TinyTransformer(NUM_BLOCKS, dim=256, lora=False)  # blocks of about 3 MiB
+    offloader = offload(model, daemon, supports_backward=False)
+    x = batches(1, dim=256)[0][0]
+    offloader.prepare_block_devices_before_forward(model.blocks)
+    copy_seconds, loads = 0.0, 0
+    with torch.no_grad():
+        start = time.monotonic()
+        model(x)
+        offloader.stats()  # the first pass ends here
+        for _ in range(4):
+            model(x)
+            forward = offloader.stats()["forward"]
+            copy_seconds += forward["copy_seconds"]
+            loads += forward["loads"]
+            assert forward["copy_seconds"] > 0
+        wall = time.monotonic() - start
+    # A copy counts in the pass whose waits first see it complete (the first
+    # pass's last prefetches count in the second); each of these was issued
+    # after the first pass began.
+    assert copy_seconds <= wall
+    # Roughly these loads' bytes at the copy rate the daemon measured on its
+    # device over the whole run (this test's ring was its only one).
+    (device,) = daemon.ctl("stats")["devices"]
+    rate = device["bytes_copied"] / device["copy_seconds"]
+    start, end = offloader.master_address_ranges()[0]
+    expected = loads * (end - start) / rate
+    assert expected / 3 < copy_seconds < 3 * expected, (copy_seconds, expected, wall)
     offloader.close()

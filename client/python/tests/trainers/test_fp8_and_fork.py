@@ -164,12 +164,16 @@ def test_forked_dataloader_workers_leave_the_session_alone(daemon):
 def test_a_forked_child_that_drops_the_offloader_and_exits_normally(daemon):
     """Beyond DataLoader (whose workers leave by os._exit): a plain fork whose
     child collects the inherited offloader and exits through the
-    interpreter's and the library's exit handlers; the parent trains on."""
+    interpreter's and the library's exit handlers; the parent trains on. A
+    second child, with the Python guard off, gets the C ABI's own refusal and
+    exits too (before the C ABI forgot inherited handles, it hung in
+    DestroyRing)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_exit.py")
     out = subprocess.run([sys.executable, script, daemon.socket, BIN_DIR], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["child", "0", "equal", "True", "clients", "1"], out.stdout
+    assert out.stdout.split() == ["child", "0", "c_abi_child", "0", "equal", "True", "clients",
+                                  "1"], out.stdout
 
 
 def test_a_worker_of_a_process_without_blockswap_loaded_is_not_refused():
