@@ -40,10 +40,11 @@ programs=(blockswapd blockswapctl blockswap-demo shared_protocol_test gpu_test b
 backend=${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}
 # The GPU machine's Python with its torch (the dry run passes the venv's).
 python=${BLOCKSWAP_DEVICE_CHECK_PYTHON:-python3}
-# The hook for the two-user case: the user the two-client case's clients
-# run as (empty: the daemon's). Handed to gpu_test, which honours it once it
-# has the two-user support (issue 20, item 4); until then it changes nothing.
-client_user=${BLOCKSWAP_DEVICE_CHECK_CLIENT_USER:-}
+# The user the two-client case's clients run as, beside a daemon of root, as
+# trainers beside the system service (CUDA IPC across users): nobody unless
+# set; set empty, the daemon's own user. Handed to gpu_test as
+# BLOCKSWAP_GPU_TEST_CLIENT_USER.
+client_user=${BLOCKSWAP_DEVICE_CHECK_CLIENT_USER-nobody}
 
 pack() {
   BLOCKSWAP_CONFIGS=A "${root}/tests/run.sh" >/dev/null || {
@@ -229,7 +230,7 @@ probe_environment() {
     echo "ENV toolkit ${toolkit}"
     echo "ENV torch ${torch}"
     if [[ -n ${client_user} ]]; then
-      echo "ENV client user ${client_user} requested (BLOCKSWAP_GPU_TEST_CLIENT_USER; gpu_test runs its clients as that user once it supports it)"
+      echo "ENV client user ${client_user} (the two-client case's clients run as this user)"
     fi
   } | tee -a "${summary}"
 }

@@ -27,6 +27,7 @@
 #include "client/core/ring.h"
 #include "shared/base/status.h"
 #include "tests/gpu/device_compute.h"
+#include "tests/support/become_user.h"
 #include "tests/support/block_content.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
@@ -75,6 +76,11 @@ struct Client {
 
 absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t checks,
                    Client& client) {
+  // --as-uid=N: a trainer of another user than the daemon's, as under the
+  // system service (CUDA IPC across users; gpu_test.cc's ClientUser).
+  if (const int64_t uid = args.Int("as-uid", -1); uid >= 0) {
+    BLOCKSWAP_RETURN_IF_ERROR(testing::BecomeUser(uid));
+  }
   const uint64_t seed = args.Int("seed", 1);
   const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 12));
   const uint64_t max_bytes = args.Int("block-bytes", 4 << 20);

@@ -8,9 +8,12 @@
 // child process waited for with a deadline; a test that runs out of time
 // says what it saw instead of hanging (and ctest's TIMEOUT backs that up).
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shared/backend/backend.h"
@@ -39,6 +43,21 @@ using testing::NumberValue;
 std::string TestBackend() {
   const char* backend = std::getenv("BLOCKSWAP_GPU_TEST_BACKEND");
   return backend != nullptr && *backend != '\0' ? backend : "cuda";
+}
+
+// BLOCKSWAP_GPU_TEST_CLIENT_USER, a uid or a user name (the GPU check's
+// BLOCKSWAP_DEVICE_CHECK_CLIENT_USER): the user the two-client case runs its
+// clients as; nullopt when unset.
+absl::StatusOr<std::optional<uid_t>> ClientUser() {
+  const char* user = std::getenv("BLOCKSWAP_GPU_TEST_CLIENT_USER");
+  if (user == nullptr || *user == '\0') return std::nullopt;
+  if (uint32_t uid = 0; absl::SimpleAtoi(user, &uid)) return uid;
+  const passwd* entry = ::getpwnam(user);
+  if (entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("BLOCKSWAP_GPU_TEST_CLIENT_USER: no user named '", user, "'"));
+  }
+  return entry->pw_uid;
 }
 
 // How many devices the suite may spread clients over; 0 with the reason
@@ -77,8 +96,26 @@ class GpuTest : public testing::DaemonRolesTest {
     DaemonRolesTest::SetUp();
   }
 
-  void StartDaemon(std::map<std::string, std::string> env = {}) {
-    DaemonRolesTest::StartDaemon(DaemonFlags{.env = std::move(env), .backend = TestBackend()});
+  void StartDaemon(std::map<std::string, std::string> env = {},
+                   std::vector<std::string> extra_args = {}) {
+    DaemonRolesTest::StartDaemon(DaemonFlags{
+        .extra_args = std::move(extra_args), .env = std::move(env), .backend = TestBackend()});
+  }
+
+  // For clients of `uid`, as beside the system service: the daemon under the
+  // unit's UMask=0007 with the clients' group as the socket's, so that the
+  // files CUDA's IPC creates reach them; the way to the socket and the
+  // clients' report files open to them. The args that make a role that user.
+  std::vector<std::string> StartDaemonForUser(uid_t uid, const std::vector<std::string>& names) {
+    const mode_t previous = ::umask(0007);
+    StartDaemon({}, {absl::StrCat("--socket-group=", uid)});
+    ::umask(previous);
+    EXPECT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+    for (const std::string& name : names) {
+      std::ofstream(ReportPath(name)).flush();
+      EXPECT_EQ(::chmod(ReportPath(name).c_str(), 0666), 0);
+    }
+    return {absl::StrCat("--as-uid=", uid)};
   }
 
   int ModelCount() { return Models().models_size(); }
@@ -97,15 +134,24 @@ class GpuStreamingTest : public GpuTest, public ::testing::WithParamInterface<in
 
 TEST_P(GpuStreamingTest, TwoClientsStreamRandomBlocksByteExact) {
   const int slots = GetParam();
-  StartDaemon();
+  const absl::StatusOr<std::optional<uid_t>> user = ClientUser();
+  ASSERT_TRUE(user.ok()) << user.status();
+  std::vector<std::string> as_user;
+  if (user->has_value()) {
+    as_user = StartDaemonForUser(**user, {"client0", "client1"});
+    std::cerr << "clients run as uid " << **user << "\n";
+  } else {
+    StartDaemon();
+  }
   std::vector<ChildProcess> clients;
   for (int c = 0; c < 2; ++c) {
     // One model (same seed), clients spread over the GPUs where there are
     // several.
-    clients.push_back(
-        Spawn("gpu-stream", absl::StrCat("client", c),
-              {"--loads=600", "--blocks=12", "--compute-us=100", absl::StrCat("--slots=", slots),
-               absl::StrCat("--device=", c % AvailableDevices().count)}));
+    std::vector<std::string> args = {
+        "--loads=600", "--blocks=12", "--compute-us=100", absl::StrCat("--slots=", slots),
+        absl::StrCat("--device=", c % AvailableDevices().count)};
+    args.insert(args.end(), as_user.begin(), as_user.end());
+    clients.push_back(Spawn("gpu-stream", absl::StrCat("client", c), std::move(args)));
   }
   for (int c = 0; c < 2; ++c) {
     const std::string name = absl::StrCat("client", c);

@@ -5,8 +5,6 @@
 // (ClientExit in client_roles.h).
 #include "tests/integration/client_roles.h"
 
-#include <grp.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "client/core/ring.h"
 #include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
+#include "tests/support/become_user.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
 #include "tests/support/role_report.h"
@@ -41,16 +40,6 @@ int Exit(const absl::Status& status, const RoleReport& report) {
 }
 
 }  // namespace
-
-absl::Status BecomeUser(int64_t uid) {
-  // Gid N too, and no other groups. Dumpable again after setuid, as any
-  // trainer that was never anyone else is.
-  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
-      ::setuid(static_cast<uid_t>(uid)) != 0 || ::prctl(PR_SET_DUMPABLE, 1) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot become uid ", uid, " (not root?)"));
-  }
-  return absl::OkStatus();
-}
 
 bool BecomeUid(const KeyValueArgs& args) {
   const int64_t uid = args.Int("uid", -1);

@@ -34,9 +34,7 @@ absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id);
 inline constexpr char kUnregisteredModelId[] =
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-// This process becomes uid N (and gid N, no supplementary groups).
-absl::Status BecomeUser(int64_t uid);
-// --uid=N: the role runs as uid N (BecomeUser); false (said on stderr) when
+// --uid=N: the role runs as uid N (testing::BecomeUser); false (said on stderr) when
 // it cannot. Without --uid: true, unchanged.
 bool BecomeUid(const KeyValueArgs& args);
 
