@@ -137,6 +137,11 @@ absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
   }
   // 2. Synchronise: the stream's reads of the slots, and the notifier's
   //    writes into the control block, are done before anything is unmapped.
+  //    A stream that waits on a ready word for a copy that will not come (a
+  //    load that did not fill, a dead daemon) is let go first, or this would
+  //    wait for ever: what it reads then is garbage, and the caller's step
+  //    has failed already.
+  if (!daemon_alive || !drained.ok()) ring_->AbandonReadyWords();
   keep_first(stream.Synchronize());
   keep_first(meter_.Collect(/*wait_for_all=*/true));
   consumer_.reset();

@@ -195,8 +195,12 @@ TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
       bytes / device_rate, " s at the device's rate, ", bytes / memcpy_rate, " s at memcpy's");
   EXPECT_GT(forward, 0) << numbers;
   EXPECT_GT(backward, 0) << numbers;
-  EXPECT_LE(forward, NumberValue(report, "forward_wall_s")) << numbers;
-  EXPECT_LE(backward, NumberValue(report, "backward_wall_s")) << numbers;
+  // One copy stream: its busy time fits in the step's wall time. Not per
+  // pass: a pass's last prefetches count in the next pass, so a short pass
+  // may carry more copy time than its own wall time.
+  EXPECT_LE(forward + backward,
+            NumberValue(report, "forward_wall_s") + NumberValue(report, "backward_wall_s"))
+      << numbers;
   // Roughly the step's bytes at the device's rate: a pass's last prefetches
   // count in the next pass, and single copies vary (on a loaded machine a
   // copy thread waits for a core).

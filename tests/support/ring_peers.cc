@@ -233,6 +233,9 @@ int RunConsumer(const std::vector<std::string>& argv) {
   };
   auto classify = [&](const absl::Status& status) {
     std::cerr << "consumer: " << status << "\n";
+    // The step failed: a stream waiting on a ready word for a copy that will
+    // not come (a producer that skipped it) must drain before teardown.
+    (*ring)->AbandonReadyWords();
     done();
     return absl::IsDeadlineExceeded(status) ? kPeerTimedOut : kPeerRingFailed;
   };
