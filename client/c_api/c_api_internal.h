@@ -22,17 +22,17 @@
 struct bs_client {
   std::unique_ptr<blockswap::client::Connection> connection;
   blockswap::client::OwnerProcess owner;
-  void Forget() { (void)connection.release(); }
+  void Forget() { blockswap::client::OwnerProcess::KeepInherited(connection.release()); }
 };
 struct bs_model {
   std::unique_ptr<blockswap::client::Model> model;
   blockswap::client::OwnerProcess owner;
-  void Forget() { (void)model.release(); }
+  void Forget() { blockswap::client::OwnerProcess::KeepInherited(model.release()); }
 };
 struct bs_ring {
   std::unique_ptr<blockswap::client::Ring> ring;
   blockswap::client::OwnerProcess owner;
-  void Forget() { (void)ring.release(); }
+  void Forget() { blockswap::client::OwnerProcess::KeepInherited(ring.release()); }
 };
 
 namespace blockswap::client::c_api {

@@ -25,10 +25,10 @@ struct bs_scheduler {
   bs_reload_fn on_reload = nullptr;                       // bs_scheduler_set_reload_hook
   void* reload_user_data = nullptr;
   void Forget() {
-    (void)scheduler.release();
-    (void)driver.release();
-    (void)recovery.release();
-    (void)stream.release();
+    blockswap::client::OwnerProcess::KeepInherited(scheduler.release());
+    blockswap::client::OwnerProcess::KeepInherited(driver.release());
+    blockswap::client::OwnerProcess::KeepInherited(recovery.release());
+    blockswap::client::OwnerProcess::KeepInherited(stream.release());
   }
 };
 

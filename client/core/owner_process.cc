@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace blockswap::client {
 namespace {
@@ -40,6 +43,14 @@ absl::Status OwnerProcess::Check(absl::string_view what) const {
 void OwnerProcess::NoteAttached() {
   pid_t none = 0;
   first_attached_pid.compare_exchange_strong(none, ::getpid(), std::memory_order_relaxed);
+}
+
+void OwnerProcess::KeepInherited(const void* object) {
+  if (object == nullptr) return;
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static auto* kept = new std::vector<const void*>();  // never freed: held to the end
+  absl::MutexLock lock(&mu);
+  kept->push_back(object);
 }
 
 absl::Status OwnerProcess::CheckAttachAllowed() {

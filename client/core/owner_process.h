@@ -51,6 +51,10 @@ class OwnerProcess {
 
   // The calling process attached a session: its forked children may not.
   static void NoteAttached();
+  // In a forked child: keeps an inherited object that must not be destroyed
+  // reachable until the process ends, so that it is neither destroyed nor
+  // reported lost by a leak checker (LeakSanitizer in configuration B).
+  static void KeepInherited(const void* object);
   // FAILED_PRECONDITION in a process forked (at any depth) from one that
   // attached; OK otherwise.
   static absl::Status CheckAttachAllowed();

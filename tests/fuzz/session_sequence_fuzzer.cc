@@ -45,6 +45,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "shared/backend/backend.h"
 #include "shared/os/fd_passing.h"
+#include "shared/os/futex.h"
 #include "shared/protocol/model_layout.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
@@ -519,9 +520,19 @@ void CheckWorkerServes(Daemon& daemon) {
       Require(client_ring.control().status.error_code.load() == 0,
               absl::StrCat("the canary ring failed: ", client_ring.control().error_message));
       if (client_ring.control().filled_seq[slot].load() == 1) {
-        auto done = client_ring.ready(slot).Query();
-        Require(done.ok(), done.status().ToString());
-        if (*done) break;
+        // Copied once the slot's ready word reached the generation (the
+        // daemon's copy stream writes it after the copy); on a device without
+        // stream words, once ready[s]'s record completed. filled_seq alone is
+        // published when the copy is issued.
+        bool copied = false;
+        if (const StreamWords* words = client_ring.ready_words(); words != nullptr) {
+          copied = SeqAtLeast(words->word(slot).load(std::memory_order_acquire), 1);
+        } else {
+          absl::StatusOr<bool> done = client_ring.ready(slot).Query();
+          Require(done.ok(), done.status().ToString());
+          copied = *done;
+        }
+        if (copied) break;
       }
       Require(absl::Now() < deadline,
               absl::StrCat("stuck worker: a legitimate load into slot ", slot,
