@@ -216,11 +216,18 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
 
 namespace {
 
-// Moves every ready word of a ring kReadyWordAbandonStep ahead, once
-// (`abandoned`): a second step could carry a word past half the serial
-// space, behind the generations it must stay ahead of.
+// Moves every ready word of a ring kReadyWordAbandonStep ahead, once per
+// ring whichever side gets here first: a second step would carry a word half
+// the serial space ahead, behind the generations it must stay ahead of, and
+// every wait would hang (a daemon failing the ring and its client closing it
+// both abandon). `abandoned` is this process's flag; the word after the
+// slots' is the flag both processes share.
 void AbandonWords(StreamWords* words, uint32_t slot_count, std::atomic<bool>& abandoned) {
   if (words == nullptr || abandoned.exchange(true)) return;
+  if (words->count() > slot_count &&
+      words->word(slot_count).exchange(1, std::memory_order_acq_rel) != 0) {
+    return;
+  }
   for (uint32_t s = 0; s < slot_count; ++s) {
     std::atomic<uint32_t>& word = words->word(s);
     word.fetch_add(kReadyWordAbandonStep, std::memory_order_acq_rel);
