@@ -361,6 +361,14 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
   if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
     if (StreamWords* words = ring_.ready_words(); words != nullptr) {
       BLOCKSWAP_RETURN_IF_ERROR(stream.WaitWord(*words, slot, requested_[slot], timer));
+      // The watchdog let the words go (the daemon was lost): a wait that
+      // returned, or a stream that runs on, does not mean the copy was made.
+      // A host trainer's wait has already returned here, so say so now.
+      if (ring_.ready_words_abandoned()) {
+        return absl::UnavailableError(absl::StrCat(
+            "slot ", slot, " generation ", requested_[slot],
+            ": the daemon was lost before its copy was known to be done"));
+      }
     } else {
       BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
                                                  : stream.Wait(ring_.ready(slot)));

@@ -152,6 +152,8 @@ class RingImport {
   // guaranteed after that: the caller fails the step. Thread-safe; only the
   // first call moves the words.
   void AbandonReadyWords() const;
+  // Whether this process let the ready words go (AbandonReadyWords ran).
+  bool ready_words_abandoned() const { return abandoned_.load(std::memory_order_acquire); }
   const DaemonControlBlock& control() const {
     return *static_cast<const DaemonControlBlock*>(daemon_control_map_.data());
   }
