@@ -258,8 +258,7 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
                   "report", run.loads_per_second, true);
     }
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon->Stop(SIGTERM));
-  if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
+  BLOCKSWAP_RETURN_IF_ERROR(StopDaemon(*daemon));
   std::printf("\n%s", summary.text().c_str());
   return absl::OkStatus();
 }

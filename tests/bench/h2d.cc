@@ -148,8 +148,7 @@ class Bench {
                                                     *backend->devices().front(), devices, *daemon_,
                                                     clients_, summary_));
     DaemonMemory();
-    BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon_->Stop(SIGTERM));
-    if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
+    BLOCKSWAP_RETURN_IF_ERROR(StopDaemon(*daemon_));
     std::printf("\n%s", summary_.text().c_str());
     return absl::OkStatus();
   }

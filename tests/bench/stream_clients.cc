@@ -1,5 +1,6 @@
 #include "tests/bench/stream_clients.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,12 @@ int RunBenchmark(const char* program,
   if (status.ok()) return 0;
   std::cerr << program << ": " << status << "\n";
   return precondition_skips && absl::IsFailedPrecondition(status) ? 77 : 1;
+}
+
+absl::Status StopDaemon(testing::DaemonProcess& daemon) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(int code, daemon.Stop(SIGTERM));
+  if (code != 0) return absl::InternalError(absl::StrCat("blockswapd exited ", code));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StreamRun> StreamClients::Run(int clients, const std::vector<std::string>& args,

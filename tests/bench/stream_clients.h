@@ -33,6 +33,10 @@ int RunBenchmark(const char* program,
 
 using testing::ProcessCpuSeconds;
 
+// Stops a benchmark's daemon with SIGTERM: an error unless it exits 0 (a
+// daemon that crashed under the load makes the run's numbers void).
+absl::Status StopDaemon(testing::DaemonProcess& daemon);
+
 struct StreamRun {
   double aggregate_gbps = 0;                  // all clients' bytes over their common window
   double loads_per_second = 0;                // all clients' loads over the same window
