@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "shared/base/status.h"
 
@@ -20,6 +23,37 @@ namespace blockswap::testing {
 namespace {
 
 constexpr char kChildFlag[] = "--blockswap-child";
+// The pid of the process that spawned a role, so that the role ends with it:
+// a test killed by its timeout must not leave clients streaming (and a
+// daemon serving them) for ever, skewing whatever runs next.
+constexpr char kParentPidVariable[] = "BLOCKSWAP_TEST_PARENT_PID";
+// Ends a program spawned from the test's main thread with the test:
+// PR_SET_PDEATHSIG fires when the spawning *thread* exits, so a child of any
+// other thread goes without.
+constexpr char kSetpriv[] = "/usr/bin/setpriv";
+
+// Kills this role when the process that spawned it has exited. The variable
+// is dropped, so that anything this role starts by other means does not
+// watch its grandparent.
+void EndWithParent() {
+  const char* value = std::getenv(kParentPidVariable);
+  pid_t parent = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &parent) || parent <= 0) return;
+  ::unsetenv(kParentPidVariable);
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
+  if (pidfd < 0) {
+    if (errno == ESRCH) ::raise(SIGKILL);  // it is gone already
+    return;
+  }
+  std::thread([pidfd] {
+    pollfd pfd{pidfd, POLLIN, 0};
+    while (::poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+    }
+    ::raise(SIGKILL);
+  }).detach();
+}
+
+bool OnMainThread() { return ::syscall(SYS_gettid) == ::getpid(); }
 
 std::map<std::string, ChildRole>& Roles() {
   static auto* roles = new std::map<std::string, ChildRole>();
@@ -40,6 +74,7 @@ int MaybeRunChildRole(int argc, char** argv) {
     std::cerr << "unknown child role " << argv[2] << "\n";
     return 2;
   }
+  EndWithParent();
   return it->second(std::vector<std::string>(argv + 3, argv + argc));
 }
 
@@ -47,7 +82,17 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::string& role, SpawnO
   std::vector<std::string> args = {kChildFlag, role};
   args.insert(args.end(), options.args.begin(), options.args.end());
   options.args = std::move(args);
+  options.env.emplace(kParentPidVariable, absl::StrCat(::getpid()));
   return SpawnProgram("/proc/self/exe", std::move(options));
+}
+
+absl::StatusOr<ChildProcess> ChildProcess::SpawnProgramEndingWithTest(const std::string& path,
+                                                                      SpawnOptions options) {
+  if (!OnMainThread() || ::access(kSetpriv, X_OK) != 0) {
+    return SpawnProgram(path, std::move(options));
+  }
+  options.args.insert(options.args.begin(), {"--pdeathsig", "KILL", "--", path});
+  return SpawnProgram(kSetpriv, std::move(options));
 }
 
 absl::StatusOr<ChildProcess> ChildProcess::SpawnProgram(const std::string& path,

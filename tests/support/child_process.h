@@ -44,9 +44,17 @@ struct SpawnOptions {
 class ChildProcess {
  public:
   static absl::StatusOr<ChildProcess> Spawn(const std::string& role, SpawnOptions options);
+  // A role ends when the process that spawned it exits (it watches that
+  // process), so a test killed by its timeout leaves no role behind.
+  //
   // Runs another program: `path` with `options.args`.
   static absl::StatusOr<ChildProcess> SpawnProgram(const std::string& path,
                                                    SpawnOptions options);
+  // The same, and the program is killed when this test process exits, when
+  // it is spawned from the main thread (PR_SET_PDEATHSIG through setpriv,
+  // where util-linux has it; its pid is the program's after the exec).
+  static absl::StatusOr<ChildProcess> SpawnProgramEndingWithTest(const std::string& path,
+                                                                 SpawnOptions options);
 
   ChildProcess(ChildProcess&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)), pidfd_(std::move(other.pidfd_)) {}

@@ -89,10 +89,10 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
                 {"-c", "echo $$ > \"$0\" && exec \"$@\"", flags.cgroup_procs, program});
     program = "/bin/sh";
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess process,
-                             ChildProcess::SpawnProgram(program, {.args = std::move(args),
-                                                                  .inherit = std::move(inherit),
-                                                                  .env = std::move(flags.env)}));
+  BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess process, ChildProcess::SpawnProgramEndingWithTest(
+                                                       program, {.args = std::move(args),
+                                                                 .inherit = std::move(inherit),
+                                                                 .env = std::move(flags.env)}));
   const std::string output_note =
       flags.output_path.empty() ? "see its stderr above" : "see " + flags.output_path;
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess(std::move(process), dirs.socket_path()));

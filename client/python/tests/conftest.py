@@ -4,6 +4,7 @@ Finds blockswapd and blockswapctl in $BLOCKSWAP_BIN_DIR (default: build/bin of
 this checkout) and the client library through $BLOCKSWAP_LIBRARY (the ctest
 sets both; default build/lib/libblockswap.so).
 """
+import contextlib
 import ctypes
 import json
 import os
@@ -64,6 +65,19 @@ def assert_ranks_train_like_resident(results):
     for result in results[1:]:
         for name, value in results[0]["blockswap"]["lora"].items():
             assert torch.equal(value, result["blockswap"]["lora"][name]), name
+
+
+@contextlib.contextmanager
+def reaped(processes):
+    """Yields `processes` (subprocess.Popen); when the block ends, however it ends (a failed
+    assertion), kills and reaps those still running, so that no trainer outlives its test."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def _die_with_parent():

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from conftest import BIN_DIR, assert_ranks_train_like_resident
+from conftest import BIN_DIR, assert_ranks_train_like_resident, reaped
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer_child.py")
 
@@ -17,7 +17,7 @@ def spawn(*args, **kwargs):
 def test_two_trainer_processes_share_one_model(daemon):
     children = [spawn("share", daemon.socket, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 for _ in range(2)]
-    try:
+    with reaped(children):
         ready = [child.stdout.readline().split() for child in children]
         assert all(line[:1] == ["ready"] for line in ready), ready
         model_ids = {line[1] for line in ready}
@@ -33,11 +33,6 @@ def test_two_trainer_processes_share_one_model(daemon):
             child.stdin.write("done\n")
             child.stdin.flush()
         assert [child.wait(timeout=60) for child in children] == [0, 0]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
     assert len(daemon.ctl("models")["models"]) == 1
 
 
@@ -46,13 +41,8 @@ def test_ddp_ranks_stream_through_one_daemon(daemon, tmp_path):
     outs = [str(tmp_path / f"rank{rank}.pt") for rank in range(world)]
     ranks = [spawn("ddp", daemon.socket, str(rank), str(world), str(tmp_path / "rendezvous"),
                    os.path.join(BIN_DIR, "blockswapctl"), outs[rank]) for rank in range(world)]
-    try:
+    with reaped(ranks):
         assert [rank.wait(timeout=120) for rank in ranks] == [0] * world
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-                rank.wait()
     results = [torch.load(out) for out in outs]
     assert_ranks_train_like_resident(results)
     # The ranks saw different data.

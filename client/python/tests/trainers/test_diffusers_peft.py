@@ -10,6 +10,7 @@ import torch
 
 import blockswap
 import blockswap.diffusers
+from conftest import reaped
 from tiny_flux import DOUBLE, inputs, sd3_inputs, tiny_flux, tiny_sd3, train_steps
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flux_child.py")
@@ -131,7 +132,7 @@ def test_two_processes_serving_flux_share_one_copy(daemon, tmp_path):
     outs = [str(tmp_path / f"out{k}.pt") for k in range(2)]
     children = [subprocess.Popen([sys.executable, CHILD, daemon.socket, out], text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE) for out in outs]
-    try:
+    with reaped(children):
         ready = [child.stdout.readline().split() for child in children]
         assert all(line[:1] == ["ready"] for line in ready), ready
         assert ready[0][1] == ready[1][1]
@@ -144,10 +145,5 @@ def test_two_processes_serving_flux_share_one_copy(daemon, tmp_path):
             child.stdin.write("done\n")
             child.stdin.flush()
         assert [child.wait(timeout=60) for child in children] == [0, 0]
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
     for out in outs:
         assert torch.equal(torch.load(out), expected)

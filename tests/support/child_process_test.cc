@@ -1,0 +1,90 @@
+// What a test leaves behind when it is killed (a ctest timeout): its roles and
+// the daemons it started end with it.
+#include "tests/support/child_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "shared/base/unique_fd.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/key_value_args.h"
+#include "tests/support/role_report.h"
+
+namespace blockswap::testing {
+namespace {
+
+int RunSleeper(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  RoleReport(args.Str("report")).Add("pid", absl::StrCat(::getpid()));
+  while (true) ::pause();
+}
+BLOCKSWAP_CHILD_ROLE("child-process-sleeper", RunSleeper);
+
+// Spawns what the test asks for (a sleeper role, or a daemon), reports its
+// pid, and waits to be killed.
+int RunSpawner(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  std::unique_ptr<ScratchDirs> dirs;
+  std::unique_ptr<DaemonProcess> daemon;
+  std::optional<ChildProcess> sleeper;
+  if (args.Str("spawn") == "daemon") {
+    absl::StatusOr<std::unique_ptr<ScratchDirs>> made = ScratchDirs::Create();
+    if (!made.ok()) return 1;
+    dirs = std::move(*made);
+    absl::StatusOr<std::unique_ptr<DaemonProcess>> started = DaemonProcess::Start(*dirs);
+    if (!started.ok()) return 1;
+    daemon = std::move(*started);
+    report.Add("pid", absl::StrCat(daemon->pid()));
+  } else {
+    absl::StatusOr<ChildProcess> spawned =
+        ChildProcess::Spawn("child-process-sleeper", {.args = {"--report=" + args.Str("report")}});
+    if (!spawned.ok()) return 1;
+    sleeper.emplace(std::move(*spawned));
+  }
+  while (true) ::pause();
+}
+BLOCKSWAP_CHILD_ROLE("child-process-spawner", RunSpawner);
+
+// Kills a spawner that started `what`, and expects what it started to be
+// gone soon after (it is init's child then: watched through a pidfd).
+void ExpectGoneWithItsParent(const std::string& what) {
+  const std::string report =
+      absl::StrCat(::testing::TempDir(), "/spawner-", what, "-", ::getpid(), ".report");
+  ::unlink(report.c_str());
+  absl::StatusOr<ChildProcess> spawner = ChildProcess::Spawn(
+      "child-process-spawner", {.args = {"--report=" + report, "--spawn=" + what}});
+  ASSERT_TRUE(spawner.ok()) << spawner.status();
+  pid_t pid = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(20); pid == 0 && absl::Now() < until;) {
+    const double reported = NumberValue(ReadRoleReport(report), "pid");
+    if (reported > 0) pid = static_cast<pid_t>(reported);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(pid, 0) << "the spawner never reported its child's pid";
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  ASSERT_TRUE(pidfd.valid()) << "the " << what << " exited on its own";
+  spawner->Kill(SIGKILL);
+  ASSERT_TRUE(spawner->Wait(absl::Seconds(10)).ok());
+  pollfd pfd{pidfd.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 10'000), 1)
+      << "the " << what << " (pid " << pid << ") outlived the process that spawned it by 10 s";
+  if (pfd.revents == 0) ::kill(pid, SIGKILL);
+  ::unlink(report.c_str());
+}
+
+TEST(ChildProcessTest, ARoleEndsWithTheProcessThatSpawnedIt) { ExpectGoneWithItsParent("role"); }
+
+TEST(ChildProcessTest, ADaemonEndsWithTheTestThatStartedIt) { ExpectGoneWithItsParent("daemon"); }
+
+}  // namespace
+}  // namespace blockswap::testing
