@@ -33,7 +33,7 @@ debian_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
   libssl-dev libsystemd-dev yamllint python3-yaml systemd libre2-dev
-  patchelf help2man file man-db
+  patchelf help2man file man-db util-linux
   python3 python3-venv python3-matplotlib
 )
 # Python side: PyPI distributions, installed into the reused environment;
