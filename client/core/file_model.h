@@ -17,10 +17,10 @@
 namespace blockswap::client {
 
 struct FileRegistrationOptions {
-  std::string block_pattern;  // RE2 with one capture group: the block index
-  std::string select;         // RE2 searched in full names; empty: all
+  std::string block_pattern = {};  // RE2 with one capture group: the block index
+  std::string select = {};         // RE2 searched in full names; empty: all
   uint32_t select_rank = 0;   // 0: any
-  std::string name;           // informational; empty: the file's name
+  std::string name = {};      // informational; empty: the file's name
 };
 
 struct FileRegistration {

@@ -175,7 +175,7 @@ struct ConsumerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // Checked with the status word on every wake: a non-OK answer (the
   // client's connection to the daemon broke, say) ends a wait at once.
-  std::function<absl::Status()> liveness;
+  std::function<absl::Status()> liveness = {};
   // The side stream (on the ring's device) that tells the daemon when a
   // slot's free[s] has completed: it waits on free[s], then a host function
   // publishes releasable_seq and rings the ring's doorbell. Null, or a ring
