@@ -15,7 +15,8 @@ log=${BLOCKSWAP_BENCH_LOG:-${build}/bench-run.log}
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
-for program in blockswapd blockswap-bench-h2d blockswap-bench-control blockswap-bench-memory; do
+for program in blockswapd blockswap-bench-h2d blockswap-bench-control blockswap-bench-memory \
+    blockswap-bench-fair-copies; do
   if [[ ! -x ${bin}/${program} ]]; then
     echo "run-all.sh: ${bin}/${program} is not built (configuration A: tests/run.sh or" \
          "cmake --build ${build} --target ${program})" >&2
@@ -71,11 +72,14 @@ if (( quick )); then
     --clients=2 --gigabytes=0.2 --stall-loads=30
   run control P3 "${bin}/blockswap-bench-control" --round-trips=2000 --throughput-loads=300
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
+  run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --loads=100 --repeat=1
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
     --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
+  # Issue 27: a streamer beside a prefetch flooder on one device ÷ alone.
+  run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
 fi
 
 # P7 (64 clients x 10k verified loads) is its own script, from the
