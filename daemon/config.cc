@@ -15,12 +15,13 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "daemon/os/logging.h"
+#include "shared/base/status.h"
 
 namespace blockswap::daemon {
 namespace {
 
 // What a field accepts in the file.
-enum class Kind { kText, kCount, kBytes, kSeconds, kIdList };
+enum class Kind { kText, kCount, kBytes, kSeconds, kIdList, kTextList };
 
 const char* KindName(Kind kind) {
   switch (kind) {
@@ -34,6 +35,8 @@ const char* KindName(Kind kind) {
       return "a number of seconds";
     case Kind::kIdList:
       return "an array of non-negative integers";
+    case Kind::kTextList:
+      return "an array of strings";
   }
   return "a value";
 }
@@ -84,6 +87,31 @@ absl::Status ValidateListenAddress(absl::string_view text) {
         "expected HOST:PORT (for example 127.0.0.1:9464) or \"\" for off, got '", text, "'"));
   }
   return absl::OkStatus();
+}
+
+// One copy_weights entry, "UID:WEIGHT".
+absl::Status AddCopyWeight(absl::string_view text, CopyWeights& weights) {
+  const size_t colon = text.find(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected UID:WEIGHT (for example \"1000:2\"), got '", text, "'"));
+  }
+  absl::StatusOr<uint64_t> uid = ParseCount(text.substr(0, colon), UINT32_MAX - 1);
+  if (!uid.ok()) return Annotate(uid.status(), absl::StrCat("the uid of '", text, "'"));
+  absl::StatusOr<uint64_t> weight = ParseCount(text.substr(colon + 1), kMaxCopyWeight);
+  if (!weight.ok()) return Annotate(weight.status(), absl::StrCat("the weight of '", text, "'"));
+  if (*weight == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the weight of '", text, "' is 0: a weight is 1 to ", kMaxCopyWeight));
+  }
+  weights[static_cast<uint32_t>(*uid)] = static_cast<uint32_t>(*weight);
+  return absl::OkStatus();
+}
+
+std::string ShowCopyWeights(const CopyWeights& weights) {
+  std::vector<std::string> entries;
+  for (const auto& [uid, weight] : weights) entries.push_back(Quoted(absl::StrCat(uid, ":", weight)));
+  return absl::StrCat("[", absl::StrJoin(entries, ", "), "]");
 }
 
 template <typename Id>
@@ -312,6 +340,16 @@ std::vector<FieldSpec> MakeFields() {
            Kind::kCount});
     }
   }
+  fields.push_back(
+      {{"copy_weights", "--copy-weight",
+        "a uid's weight on each copy stream, as UID:WEIGHT (1 to 1000; a uid not listed weighs "
+        "1): a ring's share of its device's copies is its weight over the weights of the rings "
+        "with copies ready",
+        true,
+        [](O& o, absl::string_view v) { return AddCopyWeight(v, o.copy_weights); },
+        [](O& o) { o.copy_weights.clear(); },
+        [](const O& o) { return ShowCopyWeights(o.copy_weights); }},
+       Kind::kTextList});
   auto count = [&](const char* key, const char* flag, const char* help, uint64_t O::*member) {
     fields.push_back({{key, flag, help, false,
                        [member](O& o, absl::string_view v) -> absl::Status {
@@ -340,6 +378,7 @@ const std::vector<FieldSpec>& Specs() {
 absl::StatusOr<std::string> ScalarText(const toml::node& node, Kind kind) {
   switch (kind) {
     case Kind::kText:
+    case Kind::kTextList:
       if (auto v = node.value<std::string>(); v && node.is_string()) return *v;
       break;
     case Kind::kCount:

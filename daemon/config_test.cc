@@ -49,7 +49,8 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
                           "max_staging_bytes_per_client",
                           "max_staging_bytes_per_uid",
                           "max_file_offers_per_client",
-                          "max_file_offers_per_uid"}) {
+                          "max_file_offers_per_uid",
+                          "copy_weights"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
 }
@@ -122,6 +123,18 @@ TEST(Config, PrintedConfigReadsBackToTheSameOptions) {
   EXPECT_TRUE(absl::StrContains(printed, "allow_uids = [7, 8]\n")) << printed;
 }
 
+TEST(Config, CopyWeightsAreUidWeightPairsAndReadBack) {
+  DaemonOptions o;
+  EXPECT_TRUE(o.copy_weights.empty()) << "every uid weighs the same by default";
+  ASSERT_TRUE(Apply("copy_weights = [\"1000:2\", \"0:5\"]\n", o).ok());
+  EXPECT_EQ(o.copy_weights, (CopyWeights{{0, 5}, {1000, 2}}));
+  const std::string printed = FormatConfig(o);
+  EXPECT_TRUE(absl::StrContains(printed, "copy_weights = [\"0:5\", \"1000:2\"]\n")) << printed;
+  DaemonOptions again;
+  ASSERT_TRUE(Apply(printed, again).ok()) << printed;
+  EXPECT_EQ(again.copy_weights, o.copy_weights);
+}
+
 TEST(Config, UnknownKeyNamesTheLineTheKeyAndTheKnownKeys) {
   DaemonOptions o;
   absl::Status s = Apply("socket = \"/x\"\n\nmax_pined_bytes = 5\n", o);
@@ -160,6 +173,11 @@ TEST(Config, BadValuesNameTheKeyAndTheValue) {
       {"allow_uids = [-1]", "allow_uids: expected a non-negative integer"},
       {"max_memory_bytes = \"lots\"", "max_memory_bytes: expected a byte count"},
       {"max_rings_per_uid = \"many\"", "max_rings_per_uid: expected a non-negative integer"},
+      {"copy_weights = [\"1000\"]", "copy_weights: expected UID:WEIGHT (for example \"1000:2\"), got '1000'"},
+      {"copy_weights = [\"x:2\"]", "copy_weights: the uid of 'x:2': expected a non-negative integer"},
+      {"copy_weights = [\"1000:0\"]", "copy_weights: the weight of '1000:0' is 0: a weight is 1 to 1000"},
+      {"copy_weights = [\"1000:1001\"]", "copy_weights: the weight of '1000:1001': 1001 is larger than 1000"},
+      {"copy_weights = [1000]", "copy_weights: expected an array of strings, got integer"},
       {"model_access = \"group\"",
        "model_access: expected \"allowed-users\" (every allowed user sees every model) or "
        "\"registrant-group\" (the registering uids, their groups, root and the daemon's uid), "

@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::map<std::string, const DeviceWorker*> admin_workers;
   for (const auto& device : devices) {
     BLOCKSWAP_ASSIGN_OR_RETURN(auto worker,
-                               DeviceWorker::Start(*device, daemon->boot_id_, ring_memory));
+                               DeviceWorker::Start(*device, daemon->boot_id_, ring_memory, o.copy_weights));
     workers[device->info().uuid] = worker.get();
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);

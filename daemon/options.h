@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/device/copy_scheduler.h"
 #include "daemon/os/logging.h"
 #include "daemon/session/model_visibility.h"
 #include "daemon/session/quota.h"
@@ -51,6 +52,9 @@ struct DaemonOptions {
   // A ring must leave this much of its device's memory free.
   uint64_t device_memory_reserve_bytes = uint64_t{1} << 30;
   ClientQuotas quotas = DefaultClientQuotas();
+  // Each uid's weight on the copy streams (daemon/device/copy_scheduler.h);
+  // a uid not listed weighs 1.
+  CopyWeights copy_weights;
   // Connections of one uid open at once, and of those waiting for their
   // first message (daemon/server/listener.h); 0: unlimited.
   uint64_t max_connections_per_uid = 256;

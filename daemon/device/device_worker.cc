@@ -3,6 +3,8 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/os/logging.h"
@@ -70,19 +72,22 @@ v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generatio
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device, uint64_t boot_id,
-                                                                  RingMemoryOptions memory) {
+                                                                  RingMemoryOptions memory,
+                                                                  CopyWeights copy_weights) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
                              Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
-  return std::unique_ptr<DeviceWorker>(
-      new DeviceWorker(device, boot_id, memory, std::move(stream), std::move(doorbell)));
+  return std::unique_ptr<DeviceWorker>(new DeviceWorker(
+      device, boot_id, memory, std::move(copy_weights), std::move(stream), std::move(doorbell)));
 }
 
 DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
-                           std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell)
+                           CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
+                           std::unique_ptr<Doorbell> doorbell)
     : device_(device),
       boot_id_(boot_id),
       memory_(memory),
+      copy_weights_(std::move(copy_weights)),
       copy_stream_(std::move(copy_stream)),
       doorbell_(std::move(doorbell)),
       copies_(device, *copy_stream_),
@@ -140,8 +145,10 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
   state->ring = std::move(ring);
   state->residency.resize(shape.slot_count);
   state->pending_keep_alive.resize(shape.slot_count);
+  const uint32_t weight = CopyWeightOf(copy_weights_, state->owner.uid);
   absl::MutexLock lock(&rings_mu_);
   rings_[ring_id] = std::move(state);
+  scheduler_.AddRing(ring_id, weight);
   return exported;
 }
 
@@ -186,6 +193,7 @@ void DeviceWorker::RetireRing(uint64_t ring_id, RetireReason reason,
   if (it == rings_.end()) return;
   std::unique_ptr<RingState> state = std::move(it->second);
   rings_.erase(it);
+  scheduler_.RemoveRing(ring_id);
   state->retired_for = reason;
   state->owner_process = std::move(owner);
   retired_.push_back(std::move(state));
@@ -230,6 +238,8 @@ void DeviceWorker::Run() {
     absl::MutexLock lock(&rings_mu_);
     ProcessTasks(tasks);
     ReadRequestRings();
+    // A full copy stream first makes room: a copy may have completed.
+    if (copies_on_stream_ >= scheduler_.stream_limit()) (void)RetireCopies();
     const absl::Time next_poll = std::min(PollRings(), RetireCopies());
     Heartbeat();
     const bool freeing = FreeRetiredRings();
@@ -344,26 +354,28 @@ bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
 absl::Time DeviceWorker::PollRings() {
   const absl::Time now = absl::Now();
   absl::Time earliest = absl::InfiniteFuture();
-  std::vector<RingProducer::Issued> issued;
-  std::vector<CopyTracker::Copy> batch;  // every copy of this pass, one completion event
   for (auto& [id, state] : rings_) {
     RingState& ring = *state;
     if (!ring.producer->status().ok()) {
-      // A failed ring issues nothing more: let its masters go.
+      // A failed ring issues nothing more: let its masters go, and its turn.
       for (auto& keep_alive : ring.pending_keep_alive) keep_alive.reset();
+      scheduler_.RemoveRing(id);
       continue;
     }
-    if (!ring.producer->has_pending()) continue;
+    if (!ring.producer->awaits_release()) continue;
     const bool fallback_poll = now >= ring.next_fallback_poll;
-    issued.clear();
-    absl::StatusOr<int> count = ring.producer->Poll(fallback_poll, &issued);
-    IssuedOn(ring, issued, batch);
-    if (!count.ok()) {
-      Report(ring, count.status(), UINT32_MAX, 0, ring.last_sink);
+    ready_.clear();
+    absl::StatusOr<int> found = ring.producer->FindReleased(fallback_poll, &ready_);
+    for (const RingProducer::Ready& copy : ready_) {
+      RecordTrace(TraceKind::kCopyReady, ring, copy.slot, copy.generation, copy.bytes,
+                  copy.ready_ns);
+    }
+    if (!found.ok()) {
+      Report(ring, found.status(), UINT32_MAX, 0, ring.last_sink);
       continue;
     }
-    if (!ring.producer->has_pending()) continue;
-    if (*count > 0) {
+    if (!ring.producer->awaits_release()) continue;
+    if (*found > 0) {
       ring.poll_period = kFallbackPoll;
       ring.next_fallback_poll = now + ring.poll_period;
     } else if (fallback_poll) {
@@ -372,13 +384,46 @@ absl::Time DeviceWorker::PollRings() {
     }
     earliest = std::min(earliest, ring.next_fallback_poll);
   }
-  if (absl::Status tracked = copies_.Track(std::move(batch)); !tracked.ok()) {
+  std::vector<CopyTracker::Copy> batch;  // every copy of this pass, one completion event
+  IssueReadyCopies(batch);
+  TrackCopies(batch);
+  return earliest;
+}
+
+void DeviceWorker::IssueReadyCopies(std::vector<CopyTracker::Copy>& batch) {
+  const size_t limit = scheduler_.stream_limit();
+  std::vector<RingProducer::Issued> issued;
+  while (copies_on_stream_ < limit) {
+    ready_rings_.clear();
+    for (const auto& [id, state] : rings_) {
+      if (state->producer->OldestReady().has_value()) ready_rings_.push_back(id);
+    }
+    if (ready_rings_.empty()) return;
+    const uint64_t next = ready_rings_[scheduler_.Pick(ready_rings_)];
+    RingState& ring = *rings_.at(next);
+    issued.clear();
+    absl::Status status = ring.producer->IssueOldestReady(&issued);
+    IssuedOn(ring, issued, batch);
+    copies_on_stream_ += issued.size();
+    scheduler_.Issued(next);
+    // A failed ring has nothing ready any more: the loop goes on without it.
+    if (!status.ok()) Report(ring, status, UINT32_MAX, 0, ring.last_sink);
+    if (limit != std::numeric_limits<size_t>::max()) TrackCopies(batch);
+  }
+}
+
+void DeviceWorker::TrackCopies(std::vector<CopyTracker::Copy>& batch) {
+  if (batch.empty()) return;
+  const size_t count = batch.size();
+  absl::Status tracked = copies_.Track(std::move(batch));
+  batch.clear();
+  if (!tracked.ok()) {
     // The device failed under the copies just issued: their rings cannot be
-    // trusted any more.
+    // trusted any more, and the copies will never be seen complete.
+    copies_on_stream_ -= std::min(copies_on_stream_, count);
     LogDeviceFailure(tracked);
     for (auto& [id, state] : rings_) state->producer->Fail(tracked);
   }
-  return earliest;
 }
 
 void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
@@ -413,9 +458,11 @@ void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Iss
 absl::Time DeviceWorker::RetireCopies() {
   LatencyHistogram& latency = load_latency_;  // guarded by rings_mu_, held here
   auto& rings = rings_;                       // the same
-  absl::StatusOr<absl::Time> next =
-      copies_.Retire([this, &latency, &rings](const CopyTracker::Copy& copy, uint64_t completed_ns,
-                                              absl::Duration stream_time) {
+  size_t& on_stream = copies_on_stream_;      // the same
+  absl::StatusOr<absl::Time> next = copies_.Retire(
+      [this, &latency, &rings, &on_stream](const CopyTracker::Copy& copy, uint64_t completed_ns,
+                                           absl::Duration stream_time) {
+        if (on_stream > 0) --on_stream;  // room on the copy stream for the next
         trace_.ring().Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot,
                                         copy.generation, copy.block, TraceKind::kCopyDone, 0});
         // The ring's client reads its copy times from the control block.

@@ -12,6 +12,12 @@
 // completed (their release notifications, shared/protocol/load_protocol.h).
 // A ring it cannot wake the worker for is one whose client does not notify:
 // its copies wait for the fallback poll, which slows that client only.
+//
+// Clients share the copy stream fairly: ready copies are issued in each
+// ring's request order, and between rings in the order of a CopyScheduler
+// (copy_scheduler.h: one copy per ring per turn, weighted by the owner's
+// copy_weights entry), with a short copy stream while more than one ring
+// is served.
 #ifndef BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 #define BLOCKSWAP_DAEMON_DEVICE_DEVICE_WORKER_H_
 
@@ -32,6 +38,7 @@
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/budget/ledger.h"
 #include "daemon/budget/memory_budget.h"
+#include "daemon/device/copy_scheduler.h"
 #include "daemon/device/copy_tracker.h"
 #include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
@@ -160,9 +167,11 @@ struct RingMemoryOptions {
 
 class DeviceWorker {
  public:
-  // `device` must outlive the worker.
+  // `device` must outlive the worker. `copy_weights`: each ring's share of
+  // the copy stream, by its owner's uid (RingOwner::uid).
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id,
-                                                             RingMemoryOptions memory = {});
+                                                             RingMemoryOptions memory = {},
+                                                             CopyWeights copy_weights = {});
   // Stops the thread, waits for issued copies and frees every ring.
   ~DeviceWorker();
 
@@ -235,7 +244,8 @@ class DeviceWorker {
   struct RingState;
 
   DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
-               std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell);
+               CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
+               std::unique_ptr<Doorbell> doorbell);
   // The node budget's charge and the device reserve's check for a ring of
   // `bytes`; alloc_mu_ held, so that two rings never both take the last of
   // the device's free memory.
@@ -250,9 +260,18 @@ class DeviceWorker {
   // A task for `ring`, from either transport: fails the ring with its
   // rejection, or hands it to the ring's producer. False: the ring failed.
   bool Accept(RingState& ring, LoadTask& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
-  // Issues what can be issued; returns when copies still waiting for a
-  // `free` should next be polled (InfiniteFuture: none waits).
+  // Finds released slots and issues what can be issued; returns when copies
+  // still waiting for a `free` should next be polled (InfiniteFuture: none
+  // waits).
   absl::Time PollRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Issues ready copies in scheduler_'s order while the copy stream has room
+  // (CopyScheduler::stream_limit), appending them to `batch`, or tracking
+  // each on its own while the stream is limited (so that its completion, not
+  // a whole batch's, makes room for the next).
+  void IssueReadyCopies(std::vector<CopyTracker::Copy>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Hands `batch` to copies_; a device failure fails every ring.
+  void TrackCopies(std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Traces and counts what Poll issued on `ring`, and hands it to copies_.
   void IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
                 std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
@@ -275,6 +294,7 @@ class DeviceWorker {
   Device& device_;
   const uint64_t boot_id_;
   const RingMemoryOptions memory_;
+  const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;
   // Used by the worker thread only, after construction.
@@ -298,6 +318,12 @@ class DeviceWorker {
 
   // The copies issued and not yet seen complete, with their keep-alives.
   CopyTracker copies_ ABSL_GUARDED_BY(rings_mu_);
+  // The order of ready copies between rings, and how many copies are on the
+  // copy stream now (issued, not yet seen complete by copies_).
+  CopyScheduler scheduler_ ABSL_GUARDED_BY(rings_mu_);
+  size_t copies_on_stream_ ABSL_GUARDED_BY(rings_mu_) = 0;
+  std::vector<uint64_t> ready_rings_ ABSL_GUARDED_BY(rings_mu_);       // scratch
+  std::vector<RingProducer::Ready> ready_ ABSL_GUARDED_BY(rings_mu_);  // scratch
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> releases_at_request_{0};

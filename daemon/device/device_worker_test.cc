@@ -115,10 +115,10 @@ class DeviceWorkerTest : public ::testing::Test {
 
   // Replaces the worker by one whose copies run only once the test calls
   // held_->ReleaseCopies(); before any ring is created.
-  void HoldCopies() {
+  void HoldCopies(CopyWeights copy_weights = {}) {
     held_ = std::make_unique<::blockswap::testing::HeldCopyDevice>(*device_);
     worker_.reset();
-    auto started = DeviceWorker::Start(*held_, kBootId);
+    auto started = DeviceWorker::Start(*held_, kBootId, {}, std::move(copy_weights));
     ASSERT_TRUE(started.ok()) << started.status();
     worker_ = std::move(started).value();
   }
@@ -132,13 +132,13 @@ class DeviceWorkerTest : public ::testing::Test {
 
   // Creates ring `id` on the worker and imports it as a client would; with
   // `notify` its consumer tells the worker when a slot's free completes, as
-  // the client library does.
+  // the client library does. `uid`: whose ring it is (its copy weight).
   TestRing& CreateRing(uint64_t id, uint32_t slots = 2,
                        std::shared_ptr<const LoadResolver> resolver = nullptr,
-                       bool notify = false) {
-    auto exported = worker_->CreateRing(id, kSessionId, RingShape{slots, kSlotBytes},
-                                        RingOwner{static_cast<uint32_t>(::getpid()), "test"},
-                                        std::move(resolver));
+                       bool notify = false, uint32_t uid = 0) {
+    auto exported = worker_->CreateRing(
+        id, kSessionId, RingShape{slots, kSlotBytes},
+        RingOwner{static_cast<uint32_t>(::getpid()), "test", uid}, std::move(resolver));
     EXPECT_TRUE(exported.ok()) << exported.status();
     auto imported = RingImport::Import(*device_, std::move(exported).value());
     EXPECT_TRUE(imported.ok()) << imported.status();
@@ -412,6 +412,101 @@ TEST_F(DeviceWorkerTest, ACopyHeldBackOnOneRingDoesNotDelayAnotherRing) {
   EXPECT_EQ(held.filled_seq(0), 0u) << "the held ring's slot is still in use";
   release_compute_.Notify();
   EXPECT_TRUE(AwaitLoaded(held, 0).ok());
+}
+
+// The rings of each copy issued so far, in issue order (the worker's trace).
+std::vector<uint64_t> IssuedRings(const DeviceWorker& worker) {
+  std::vector<uint64_t> rings;
+  for (const TraceEvent& event : worker.ReadTrace(0).events) {
+    if (event.kind == TraceKind::kCopyIssued) rings.push_back(event.ring_id);
+  }
+  return rings;
+}
+
+// Waits (bounded) until `count` copies are issued: the slots' `free`
+// completes on the compute stream's worker, and the fallback poll finds it.
+void AwaitIssued(const DeviceWorker& worker, size_t count) {
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while (IssuedRings(worker).size() < count && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));
+  }
+}
+
+TEST_F(DeviceWorkerTest, ARingAloneHasTheCopyStreamToItselfAndSharedItHoldsThreeCopies) {
+  HoldCopies();
+  TestRing& first = CreateRing(1, 4);
+  for (uint32_t slot = 0; slot < 4; ++slot) RequestLoad(first, slot, block_a_);
+  AwaitIssued(*worker_, 4);
+  EXPECT_EQ(IssuedRings(*worker_).size(), 4u) << "a ring alone: every ready copy at once";
+
+  TestRing& second = CreateRing(2, 4);
+  TestRing& third = CreateRing(3, 4);
+  held_->ReleaseCopies();
+  ASSERT_TRUE(first.consumer->Drain(kHangGuard).ok());
+  // Rings 2 and 3 share the stream: their copies go 3 at a time, each
+  // batch after the previous copies completed (the host stream runs them).
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    RequestLoad(second, slot, block_a_);
+    RequestLoad(third, slot, block_b_);
+  }
+  ASSERT_TRUE(second.consumer->Drain(kHangGuard).ok());
+  ASSERT_TRUE(third.consumer->Drain(kHangGuard).ok());
+  AwaitWorkerPasses(1);  // traced after filled_seq is published
+  std::vector<uint64_t> shared = IssuedRings(*worker_);
+  ASSERT_EQ(shared.size(), 12u);
+  shared.erase(shared.begin(), shared.begin() + 4);
+  for (size_t i = 1; i < shared.size(); ++i) {
+    EXPECT_NE(shared[i], shared[i - 1]) << "ring " << shared[i] << " twice in a row at " << i;
+  }
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    ASSERT_TRUE(AwaitLoaded(second, slot).ok());
+    ASSERT_TRUE(AwaitLoaded(third, slot).ok());
+    EXPECT_TRUE(SlotHolds(second, slot, block_a_)) << slot;
+    EXPECT_TRUE(SlotHolds(third, slot, block_b_)) << slot;
+  }
+}
+
+TEST_F(DeviceWorkerTest, WhileRingsShareTheStreamAtMostThreeCopiesAreOnIt) {
+  HoldCopies();
+  TestRing& first = CreateRing(1, 4);
+  TestRing& second = CreateRing(2, 4);
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    RequestLoad(first, slot, block_a_);
+    RequestLoad(second, slot, block_b_);
+  }
+  AwaitIssued(*worker_, CopyScheduler::kStreamDepth);
+  // Every copy is ready by now (the fallback poll's period is at most 8 ms):
+  // a pass that issued more would have done so here.
+  absl::SleepFor(absl::Milliseconds(20));
+  AwaitWorkerPasses(2);
+  EXPECT_EQ(IssuedRings(*worker_).size(), CopyScheduler::kStreamDepth)
+      << "copies queued beyond the stream's depth would delay a ring's next copy";
+  EXPECT_EQ(worker_->stats().queue_depth, 8u - CopyScheduler::kStreamDepth);
+  held_->ReleaseCopies();
+  ASSERT_TRUE(first.consumer->Drain(kHangGuard).ok()) << "topped up as copies complete";
+  ASSERT_TRUE(second.consumer->Drain(kHangGuard).ok());
+  AwaitWorkerPasses(1);
+  EXPECT_EQ(IssuedRings(*worker_).size(), 8u);
+}
+
+TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
+  constexpr uint32_t kHeavyUid = 1000;
+  HoldCopies(CopyWeights{{kHeavyUid, 2}});
+  TestRing& heavy = CreateRing(1, 8, nullptr, false, kHeavyUid);
+  TestRing& light = CreateRing(2, 8);
+  for (uint32_t slot = 0; slot < 8; ++slot) {
+    RequestLoad(heavy, slot, block_a_);
+    RequestLoad(light, slot, block_b_);
+  }
+  held_->ReleaseCopies();
+  ASSERT_TRUE(heavy.consumer->Drain(kHangGuard).ok());
+  ASSERT_TRUE(light.consumer->Drain(kHangGuard).ok());
+  AwaitWorkerPasses(1);
+  const std::vector<uint64_t> order = IssuedRings(*worker_);
+  ASSERT_EQ(order.size(), 16u);
+  // While both had ready copies (the heavy ring's 8 go in its first 12
+  // turns), the heavy ring took two of every three.
+  EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8) << "the first 12 copies";
 }
 
 TEST_F(DeviceWorkerTest, AWrongGenerationFailsTheRingWithAMessageAndReportsIt) {

@@ -109,7 +109,7 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
     Fail(error, slot);
     return error;
   }
-  pending_[slot] = PendingLoad{true, generation, source, bytes};
+  pending_[slot] = PendingLoad{true, generation, source, bytes, next_request_seq_++};
   return absl::OkStatus();
 }
 
@@ -128,17 +128,20 @@ bool RingProducer::HasAnnouncedRelease() const {
   if (!status_.ok()) return false;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
     const PendingLoad& load = pending_[slot];
-    if (load.active && (!load.looked_at || NewlyAnnounced(slot, load))) return true;
+    // A ready load waits for its turn on the copy stream, not for a query.
+    if (load.active && !load.ready && (!load.looked_at || NewlyAnnounced(slot, load))) {
+      return true;
+    }
   }
   return false;
 }
 
-absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* issued_out) {
+absl::StatusOr<int> RingProducer::FindReleased(bool fallback_poll, std::vector<Ready>* ready) {
   BLOCKSWAP_RETURN_IF_ERROR(status_);
-  int issued = 0;
+  int found = 0;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
     PendingLoad& load = pending_[slot];
-    if (!load.active) continue;
+    if (!load.active || load.ready) continue;
     ReleaseSeen seen = ReleaseSeen::kAtRequest;
     if (load.looked_at) {
       seen = Announced(slot, load) ? ReleaseSeen::kByNotification : ReleaseSeen::kByPoll;
@@ -177,15 +180,59 @@ absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* 
         continue;
       }
     }
-    PendingLoad taken = load;
-    load.active = false;
-    if (absl::Status issued_status = Issue(slot, taken, seen, issued_out); !issued_status.ok()) {
-      Fail(issued_status, slot);
-      return issued_status;
+    load.ready = true;
+    load.seen = seen;
+    ++found;
+    if (ready != nullptr) {
+      ready->push_back(Ready{slot, load.generation, load.bytes, MonotonicNanos()});
     }
-    ++issued;
   }
-  return issued;
+  return found;
+}
+
+uint32_t RingProducer::OldestReadySlot() const {
+  uint32_t oldest = static_cast<uint32_t>(pending_.size());
+  for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
+    const PendingLoad& load = pending_[slot];
+    if (load.active && load.ready &&
+        (oldest == pending_.size() || load.request_seq < pending_[oldest].request_seq)) {
+      oldest = slot;
+    }
+  }
+  return oldest;
+}
+
+std::optional<RingProducer::Ready> RingProducer::OldestReady() const {
+  const uint32_t slot = OldestReadySlot();
+  if (slot == pending_.size()) return std::nullopt;
+  const PendingLoad& load = pending_[slot];
+  return Ready{slot, load.generation, load.bytes, 0};
+}
+
+absl::Status RingProducer::IssueOldestReady(std::vector<Issued>* issued) {
+  BLOCKSWAP_RETURN_IF_ERROR(status_);
+  const uint32_t slot = OldestReadySlot();
+  if (slot == pending_.size()) {
+    return absl::FailedPreconditionError("no copy of the ring is ready to issue");
+  }
+  PendingLoad taken = pending_[slot];
+  pending_[slot].active = false;
+  pending_[slot].ready = false;
+  if (absl::Status issued_status = Issue(slot, taken, taken.seen, issued); !issued_status.ok()) {
+    Fail(issued_status, slot);
+    return issued_status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* issued) {
+  BLOCKSWAP_RETURN_IF_ERROR(FindReleased(fallback_poll).status());
+  int count = 0;
+  while (OldestReadySlot() != pending_.size()) {
+    BLOCKSWAP_RETURN_IF_ERROR(IssueOldestReady(issued));
+    ++count;
+  }
+  return count;
 }
 
 absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, ReleaseSeen release,
@@ -225,10 +272,15 @@ int RingProducer::pending_count() const {
   return count;
 }
 
+bool RingProducer::awaits_release() const {
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [](const PendingLoad& load) { return load.active && !load.ready; });
+}
+
 void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
   if (!status_.ok()) return;
   status_ = error;
-  for (PendingLoad& load : pending_) load.active = false;
+  for (PendingLoad& load : pending_) load = PendingLoad{};
   DaemonControlBlock& control = ring_.control();
   // The message before the code: a client that sees error_code (acquire)
   // may read it. Written once: the first error sticks.

@@ -76,7 +76,8 @@ void SkipProtocolStepForTesting(ProtocolStep step);
 absl::Status SkipProtocolStepsFromEnvironment();
 
 // The daemon's half for one ring. Never blocks: a request whose slot is still
-// in use waits in the producer until Poll() finds free[s] completed.
+// in use waits in the producer until FindReleased() (or Poll()) finds free[s]
+// completed; ready copies are then issued in request order.
 // Thread-compatible: the daemon's device worker owns it.
 class RingProducer {
  public:
@@ -114,13 +115,30 @@ class RingProducer {
     uint64_t notified_ns = 0;  // kByNotification: when the client's notifier ran
   };
 
-  // Issues the queued copies whose slot has been released; returns how many,
-  // and appends each to `issued` when given. A slot is queried (free[s]) when
-  // its request is new, when the client announced its release
-  // (releasable_seq), and when `fallback_poll` is set (the caller's slow
-  // timer). A client that notifies is given kNotifyGrace for its
-  // notification to land before the fallback poll issues a copy, so that the
-  // counters say which path saw the release. A device error fails the ring.
+  // A queued copy whose slot FindReleased found released: ready to issue.
+  struct Ready {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+    uint64_t bytes = 0;
+    uint64_t ready_ns = 0;  // when its release was found
+  };
+
+  // Finds the queued copies whose slot has been released and marks them
+  // ready; returns how many, and appends each to `ready` when given. A slot
+  // is queried (free[s]) when its request is new, when the client announced
+  // its release (releasable_seq), and when `fallback_poll` is set (the
+  // caller's slow timer). A client that notifies is given kNotifyGrace for
+  // its notification to land before the fallback poll finds a release, so
+  // that the counters say which path saw it. A device error fails the ring.
+  absl::StatusOr<int> FindReleased(bool fallback_poll, std::vector<Ready>* ready = nullptr);
+  // The ready copy requested first (a client's request order is its wait
+  // order), if any: what IssueOldestReady would issue.
+  std::optional<Ready> OldestReady() const;
+  // Issues OldestReady's copy and appends it to `issued` when given;
+  // FAILED_PRECONDITION when none is ready. A device error fails the ring.
+  absl::Status IssueOldestReady(std::vector<Issued>* issued = nullptr);
+  // FindReleased, then every ready copy in request order; returns how many
+  // were issued. For a ring that shares its copy stream with nobody.
   absl::StatusOr<int> Poll(bool fallback_poll, std::vector<Issued>* issued = nullptr);
 
   // Whether a pending copy's slot was announced released by the client and
@@ -129,6 +147,8 @@ class RingProducer {
 
   bool has_pending() const { return pending_count() > 0; }
   int pending_count() const;
+  // Whether a queued copy still waits for its slot's release (not ready).
+  bool awaits_release() const;
   // Publishes `error` in the status word (the first error sticks) and wakes
   // every waiter of the ring.
   void Fail(const absl::Status& error, uint32_t slot = UINT32_MAX);
@@ -145,7 +165,11 @@ class RingProducer {
     uint32_t generation = 0;
     const void* source = nullptr;
     size_t bytes = 0;
-    bool looked_at = false;  // free[s] was queried once since the request
+    uint64_t request_seq = 0;  // the order of Submit calls
+    bool looked_at = false;    // free[s] was queried once since the request
+    // free[s] was found complete: waits for IssueOldestReady, seen thus.
+    bool ready = false;
+    ReleaseSeen seen = ReleaseSeen::kAtRequest;
     // released_ns[s] of the announcement last queried and found not yet
     // complete (a newer free[s] record was pending): until the client
     // announces again, the announcement is no reason to query or to stay
@@ -164,7 +188,11 @@ class RingProducer {
 
   DaemonRing& ring_;
   Stream& copy_stream_;
+  // The ready load requested first; pending_.size() when none.
+  uint32_t OldestReadySlot() const;
+
   std::vector<PendingLoad> pending_;
+  uint64_t next_request_seq_ = 0;
   absl::Status status_;
 };
 

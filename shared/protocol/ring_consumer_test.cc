@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -65,6 +66,44 @@ TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
   ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
   EXPECT_FALSE(producer_->has_pending()) << "the use is over: the copy may go";
   EXPECT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+}
+
+// A client waits for its loads in the order it requested them: ready
+// copies are issued in that order, not in slot order.
+TEST_F(RingConsumerTest, ReadyCopiesAreIssuedInRequestOrderNotSlotOrder) {
+  const uint32_t g1 = consumer_->BeginLoad(1, *compute_).value();
+  const uint32_t g0 = consumer_->BeginLoad(0, *compute_).value();
+  ASSERT_TRUE(compute_->Synchronize().ok());  // both slots' `free` complete
+  ASSERT_TRUE(producer_->Submit(1, g1, source_, sizeof(source_)).ok());
+  ASSERT_TRUE(producer_->Submit(0, g0, source_, sizeof(source_)).ok());
+  std::vector<RingProducer::Ready> ready;
+  ASSERT_EQ(producer_->FindReleased(/*fallback_poll=*/true, &ready).value(), 2);
+  EXPECT_FALSE(producer_->awaits_release());
+  EXPECT_FALSE(producer_->HasAnnouncedRelease()) << "ready copies need no further query";
+  ASSERT_TRUE(producer_->OldestReady().has_value());
+  EXPECT_EQ(producer_->OldestReady()->slot, 1u) << "slot 1 was requested first";
+  std::vector<RingProducer::Issued> issued;
+  ASSERT_TRUE(producer_->IssueOldestReady(&issued).ok());
+  ASSERT_TRUE(producer_->IssueOldestReady(&issued).ok());
+  ASSERT_EQ(issued.size(), 2u);
+  EXPECT_EQ(issued[0].slot, 1u);
+  EXPECT_EQ(issued[1].slot, 0u);
+  EXPECT_FALSE(producer_->has_pending());
+  absl::Status none = producer_->IssueOldestReady(&issued);
+  EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition) << none;
+  EXPECT_TRUE(producer_->status().ok()) << "asking with nothing ready does not fail the ring";
+
+  // Poll (the whole pass for a ring alone) keeps the same order.
+  const uint32_t h1 = consumer_->BeginLoad(1, *compute_).value();
+  const uint32_t h0 = consumer_->BeginLoad(0, *compute_).value();
+  ASSERT_TRUE(compute_->Synchronize().ok());
+  ASSERT_TRUE(producer_->Submit(1, h1, source_, sizeof(source_)).ok());
+  ASSERT_TRUE(producer_->Submit(0, h0, source_, sizeof(source_)).ok());
+  issued.clear();
+  ASSERT_EQ(producer_->Poll(/*fallback_poll=*/true, &issued).value(), 2);
+  ASSERT_EQ(issued.size(), 2u);
+  EXPECT_EQ(issued[0].slot, 1u);
+  EXPECT_EQ(issued[1].slot, 0u);
 }
 
 // A timed wait measures the compute stream's idle time at ready[s] (the

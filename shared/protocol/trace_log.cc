@@ -28,6 +28,8 @@ absl::string_view TraceKindName(TraceKind kind) {
       return "rejected";
     case TraceKind::kReleaseNotified:
       return "release-notified";
+    case TraceKind::kCopyReady:
+      return "copy-ready";
   }
   return "unknown";
 }

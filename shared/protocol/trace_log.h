@@ -51,12 +51,15 @@ enum class TraceKind : uint16_t {
                           // free[s] and the client's notification said it
                           // completed: time_ns = when the client's host
                           // function ran (as the client wrote it)
+  kCopyReady = 22,  // the daemon found free[s] complete: the copy waits for
+                    // its ring's turn on the copy stream (the fair issue
+                    // order, daemon/device/copy_scheduler.h); value = bytes
 };
 inline constexpr uint16_t kTraceStalled = 1;
 
 absl::string_view TraceKindName(TraceKind kind);
 inline bool IsClientTraceKind(uint16_t kind) { return kind >= 1 && kind <= 4; }
-inline bool IsDaemonTraceKind(uint16_t kind) { return kind >= 16 && kind <= 21; }
+inline bool IsDaemonTraceKind(uint16_t kind) { return kind >= 16 && kind <= 22; }
 
 // One event as the writer records it and a reader returns it.
 struct TraceEvent {

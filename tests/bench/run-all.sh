@@ -16,7 +16,7 @@ quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
 for program in blockswapd blockswap-bench-h2d blockswap-bench-control blockswap-bench-memory \
-    blockswap-bench-warm-start; do
+    blockswap-bench-warm-start blockswap-bench-fair-copies; do
   if [[ ! -x ${bin}/${program} ]]; then
     echo "run-all.sh: ${bin}/${program} is not built (configuration A: tests/run.sh or" \
          "cmake --build ${build} --target ${program})" >&2
@@ -75,6 +75,7 @@ if (( quick )); then
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=4 \
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=8 --block-mib=8
+  run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --loads=100 --repeat=1
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
     --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
@@ -83,6 +84,8 @@ else
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=64 \
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
+  # Issue 27: a streamer beside a prefetch flooder on one device ÷ alone.
+  run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
 fi
 
 # P7 (64 clients x 10k verified loads) is its own script, from the
