@@ -195,11 +195,14 @@ TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
       bytes / device_rate, " s at the device's rate, ", bytes / memcpy_rate, " s at memcpy's");
   EXPECT_GT(forward, 0) << numbers;
   EXPECT_GT(backward, 0) << numbers;
-  // One copy stream: its busy time fits in the step's wall time. Not per
-  // pass: a pass's last prefetches count in the next pass, so a short pass
-  // may carry more copy time than its own wall time.
-  EXPECT_LE(forward + backward,
-            NumberValue(report, "forward_wall_s") + NumberValue(report, "backward_wall_s"))
+  // One copy stream: its busy time fits in the step's wall time, plus the
+  // copies that were in flight when the step's clock started (a pass's last
+  // prefetches count in the next pass; at most one per slot of the 2-slot
+  // ring). Not per pass: a short pass may carry more copy time than its own
+  // wall time.
+  EXPECT_LE(forward + backward, NumberValue(report, "forward_wall_s") +
+                                    NumberValue(report, "backward_wall_s") +
+                                    2 * NumberValue(report, "block_bytes") / device_rate)
       << numbers;
   // Roughly the step's bytes at the device's rate: a pass's last prefetches
   // count in the next pass, and single copies vary (on a loaded machine a
@@ -411,7 +414,11 @@ TEST_F(DaemonClientTest, EveryWaitedForReleaseOfAWellBehavedClientComesByNotific
   EXPECT_EQ(counts.loads, kReleaseTestLoads);
   EXPECT_EQ(counts.at_request + counts.notified + counts.polled, counts.loads)
       << "every copy's release is counted once";
-  EXPECT_EQ(counts.polled, 0u) << "the fallback poll found a release the client notified";
+  // A fallback poll that fires while a notification is on its way finds that
+  // release first (on a loaded machine the client's notifier waits for a
+  // core): a few such races, never the half a silent client gives (below).
+  EXPECT_LE(counts.polled, counts.loads / 10)
+      << "the fallback poll found the releases the client notified";
   EXPECT_GE(counts.notified, counts.loads / 2) << "the slots were not in use when requested";
 }
 
