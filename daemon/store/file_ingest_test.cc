@@ -318,7 +318,7 @@ TEST_F(FileIngestTest, UnreferencedModelsMakeRoomLeastRecentlyUsedFirst) {
   EXPECT_EQ(Store().Find(ids[1]), nullptr);
   EXPECT_NE(Store().Find(ids[2]), nullptr);
   EXPECT_GE(Store().stats().evicted, 1u);
-  EXPECT_EQ(Entries(store_dir_).count(ids[1] + ".masters"), 0u);
+  EXPECT_EQ(Entries(store_dir_).count(ids[1] + ".manifest"), 0u);
 }
 
 TEST_F(FileIngestTest, AHeldModelIsNeitherEvictedNorMakesRoom) {
@@ -347,11 +347,13 @@ TEST_F(FileIngestTest, VerifyFindsAChangedMasterByte) {
   auto verified = Store().Verify(id);
   ASSERT_TRUE(verified.ok()) << verified.status();
   EXPECT_EQ(verified->blocks, 4u);
-  // Flip a byte of block 2 in the master file, as a stray writer would.
-  int fd = ::open(absl::StrCat(store_dir_, "/", id, ".masters").c_str(), O_RDWR | O_CLOEXEC);
+  // Flip a byte of block 2 in its master file, as a stray writer would.
+  int fd =
+      ::open(absl::StrCat(store_dir_, "/", result->model->block_master(2)->id(), ".block").c_str(),
+             O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   char byte = 0;
-  off_t at = static_cast<off_t>(result->model->master_offset(2) + 5);
+  off_t at = 5;
   ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
   byte ^= 0x5a;
   ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
