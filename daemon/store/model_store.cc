@@ -244,15 +244,21 @@ absl::Status ModelStore::CheckCapacity(uint64_t bytes) {
   return MakeRoomLocked(bytes);
 }
 
+absl::StatusOr<UniqueFd> ModelStore::OpenOwnFile(const std::string& name, mode_t mode,
+                                                 struct stat* st) const {
+  int raw =
+      ::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", PathOf(name)));
+  UniqueFd fd(raw);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(fd.get(), PathOf(name), mode, st));
+  return fd;
+}
+
 absl::StatusOr<Manifest> ModelStore::ReadManifest(const std::string& id) const {
   std::string manifest_name = absl::StrCat(id, kManifestSuffix);
   std::string manifest_path = PathOf(manifest_name);
-  int raw = ::openat(directory_fd_.get(), manifest_name.c_str(),
-                     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", manifest_path));
-  UniqueFd manifest_fd(raw);
   struct stat st {};
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(manifest_fd.get(), manifest_path, kManifestMode, &st));
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd manifest_fd, OpenOwnFile(manifest_name, kManifestMode, &st));
   if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
     return absl::FailedPreconditionError(
         absl::StrCat(manifest_path, " has ", st.st_size, " bytes (limit ", kMaxManifestBytes, ")"));
@@ -296,12 +302,8 @@ absl::StatusOr<std::unique_ptr<BlockMaster>> ModelStore::LoadBlock(const std::st
                                                                    uint64_t bytes) const {
   const std::string name = BlockFileName(block_id);
   const std::string path = PathOf(name);
-  int raw =
-      ::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path));
-  UniqueFd read_only(raw);
   struct stat st {};
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(read_only.get(), path, kSealedMastersMode, &st));
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd read_only, OpenOwnFile(name, kSealedMastersMode, &st));
   auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
   block->id_ = block_id;
   block->bytes_ = bytes;
@@ -389,12 +391,9 @@ absl::Status ModelStore::ConvertPerModelMasters(const std::string& id, Manifest 
                                                 absl::Status* fatal) {
   const std::string masters_name = absl::StrCat(id, kMastersSuffix);
   const std::string masters_path = PathOf(masters_name);
-  int raw = ::openat(directory_fd_.get(), masters_name.c_str(),
-                     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", masters_path));
-  UniqueFd masters_fd(raw);
   struct stat st {};
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(masters_fd.get(), masters_path, kSealedMastersMode, &st));
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd masters_fd,
+                             OpenOwnFile(masters_name, kSealedMastersMode, &st));
   if (static_cast<uint64_t>(st.st_size) != manifest.masters_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         masters_path, " has ", st.st_size, " bytes, its manifest says ", manifest.masters_bytes));

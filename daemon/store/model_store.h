@@ -38,6 +38,8 @@
 #ifndef BLOCKSWAP_DAEMON_STORE_MODEL_STORE_H_
 #define BLOCKSWAP_DAEMON_STORE_MODEL_STORE_H_
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -337,6 +339,9 @@ class ModelStore {
   absl::Status AdoptAll();
   // A model of `manifest` (moved from), without its blocks.
   static std::unique_ptr<Model> ModelFromManifest(Manifest& manifest);
+  // `name` in the directory, opened read-only (no link followed), checked to
+  // be a regular file of ours with mode `mode`; its stat in `st`.
+  absl::StatusOr<UniqueFd> OpenOwnFile(const std::string& name, mode_t mode, struct stat* st) const;
   // The manifest of `id`, read and checked against its layout, id and block
   // ids. UNIMPLEMENTED for a format version this daemon does not read.
   absl::StatusOr<Manifest> ReadManifest(const std::string& id) const;

@@ -137,6 +137,15 @@ class ModelStoreTest : public ::testing::Test {
     return store.ok() ? std::move(store).value() : nullptr;
   }
   std::string PathOf(absl::string_view name) const { return absl::StrCat(directory_, "/", name); }
+  // Registers `content` in a store that is closed again (as a daemon that
+  // stopped): the model's id.
+  std::string RegisterAndClose(const TestModel& content) {
+    auto store = OpenStore();
+    if (store == nullptr) return "";
+    auto registered = Register(*store, content);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    return registered.ok() ? registered->model->id() : "";
+  }
 
   std::string directory_;
 };
@@ -286,15 +295,8 @@ TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
 }
 
 TEST_F(ModelStoreTest, AManifestWrittenBeforeRegistrantsWereRecordedIsAdoptedWithNone) {
-  TestModel content = MakeModel(4);
-  std::string id;
-  {
-    auto store = OpenStore();
-    ASSERT_NE(store, nullptr);
-    auto registered = Register(*store, content);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    id = registered->model->id();
-  }
+  const std::string id = RegisterAndClose(MakeModel(4));
+  ASSERT_FALSE(id.empty());
   const std::string manifest = PathOf(id + ".manifest");
   nlohmann::json json = nlohmann::json::parse(ReadFile(manifest));
   ASSERT_TRUE(json.contains("registrants"));
@@ -708,14 +710,8 @@ TEST_F(ModelStoreTest, AVersion1DirectoryIsConvertedIntoBlockFiles) {
   TestModel weights = MakeModel(24, 5);
   TestModel current = Subset(weights, 0, 3);  // registered by this layout
   TestModel old = Subset(weights, 1, 4);      // left by a daemon of format version 1
-  std::string current_id;
-  {
-    auto store = OpenStore();
-    ASSERT_NE(store, nullptr);
-    auto registered = Register(*store, current);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    current_id = registered->model->id();
-  }
+  const std::string current_id = RegisterAndClose(current);
+  ASSERT_FALSE(current_id.empty());
   const std::string old_id = WriteVersion1Model(directory_, old, "old");
   WriteFile(PathOf(old_id + ".masters.tmp"), "an interrupted version 1 registration", 0600);
 
@@ -770,15 +766,8 @@ TEST_F(ModelStoreTest, AVersion1ModelThatCannotBeConvertedIsLeftInPlace) {
 }
 
 TEST_F(ModelStoreTest, AManifestOfANewerFormatIsLeftInPlaceAndNotCounted) {
-  TestModel content = MakeModel(26, 3);
-  std::string id;
-  {
-    auto store = OpenStore();
-    ASSERT_NE(store, nullptr);
-    auto registered = Register(*store, content);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    id = registered->model->id();
-  }
+  const std::string id = RegisterAndClose(MakeModel(26, 3));
+  ASSERT_FALSE(id.empty());
   nlohmann::json json = nlohmann::json::parse(ReadFile(PathOf(id + ".manifest")));
   json["version"] = 7;
   WriteFile(PathOf(id + ".manifest"), json.dump(), 0600);

@@ -61,9 +61,11 @@ def run_ddp(daemon, tmp_path, world, shape=()):
 
 def test_ranks_streaming_different_subsets_hold_each_shared_block_once(daemon, tmp_path):
     # Issue 22: a per-GPU blocks_to_swap. Each rank uploads only the blocks it
-    # streams (2, 4, 6, 8 of 12), so the daemon has four models, and holds each
-    # distinct block once: the union of the four sets (the 8 of the largest).
-    swaps = [2, 4, 6, 8]
+    # streams (3, 4, 6, 8 of 12: with 2, the ring of two slots would hold both
+    # and the backward load nothing), so the daemon has four models, and holds
+    # each distinct block once: the union of the four sets (spread over the
+    # model, so not simply the largest).
+    swaps = [3, 4, 6, 8]
     results = run_ddp(daemon, tmp_path, len(swaps), lambda rank: ("12", str(swaps[rank])))
     assert_ranks_train_like_resident(results)
     admin = results[0]["admin"]
