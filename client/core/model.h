@@ -1,5 +1,6 @@
-// A model as a client sees it: its id and layout, and a read-only mapping of
-// the daemon's master file (the one copy on the node).
+// A model as a client sees it: its id and layout, and read-only mappings of
+// the daemon's block masters (the one copy of each distinct block on the
+// node).
 #ifndef BLOCKSWAP_CLIENT_CORE_MODEL_H_
 #define BLOCKSWAP_CLIENT_CORE_MODEL_H_
 
@@ -52,8 +53,10 @@ class Model {
 
   std::string id_;
   ModelLayout layout_;
-  std::vector<uint64_t> master_offsets_;
-  Mapping masters_;  // read-only
+  // Read-only mappings of the daemon's block masters, one per distinct
+  // block, and which one each block position reads.
+  std::vector<Mapping> masters_;
+  std::vector<size_t> block_mapping_;
   uint32_t handle_ = 0;
   std::string session_token_;
 };

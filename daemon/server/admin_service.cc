@@ -87,6 +87,7 @@ v1::StatusReply BuildStatus(const DaemonView& view) {
   reply.set_file_reads(files.reads);
   reply.set_file_bytes_read(files.bytes_read);
   reply.set_evictions(view.store->stats().evicted);
+  reply.set_master_blocks(view.store->block_count());
   return reply;
 }
 
@@ -130,6 +131,7 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
     info->set_name(model->name());
     info->set_block_count(static_cast<uint32_t>(model->block_count()));
     info->set_bytes(model->masters_bytes());
+    info->set_shared_bytes(view.store->SharedBytes(*model));
     info->set_open_sessions(open_in[model->id()]);
   }
   return reply;

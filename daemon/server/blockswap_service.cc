@@ -230,6 +230,14 @@ grpc::ServerUnaryReactor* BlockSwapService::OpenModel(grpc::CallbackServerContex
   return Respond(context, reply, sessions_.OpenModel(**session, *request));
 }
 
+grpc::ServerUnaryReactor* BlockSwapService::HeldBlocks(grpc::CallbackServerContext* context,
+                                                       const v1::HeldBlocksRequest* request,
+                                                       v1::HeldBlocksReply* reply) {
+  auto session = SessionOf(context, request->session_token());
+  if (!session.ok()) return Fail(context, session.status());
+  return Respond(context, reply, sessions_.HeldBlocks(**session, *request));
+}
+
 grpc::ServerUnaryReactor* BlockSwapService::CreateRing(grpc::CallbackServerContext* context,
                                                        const v1::CreateRingRequest* request,
                                                        v1::RingDescriptor* reply) {

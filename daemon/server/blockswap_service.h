@@ -39,6 +39,9 @@ class BlockSwapService final : public v1::BlockSwap::CallbackService {
   grpc::ServerUnaryReactor* OpenModel(grpc::CallbackServerContext* context,
                                       const v1::OpenModelRequest* request,
                                       v1::ModelReply* reply) override;
+  grpc::ServerUnaryReactor* HeldBlocks(grpc::CallbackServerContext* context,
+                                       const v1::HeldBlocksRequest* request,
+                                       v1::HeldBlocksReply* reply) override;
   grpc::ServerUnaryReactor* CreateRing(grpc::CallbackServerContext* context,
                                        const v1::CreateRingRequest* request,
                                        v1::RingDescriptor* reply) override;

@@ -70,6 +70,7 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.pinned_bytes = status.pinned_bytes();
   snapshot.max_pinned_bytes = view.store->max_pinned_bytes();
   snapshot.models = view.store->List().size();
+  snapshot.master_blocks = status.master_blocks();
   snapshot.evictions = status.evictions();
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
@@ -131,12 +132,15 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
       .Sample("", s.uptime_seconds);
   Family(&out, "draining", "gauge", "1 while blockswapd shuts down and refuses new sessions")
       .Sample("", s.draining ? 1 : 0);
-  Family(&out, "pinned_bytes", "gauge", "bytes of masters held in pinned host memory")
+  Family(&out, "pinned_bytes", "gauge",
+         "bytes of masters held in pinned host memory, each distinct block once")
       .Sample("", s.pinned_bytes);
   Family(&out, "max_pinned_bytes", "gauge",
          "the budget of pinned_bytes (max_pinned_bytes; 0: only the tmpfs limits)")
       .Sample("", s.max_pinned_bytes);
   Family(&out, "models", "gauge", "sealed models on this node").Sample("", s.models);
+  Family(&out, "master_blocks", "gauge", "distinct blocks held, whatever models name them")
+      .Sample("", s.master_blocks);
   Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
       .Sample("", s.evictions);
   Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")

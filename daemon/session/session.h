@@ -43,6 +43,9 @@ struct Upload {
   bool committing = false;  // CommitUpload is running: a second one is refused
   // Its staging bytes in the client's quotas and the node's memory budget.
   Reservation charged;
+  // The blocks the client did not upload because the daemon held them (in a
+  // model it may see) at BeginUpload; the references keep them mapped.
+  KnownBlocks known;
 };
 
 // Thread-safe: fields below `mu` are guarded by it; the rest never change

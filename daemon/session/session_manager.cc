@@ -5,7 +5,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "daemon/session/random_token.h"
 #include "shared/base/message_text.h"
 #include "shared/base/status.h"
+#include "shared/os/fd_passing.h"
 #include "shared/protocol/ring_wire.h"
 
 namespace blockswap::daemon {
@@ -121,7 +124,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::stri
       if (!attaching_) {
         return absl::UnavailableError("blockswapd is shutting down (the session was ended)");
       }
-      return absl::UnauthenticatedError("unknown session token (the session ended or never existed)");
+      return absl::UnauthenticatedError(
+          "unknown session token (the session ended or never existed)");
     }
     session = it->second;
   }
@@ -267,7 +271,14 @@ absl::Status SessionManager::SendBatch(Session& session, uint64_t batch,
 absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
     Session& session, const v1::BeginUploadRequest& request) {
   BLOCKSWAP_ASSIGN_OR_RETURN(ModelLayout layout, ValidateBeginUpload(request));
-  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(layout));
+  BLOCKSWAP_ASSIGN_OR_RETURN(KnownBlocks known, FindHeldBlocks(session, request, layout));
+  ModelLayout uploaded;  // the blocks the client sends, in layout order
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    if (known.masters[b] == nullptr) uploaded.blocks.push_back(layout.blocks[b]);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(uploaded));
+  // Every block held: a staging area of one page, never empty.
+  placement.total_bytes = std::max<uint64_t>(placement.total_bytes, kBlockPlacementAlignment);
   // Refuse now what could never be registered, before the client uploads.
   BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes));
   // The staging area is charged before it exists: to the client's quotas,
@@ -297,8 +308,55 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   for (uint64_t offset : placement.offsets) reply.add_block_offsets(offset);
   reply.set_staging_bytes(placement.total_bytes);
   session.uploads[upload_id] =
-      Upload{request.name(), std::move(layout), std::move(staging), placement.offsets,
-             false,          std::move(charged)};
+      Upload{request.name(), std::move(layout),  std::move(staging), placement.offsets,
+             false,          std::move(charged), std::move(known)};
+  return reply;
+}
+
+absl::StatusOr<KnownBlocks> SessionManager::FindHeldBlocks(Session& session,
+                                                           const v1::BeginUploadRequest& request,
+                                                           const ModelLayout& layout) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<HeldBlockClaim> claims,
+                             ValidateHeldBlocks(request, layout));
+  KnownBlocks known;
+  known.masters.resize(layout.blocks.size());
+  known.hashes.resize(layout.blocks.size());
+  if (claims.empty()) return known;
+  const VisibleBlocks visible = VisibleBlocksOf(session);
+  for (const HeldBlockClaim& claim : claims) {
+    const std::string block_id = BlockId(layout.blocks[claim.block], claim.hash);
+    auto it = visible.find(block_id);
+    if (it == visible.end()) {
+      // Worded the same whether no model holds it or none the caller may see.
+      return absl::FailedPreconditionError(
+          absl::StrCat("held block ", claim.block, " (block id ", block_id.substr(0, 16),
+                       "...) is not held by this blockswapd in a model you may see: upload it"));
+    }
+    known.masters[claim.block] = it->second;
+    known.hashes[claim.block] = claim.hash;
+  }
+  return known;
+}
+
+SessionManager::VisibleBlocks SessionManager::VisibleBlocksOf(const Session& session) const {
+  VisibleBlocks visible;
+  for (const std::shared_ptr<const Model>& model : store_.List()) {
+    if (!visibility_.MaySee(session.peer(), model->registrants().List())) continue;
+    for (size_t b = 0; b < model->block_count(); ++b) {
+      visible.emplace(model->block_master(b)->id(), model->block_master(b));
+    }
+  }
+  return visible;
+}
+
+absl::StatusOr<v1::HeldBlocksReply> SessionManager::HeldBlocks(
+    Session& session, const v1::HeldBlocksRequest& request) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateHeldBlocksRequest(request));
+  const VisibleBlocks visible = VisibleBlocksOf(session);
+  v1::HeldBlocksReply reply;
+  for (const std::string& block_id : request.block_ids()) {
+    reply.add_held(visible.contains(block_id));
+  }
   return reply;
 }
 
@@ -307,6 +365,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
   std::string name;
   ModelLayout layout;
   const SharedMemory* staging = nullptr;
+  const KnownBlocks* known = nullptr;
   {
     absl::MutexLock lock(&session.mu);
     auto it = session.uploads.find(request.upload_id());
@@ -322,6 +381,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
     name = it->second.name;
     layout = it->second.layout;
     staging = &it->second.staging;  // stable: map nodes do not move
+    known = &it->second.known;
   }
   // From here on the client cannot change a byte: the hash and the copy see
   // the same content. The seal fails while the client still maps it writable.
@@ -336,9 +396,9 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
     absl::StatusOr<Mapping> content = staging->Map(Access::kReadOnly);
     result = content.status();
     if (content.ok()) {
-      registered = store_.Register(name, layout, static_cast<const std::byte*>(content->data()),
-                                   content->size(),
-                                   Registrant{session.peer().uid, session.peer().gid, "upload"});
+      registered = store_.Register(
+          name, layout, static_cast<const std::byte*>(content->data()), content->size(),
+          Registrant{session.peer().uid, session.peer().gid, "upload"}, known);
       result = registered.status();
     }
   }
@@ -361,21 +421,43 @@ absl::StatusOr<v1::ModelReply> SessionManager::OpenModel(Session& session,
   return ModelReply(session, model, /*already_present=*/true);
 }
 
-absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(
-    Session& session, const std::shared_ptr<const Model>& model, bool already_present) {
-  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd masters, model->OpenReadOnly());
+absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
+                                                          const std::shared_ptr<const Model>& model,
+                                                          bool already_present) {
+  // One descriptor per distinct block; positions with equal blocks share it.
+  std::vector<UniqueFd> masters;
+  std::vector<uint32_t> descriptor_of(model->block_count());
+  std::map<const BlockMaster*, uint32_t> opened;
+  for (size_t b = 0; b < model->block_count(); ++b) {
+    const BlockMaster* block = model->block_master(b).get();
+    auto [it, inserted] = opened.try_emplace(block, static_cast<uint32_t>(masters.size()));
+    if (inserted) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(masters.emplace_back(), block->OpenReadOnly());
+    }
+    descriptor_of[b] = it->second;
+  }
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
-  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {masters.get()}));
+  // Batches of at most kMaxFdsPerMessage, sent in order.
+  std::vector<uint64_t> batches;
+  for (size_t first = 0; first < masters.size(); first += kMaxFdsPerMessage) {
+    std::vector<int> fds;
+    for (size_t i = first; i < std::min(masters.size(), first + kMaxFdsPerMessage); ++i) {
+      fds.push_back(masters[i].get());
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(batches.emplace_back(), SendFds(session, fds));
+  }
   v1::ModelReply reply;
   reply.set_model_handle(session.models->Open(model));
   reply.set_model_id(model->id());
   *reply.mutable_layout() = LayoutToProto(model->layout());
   reply.set_already_present(already_present);
-  reply.mutable_masters()->set_batch(batch);
-  reply.mutable_masters()->set_index(0);
-  for (uint64_t offset : model->master_offsets()) reply.add_master_offsets(offset);
-  reply.set_masters_bytes(model->masters_bytes());
+  for (size_t b = 0; b < model->block_count(); ++b) {
+    v1::FdRef* ref = reply.add_block_masters();
+    ref->set_batch(batches[descriptor_of[b] / kMaxFdsPerMessage]);
+    ref->set_index(descriptor_of[b] % kMaxFdsPerMessage);
+    reply.add_block_master_bytes(model->block_master(b)->file_bytes());
+  }
   LogSession(session, absl::StrCat(already_present ? "opened" : "registered", " model ",
                                    model->id().substr(0, 16), " (", model->masters_bytes(),
                                    " bytes of masters)"));

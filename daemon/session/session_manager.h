@@ -64,6 +64,11 @@ class SessionManager final : public SideChannelAcceptor {
   // NOT_FOUND, worded as for an unknown id, for a model the session's peer
   // may not see.
   absl::StatusOr<v1::ModelReply> OpenModel(Session& session, const v1::OpenModelRequest& request);
+  // Which of the requested block ids are held in a model the caller may see
+  // (under model_access registrant-group, a block only in models it may not
+  // see answers false: nobody gets content without sending its bytes).
+  absl::StatusOr<v1::HeldBlocksReply> HeldBlocks(Session& session,
+                                                 const v1::HeldBlocksRequest& request);
   // Allocates device memory: never call it on a reactor thread.
   absl::StatusOr<v1::RingDescriptor> CreateRing(Session& session,
                                                 const v1::CreateRingRequest& request);
@@ -102,6 +107,14 @@ class SessionManager final : public SideChannelAcceptor {
   const ClientAccounts& accounts() const { return accounts_; }
 
  private:
+  // Block id -> master, of every model `session`'s peer may see.
+  using VisibleBlocks = std::map<std::string, std::shared_ptr<const BlockMaster>, std::less<>>;
+  VisibleBlocks VisibleBlocksOf(const Session& session) const;
+  // The held blocks a BeginUpload names, each checked to be visible to the
+  // caller: FAILED_PRECONDITION naming one that is not.
+  absl::StatusOr<KnownBlocks> FindHeldBlocks(Session& session,
+                                             const v1::BeginUploadRequest& request,
+                                             const ModelLayout& layout);
   // How a session ended, which decides when its remaining rings are freed
   // (DeviceWorker::RetireReason).
   enum class SessionEnd {

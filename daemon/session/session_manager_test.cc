@@ -108,8 +108,8 @@ class SessionManagerTest : public ::testing::Test {
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(worker).value();
     manager_ = std::make_unique<SessionManager>(
-        *backend_, *store_, std::map<std::string, DeviceWorker*>{{uuid(), worker_.get()}},
-        kBootId, RequestLimits{.max_slot_bytes = kMaxSlotBytes});
+        *backend_, *store_, std::map<std::string, DeviceWorker*>{{uuid(), worker_.get()}}, kBootId,
+        RequestLimits{.max_slot_bytes = kMaxSlotBytes});
 
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
     ASSERT_GE(pidfd, 0) << "pidfd_open of this process";
@@ -165,8 +165,7 @@ class SessionManagerTest : public ::testing::Test {
     Client client = AttachWithoutChannel(name);
     auto [daemon_end, client_end] = ChannelPair();
     client.channel = std::move(client_end);
-    absl::Status accepted =
-        manager_->AcceptSideChannel(client.token, peer_, std::move(daemon_end));
+    absl::Status accepted = manager_->AcceptSideChannel(client.token, peer_, std::move(daemon_end));
     EXPECT_TRUE(accepted.ok()) << accepted;
     EXPECT_EQ(ExpectBatch(client, kSideChannelAcceptedBatch).size(), 0u);
     return client;
@@ -233,7 +232,10 @@ class SessionManagerTest : public ::testing::Test {
     v1::OpenModelRequest request;
     request.set_model_id(model_id);
     auto reply = manager_->OpenModel(*client.session, request);
-    if (reply.ok()) EXPECT_EQ(ExpectBatch(client, reply->masters().batch()).size(), 1u);
+    if (reply.ok()) {
+      EXPECT_EQ(ExpectBatch(client, reply->block_masters(0).batch()).size(),
+                static_cast<size_t>(reply->block_masters_size()));
+    }
     return reply;
   }
 
@@ -386,9 +388,8 @@ TEST_F(SessionManagerTest, ATokenPresentedByAnotherProcessIsPermissionDenied) {
   other.pid = peer_.pid + 1;
   auto session = manager_->Authenticate(client.token, other);
   EXPECT_EQ(session.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(session.status().message(),
-              HasSubstr(absl::StrCat("session ", client.session->id(), " belongs to pid ",
-                                     peer_.pid)));
+  EXPECT_THAT(session.status().message(), HasSubstr(absl::StrCat("session ", client.session->id(),
+                                                                 " belongs to pid ", peer_.pid)));
 }
 
 TEST_F(SessionManagerTest, AfterStopAttachingNewSessionsAreRefusedAsUnavailable) {
@@ -441,20 +442,193 @@ TEST_F(SessionManagerTest, AnUploadCommittedBecomesAModelOpenInTheSession) {
   EXPECT_NE(client.session->models->FindById(reply->model_id()), nullptr)
       << "the model is not open in the session";
 
-  // The masters the client is sent hold what it uploaded.
-  std::vector<UniqueFd> masters = ExpectBatch(client, reply->masters().batch());
-  ASSERT_EQ(masters.size(), 1u);
-  void* mapped = ::mmap(nullptr, reply->masters_bytes(), PROT_READ, MAP_SHARED, masters[0].get(), 0);
-  ASSERT_NE(mapped, MAP_FAILED);
-  const auto* bytes = static_cast<const std::byte*>(mapped);
+  // The block masters the client is sent hold what it uploaded.
+  ASSERT_EQ(reply->block_masters_size(), 2);
+  ASSERT_EQ(reply->block_master_bytes_size(), 2);
+  EXPECT_EQ(reply->block_masters(0).batch(), reply->block_masters(1).batch());
+  std::vector<UniqueFd> masters = ExpectBatch(client, reply->block_masters(0).batch());
+  ASSERT_EQ(masters.size(), 2u);
   for (size_t b = 0; b < 2; ++b) {
-    EXPECT_EQ(std::memcmp(bytes + reply->master_offsets(b),
-                          model.content.data() + model.placement.offsets[b],
+    const uint64_t size = reply->block_master_bytes(b);
+    void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_SHARED,
+                          masters[reply->block_masters(b).index()].get(), 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    EXPECT_EQ(std::memcmp(mapped, model.content.data() + model.placement.offsets[b],
+                          model.layout.blocks[b].bytes),
+              0)
+        << "block " << b;
+    ::munmap(mapped, size);
+  }
+}
+
+// A model of block `a` of `first` followed by block `b` of `second` (same
+// layouts and bytes): what a trainer streaming another subset uploads.
+TestModel Combine(const TestModel& first, size_t a, const TestModel& second, size_t b) {
+  TestModel model;
+  model.layout.blocks = {first.layout.blocks[a], second.layout.blocks[b]};
+  model.placement = *StagingOffsets(model.layout);
+  model.content.assign(model.placement.total_bytes, std::byte{0});
+  std::memcpy(model.content.data() + model.placement.offsets[0],
+              first.content.data() + first.placement.offsets[a], first.layout.blocks[a].bytes);
+  std::memcpy(model.content.data() + model.placement.offsets[1],
+              second.content.data() + second.placement.offsets[b], second.layout.blocks[b].bytes);
+  return model;
+}
+
+Sha256Digest HashOfBlock(const TestModel& model, size_t b) {
+  return Sha256Of(model.content.data() + model.placement.offsets[b], model.layout.blocks[b].bytes);
+}
+
+std::string IdOfBlock(const TestModel& model, size_t b) {
+  return BlockId(model.layout.blocks[b], HashOfBlock(model, b));
+}
+
+TEST_F(SessionManagerTest, AnUploadSendsOnlyTheBlocksTheDaemonDoesNotHold) {
+  TestModel held = MakeModel(40);
+  TestModel fresh = MakeModel(41);
+  ASSERT_NE(Register(held), nullptr);
+  TestModel model = Combine(held, 1, fresh, 0);
+  Client client = Attach();
+
+  v1::HeldBlocksRequest query;
+  query.add_block_ids(IdOfBlock(model, 0));
+  query.add_block_ids(IdOfBlock(model, 1));
+  query.add_block_ids(std::string(64, 'f'));
+  auto answer = manager_->HeldBlocks(*client.session, query);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->held_size(), 3);
+  EXPECT_TRUE(answer->held(0));
+  EXPECT_FALSE(answer->held(1));
+  EXPECT_FALSE(answer->held(2));
+
+  v1::BeginUploadRequest begin;
+  *begin.mutable_layout() = LayoutToProto(model.layout);
+  begin.add_held_blocks(0);
+  const Sha256Digest hash = HashOfBlock(model, 0);
+  begin.add_held_block_hashes(reinterpret_cast<const char*>(hash.data()), hash.size());
+  auto upload = manager_->BeginUpload(*client.session, begin);
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  ASSERT_EQ(upload->block_offsets_size(), 1) << "only the missing block is staged";
+  EXPECT_LT(upload->staging_bytes(), model.placement.total_bytes);
+  std::vector<UniqueFd> staging = ExpectBatch(client, upload->staging().batch());
+  ASSERT_EQ(staging.size(), 1u);
+  const uint64_t bytes = model.layout.blocks[1].bytes;
+  ASSERT_EQ(::pwrite(staging[0].get(), model.content.data() + model.placement.offsets[1], bytes,
+                     static_cast<off_t>(upload->block_offsets(0))),
+            static_cast<ssize_t>(bytes));
+  staging.clear();
+  auto reply = Commit(client, upload->upload_id());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ExpectBatch(client, reply->block_masters(0).batch());
+  std::shared_ptr<const Model> composed = store_->Find(reply->model_id());
+  ASSERT_NE(composed, nullptr);
+  EXPECT_EQ(composed->id(), ModelId(model.layout, {HashOfBlock(model, 0), HashOfBlock(model, 1)}))
+      << "a composed model has the id of its content";
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(std::memcmp(composed->block(b), model.content.data() + model.placement.offsets[b],
                           model.layout.blocks[b].bytes),
               0)
         << "block " << b;
   }
-  ::munmap(mapped, reply->masters_bytes());
+  EXPECT_EQ(store_->block_count(), 3u) << "the held block was stored again";
+}
+
+TEST_F(SessionManagerTest, BadHeldBlockRequestsGetPreciseErrorsAndDisturbNoOne) {
+  TestModel model = MakeModel(42);
+  ASSERT_NE(Register(MakeModel(43)), nullptr);
+  Client client = Attach();
+  Client other = Attach("other");
+
+  v1::HeldBlocksRequest query;
+  query.add_block_ids(std::string(64, 'a'));
+  query.add_block_ids("not-a-block-id");
+  auto answer = manager_->HeldBlocks(*client.session, query);
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      answer.status().message(),
+      HasSubstr("block id 1: block id must be 64 lowercase hex digits (got 14 characters)"));
+
+  const Sha256Digest hash = HashOfBlock(model, 0);
+  const std::string hash_bytes(reinterpret_cast<const char*>(hash.data()), hash.size());
+  struct Case {
+    std::vector<uint32_t> blocks;
+    std::vector<std::string> hashes;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{0, 1},
+       {hash_bytes},
+       absl::StatusCode::kInvalidArgument,
+       "2 held blocks but 1 held block hashes"},
+      {{5},
+       {hash_bytes},
+       absl::StatusCode::kInvalidArgument,
+       "held block 5 out of range (layout has 2 blocks)"},
+      {{1, 0},
+       {hash_bytes, hash_bytes},
+       absl::StatusCode::kInvalidArgument,
+       "held block 0 after block 1 (positions must be strictly ascending)"},
+      {{0},
+       {hash_bytes.substr(1)},
+       absl::StatusCode::kInvalidArgument,
+       "the hash of held block 0 has 31 bytes"},
+      {{0},
+       {hash_bytes},
+       absl::StatusCode::kFailedPrecondition,
+       absl::StrCat("held block 0 (block id ", IdOfBlock(model, 0).substr(0, 16),
+                    "...) is not held by this blockswapd in a model you may see: upload it")},
+  };
+  for (const Case& bad : cases) {
+    v1::BeginUploadRequest begin;
+    *begin.mutable_layout() = LayoutToProto(model.layout);
+    for (uint32_t block : bad.blocks) begin.add_held_blocks(block);
+    for (const std::string& h : bad.hashes) begin.add_held_block_hashes(h);
+    auto upload = manager_->BeginUpload(*client.session, begin);
+    EXPECT_EQ(upload.status().code(), bad.code) << upload.status();
+    EXPECT_THAT(upload.status().message(), HasSubstr(bad.message));
+  }
+  EXPECT_TRUE(ChannelIsEmpty(client)) << "a refused upload sent a staging area";
+  {
+    absl::MutexLock lock(&client.session->mu);
+    EXPECT_TRUE(client.session->uploads.empty());
+  }
+  // Both sessions still upload.
+  for (Client* session : {&client, &other}) {
+    auto upload = StageUpload(*session, session == &client ? model : MakeModel(44));
+    ASSERT_TRUE(upload.ok()) << upload.status();
+    auto reply = Commit(*session, upload->upload_id());
+    ASSERT_TRUE(reply.ok()) << reply.status();
+  }
+}
+
+TEST_F(SessionManagerTest, UnderRegistrantGroupABlockOnlyInModelsTheCallerMayNotSeeIsMissing) {
+  manager_ = std::make_unique<SessionManager>(
+      *backend_, *store_, std::map<std::string, DeviceWorker*>{{uuid(), worker_.get()}}, kBootId,
+      RequestLimits{.max_slot_bytes = kMaxSlotBytes},
+      ModelVisibility(ModelAccess::kRegistrantGroup, /*daemon_uid=*/0));
+  TestModel secret = MakeModel(45);
+  auto registered = store_->Register("secret", secret.layout, secret.content.data(),
+                                     secret.content.size(), Registrant{4242, 4242, "upload"});
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  peer_.uid = 5151;  // neither root, the daemon, nor in the registrant's group
+  peer_.gid = 5151;
+  Client client = Attach();
+  v1::HeldBlocksRequest query;
+  query.add_block_ids(IdOfBlock(secret, 0));
+  auto answer = manager_->HeldBlocks(*client.session, query);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->held_size(), 1);
+  EXPECT_FALSE(answer->held(0)) << "a block of a model the caller may not see counts as held";
+
+  v1::BeginUploadRequest begin;
+  *begin.mutable_layout() = LayoutToProto(secret.layout);
+  const Sha256Digest hash = HashOfBlock(secret, 0);
+  begin.add_held_blocks(0);
+  begin.add_held_block_hashes(reinterpret_cast<const char*>(hash.data()), hash.size());
+  auto upload = manager_->BeginUpload(*client.session, begin);
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kFailedPrecondition) << upload.status();
+  EXPECT_THAT(upload.status().message(), HasSubstr("in a model you may see: upload it"));
 }
 
 TEST_F(SessionManagerTest, UploadingContentAlreadyRegisteredFindsItsModel) {
@@ -477,7 +651,7 @@ TEST_F(SessionManagerTest, AnUploadCannotBeCommittedTwice) {
   ASSERT_TRUE(upload.ok()) << upload.status();
   auto committed = Commit(client, upload->upload_id());
   ASSERT_TRUE(committed.ok()) << committed.status();
-  ExpectBatch(client, committed->masters().batch());
+  ExpectBatch(client, committed->block_masters(0).batch());
 
   auto again = Commit(client, upload->upload_id());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound);
@@ -514,16 +688,20 @@ TEST_F(SessionManagerTest, OpeningAModelByIdSendsItsLayoutAndMasters) {
   EXPECT_EQ(reply->model_handle(), 1u);
   ASSERT_EQ(reply->layout().blocks_size(), 2);
   EXPECT_EQ(reply->layout().blocks(1).bytes(), model->block_bytes(1));
-  ASSERT_EQ(reply->master_offsets_size(), 2);
-  EXPECT_EQ(reply->master_offsets(1), model->master_offset(1));
-  EXPECT_EQ(reply->masters_bytes(), model->masters_bytes());
-  std::vector<UniqueFd> masters = ExpectBatch(client, reply->masters().batch());
-  ASSERT_EQ(masters.size(), 1u);
-  struct stat st {};
-  ASSERT_EQ(::fstat(masters[0].get(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), model->masters_bytes());
-  EXPECT_EQ(::fcntl(masters[0].get(), F_GETFL) & O_ACCMODE, O_RDONLY)
-      << "a client may only read the masters";
+  ASSERT_EQ(reply->block_masters_size(), 2);
+  ASSERT_EQ(reply->block_master_bytes_size(), 2);
+  EXPECT_EQ(reply->block_master_bytes(1), model->block_master(1)->file_bytes());
+  EXPECT_EQ(reply->master_offsets_size(), 0) << "no per-model master file any more";
+  std::vector<UniqueFd> masters = ExpectBatch(client, reply->block_masters(0).batch());
+  ASSERT_EQ(masters.size(), 2u);
+  for (size_t b = 0; b < 2; ++b) {
+    const UniqueFd& fd = masters[reply->block_masters(b).index()];
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd.get(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), model->block_master(b)->file_bytes());
+    EXPECT_EQ(::fcntl(fd.get(), F_GETFL) & O_ACCMODE, O_RDONLY)
+        << "a client may only read the masters";
+  }
 }
 
 TEST_F(SessionManagerTest, OpeningAModelTwiceKeepsItsHandle) {
@@ -719,9 +897,8 @@ TEST_F(SessionManagerTest, ARingOfAnotherSessionCannotBeDestroyed) {
   destroy.set_ring_id(ring->ring_id());
   absl::Status destroyed = manager_->DestroyRing(*other.session, destroy);
   EXPECT_EQ(destroyed.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(destroyed.message(),
-              HasSubstr(absl::StrCat("no ring ", ring->ring_id(), " in session ",
-                                     other.session->id())));
+  EXPECT_THAT(destroyed.message(), HasSubstr(absl::StrCat("no ring ", ring->ring_id(),
+                                                          " in session ", other.session->id())));
   EXPECT_EQ(WorkerRingsOf(owner.session->id()).size(), 1u) << "the owner's ring is gone";
 }
 
@@ -785,8 +962,8 @@ TEST_F(SessionManagerTest, ALoadOnAnotherSessionsRingIsPermissionDeniedNamingThe
   ASSERT_TRUE(OpenModel(intruder, model->id()).ok());
   auto ring = CreateRing(owner);
   ASSERT_TRUE(ring.ok()) << ring.status();
-  absl::Status submitted = manager_->SubmitLoad(
-      *intruder.session, Load(ring->ring_id(), 0, model->id(), 0, 1), sink_);
+  absl::Status submitted =
+      manager_->SubmitLoad(*intruder.session, Load(ring->ring_id(), 0, model->id(), 0, 1), sink_);
   EXPECT_EQ(submitted.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(submitted.message(),
               HasSubstr(absl::StrCat("ring ", ring->ring_id(), " belongs to another session (",

@@ -136,6 +136,31 @@ TEST_F(FileIngestTest, AFileAndAnUploadOfTheSameBlocksAreOneModelId) {
   EXPECT_EQ(extras.blocks[0].tensors.size(), 4u * 2 + 2);
 }
 
+TEST_F(FileIngestTest, AFileModelSharesItsBlocksWithUploadsOfTheSameWeights) {
+  FileIngest ingest(Store());
+  auto result = ingest.Register(Files(file_), kWeights, "");
+  ASSERT_TRUE(result.ok()) << result.status();
+  const ModelLayout& layout = result->model->layout();
+  const size_t held = Store().block_count();
+  const uint64_t pinned = Store().pinned_bytes();
+  // A trainer streaming blocks 1-3 of the same weights uploads only those.
+  ModelLayout streamed;
+  streamed.blocks.assign(layout.blocks.begin() + 1, layout.blocks.end());
+  auto content = UploadContent(streamed, [](size_t b, const TensorSpec& t) {
+    return absl::StrCat("transformer_blocks.", b + 1, ".", t.name);
+  });
+  auto uploaded = Store().Register("streamed", streamed, content.data(), content.size());
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_FALSE(uploaded->already_present);
+  EXPECT_EQ(Store().block_count(), held) << "a block of the file model was stored again";
+  EXPECT_EQ(Store().pinned_bytes(), pinned);
+  for (size_t b = 0; b < streamed.blocks.size(); ++b) {
+    EXPECT_EQ(uploaded->model->block_master(b), result->model->block_master(b + 1)) << b;
+  }
+  // Blocks 1-3 of the file model are now shared with the upload.
+  EXPECT_EQ(Store().SharedBytes(*result->model), uploaded->model->masters_bytes());
+}
+
 TEST_F(FileIngestTest, TensorsLargerThanOneReadAndOddSizesMatchAnUpload) {
   // Runs of the reader split inside a tensor (1 MiB pieces), padding of every
   // length, a block whose tensors are all small.
@@ -318,7 +343,7 @@ TEST_F(FileIngestTest, UnreferencedModelsMakeRoomLeastRecentlyUsedFirst) {
   EXPECT_EQ(Store().Find(ids[1]), nullptr);
   EXPECT_NE(Store().Find(ids[2]), nullptr);
   EXPECT_GE(Store().stats().evicted, 1u);
-  EXPECT_EQ(Entries(store_dir_).count(ids[1] + ".masters"), 0u);
+  EXPECT_EQ(Entries(store_dir_).count(ids[1] + ".manifest"), 0u);
 }
 
 TEST_F(FileIngestTest, AHeldModelIsNeitherEvictedNorMakesRoom) {
@@ -347,11 +372,13 @@ TEST_F(FileIngestTest, VerifyFindsAChangedMasterByte) {
   auto verified = Store().Verify(id);
   ASSERT_TRUE(verified.ok()) << verified.status();
   EXPECT_EQ(verified->blocks, 4u);
-  // Flip a byte of block 2 in the master file, as a stray writer would.
-  int fd = ::open(absl::StrCat(store_dir_, "/", id, ".masters").c_str(), O_RDWR | O_CLOEXEC);
+  // Flip a byte of block 2 in its master file, as a stray writer would.
+  int fd =
+      ::open(absl::StrCat(store_dir_, "/", result->model->block_master(2)->id(), ".block").c_str(),
+             O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   char byte = 0;
-  off_t at = static_cast<off_t>(result->model->master_offset(2) + 5);
+  off_t at = 5;
   ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
   byte ^= 0x5a;
   ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);

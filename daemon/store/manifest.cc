@@ -14,7 +14,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kManifestFormat[] = "blockswap-manifest";
-constexpr uint64_t kManifestVersion = 1;
+constexpr uint64_t kPerModelMastersVersion = 1;
 
 uint64_t U64(const Json& object, const char* key) {
   const Json& value = object.at(key);
@@ -43,10 +43,15 @@ std::string EncodeManifest(const Manifest& model) {
                          {"offset", tensor.offset},
                          {"length", tensor.length}});
     }
-    blocks.push_back({{"bytes", block.bytes},
-                      {"master_offset", model.master_offsets[b]},
-                      {"sha256", DigestHex(model.block_hashes[b])},
-                      {"tensors", std::move(tensors)}});
+    Json block_json = {{"bytes", block.bytes},
+                       {"sha256", DigestHex(model.block_hashes[b])},
+                       {"tensors", std::move(tensors)}};
+    if (model.version == kPerModelMastersVersion) {
+      block_json["master_offset"] = model.master_offsets[b];
+    } else {
+      block_json["block"] = model.block_ids[b];
+    }
+    blocks.push_back(std::move(block_json));
   }
   Json registrants = Json::array();
   for (const Registrant& registrant : model.registrants) {
@@ -54,13 +59,13 @@ std::string EncodeManifest(const Manifest& model) {
         {{"uid", registrant.uid}, {"gid", registrant.gid}, {"source", registrant.source}});
   }
   Json manifest = {{"format", kManifestFormat},
-                   {"version", kManifestVersion},
+                   {"version", model.version},
                    {"id", model.id},
                    {"name", model.name},
                    {"source", model.source},
                    {"registrants", std::move(registrants)},
-                   {"masters_bytes", model.masters_bytes},
                    {"blocks", std::move(blocks)}};
+  if (model.version == kPerModelMastersVersion) manifest["masters_bytes"] = model.masters_bytes;
   // Tensor names are valid UTF-8 (ValidateLayout); a model name that is not
   // is informational only, so its bad bytes become U+FFFD instead of failing.
   return manifest.dump(1, ' ', false, Json::error_handler_t::replace);
@@ -71,10 +76,19 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
   // here.
   try {
     Json json = Json::parse(text);
-    if (String(json, "format") != kManifestFormat || U64(json, "version") != kManifestVersion) {
-      return absl::FailedPreconditionError("not a version 1 blockswap manifest");
+    if (!json.is_object() || !json.contains("format") || !json["format"].is_string() ||
+        json["format"].get<std::string>() != kManifestFormat) {
+      return absl::FailedPreconditionError("not a blockswap manifest");
     }
+    const uint64_t version = U64(json, "version");
+    if (version != kPerModelMastersVersion && version != kManifestVersion) {
+      return absl::UnimplementedError(
+          absl::StrCat("a blockswap manifest of format version ", version,
+                       " (this blockswapd reads versions 1 and 2: a newer blockswapd wrote it)"));
+    }
+    const bool per_model = version == kPerModelMastersVersion;
     Manifest manifest;
+    manifest.version = version;
     manifest.id = String(json, "id");
     manifest.name = String(json, "name");
     // Manifests written before models had a source have none.
@@ -91,11 +105,15 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
                                                   String(registrant, "source")});
       }
     }
-    manifest.masters_bytes = U64(json, "masters_bytes");
+    if (per_model) manifest.masters_bytes = U64(json, "masters_bytes");
     for (const Json& block_json : json.at("blocks")) {
       BlockSpec& block = manifest.layout.blocks.emplace_back();
       block.bytes = U64(block_json, "bytes");
-      manifest.master_offsets.push_back(U64(block_json, "master_offset"));
+      if (per_model) {
+        manifest.master_offsets.push_back(U64(block_json, "master_offset"));
+      } else {
+        manifest.block_ids.push_back(String(block_json, "block"));
+      }
       BLOCKSWAP_ASSIGN_OR_RETURN(manifest.block_hashes.emplace_back(),
                                  DigestFromHex(String(block_json, "sha256")));
       for (const Json& tensor_json : block_json.at("tensors")) {

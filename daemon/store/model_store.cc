@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/os/logging.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/masters_directory.h"
 #include "daemon/store/parallel_for.h"
@@ -31,7 +32,8 @@ namespace blockswap::daemon {
 namespace {
 
 constexpr absl::string_view kLockName = ".lock";
-constexpr absl::string_view kMastersSuffix = ".masters";
+constexpr absl::string_view kMastersSuffix = ".masters";  // format version 1
+constexpr absl::string_view kBlockSuffix = ".block";
 constexpr absl::string_view kManifestSuffix = ".manifest";
 constexpr absl::string_view kTempSuffix = ".tmp";
 // A manifest is a few hundred bytes per tensor; anything larger than this
@@ -114,27 +116,40 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const UniqueFd& directory
   return names;
 }
 
+std::string BlockFileName(absl::string_view block_id) {
+  return absl::StrCat(block_id, kBlockSuffix);
+}
+
+// The distinct block ids of a model, in first-position order.
+std::vector<std::string> DistinctBlockIds(
+    const std::vector<std::shared_ptr<const BlockMaster>>& blocks) {
+  std::vector<std::string> ids;
+  std::set<absl::string_view> seen;
+  for (const auto& block : blocks) {
+    if (seen.insert(block->id()).second) ids.push_back(block->id());
+  }
+  return ids;
+}
+
+uint64_t DistinctFileBytes(const std::vector<std::shared_ptr<const BlockMaster>>& blocks) {
+  uint64_t bytes = 0;
+  std::set<absl::string_view> seen;
+  for (const auto& block : blocks) {
+    if (seen.insert(block->id()).second) bytes += block->file_bytes();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 Model::~Model() = default;
 
 const std::byte* Model::block(size_t b) const {
-  if (b >= master_offsets_.size()) return nullptr;
-  return static_cast<const std::byte*>(mapping_.data()) + master_offsets_[b];
+  return b < blocks_.size() ? blocks_[b]->data() : nullptr;
 }
 
 uint64_t Model::block_bytes(size_t b) const {
   return b < layout_.blocks.size() ? layout_.blocks[b].bytes : 0;
-}
-
-uint64_t Model::master_offset(size_t b) const {
-  return b < master_offsets_.size() ? master_offsets_[b] : 0;
-}
-
-absl::StatusOr<UniqueFd> Model::OpenReadOnly() const {
-  auto fd = fd_.ReopenReadOnly();
-  if (!fd.ok()) return Annotate(fd.status(), absl::StrCat("masters of model ", id_));
-  return fd;
 }
 
 ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
@@ -179,15 +194,15 @@ void ModelStore::RemoveQuietly(const std::string& name) const {
   ::unlinkat(directory_fd_.get(), name.c_str(), 0);
 }
 
-absl::Status ModelStore::Pin(Model& model) const {
+absl::Status ModelStore::Pin(BlockMaster& block) const {
   if (pin_device_ == nullptr) return absl::OkStatus();
-  auto registration = pin_device_->RegisterHostMemory(model.mapping_.data(), model.masters_bytes_);
+  auto registration = pin_device_->RegisterHostMemory(block.mapping_.data(), block.file_bytes());
   if (!registration.ok()) {
     return Annotate(registration.status(),
-                    absl::StrCat("pinning the ", model.masters_bytes_, " bytes of model ",
-                                 model.id_, " on ", pin_device_->info().uuid));
+                    absl::StrCat("pinning the ", block.file_bytes(), " bytes of block ", block.id_,
+                                 " on ", pin_device_->info().uuid));
   }
-  model.registration_ = std::move(registration).value();
+  block.registration_ = std::move(registration).value();
   return absl::OkStatus();
 }
 
@@ -207,7 +222,7 @@ absl::StatusOr<Reservation> ModelStore::ChargeMemory(uint64_t bytes, absl::strin
   if (options_.memory_budget == nullptr) return Reservation();
   return options_.memory_budget->Reserve(
       MemoryUse::kMasters, bytes,
-      absl::StrCat("the masters of model '", name, "' (", bytes, " bytes)"));
+      absl::StrCat("a block master of model '", name, "' (", bytes, " bytes)"));
 }
 
 absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
@@ -229,15 +244,21 @@ absl::Status ModelStore::CheckCapacity(uint64_t bytes) {
   return MakeRoomLocked(bytes);
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string& id) const {
+absl::StatusOr<UniqueFd> ModelStore::OpenOwnFile(const std::string& name, mode_t mode,
+                                                 struct stat* st) const {
+  int raw =
+      ::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", PathOf(name)));
+  UniqueFd fd(raw);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(fd.get(), PathOf(name), mode, st));
+  return fd;
+}
+
+absl::StatusOr<Manifest> ModelStore::ReadManifest(const std::string& id) const {
   std::string manifest_name = absl::StrCat(id, kManifestSuffix);
   std::string manifest_path = PathOf(manifest_name);
-  int raw = ::openat(directory_fd_.get(), manifest_name.c_str(),
-                     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", manifest_path));
-  UniqueFd manifest_fd(raw);
   struct stat st {};
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(manifest_fd.get(), manifest_path, kManifestMode, &st));
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd manifest_fd, OpenOwnFile(manifest_name, kManifestMode, &st));
   if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
     return absl::FailedPreconditionError(
         absl::StrCat(manifest_path, " has ", st.st_size, " bytes (limit ", kMaxManifestBytes, ")"));
@@ -254,44 +275,173 @@ absl::StatusOr<std::unique_ptr<Model>> ModelStore::LoadSealed(const std::string&
   absl::Status valid = ValidateLayout(manifest.layout);
   if (!valid.ok()) return Annotate(valid, manifest_path);
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, MasterOffsets(manifest.layout));
-  if (manifest.block_hashes.size() != manifest.layout.blocks.size() ||
-      manifest.master_offsets != placement.offsets ||
-      manifest.masters_bytes != placement.total_bytes) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(manifest_path,
-                     ": block hashes, master offsets or masters_bytes do not "
-                     "match its layout"));
+  const size_t blocks = manifest.layout.blocks.size();
+  const bool placed = manifest.version == 1 ? manifest.master_offsets == placement.offsets &&
+                                                  manifest.masters_bytes == placement.total_bytes
+                                            : manifest.block_ids.size() == blocks;
+  if (manifest.block_hashes.size() != blocks || !placed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        manifest_path, ": block hashes, block ids or master offsets do not match its layout"));
   }
   std::string recomputed = ModelId(manifest.layout, manifest.block_hashes);
   if (recomputed != id) {
     return absl::FailedPreconditionError(
         absl::StrCat(manifest_path, ": its layout and block hashes give id ", recomputed));
   }
-
-  std::string masters_name = absl::StrCat(id, kMastersSuffix);
-  std::string masters_path = PathOf(masters_name);
-  raw = ::openat(directory_fd_.get(), masters_name.c_str(),
-                 O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", masters_path));
-  UniqueFd read_only(raw);
-  BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(read_only.get(), masters_path, kSealedMastersMode, &st));
-  auto model = std::unique_ptr<Model>(new Model());
-  BLOCKSWAP_ASSIGN_OR_RETURN(model->fd_, ReopenSealedMastersReadWrite(read_only, masters_path));
-  if (static_cast<uint64_t>(st.st_size) != manifest.masters_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        masters_path, " has ", st.st_size, " bytes, its manifest says ", manifest.masters_bytes));
+  for (size_t b = 0; b < manifest.block_ids.size(); ++b) {
+    if (manifest.block_ids[b] != BlockId(manifest.layout.blocks[b], manifest.block_hashes[b])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          manifest_path, ": block ", b, " names block id ", manifest.block_ids[b].substr(0, 80),
+          ", not the one of its layout and hash"));
+    }
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(model->mapping_, Mapping::Map(model->fd_, manifest.masters_bytes,
+  return manifest;
+}
+
+absl::StatusOr<std::unique_ptr<BlockMaster>> ModelStore::LoadBlock(const std::string& block_id,
+                                                                   uint64_t bytes) const {
+  const std::string name = BlockFileName(block_id);
+  const std::string path = PathOf(name);
+  struct stat st {};
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd read_only, OpenOwnFile(name, kSealedMastersMode, &st));
+  auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
+  block->id_ = block_id;
+  block->bytes_ = bytes;
+  if (static_cast<uint64_t>(st.st_size) != block->file_bytes()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " has ", st.st_size, " bytes, not the ",
+                                                      block->file_bytes(), " of a block of ", bytes,
+                                                      " bytes"));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(block->fd_, ReopenSealedMastersReadWrite(read_only, path));
+  BLOCKSWAP_ASSIGN_OR_RETURN(block->mapping_, Mapping::Map(block->fd_, block->file_bytes(),
                                                            Access::kReadWrite, /*populate=*/true));
-  model->id_ = id;
+  return block;
+}
+
+std::unique_ptr<Model> ModelStore::ModelFromManifest(Manifest& manifest) {
+  auto model = std::unique_ptr<Model>(new Model());
+  model->id_ = manifest.id;
   model->name_ = std::move(manifest.name);
   model->source_ = std::move(manifest.source);
   model->registrants_.Replace(std::move(manifest.registrants));
   model->layout_ = std::move(manifest.layout);
   model->block_hashes_ = std::move(manifest.block_hashes);
-  model->master_offsets_ = std::move(manifest.master_offsets);
-  model->masters_bytes_ = manifest.masters_bytes;
   return model;
+}
+
+absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& source,
+                                           absl::Status* fatal) {
+  const size_t count = model.block_count();
+  model.blocks_.assign(count, nullptr);
+  std::map<std::string, std::shared_ptr<const BlockMaster>, std::less<>> fresh;
+  uint64_t new_bytes = 0;
+  for (size_t b = 0; b < count; ++b) {
+    const std::string block_id = BlockId(model.layout_.blocks[b], model.block_hashes_[b]);
+    if (auto held = blocks_.find(block_id); held != blocks_.end()) {
+      model.blocks_[b] = held->second.master;
+      continue;
+    }
+    if (auto it = fresh.find(block_id); it != fresh.end()) {
+      model.blocks_[b] = it->second;
+      continue;
+    }
+    const uint64_t file_bytes = BlockFileBytes(model.layout_.blocks[b].bytes);
+    if (options_.max_pinned_bytes != 0 &&
+        new_bytes + file_bytes >
+            options_.max_pinned_bytes - std::min(pinned_bytes_, options_.max_pinned_bytes)) {
+      // A lowered --max-pinned-bytes.
+      return absl::ResourceExhaustedError(
+          absl::StrCat("its blocks would exceed --max-pinned-bytes=", options_.max_pinned_bytes));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block, source(b, block_id));
+    // A lowered max_memory_bytes: the model goes.
+    BLOCKSWAP_ASSIGN_OR_RETURN(block->memory_, ChargeMemory(file_bytes, model.name_));
+    // A block that cannot be pinned is not the directory's fault (the device
+    // or the memlock limit is): the daemon must not start half-working.
+    if (absl::Status pinned = Pin(*block); !pinned.ok()) {
+      *fatal = pinned;
+      return pinned;
+    }
+    new_bytes += file_bytes;
+    std::shared_ptr<const BlockMaster> shared = std::move(block);
+    fresh.emplace(block_id, shared);
+    model.blocks_[b] = std::move(shared);
+  }
+  model.masters_bytes_ = DistinctFileBytes(model.blocks_);
+  return absl::OkStatus();
+}
+
+void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
+  for (const std::string& block_id : DistinctBlockIds(model->blocks_)) {
+    auto [it, inserted] = blocks_.try_emplace(block_id);
+    if (inserted) {
+      for (const auto& block : model->blocks_) {
+        if (block->id() == block_id) it->second.master = block;
+      }
+      pinned_bytes_ += it->second.master->file_bytes();
+    }
+    ++it->second.models;
+  }
+  ++stats_.adopted;
+  std::string id = model->id_;
+  models_.emplace(std::move(id), std::shared_ptr<const Model>(std::move(model)));
+}
+
+absl::Status ModelStore::ConvertPerModelMasters(const std::string& id, Manifest manifest,
+                                                absl::Status* fatal) {
+  const std::string masters_name = absl::StrCat(id, kMastersSuffix);
+  const std::string masters_path = PathOf(masters_name);
+  struct stat st {};
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd masters_fd,
+                             OpenOwnFile(masters_name, kSealedMastersMode, &st));
+  if (static_cast<uint64_t>(st.st_size) != manifest.masters_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        masters_path, " has ", st.st_size, " bytes, its manifest says ", manifest.masters_bytes));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(Mapping masters,
+                             Mapping::Map(masters_fd, manifest.masters_bytes, Access::kReadOnly));
+  const std::vector<uint64_t> offsets = manifest.master_offsets;
+  std::unique_ptr<Model> model = ModelFromManifest(manifest);
+  // Blocks first (each sealed under its final name), then the version 2
+  // manifest over the version 1 one (the commit point), then the old file: a
+  // crash before the commit leaves the version 1 model to convert again
+  // (the new block files, named by no manifest, are removed at Open); after
+  // it, <id>.masters is named by none and removed at Open.
+  std::vector<std::string> written;
+  auto convert = [&]() -> absl::Status {
+    BLOCKSWAP_RETURN_IF_ERROR(AdoptBlocksLocked(
+        *model,
+        [&](size_t b, const std::string& block_id) -> absl::StatusOr<std::unique_ptr<BlockMaster>> {
+          auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
+          block->id_ = block_id;
+          block->bytes_ = model->layout_.blocks[b].bytes;
+          const std::string temp = absl::StrCat(BlockFileName(block_id), kTempSuffix);
+          BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(block->file_bytes()));
+          absl::Status created = CreateBlockFile(*block, temp, /*allocate=*/true);
+          if (!created.ok()) {
+            RemoveQuietly(temp);
+            return created;
+          }
+          std::memcpy(block->mapping_.data(),
+                      static_cast<const std::byte*>(masters.data()) + offsets[b], block->bytes_);
+          BLOCKSWAP_RETURN_IF_ERROR(SealBlock(*block, temp, /*pin=*/false));
+          written.push_back(BlockFileName(block_id));
+          return block;
+        },
+        fatal));
+    return CommitManifest(*model);
+  };
+  if (absl::Status converted = convert(); !converted.ok()) {
+    for (const std::string& name : written) RemoveQuietly(name);
+    return converted;
+  }
+  RemoveQuietly(masters_name);
+  ++stats_.converted;
+  Log(LogLevel::kInfo,
+      absl::StrCat("converted model ", id, " from masters format version 1 (", masters_path,
+                   ") into ", DistinctBlockIds(model->blocks_).size(), " block files"));
+  PublishAdoptedLocked(std::move(model));
+  return absl::OkStatus();
 }
 
 absl::Status ModelStore::AdoptAll() {
@@ -299,30 +449,79 @@ absl::Status ModelStore::AdoptAll() {
                              ListDirectory(directory_fd_, options_.directory));
   absl::MutexLock lock(&mu_);
   std::set<std::string, std::less<>> keep = {std::string(kLockName)};
+  std::vector<Manifest> per_model;  // version 1: converted once the others are adopted
+  // Prefixes of the manifests this daemon cannot read (a newer format):
+  // they and every file beside them stay where they are.
+  std::vector<std::string> unknown;
   for (const std::string& name : names) {
     if (!absl::EndsWith(name, kManifestSuffix)) continue;
     std::string id = name.substr(0, name.size() - kManifestSuffix.size());
     if (!IsModelId(id)) continue;
-    auto model = LoadSealed(id);
-    if (!model.ok()) continue;  // removed below with everything else
-    uint64_t bytes = (*model)->masters_bytes();
-    if (options_.max_pinned_bytes != 0 && bytes > options_.max_pinned_bytes - pinned_bytes_) {
-      continue;  // a lowered --max-pinned-bytes: the model goes
+    absl::StatusOr<Manifest> manifest = ReadManifest(id);
+    if (absl::IsUnimplemented(manifest.status())) {
+      Log(LogLevel::kWarning,
+          absl::StrCat(
+              manifest.status().message(), ". Model ", id, " is left in place with every file in ",
+              options_.directory, " and not counted; run the blockswapd that wrote it, or remove ",
+              PathOf(absl::StrCat(id, ".*")), " (and its block files) once it is not needed"));
+      unknown.push_back(id);
+      ++stats_.kept_unknown;
+      continue;
     }
-    absl::StatusOr<Reservation> memory = ChargeMemory(bytes, (*model)->name());
-    if (!memory.ok()) continue;  // a lowered max_memory_bytes: the model goes
-    (*model)->memory_ = *std::move(memory);
-    // A model that cannot be pinned is not the directory's fault (the device
-    // or the memlock limit is): the daemon must not start half-working.
-    BLOCKSWAP_RETURN_IF_ERROR(Pin(**model));
+    if (!manifest.ok()) {
+      Log(LogLevel::kWarning,
+          absl::StrCat("removing model ", id, ": ", manifest.status().message()));
+      continue;  // removed below with everything else
+    }
+    if (manifest->version == 1) {
+      per_model.push_back(*std::move(manifest));
+      continue;
+    }
+    std::unique_ptr<Model> model = ModelFromManifest(*manifest);
+    absl::Status fatal;
+    absl::Status adopted = AdoptBlocksLocked(
+        *model,
+        [&](size_t b, const std::string& block_id) {
+          return LoadBlock(block_id, model->layout_.blocks[b].bytes);
+        },
+        &fatal);
+    BLOCKSWAP_RETURN_IF_ERROR(fatal);
+    if (!adopted.ok()) {
+      Log(LogLevel::kWarning, absl::StrCat("removing model ", id, ": ", adopted.message()));
+      continue;
+    }
     keep.insert(name);
-    keep.insert(absl::StrCat(id, kMastersSuffix));
-    pinned_bytes_ += bytes;
-    ++stats_.adopted;
-    models_.emplace(id, std::shared_ptr<const Model>(std::move(model).value()));
+    PublishAdoptedLocked(std::move(model));
   }
+  for (Manifest& manifest : per_model) {
+    const std::string id = manifest.id;
+    absl::Status fatal;
+    absl::Status converted = ConvertPerModelMasters(id, std::move(manifest), &fatal);
+    BLOCKSWAP_RETURN_IF_ERROR(fatal);
+    if (converted.ok()) {
+      keep.insert(absl::StrCat(id, kManifestSuffix));
+      keep.insert(absl::StrCat(id, kMastersSuffix));  // removed by the conversion
+      continue;
+    }
+    // Never deleted for want of room or a failed write: the old files are
+    // all there is of it.
+    Log(LogLevel::kWarning,
+        absl::StrCat("model ", id,
+                     " in masters format version 1 could not be converted into block files: ",
+                     converted.message(),
+                     ". It is left in place and not counted; free room (or raise the budget) and "
+                     "restart blockswapd to convert it, or remove ",
+                     PathOf(absl::StrCat(id, ".*"))));
+    keep.insert(absl::StrCat(id, kManifestSuffix));
+    keep.insert(absl::StrCat(id, kMastersSuffix));
+  }
+  for (const auto& [block_id, block] : blocks_) keep.insert(BlockFileName(block_id));
   for (const std::string& name : names) {
     if (keep.contains(name)) continue;
+    const bool temporary = absl::EndsWith(name, kTempSuffix);
+    // Any file may belong to a manifest of a newer format: only our
+    // temporary files go while one is here.
+    if (!unknown.empty() && !temporary) continue;
     if (::unlinkat(directory_fd_.get(), name.c_str(), 0) != 0 &&
         (errno != EISDIR || ::unlinkat(directory_fd_.get(), name.c_str(), AT_REMOVEDIR) != 0)) {
       return ErrnoStatus(errno, absl::StrCat("removing the stray entry ", PathOf(name)));
@@ -332,30 +531,72 @@ absl::Status ModelStore::AdoptAll() {
   return absl::OkStatus();
 }
 
-absl::Status ModelStore::CreateMasterFile(Model& model, const std::string& temp,
-                                          bool allocate) const {
-  const uint64_t size = model.masters_bytes_;
+absl::Status ModelStore::CreateBlockFile(BlockMaster& block, const std::string& temp,
+                                         bool allocate) const {
+  const uint64_t size = block.file_bytes();
   int raw = ::openat(directory_fd_.get(), temp.c_str(),
                      O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(temp)));
-  model.fd_ = UniqueFd(raw);
+  block.fd_ = UniqueFd(raw);
   // The adoption check wants exactly 0600, whatever the umask.
-  if (::fchmod(model.fd_.get(), 0600) != 0) {
+  if (::fchmod(block.fd_.get(), 0600) != 0) {
     return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(temp)));
   }
-  if (allocate) {
-    // Reserves the tmpfs pages now: a full /dev/shm is this error, not a
-    // SIGBUS in the middle of the copy.
-    int rc = ::posix_fallocate(model.fd_.get(), 0, static_cast<off_t>(size));
-    if (rc != 0) {
-      return ErrnoStatus(rc, absl::StrCat("reserving ", size, " bytes for ", PathOf(temp)));
+  if (!allocate) {
+    if (::ftruncate(block.fd_.get(), static_cast<off_t>(size)) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("sizing ", PathOf(temp), " to ", size, " bytes"));
     }
-  } else if (::ftruncate(model.fd_.get(), static_cast<off_t>(size)) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("sizing ", PathOf(temp), " to ", size, " bytes"));
+    return absl::OkStatus();
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(model.mapping_,
-                             Mapping::Map(model.fd_, size, Access::kReadWrite, allocate));
+  // Reserves the tmpfs pages now: a full /dev/shm is this error, not a
+  // SIGBUS in the middle of the copy.
+  if (int rc = ::posix_fallocate(block.fd_.get(), 0, static_cast<off_t>(size)); rc != 0) {
+    return ErrnoStatus(rc, absl::StrCat("reserving ", size, " bytes for ", PathOf(temp)));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(block.mapping_,
+                             Mapping::Map(block.fd_, size, Access::kReadWrite, /*populate=*/true));
   return absl::OkStatus();
+}
+
+absl::Status ModelStore::SealBlock(BlockMaster& block, const std::string& temp, bool pin) const {
+  const std::string final_name = BlockFileName(block.id_);
+  const int dir = directory_fd_.get();
+  auto seal = [&]() -> absl::Status {
+    if (block.mapping_.data() == nullptr) {
+      // A draft's padding was left as holes: reserved now, before anyone
+      // maps the master, so a full tmpfs is this error, never a SIGBUS.
+      if (int rc = ::posix_fallocate(block.fd_.get(), 0, static_cast<off_t>(block.file_bytes()));
+          rc != 0) {
+        absl::Status status = ErrnoStatus(
+            rc, absl::StrCat("reserving ", block.file_bytes(), " bytes for ", PathOf(temp)));
+        if (rc == ENOSPC) return absl::ResourceExhaustedError(status.message());
+        return status;
+      }
+      BLOCKSWAP_ASSIGN_OR_RETURN(
+          block.mapping_, Mapping::Map(block.fd_, block.file_bytes(), Access::kReadWrite, true));
+    }
+    if (::fsync(block.fd_.get()) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(temp)));
+    }
+    // From here nobody opens it for writing again (the daemon's own mapping
+    // stays writable, for pinning).
+    if (::fchmod(block.fd_.get(), kSealedMastersMode) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("chmod 0400 ", PathOf(temp)));
+    }
+    // Pinned before the rename, so that a block that cannot be pinned leaves
+    // only a temporary file to remove.
+    if (pin) BLOCKSWAP_RETURN_IF_ERROR(Pin(block));
+    if (::renameat(dir, temp.c_str(), dir, final_name.c_str()) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(temp)));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status status = seal();
+  if (!status.ok()) {
+    block.registration_.reset();
+    RemoveQuietly(temp);
+  }
+  return status;
 }
 
 absl::Status ModelStore::WriteManifestFile(const Model& model,
@@ -368,9 +609,15 @@ absl::Status ModelStore::WriteManifestFile(const Model& model,
   if (::fchmod(manifest.get(), kManifestMode) != 0) {
     return ErrnoStatus(errno, absl::StrCat("chmod 0600 ", PathOf(temp)));
   }
-  const std::string json =
-      EncodeManifest({model.id_, model.name_, model.source_, registrants, model.layout_,
-                      model.block_hashes_, model.master_offsets_, model.masters_bytes_});
+  Manifest contents;
+  contents.id = model.id_;
+  contents.name = model.name_;
+  contents.source = model.source_;
+  contents.registrants = registrants;
+  contents.layout = model.layout_;
+  contents.block_hashes = model.block_hashes_;
+  for (const auto& block : model.blocks_) contents.block_ids.push_back(block->id());
+  const std::string json = EncodeManifest(contents);
   BLOCKSWAP_RETURN_IF_ERROR(WriteFully(manifest.get(), 0, json.data(), json.size(), PathOf(temp)));
   if (::fsync(manifest.get()) != 0) {
     return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(temp)));
@@ -384,7 +631,7 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   std::vector<Registrant> with = model->registrants_.With(registrant);
   if (with.empty()) return absl::OkStatus();
   const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
-  // Not SealMaster's temporary name: a registration of the same id after an
+  // Not CommitManifest's temporary name: a registration of the same id after an
   // eviction may be sealing meanwhile.
   const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
   auto record = [&]() -> absl::Status {
@@ -414,128 +661,241 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   return absl::OkStatus();
 }
 
-absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_temp) const {
-  const std::string masters_name = absl::StrCat(model.id_, kMastersSuffix);
+absl::Status ModelStore::CommitManifest(const Model& model) const {
   const std::string manifest_name = absl::StrCat(model.id_, kManifestSuffix);
   const std::string manifest_temp = absl::StrCat(manifest_name, kTempSuffix);
   const int dir = directory_fd_.get();
-  auto seal = [&]() -> absl::Status {
-    if (::fsync(model.fd_.get()) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("fsync of ", PathOf(masters_temp)));
-    }
-    // From here nobody opens it for writing again (the daemon's own mapping
-    // stays writable, for pinning).
-    if (::fchmod(model.fd_.get(), kSealedMastersMode) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("chmod 0400 ", PathOf(masters_temp)));
-    }
-    BLOCKSWAP_RETURN_IF_ERROR(WriteManifestFile(model, model.registrants_.List(), manifest_temp));
-    // Pinned before the commit, so that a model that cannot be pinned leaves
-    // only temporary files to remove.
-    BLOCKSWAP_RETURN_IF_ERROR(Pin(model));
-    if (::renameat(dir, masters_temp.c_str(), dir, masters_name.c_str()) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(masters_temp)));
-    }
-    // The commit point: from here a restarted daemon adopts the model.
-    if (::renameat(dir, manifest_temp.c_str(), dir, manifest_name.c_str()) != 0) {
-      absl::Status error = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(manifest_temp)));
-      RemoveQuietly(masters_name);
-      return error;
-    }
-    // The model is committed whatever this says; on tmpfs it is a no-op.
-    ::fsync(dir);
-    return absl::OkStatus();
-  };
-  absl::Status status = seal();
-  if (!status.ok()) {
-    model.registration_.reset();
-    RemoveQuietly(masters_temp);
+  absl::Status written = WriteManifestFile(model, model.registrants_.List(), manifest_temp);
+  if (written.ok() && ::renameat(dir, manifest_temp.c_str(), dir, manifest_name.c_str()) != 0) {
+    written = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(manifest_temp)));
+  }
+  if (!written.ok()) {
     RemoveQuietly(manifest_temp);
+    return written;
   }
-  return status;
+  // The commit point is behind us: from here a restarted daemon adopts the
+  // model. On tmpfs this is a no-op.
+  ::fsync(dir);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelStore::WriteMaster(std::unique_ptr<Model> model,
-                                                               const std::byte* content,
-                                                               const BlockPlacement& staging) {
-  const std::string masters_temp = absl::StrCat(model->id_, kMastersSuffix, kTempSuffix);
-  auto write = [&]() -> absl::Status {
-    BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(model->masters_bytes_));
-    BLOCKSWAP_RETURN_IF_ERROR(CreateMasterFile(*model, masters_temp, /*allocate=*/true));
-    auto* master = static_cast<std::byte*>(model->mapping_.data());
-    return ParallelFor(model->block_count(), [&](size_t b) {
-      std::memcpy(master + model->master_offsets_[b], content + staging.offsets[b],
-                  model->layout_.blocks[b].bytes);
-      return absl::OkStatus();
-    });
+ModelStore::BlockClaim ModelStore::ClaimBlocksLocked(const std::vector<std::string>& ids,
+                                                     const std::vector<uint64_t>& bytes) {
+  // All or nothing: a registration that waited holding claims could wait for
+  // one that waits for it.
+  auto busy = [&] {
+    for (const std::string& block_id : ids) {
+      if (!blocks_.contains(block_id) && blocks_in_progress_.contains(block_id)) return true;
+    }
+    return false;
   };
-  absl::Status status = write();
-  if (!status.ok()) {
-    RemoveQuietly(masters_temp);
-    return status;
+  while (busy()) registration_done_.Wait(&mu_);
+  BlockClaim claim;
+  claim.held.resize(ids.size());
+  std::set<absl::string_view> seen;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    const bool first = seen.insert(ids[b]).second;
+    if (auto it = blocks_.find(ids[b]); it != blocks_.end()) {
+      claim.held[b] = it->second.master;
+      if (first) {
+        ++it->second.claims;
+        claim.held_ids.push_back(ids[b]);
+      }
+    } else if (first) {
+      blocks_in_progress_.insert(ids[b]);
+      claim.claimed.push_back(ids[b]);
+      claim.claimed_positions.push_back(b);
+      claim.missing_bytes += BlockFileBytes(bytes[b]);
+    }
   }
-  BLOCKSWAP_RETURN_IF_ERROR(SealMaster(*model, masters_temp));
-  return model;
+  return claim;
 }
 
-absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
-                                                    const ModelLayout& layout,
-                                                    const std::byte* content, size_t content_bytes,
-                                                    const Registrant& registrant) {
-  BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
-  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement staging, StagingOffsets(layout));
-  if (content == nullptr || content_bytes < staging.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("content has ", content_bytes,
-                                                   " bytes; the layout's staging area needs ",
-                                                   staging.total_bytes));
+void ModelStore::ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBlock::*field) {
+  auto it = blocks_.find(block_id);
+  if (it == blocks_.end()) return;
+  --(it->second.*field);
+  if (it->second.models != 0 || it->second.claims != 0) return;
+  RemoveQuietly(BlockFileName(block_id));
+  pinned_bytes_ -= it->second.master->file_bytes();
+  blocks_.erase(it);  // unpins and unmaps once no Model holds it
+}
+
+void ModelStore::EndClaimLocked(const BlockClaim& claim, bool published) {
+  for (const std::string& block_id : claim.claimed) blocks_in_progress_.erase(block_id);
+  for (const std::string& block_id : claim.held_ids) {
+    if (published) ++blocks_.at(block_id).models;
+    ReleaseBlockLocked(block_id, &HeldBlock::claims);
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
+}
 
-  std::vector<Sha256Digest> hashes(layout.blocks.size());
-  BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(layout.blocks.size(), [&](size_t b) {
-    const std::byte* block = content + staging.offsets[b];
-    absl::Status padding = CheckBlockPadding(layout.blocks[b], block);
-    if (!padding.ok()) return Annotate(padding, absl::StrCat("block ", b));
-    hashes[b] = Sha256Of(block, layout.blocks[b].bytes);
-    return absl::OkStatus();
-  }));
-  std::string id = ModelId(layout, hashes);
+absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model> model,
+                                                          bool charged, const BlockWriter& write) {
+  const size_t count = model->block_count();
+  std::vector<std::string> ids(count);
+  std::vector<uint64_t> bytes(count);
+  for (size_t b = 0; b < count; ++b) {
+    ids[b] = BlockId(model->layout_.blocks[b], model->block_hashes_[b]);
+    bytes[b] = model->layout_.blocks[b].bytes;
+  }
+  model->id_ = ModelId(model->layout_, model->block_hashes_);
+  const std::string id = model->id_;
 
-  Reservation memory;
+  BlockClaim claim;
+  std::vector<Reservation> memory;
+  uint64_t reserved = 0;
   std::shared_ptr<const Model> existing;
   {
     absl::MutexLock lock(&mu_);
     existing = FindOrAwaitLocked(id);
     if (existing == nullptr) {
-      BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
-      BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
       in_progress_.insert(id);
-      reserved_bytes_ += master.total_bytes;
+      claim = ClaimBlocksLocked(ids, bytes);
+      absl::Status room = charged ? absl::OkStatus() : MakeRoomLocked(claim.missing_bytes);
+      for (size_t i = 0; room.ok() && !charged && i < claim.claimed.size(); ++i) {
+        absl::StatusOr<Reservation> charge =
+            ChargeMemory(BlockFileBytes(bytes[claim.claimed_positions[i]]), model->name_);
+        room = charge.status();
+        if (charge.ok()) memory.push_back(*std::move(charge));
+      }
+      if (!room.ok()) {
+        memory.clear();
+        EndClaimLocked(claim, /*published=*/false);
+        in_progress_.erase(id);
+        registration_done_.SignalAll();
+        return room;
+      }
+      if (!charged) reserved = claim.missing_bytes;
+      reserved_bytes_ += reserved;
     }
   }
   if (existing != nullptr) {
-    BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
+    for (const Registrant& registrant : model->registrants_.List()) {
+      BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
+    }
     return RegisterResult{.model = std::move(existing), .already_present = true};
   }
 
+  // Each new block sealed under its final name, then the manifest (the
+  // commit point); on failure the blocks written go again.
+  std::vector<std::unique_ptr<BlockMaster>> written(claim.claimed.size());
+  absl::Status status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
+    BLOCKSWAP_ASSIGN_OR_RETURN(WrittenBlock block,
+                               write(claim.claimed_positions[i], claim.claimed[i]));
+    if (!charged) block.master->memory_ = std::move(memory[i]);
+    BLOCKSWAP_RETURN_IF_ERROR(SealBlock(*block.master, block.temp, /*pin=*/true));
+    written[i] = std::move(block.master);
+    return absl::OkStatus();
+  });
+  std::vector<std::shared_ptr<const BlockMaster>> fresh(claim.claimed.size());
+  for (size_t i = 0; i < written.size(); ++i) fresh[i] = std::move(written[i]);
+  if (status.ok()) {
+    model->blocks_ = claim.held;
+    for (size_t b = 0; b < count; ++b) {
+      if (model->blocks_[b] != nullptr) continue;
+      auto it = std::find(claim.claimed.begin(), claim.claimed.end(), ids[b]);
+      model->blocks_[b] = fresh[it - claim.claimed.begin()];
+    }
+    model->masters_bytes_ = DistinctFileBytes(model->blocks_);
+    status = CommitManifest(*model);
+  }
+  if (!status.ok()) {
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (fresh[i] != nullptr) RemoveQuietly(BlockFileName(claim.claimed[i]));
+    }
+  }
+
+  absl::MutexLock lock(&mu_);
+  in_progress_.erase(id);
+  reserved_bytes_ -= reserved;
+  registration_done_.SignalAll();
+  if (!status.ok()) {
+    EndClaimLocked(claim, /*published=*/false);
+    return status;
+  }
+  for (const std::shared_ptr<const BlockMaster>& block : fresh) {
+    blocks_[block->id()] = HeldBlock{.master = block, .models = 1, .claims = 0};
+    pinned_bytes_ += block->file_bytes();
+  }
+  EndClaimLocked(claim, /*published=*/true);
+  std::shared_ptr<const Model> sealed = std::move(model);
+  models_.emplace(sealed->id(), sealed);
+  TouchLocked(sealed->id());
+  ++stats_.copies;
+  return RegisterResult{.model = std::move(sealed), .already_present = false};
+}
+
+absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
+                                                    const ModelLayout& layout,
+                                                    const std::byte* content, size_t content_bytes,
+                                                    const Registrant& registrant,
+                                                    const KnownBlocks* known) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
+  BLOCKSWAP_RETURN_IF_ERROR(MasterOffsets(layout).status());  // every block fits one pinned piece
+  const size_t count = layout.blocks.size();
+  if (known != nullptr && (known->masters.size() != count || known->hashes.size() != count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("known blocks for ", known->masters.size(), " blocks of a layout of ", count));
+  }
+  auto is_known = [&](size_t b) { return known != nullptr && known->masters[b] != nullptr; };
+  // The uploaded blocks, back to back in the staging area.
+  ModelLayout uploaded;
+  std::vector<size_t> staged_at(count, 0);  // index into `uploaded` of each uploaded block
+  for (size_t b = 0; b < count; ++b) {
+    if (is_known(b)) continue;
+    staged_at[b] = uploaded.blocks.size();
+    uploaded.blocks.push_back(layout.blocks[b]);
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement staging, StagingOffsets(uploaded));
+  if ((content == nullptr && staging.total_bytes != 0) || content_bytes < staging.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("content has ", content_bytes,
+                                                   " bytes; the layout's staging area needs ",
+                                                   staging.total_bytes));
+  }
+  auto staged = [&](size_t b) { return content + staging.offsets[staged_at[b]]; };
+
+  std::vector<Sha256Digest> hashes(count);
+  BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(count, [&](size_t b) {
+    if (is_known(b)) {
+      hashes[b] = known->hashes[b];
+      if (BlockId(layout.blocks[b], hashes[b]) != known->masters[b]->id()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "block ", b, ": its layout and hash do not give the id of the held block it names"));
+      }
+      return absl::OkStatus();
+    }
+    absl::Status padding = CheckBlockPadding(layout.blocks[b], staged(b));
+    if (!padding.ok()) return Annotate(padding, absl::StrCat("block ", b));
+    hashes[b] = Sha256Of(staged(b), layout.blocks[b].bytes);
+    return absl::OkStatus();
+  }));
+
   auto model = std::unique_ptr<Model>(new Model());
-  model->memory_ = std::move(memory);
-  model->id_ = id;
   model->name_ = std::string(name);
   model->source_ = registrant.source;
   model->registrants_.Replace({registrant});
   model->layout_ = layout;
   model->block_hashes_ = std::move(hashes);
-  model->master_offsets_ = std::move(master.offsets);
-  model->masters_bytes_ = master.total_bytes;
-  auto written = WriteMaster(std::move(model), content, staging);
-
-  absl::MutexLock lock(&mu_);
-  in_progress_.erase(id);
-  reserved_bytes_ -= master.total_bytes;
-  registration_done_.SignalAll();
-  if (!written.ok()) return written.status();
-  return RegisterResult{.model = PublishLocked(std::move(written).value()),
-                        .already_present = false};
+  return RegisterHashed(std::move(model), /*charged=*/false,
+                        [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
+                          WrittenBlock block{std::unique_ptr<BlockMaster>(new BlockMaster()),
+                                             absl::StrCat(BlockFileName(block_id), kTempSuffix)};
+                          block.master->id_ = block_id;
+                          block.master->bytes_ = layout.blocks[b].bytes;
+                          absl::Status created = CheckFreeSpace(block.master->file_bytes());
+                          if (created.ok())
+                            created = CreateBlockFile(*block.master, block.temp, /*allocate=*/true);
+                          if (!created.ok()) {
+                            RemoveQuietly(block.temp);
+                            return created;
+                          }
+                          // A known block is claimed only when it was evicted since the caller
+                          // found it: its old master still holds the bytes.
+                          std::memcpy(block.master->mapping_.data(),
+                                      is_known(b) ? known->masters[b]->data() : staged(b),
+                                      layout.blocks[b].bytes);
+                          return block;
+                        });
 }
 
 std::shared_ptr<const Model> ModelStore::Find(absl::string_view id) const {
@@ -557,6 +917,21 @@ std::vector<std::shared_ptr<const Model>> ModelStore::List() const {
 uint64_t ModelStore::pinned_bytes() const {
   absl::MutexLock lock(&mu_);
   return pinned_bytes_;
+}
+
+size_t ModelStore::block_count() const {
+  absl::MutexLock lock(&mu_);
+  return blocks_.size();
+}
+
+uint64_t ModelStore::SharedBytes(const Model& model) const {
+  absl::MutexLock lock(&mu_);
+  uint64_t shared = 0;
+  for (const std::string& block_id : DistinctBlockIds(model.blocks_)) {
+    auto it = blocks_.find(block_id);
+    if (it != blocks_.end() && it->second.models > 1) shared += it->second.master->file_bytes();
+  }
+  return shared;
 }
 
 ModelStoreStats ModelStore::stats() const {
@@ -584,25 +959,18 @@ std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id
   }
 }
 
-std::shared_ptr<const Model> ModelStore::PublishLocked(std::unique_ptr<Model> model) {
-  std::shared_ptr<const Model> sealed = std::move(model);
-  models_.emplace(sealed->id(), sealed);
-  TouchLocked(sealed->id());
-  pinned_bytes_ += sealed->masters_bytes();
-  ++stats_.copies;
-  return sealed;
-}
-
 void ModelStore::EvictLocked(const std::string& id) {
   auto it = models_.find(id);
   if (it == models_.end()) return;
   // The manifest first: without it a restarted daemon adopts nothing.
   RemoveQuietly(absl::StrCat(id, kManifestSuffix));
-  RemoveQuietly(absl::StrCat(id, kMastersSuffix));
-  pinned_bytes_ -= it->second->masters_bytes();
+  // A block goes only with the last model that names it.
+  for (const std::string& block_id : DistinctBlockIds(it->second->blocks_)) {
+    ReleaseBlockLocked(block_id, &HeldBlock::models);
+  }
   ++stats_.evicted;
   last_use_.erase(id);
-  models_.erase(it);  // unpins and unmaps: nobody else holds it
+  models_.erase(it);  // unpins and unmaps what no other model holds
 }
 
 absl::Status ModelStore::MakeRoomLocked(uint64_t bytes) {
@@ -673,93 +1041,82 @@ absl::StatusOr<VerifyResult> ModelStore::Verify(absl::string_view id) const {
 }
 
 MasterDraft::~MasterDraft() {
-  model_.reset();  // unmaps and closes
+  blocks_.clear();  // unmaps and closes
   if (store_ == nullptr) return;
-  if (!temp_name_.empty()) store_->RemoveQuietly(temp_name_);
+  for (const std::string& temp : temp_names_) {
+    if (!temp.empty()) store_->RemoveQuietly(temp);
+  }
   if (reserved_ != 0) store_->ReleaseReservation(reserved_);
 }
 
 const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
 
-absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data,
-                               size_t bytes) const {
-  return WriteFully(model_->fd_.get(), model_->master_offsets_[b] + offset, data, bytes,
-                    absl::StrCat("block ", b, " into ", store_->PathOf(temp_name_)));
+absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data, size_t bytes) const {
+  return WriteFully(blocks_[b]->fd_.get(), offset, data, bytes,
+                    absl::StrCat("block ", b, " into ", store_->PathOf(temp_names_[b])));
 }
 
 absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
                                                                     absl::string_view name,
                                                                     const Registrant& registrant) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
-  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement master, MasterOffsets(layout));
+  BLOCKSWAP_RETURN_IF_ERROR(MasterOffsets(layout).status());  // every block fits one pinned piece
+  // Pessimistic: blocks the store turns out to hold are dropped at commit.
+  uint64_t total = 0;
+  for (const BlockSpec& block : layout.blocks) total += BlockFileBytes(block.bytes);
   auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
-  Reservation memory;
+  std::vector<Reservation> memory;
+  uint64_t number = 0;
   {
     absl::MutexLock lock(&mu_);
-    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(master.total_bytes));
-    BLOCKSWAP_ASSIGN_OR_RETURN(memory, ChargeMemory(master.total_bytes, name));
-    reserved_bytes_ += master.total_bytes;
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total));
+    for (const BlockSpec& block : layout.blocks) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
+                                 ChargeMemory(BlockFileBytes(block.bytes), name));
+    }
+    reserved_bytes_ += total;
     draft->store_ = this;
-    draft->reserved_ = master.total_bytes;
-    draft->temp_name_ = absl::StrCat("draft-", next_draft_++, kMastersSuffix, kTempSuffix);
+    draft->reserved_ = total;
+    number = next_draft_++;
   }
   draft->model_ = std::unique_ptr<Model>(new Model());
   Model& model = *draft->model_;
-  model.memory_ = std::move(memory);
   model.name_ = std::string(name);
   model.source_ = registrant.source;
   model.registrants_.Replace({registrant});
   model.layout_ = layout;
-  model.master_offsets_ = std::move(master.offsets);
-  model.masters_bytes_ = master.total_bytes;
-  BLOCKSWAP_RETURN_IF_ERROR(CreateMasterFile(model, draft->temp_name_, /*allocate=*/false));
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
+    block->bytes_ = layout.blocks[b].bytes;
+    block->memory_ = std::move(memory[b]);
+    draft->temp_names_.push_back(absl::StrCat("draft-", number, "-", b, kBlockSuffix, kTempSuffix));
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CreateBlockFile(*block, draft->temp_names_.back(), /*allocate=*/false));
+    draft->blocks_.push_back(std::move(block));
+  }
   return draft;
 }
 
 absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDraft> draft,
                                                        std::vector<Sha256Digest> hashes) {
-  Model& model = *draft->model_;
-  if (hashes.size() != model.block_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(hashes.size(), " block hashes for ",
-                                                   model.block_count(), " blocks"));
+  if (hashes.size() != draft->blocks_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(hashes.size(), " block hashes for ", draft->blocks_.size(), " blocks"));
   }
-  // The padding the writer left as holes is reserved now, before anyone maps
-  // the master: a full tmpfs is this error, never a SIGBUS later.
-  if (int rc = ::posix_fallocate(model.fd_.get(), 0, static_cast<off_t>(model.masters_bytes_));
-      rc != 0) {
-    absl::Status status = ErrnoStatus(rc, absl::StrCat("reserving ", model.masters_bytes_,
-                                                       " bytes for ", PathOf(draft->temp_name_)));
-    if (rc == ENOSPC) return absl::ResourceExhaustedError(status.message());
-    return status;
-  }
-  std::string id = ModelId(model.layout_, hashes);
-  std::shared_ptr<const Model> existing;
-  {
-    absl::MutexLock lock(&mu_);
-    existing = FindOrAwaitLocked(id);
-    if (existing == nullptr) in_progress_.insert(id);
-  }
-  if (existing != nullptr) {
-    const std::vector<Registrant> registrants = model.registrants_.List();
-    draft.reset();  // outside the lock: it takes it to return its reservation
-    for (const Registrant& registrant : registrants) {
-      BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
-    }
-    return RegisterResult{.model = std::move(existing), .already_present = true};
-  }
-  model.id_ = id;
-  model.block_hashes_ = std::move(hashes);
-  absl::Status sealed = SealMaster(model, draft->temp_name_);
-  draft->temp_name_.clear();  // renamed, or removed by SealMaster
-  uint64_t reserved = std::exchange(draft->reserved_, 0);
-  std::unique_ptr<Model> owned = std::move(draft->model_);
-  draft.reset();
-  absl::MutexLock lock(&mu_);
-  in_progress_.erase(id);
-  reserved_bytes_ -= reserved;
-  registration_done_.SignalAll();
-  if (!sealed.ok()) return sealed;
-  return RegisterResult{.model = PublishLocked(std::move(owned)), .already_present = false};
+  std::unique_ptr<Model> model = std::move(draft->model_);
+  model->block_hashes_ = std::move(hashes);
+  // The draft's reservation covers every block it wrote; those the store
+  // holds already are dropped with the draft.
+  absl::StatusOr<RegisterResult> result = RegisterHashed(
+      std::move(model), /*charged=*/true,
+      [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
+        WrittenBlock block{std::move(draft->blocks_[b]), std::move(draft->temp_names_[b])};
+        draft->temp_names_[b].clear();
+        block.master->id_ = block_id;
+        return block;
+      });
+  draft.reset();  // outside the lock: it takes it to return its reservation
+  return result;
 }
 
 }  // namespace blockswap::daemon

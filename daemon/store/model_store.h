@@ -1,35 +1,48 @@
-// The daemon's masters: one pinned host copy of every registered model, as
-// files on a tmpfs (DESIGN §2, §6).
+// The daemon's masters: one pinned host copy of every distinct block of the
+// registered models, as files on a tmpfs (DESIGN §2, §6).
 //
 // Directory (default /dev/shm/blockswap, mode 0700, owned by the daemon's
 // euid, never loose in world-writable /dev/shm):
 //   .lock             flock()ed exclusively while a store is open
-//   <id>.masters      the blocks of model <id>, at MasterOffsets(layout)
-//   <id>.manifest     JSON: format, id, name, registrants, layout, block
-//                     hashes, master offsets, masters_bytes; its first rename
-//                     is the commit point. It is rewritten (a temporary file
-//                     renamed over it) when another registrant is recorded.
+//   <block id>.block  the bytes of one block (BlockId: its layout and the
+//                     hash of its bytes), BlockFileBytes long; held once
+//                     whatever models name it
+//   <id>.manifest     JSON (manifest.h, format version 2): id, name,
+//                     registrants, layout, block hashes and the block id of
+//                     each block; its first rename is the commit point. It is
+//                     rewritten (a temporary file renamed over it) when
+//                     another registrant is recorded.
+//   <id>.masters      a version 1 model's blocks, converted at Open
 //   *.tmp             a registration in progress (removed at Open)
-// Both files of a model are mode 0600. Clients never open them by name: they
-// get a read-only descriptor (Model::OpenReadOnly) over SCM_RIGHTS.
+// Files are mode 0600 while written; block files are 0400 once sealed.
+// Clients never open them by name: they get read-only descriptors
+// (BlockMaster::OpenReadOnly) over SCM_RIGHTS.
 //
-// Pinning: the whole master file of a model is registered at once with
-// Device::RegisterHostMemory on ONE device (cudaHostRegisterPortable makes it
-// valid for every device; registering a range twice fails). The cuda backend
-// pins in pieces of kPinPieceBytes from the start of the range, so no block
-// straddles a multiple of kPinPieceBytes in the file: one block copy never
-// spans two registrations.
+// Sharing: a Model holds its blocks as std::shared_ptr<const BlockMaster>,
+// and the store counts, per block, the sealed models that name it and the
+// registrations that claimed it. A block's file goes when that count drops to
+// zero (the last model naming it is evicted); its mapping and pinning stay
+// until the last Model holding it is destroyed. Budgets count each distinct
+// block once.
 //
-// Trust: the content of a sealed master is not re-hashed at adoption. Only the
+// Pinning: each block file is registered with Device::RegisterHostMemory on
+// ONE device (cudaHostRegisterPortable makes it valid for every device). A
+// block is at most kPinPieceBytes (MasterOffsets), so it is one piece.
+//
+// Trust: the content of a sealed block is not re-hashed at adoption. Only the
 // daemon's euid can write into the 0700 directory, and the manifest's id is
-// recomputed from its layout and block hashes, so a manifest cannot name bytes
-// under another model's id by mistake; whoever runs as the daemon's user can
-// tamper with anything anyway.
+// recomputed from its layout and block hashes and each block id from its
+// block's layout and hash, so a manifest cannot name bytes under another id
+// by mistake; whoever runs as the daemon's user can tamper with anything
+// anyway.
 #ifndef BLOCKSWAP_DAEMON_STORE_MODEL_STORE_H_
 #define BLOCKSWAP_DAEMON_STORE_MODEL_STORE_H_
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -42,7 +55,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/budget/memory_budget.h"
+#include "daemon/store/block_master.h"
 #include "daemon/store/block_placement.h"
+#include "daemon/store/manifest.h"
 #include "daemon/store/registrants.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
@@ -60,9 +75,9 @@ struct ModelStoreOptions {
 };
 
 // One sealed model: immutable, shared by every session that opened it as
-// std::shared_ptr<const Model>; thread-safe. Owns the master file's
-// descriptor, its read-write shared mapping and its pinning. The device it was
-// pinned on must outlive it.
+// std::shared_ptr<const Model>; thread-safe. Holds the masters of its blocks
+// (shared with every other model naming the same blocks). The device they
+// were pinned on must outlive it.
 class Model {
  public:
   Model(const Model&) = delete;
@@ -84,14 +99,11 @@ class Model {
   // mapping; nullptr / 0 for a block out of range.
   const std::byte* block(size_t b) const;
   uint64_t block_bytes(size_t b) const;
-  uint64_t master_offset(size_t b) const;
-  const std::vector<uint64_t>& master_offsets() const { return master_offsets_; }
+  // The master of block `b` (one per position; positions with equal blocks
+  // share one). Never null for b < block_count().
+  const std::shared_ptr<const BlockMaster>& block_master(size_t b) const { return blocks_[b]; }
+  // Bytes of the distinct block files it names (each counted once).
   uint64_t masters_bytes() const { return masters_bytes_; }
-
-  // A NEW read-only descriptor of the master file for a client: a new open
-  // file description (through /proc/self/fd), so it cannot be mapped
-  // writable or turned writable with fcntl.
-  absl::StatusOr<UniqueFd> OpenReadOnly() const;
 
  private:
   friend class ModelStore;
@@ -103,17 +115,19 @@ class Model {
   std::string source_ = "upload";
   ModelLayout layout_;
   std::vector<Sha256Digest> block_hashes_;
-  std::vector<uint64_t> master_offsets_;
+  std::vector<std::shared_ptr<const BlockMaster>> blocks_;
   uint64_t masters_bytes_ = 0;
   // Grows while the model is shared (the store persists each change first):
   // the one part of a sealed model that is not immutable.
   mutable Registrants registrants_;
-  // Declared in the order they are acquired, so that they are released in
-  // reverse: unpin, unmap, close, and only then return the budget's charge.
-  Reservation memory_;
-  UniqueFd fd_;
-  Mapping mapping_;
-  std::unique_ptr<HostRegistration> registration_;  // null without a pin device
+};
+
+// Blocks of a registration the daemon holds already (ModelStore::Register):
+// per position of the layout, the master (null: the block is uploaded) and
+// the SHA-256 of the block's bytes (read only where the master is set).
+struct KnownBlocks {
+  std::vector<std::shared_ptr<const BlockMaster>> masters;
+  std::vector<Sha256Digest> hashes;
 };
 
 struct RegisterResult {
@@ -124,22 +138,25 @@ struct RegisterResult {
 };
 
 struct ModelStoreStats {
-  uint64_t adopted = 0;  // sealed models taken over at Open
-  uint64_t removed = 0;  // other directory entries removed at Open
-  uint64_t copies = 0;   // registrations that copied content into a master
-  uint64_t evicted = 0;  // models removed by Evict or to make room
+  uint64_t adopted = 0;       // sealed models taken over at Open
+  uint64_t removed = 0;       // other directory entries removed at Open
+  uint64_t copies = 0;        // registrations that copied content into a master
+  uint64_t evicted = 0;       // models removed by Evict or to make room
+  uint64_t converted = 0;     // of `adopted`: version 1 models converted into block files
+  uint64_t kept_unknown = 0;  // manifests of a newer format left in place, not adopted
 };
 
 class ModelStore;
 
-// A master file being written for content whose id is not known yet (a model
-// read from a file: the id needs the hashes of the bytes). Created by
-// ModelStore::BeginDraft, which has checked the room and reserved the budget;
-// the writer writes each block's bytes with Write (pwrite: the tmpfs pages
-// are allocated by the copy itself, never zeroed first), hashes them, then
-// hands the draft to CommitDraft, which reserves whatever is still a hole
-// (padding) before sealing. Destroying an uncommitted draft removes its
-// temporary file and returns the reservation, so a failed registration
+// The block files of a model being written whose id is not known yet (a
+// model read from a file: the ids need the hashes of the bytes). Created by
+// ModelStore::BeginDraft, which has checked the room and reserved the budget
+// for every block; the writer writes each block's bytes with Write (pwrite:
+// the tmpfs pages are allocated by the copy itself, never zeroed first),
+// hashes them, then hands the draft to CommitDraft, which keeps the blocks
+// the store does not hold yet (reserving whatever is still a hole, padding)
+// and drops the others. Destroying an uncommitted draft removes its
+// temporary files and returns the reservation, so a failed registration
 // leaves nothing behind. Thread-safe for writes to different ranges.
 class MasterDraft {
  public:
@@ -148,7 +165,7 @@ class MasterDraft {
   MasterDraft& operator=(const MasterDraft&) = delete;
 
   const ModelLayout& layout() const;
-  // Writes `bytes` at `offset` of block b (pwrite into the master file). A
+  // Writes `bytes` at `offset` of block b (pwrite into its block file). A
   // full tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
   absl::Status Write(size_t b, uint64_t offset, const void* data, size_t bytes) const;
 
@@ -158,7 +175,9 @@ class MasterDraft {
 
   ModelStore* store_ = nullptr;
   std::unique_ptr<Model> model_;
-  std::string temp_name_;
+  // One per block, in block order: its file under its temporary name.
+  std::vector<std::unique_ptr<BlockMaster>> blocks_;
+  std::vector<std::string> temp_names_;  // "" once renamed or removed
   uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
 };
 
@@ -173,9 +192,10 @@ struct VerifyResult {
 };
 
 // Thread-safe. Register may block (hashing, copying, waiting for a concurrent
-// registration of the same content); the rest never blocks on I/O. Destroy it
-// only once no call is running; the models it handed out stay valid after it
-// (each owns its file, mapping and pinning), but the directory lock is gone.
+// registration of the same content or of a shared block); the rest never
+// blocks on I/O. Destroy it only once no call is running; the models it
+// handed out stay valid after it (their blocks own their files, mappings and
+// pinning), but the directory lock is gone.
 class ModelStore {
   friend class MasterDraft;
 
@@ -183,10 +203,15 @@ class ModelStore {
   // Creates `options.directory` (mode 0700) or checks the existing one (a
   // directory, not a link, owned by geteuid(), no group/other permission),
   // locks it against a second daemon, adopts every sealed model that passes
-  // its checks (owner, mode 0600, sizes, a layout that validates, the id
-  // recomputed from layout and block hashes) and removes every other entry.
-  // Adopted models are pinned on `pin_device` (nullptr: no pinning) and
-  // count against max_pinned_bytes; one that does not fit is removed.
+  // its checks (owner, modes, sizes, a layout that validates, the id
+  // recomputed from layout and block hashes, each block id from its block)
+  // and removes every other entry, saying so in the log. A model of format
+  // version 1 is converted into block files; one that cannot be (no room)
+  // stays as it is, not counted. While a manifest of an unknown version is
+  // present only temporary files are removed: it and its files stay, not
+  // counted. Adopted blocks are pinned on `pin_device` (nullptr: no
+  // pinning) and count against max_pinned_bytes once each; a model whose
+  // blocks do not fit is removed.
   static absl::StatusOr<std::unique_ptr<ModelStore>> Open(ModelStoreOptions options,
                                                           Device* pin_device);
   ~ModelStore();
@@ -199,13 +224,22 @@ class ModelStore {
   // and the blocks' zero padding, hashes every block and computes the id;
   // returns the sealed model of that id if there is one (already_present),
   // waits for a registration of the same id in progress, else copies the
-  // blocks into a new master file, commits it, pins it and publishes it.
+  // blocks the store does not hold yet into new block files, pins them,
+  // commits the manifest and publishes the model.
   // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes or the
   // directory's free space. On failure nothing is left behind.
   // `registrant` is recorded with the model, or added to the present one's.
+  //
+  // With `known`, the blocks it names (a master where the caller found the
+  // block held, in a model the client may see) are not in `content`: it holds
+  // only the other blocks, at StagingOffsets of the layout of those alone.
+  // A known block is not re-hashed: its hash must give its master's block id
+  // (INVALID_ARGUMENT otherwise). One evicted meanwhile is written again from
+  // its master, which the caller's reference keeps mapped.
   absl::StatusOr<RegisterResult> Register(absl::string_view name, const ModelLayout& layout,
                                           const std::byte* content, size_t content_bytes,
-                                          const Registrant& registrant = {});
+                                          const Registrant& registrant = {},
+                                          const KnownBlocks* known = nullptr);
 
   // Capacity: when the model would exceed max_pinned_bytes or the directory's
   // free space, sealed models no session holds are evicted, least recently
@@ -254,9 +288,13 @@ class ModelStore {
   std::shared_ptr<const Model> Find(absl::string_view id) const;
   // Every sealed model, by id.
   std::vector<std::shared_ptr<const Model>> List() const;
-  // Bytes of the master files of every sealed model (pinned when the store has
-  // a pin device).
+  // Bytes of the block files held, each distinct block once (pinned when the
+  // store has a pin device): the unique master bytes.
   uint64_t pinned_bytes() const;
+  // Distinct blocks held.
+  size_t block_count() const;
+  // Bytes of `model`'s distinct block files that other sealed models name too.
+  uint64_t SharedBytes(const Model& model) const;
   // The budget pinned_bytes is held to (0: only the tmpfs limits).
   uint64_t max_pinned_bytes() const { return options_.max_pinned_bytes; }
   ModelStoreStats stats() const;
@@ -268,29 +306,98 @@ class ModelStore {
   ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
              UniqueFd lock_fd);
 
+  // A block the store holds: its master, the sealed models that name it and
+  // the registrations in progress that will (each counted once, however many
+  // of its blocks are this one). Its file goes when both are zero.
+  struct HeldBlock {
+    std::shared_ptr<const BlockMaster> master;
+    uint64_t models = 0;
+    uint64_t claims = 0;
+  };
+  // What a registration needs of the store's blocks (ClaimBlocksLocked).
+  struct BlockClaim {
+    // The held master of each position; null where it must be written.
+    std::vector<std::shared_ptr<const BlockMaster>> held;
+    std::vector<std::string> claimed;       // distinct ids to write, in first-position order
+    std::vector<size_t> claimed_positions;  // the first position of each
+    std::vector<std::string> held_ids;      // distinct ids in `held`, each claimed once
+    uint64_t missing_bytes = 0;             // file bytes of `claimed`
+  };
+  // A new block's file under its temporary name, filled.
+  struct WrittenBlock {
+    std::unique_ptr<BlockMaster> master;
+    std::string temp;
+  };
+  // Fills the file of block `block_id` at position b of a model.
+  using BlockWriter =
+      std::function<absl::StatusOr<WrittenBlock>(size_t b, const std::string& block_id)>;
+  // Produces the sealed master of a block the store does not hold (at
+  // position b of a model being adopted): loaded or converted, not pinned.
+  using BlockSource = std::function<absl::StatusOr<std::unique_ptr<BlockMaster>>(
+      size_t b, const std::string& block_id)>;
+
   absl::Status AdoptAll();
-  // The model of `id` from its manifest and master file, checked and mapped
-  // but not pinned; an error says why it cannot be adopted.
-  absl::StatusOr<std::unique_ptr<Model>> LoadSealed(const std::string& id) const;
-  // Writes, commits and pins the master of a model whose id, hashes and
-  // master placement are known. Removes what it wrote on failure.
-  absl::StatusOr<std::unique_ptr<Model>> WriteMaster(std::unique_ptr<Model> model,
-                                                     const std::byte* content,
-                                                     const BlockPlacement& staging);
-  absl::Status Pin(Model& model) const;
-  // Creates `temp` (mode 0600) of model.masters_bytes_ in model.fd_ and maps
-  // it read-write; `allocate`: reserves every page (posix_fallocate) and
-  // populates the mapping.
-  absl::Status CreateMasterFile(Model& model, const std::string& temp, bool allocate) const;
+  // A model of `manifest` (moved from), without its blocks.
+  static std::unique_ptr<Model> ModelFromManifest(Manifest& manifest);
+  // `name` in the directory, opened read-only (no link followed), checked to
+  // be a regular file of ours with mode `mode`; its stat in `st`.
+  absl::StatusOr<UniqueFd> OpenOwnFile(const std::string& name, mode_t mode, struct stat* st) const;
+  // The manifest of `id`, read and checked against its layout, id and block
+  // ids. UNIMPLEMENTED for a format version this daemon does not read.
+  absl::StatusOr<Manifest> ReadManifest(const std::string& id) const;
+  // The sealed block file `<block_id>.block` of a block of `bytes`, checked
+  // and mapped but not pinned.
+  absl::StatusOr<std::unique_ptr<BlockMaster>> LoadBlock(const std::string& block_id,
+                                                         uint64_t bytes) const;
+  // Fills model.blocks_ at Open: blocks held already are shared, the others
+  // come from `source`, are charged and pinned. An error says why the model
+  // cannot be adopted; `fatal` is set when the daemon must not start (a
+  // block that cannot be pinned).
+  absl::Status AdoptBlocksLocked(Model& model, const BlockSource& source, absl::Status* fatal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes a model adopted at Open and the blocks it brought.
+  void PublishAdoptedLocked(std::unique_ptr<Model> model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Converts the version 1 model of `manifest` (its <id>.masters) into block
+  // files and a version 2 manifest, in this order (the rename of the
+  // manifest is the commit point), then removes <id>.masters and publishes
+  // the model. On error nothing changed on disk.
+  absl::Status ConvertPerModelMasters(const std::string& id, Manifest manifest, absl::Status* fatal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: counts a claim on every held block of `ids` (one per
+  // position) and claims the distinct missing ones, waiting while any of them
+  // is being written by another registration (all claimed at once, so two
+  // registrations never wait for each other).
+  BlockClaim ClaimBlocksLocked(const std::vector<std::string>& ids,
+                               const std::vector<uint64_t>& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a registration's claim: the blocks it wrote are no longer in
+  // progress, and its claims on held blocks become the model's hold on them
+  // (`published`) or are dropped.
+  void EndClaimLocked(const BlockClaim& claim, bool published) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lowers a held block's count `field` and removes its file once nothing
+  // names or claims it.
+  void ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBlock::*field)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates `temp` (mode 0600) for block.bytes_ in block.fd_; `allocate`:
+  // reserves every page (posix_fallocate) and maps it read-write, populated.
+  // Without it the file is only sized (a draft, written with pwrite).
+  absl::Status CreateBlockFile(BlockMaster& block, const std::string& temp, bool allocate) const;
+  // Reserves and maps a draft's file, fsync, chmod 0400, pins (`pin`) and
+  // renames `temp` to <block id>.block. Removes `temp` on failure.
+  absl::Status SealBlock(BlockMaster& block, const std::string& temp, bool pin) const;
   // Writes model's manifest, listing `registrants`, into `temp` (mode 0600).
   absl::Status WriteManifestFile(const Model& model, const std::vector<Registrant>& registrants,
                                  const std::string& temp) const;
-  // Writes the manifest, pins, and renames `masters_temp` and the manifest
-  // into place (the commit point). Removes what it wrote on failure.
-  absl::Status SealMaster(Model& model, const std::string& masters_temp) const;
-  // Publishes a sealed model (mu_ held).
-  std::shared_ptr<const Model> PublishLocked(std::unique_ptr<Model> model)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the manifest and renames it into place (the commit point).
+  absl::Status CommitManifest(const Model& model) const;
+  // The registration of a model whose layout and block hashes are known:
+  // returns the sealed one of its id (adding its registrants), or claims its
+  // blocks, makes room for and charges the missing ones (unless `charged`:
+  // a draft did), writes them with `write`, seals them, commits the manifest
+  // and publishes the model.
+  absl::StatusOr<RegisterResult> RegisterHashed(std::unique_ptr<Model> model, bool charged,
+                                                const BlockWriter& write);
+  absl::Status Pin(BlockMaster& block) const;
   // Evicts unreferenced models, least recently used first, until `bytes` more
   // fit max_pinned_bytes, the node's memory budget and the free space; the
   // error of the check that still fails otherwise.
@@ -303,7 +410,8 @@ class ModelStore {
   std::shared_ptr<const Model> FindOrAwaitLocked(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservation(uint64_t bytes);
-  // The node budget's charge for a master of `bytes` (empty without a budget).
+  // The node budget's charge for a block master of `bytes` (empty without a
+  // budget).
   absl::StatusOr<Reservation> ChargeMemory(uint64_t bytes, absl::string_view name) const;
   absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes) const;
@@ -319,10 +427,14 @@ class ModelStore {
   // while holding it, so that writing a manifest does not block Find.
   absl::Mutex manifest_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  absl::CondVar registration_done_;  // signalled when `in_progress_` shrinks
+  // Signalled when `in_progress_` or `blocks_in_progress_` shrinks.
+  absl::CondVar registration_done_;
   std::map<std::string, std::shared_ptr<const Model>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   std::set<std::string, std::less<>> in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, HeldBlock, std::less<>> blocks_ ABSL_GUARDED_BY(mu_);
+  // Blocks a registration is writing (claimed, not yet published).
+  std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // file bytes of blocks_
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
   uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
   // LRU order: the tick of each model's last use.

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/store/manifest.h"
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
@@ -58,6 +60,21 @@ TestModel MakeModel(uint8_t seed, size_t blocks = 3, uint64_t columns = 100) {
     }
   }
   return model;
+}
+
+// Blocks [first, first + count) of `model`, as a model of their own (the
+// same block layouts and bytes): what a trainer streaming only those uploads.
+TestModel Subset(const TestModel& model, size_t first, size_t count) {
+  TestModel subset;
+  for (size_t b = first; b < first + count; ++b)
+    subset.layout.blocks.push_back(model.layout.blocks[b]);
+  BlockPlacement staging = *StagingOffsets(subset.layout);
+  subset.content.assign(staging.total_bytes, std::byte{0});
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(subset.content.data() + staging.offsets[i], model.block(first + i),
+                subset.layout.blocks[i].bytes);
+  }
+  return subset;
 }
 
 absl::StatusOr<RegisterResult> Register(ModelStore& store, const TestModel& model,
@@ -120,6 +137,15 @@ class ModelStoreTest : public ::testing::Test {
     return store.ok() ? std::move(store).value() : nullptr;
   }
   std::string PathOf(absl::string_view name) const { return absl::StrCat(directory_, "/", name); }
+  // Registers `content` in a store that is closed again (as a daemon that
+  // stopped): the model's id.
+  std::string RegisterAndClose(const TestModel& content) {
+    auto store = OpenStore();
+    if (store == nullptr) return "";
+    auto registered = Register(*store, content);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    return registered.ok() ? registered->model->id() : "";
+  }
 
   std::string directory_;
 };
@@ -185,18 +211,26 @@ TEST_F(ModelStoreTest, RegisterThenFind) {
   EXPECT_EQ(store->Find(std::string(64, '0')), nullptr);
   ASSERT_EQ(store->List().size(), 1u);
   ExpectBlocksEqual(model, content);
+  std::set<std::string> expected = {".lock", model.id() + ".manifest"};
+  uint64_t block_files = 0;
   for (size_t b = 0; b < model.block_count(); ++b) {
-    EXPECT_EQ(model.master_offset(b) % kBlockPlacementAlignment, 0u);
     EXPECT_EQ(model.block_hashes()[b], Sha256Of(content.block(b), model.block_bytes(b)));
+    const BlockMaster& master = *model.block_master(b);
+    EXPECT_EQ(master.id(), BlockId(content.layout.blocks[b], model.block_hashes()[b]));
+    const std::string file = master.id() + ".block";
+    expected.insert(file);
+    EXPECT_EQ(ModeOf(PathOf(file)), 0400u);
+    EXPECT_EQ(fs::file_size(PathOf(file)), master.file_bytes());
+    EXPECT_EQ(master.file_bytes() % kBlockPlacementAlignment, 0u);
+    block_files += master.file_bytes();
   }
   EXPECT_EQ(model.block(model.block_count()), nullptr);
   EXPECT_EQ(model.id(), ModelId(content.layout, model.block_hashes()));
+  EXPECT_EQ(model.masters_bytes(), block_files);
   EXPECT_EQ(store->pinned_bytes(), model.masters_bytes());
-  EXPECT_EQ(Entries(directory_),
-            (std::set<std::string>{".lock", model.id() + ".manifest", model.id() + ".masters"}));
-  EXPECT_EQ(ModeOf(PathOf(model.id() + ".masters")), 0400u);
+  EXPECT_EQ(store->block_count(), 3u);
+  EXPECT_EQ(Entries(directory_), expected);
   EXPECT_EQ(ModeOf(PathOf(model.id() + ".manifest")), 0600u);
-  EXPECT_EQ(fs::file_size(PathOf(model.id() + ".masters")), model.masters_bytes());
 }
 
 TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
@@ -211,7 +245,7 @@ TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
   EXPECT_EQ(first->model, second->model);
   EXPECT_EQ(second->model->name(), "first");
   EXPECT_EQ(store->stats().copies, 1u);
-  EXPECT_EQ(Entries(directory_).size(), 3u);  // .lock, one manifest, one masters file
+  EXPECT_EQ(Entries(directory_).size(), 5u);  // .lock, one manifest, three block files
 }
 
 TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARestart) {
@@ -234,7 +268,7 @@ TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARest
     EXPECT_EQ(second->model->registrants().List(), (std::vector<Registrant>{alice, nobody}))
         << "a registration recorded twice, or the second registrant missing";
     EXPECT_EQ(store->stats().copies, 1u) << "the same content was copied again";
-    EXPECT_EQ(Entries(directory_).size(), 3u) << "a rewrite left a temporary file";
+    EXPECT_EQ(Entries(directory_).size(), 5u) << "a rewrite left a temporary file";
     id = first->model->id();
   }
   auto reopened = OpenStore();
@@ -261,15 +295,8 @@ TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
 }
 
 TEST_F(ModelStoreTest, AManifestWrittenBeforeRegistrantsWereRecordedIsAdoptedWithNone) {
-  TestModel content = MakeModel(4);
-  std::string id;
-  {
-    auto store = OpenStore();
-    ASSERT_NE(store, nullptr);
-    auto registered = Register(*store, content);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    id = registered->model->id();
-  }
+  const std::string id = RegisterAndClose(MakeModel(4));
+  ASSERT_FALSE(id.empty());
   const std::string manifest = PathOf(id + ".manifest");
   nlohmann::json json = nlohmann::json::parse(ReadFile(manifest));
   ASSERT_TRUE(json.contains("registrants"));
@@ -307,7 +334,7 @@ TEST_F(ModelStoreTest, ConcurrentRegistrationsOfTheSameContentCopyOnce) {
   EXPECT_EQ(copied, 1);
   EXPECT_EQ(store->stats().copies, 1u);
   EXPECT_EQ(store->List().size(), 1u);
-  EXPECT_EQ(Entries(directory_).size(), 3u);
+  EXPECT_EQ(Entries(directory_).size(), 10u);  // .lock, a manifest, 8 block files
   ExpectBlocksEqual(*results[0]->model, content);
 }
 
@@ -405,19 +432,24 @@ TEST_F(ModelStoreTest, ReopenAdoptsSealedModelsAndRemovesEverythingElse) {
   const std::string forged_id(64, 'a');
   forged["id"] = forged_id;
   WriteFile(PathOf(forged_id + ".manifest"), forged.dump(), 0600);
-  WriteFile(PathOf(forged_id + ".masters"), ReadFile(PathOf(kept_id + ".masters")), 0600);
+  WriteFile(PathOf(forged_id + ".masters"), "old masters", 0600);
   // A sealed model whose manifest others may read.
   ASSERT_EQ(::chmod(PathOf(loose_id + ".manifest").c_str(), 0644), 0);
 
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->stats().adopted, 1u);
-  EXPECT_EQ(store->stats().removed, 6u);
+  // The stray files, the forged manifest, and the loose model's manifest and
+  // its three blocks (named by no adopted manifest).
+  EXPECT_EQ(store->stats().removed, 8u);
   EXPECT_EQ(store->stats().copies, 0u);
-  EXPECT_EQ(Entries(directory_),
-            (std::set<std::string>{".lock", kept_id + ".manifest", kept_id + ".masters"}));
   auto model = store->Find(kept_id);
   ASSERT_NE(model, nullptr);
+  std::set<std::string> expected = {".lock", kept_id + ".manifest"};
+  for (size_t b = 0; b < model->block_count(); ++b) {
+    expected.insert(model->block_master(b)->id() + ".block");
+  }
+  EXPECT_EQ(Entries(directory_), expected);
   EXPECT_EQ(model->name(), "kept");
   EXPECT_EQ(store->Find(loose_id), nullptr);
   EXPECT_EQ(store->pinned_bytes(), model->masters_bytes());
@@ -439,9 +471,9 @@ TEST_F(ModelStoreTest, ReopenWithASmallerBudgetRemovesWhatNoLongerFits) {
   auto store = OpenStore(/*max_pinned_bytes=*/4 * 4096);  // room for one of 3 x 4096
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->stats().adopted, 1u);
-  EXPECT_EQ(store->stats().removed, 2u);
+  EXPECT_EQ(store->stats().removed, 4u);  // a manifest and its three blocks
   EXPECT_EQ(store->pinned_bytes(), 3u * 4096);
-  EXPECT_EQ(Entries(directory_).size(), 3u);
+  EXPECT_EQ(Entries(directory_).size(), 5u);
 }
 
 TEST_F(ModelStoreTest, ASecondOpenOfTheSameDirectoryIsRefused) {
@@ -515,23 +547,248 @@ TEST_F(ModelStoreTest, OpenReadOnlyGivesADescriptorThatCannotBeMappedWritable) {
   auto registered = Register(*store, content);
   ASSERT_TRUE(registered.ok());
   const Model& model = *registered->model;
-  auto fd = model.OpenReadOnly();
-  ASSERT_TRUE(fd.ok()) << fd.status();
-  EXPECT_EQ(::fcntl(fd->get(), F_GETFL) & O_ACCMODE, O_RDONLY);
-  EXPECT_NE(::fcntl(fd->get(), F_GETFD) & FD_CLOEXEC, 0);
-  void* writable =
-      ::mmap(nullptr, model.masters_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
-  EXPECT_EQ(writable, MAP_FAILED);
-  EXPECT_EQ(errno, EACCES);
-  void* readable = ::mmap(nullptr, model.masters_bytes(), PROT_READ, MAP_SHARED, fd->get(), 0);
-  ASSERT_NE(readable, MAP_FAILED);
   for (size_t b = 0; b < model.block_count(); ++b) {
-    EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(readable) + model.master_offset(b),
-                          content.block(b), model.block_bytes(b)),
-              0)
-        << "block " << b;
+    const BlockMaster& master = *model.block_master(b);
+    auto fd = master.OpenReadOnly();
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    EXPECT_EQ(::fcntl(fd->get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+    EXPECT_NE(::fcntl(fd->get(), F_GETFD) & FD_CLOEXEC, 0);
+    void* writable =
+        ::mmap(nullptr, master.file_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+    EXPECT_EQ(writable, MAP_FAILED);
+    EXPECT_EQ(errno, EACCES);
+    void* readable = ::mmap(nullptr, master.file_bytes(), PROT_READ, MAP_SHARED, fd->get(), 0);
+    ASSERT_NE(readable, MAP_FAILED);
+    EXPECT_EQ(std::memcmp(readable, content.block(b), model.block_bytes(b)), 0) << "block " << b;
+    ::munmap(readable, master.file_bytes());
   }
-  ::munmap(readable, model.masters_bytes());
+}
+
+// The file bytes of the distinct blocks of `models`.
+uint64_t UnionFileBytes(const std::vector<std::shared_ptr<const Model>>& models) {
+  std::map<std::string, uint64_t> blocks;
+  for (const auto& model : models) {
+    for (size_t b = 0; b < model->block_count(); ++b) {
+      blocks[model->block_master(b)->id()] = model->block_master(b)->file_bytes();
+    }
+  }
+  uint64_t bytes = 0;
+  for (const auto& [id, file_bytes] : blocks) bytes += file_bytes;
+  return bytes;
+}
+
+TEST_F(ModelStoreTest, ModelsThatShareBlocksHoldEachDistinctBlockOnce) {
+  TestModel weights = MakeModel(20, 6);
+  TestModel front = Subset(weights, 0, 4);  // blocks 0-3
+  TestModel back = Subset(weights, 2, 4);   // blocks 2-5: 2 and 3 are shared
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto a = Register(*store, front, "front");
+  auto b = Register(*store, back, "back");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_FALSE(b->already_present);
+  EXPECT_NE(a->model->id(), b->model->id()) << "model ids keep their meaning";
+  EXPECT_EQ(a->model->id(), ModelId(front.layout, a->model->block_hashes()));
+  ExpectBlocksEqual(*a->model, front);
+  ExpectBlocksEqual(*b->model, back);
+  EXPECT_EQ(a->model->block_master(2), b->model->block_master(0)) << "block 2 is held twice";
+  EXPECT_EQ(store->block_count(), 6u);
+  EXPECT_EQ(store->pinned_bytes(), UnionFileBytes({a->model, b->model}));
+  EXPECT_LT(store->pinned_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
+  const uint64_t shared =
+      a->model->block_master(2)->file_bytes() + a->model->block_master(3)->file_bytes();
+  EXPECT_EQ(store->SharedBytes(*a->model), shared);
+  EXPECT_EQ(store->SharedBytes(*b->model), shared);
+  EXPECT_EQ(Entries(directory_).size(), 1u + 2 + 6);  // .lock, 2 manifests, 6 blocks
+
+  // Evicting the first model keeps the blocks the second names.
+  const std::string only_front = a->model->block_master(0)->id() + ".block";
+  const std::string front_id = a->model->id();
+  a = absl::UnknownError("released");
+  ASSERT_TRUE(store->Evict(front_id).ok());
+  EXPECT_EQ(store->block_count(), 4u);
+  EXPECT_EQ(store->pinned_bytes(), b->model->masters_bytes());
+  EXPECT_EQ(store->SharedBytes(*b->model), 0u);
+  EXPECT_FALSE(Entries(directory_).contains(only_front));
+  EXPECT_EQ(Entries(directory_).size(), 1u + 1 + 4);
+  ExpectBlocksEqual(*b->model, back);
+  ASSERT_TRUE(store->Verify(b->model->id()).ok());
+
+  // And a restart adopts it with its four blocks.
+  const std::string back_id = b->model->id();
+  b = absl::UnknownError("released");
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto adopted = store->Find(back_id);
+  ASSERT_NE(adopted, nullptr);
+  ExpectBlocksEqual(*adopted, back);
+  EXPECT_EQ(store->block_count(), 4u);
+  EXPECT_EQ(store->stats().removed, 0u);
+}
+
+TEST_F(ModelStoreTest, AnLruEvictionForRoomFreesOnlyTheBlocksNoOtherModelNames) {
+  TestModel weights = MakeModel(21, 4);
+  TestModel first = Subset(weights, 0, 3);
+  TestModel second = Subset(weights, 1, 3);
+  auto store = OpenStore(/*max_pinned_bytes=*/5 * 4096);  // 4 blocks of one page fit, 5 do not
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Register(*store, first).ok());
+  auto kept = Register(*store, second);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(store->pinned_bytes(), 4u * 4096);
+  // Two new blocks: the first model goes (it is the least recently used and
+  // unreferenced); only its block 0 is freed, the others stay for `second`.
+  TestModel other = MakeModel(22, 2);
+  auto room = Register(*store, other);
+  ASSERT_TRUE(room.ok()) << room.status();
+  EXPECT_EQ(store->List().size(), 2u);
+  EXPECT_EQ(store->stats().evicted, 1u);
+  EXPECT_EQ(store->block_count(), 5u);
+  EXPECT_EQ(store->pinned_bytes(), 5u * 4096);
+  ExpectBlocksEqual(*kept->model, second);
+}
+
+TEST_F(ModelStoreTest, ConcurrentRegistrationsOfOverlappingModelsWriteEachBlockOnce) {
+  TestModel weights = MakeModel(23, 12, 16 * 1024);
+  std::vector<TestModel> subsets;
+  for (size_t streamed : {2, 4, 6, 8, 12})
+    subsets.push_back(Subset(weights, 12 - streamed, streamed));
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::atomic<int> ready{0};
+  std::vector<absl::StatusOr<RegisterResult>> results(subsets.size(),
+                                                      absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < subsets.size(); ++t) {
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < static_cast<int>(subsets.size())) std::this_thread::yield();
+      results[t] = Register(*store, subsets[t]);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::vector<std::shared_ptr<const Model>> models;
+  for (size_t t = 0; t < subsets.size(); ++t) {
+    ASSERT_TRUE(results[t].ok()) << results[t].status();
+    ExpectBlocksEqual(*results[t]->model, subsets[t]);
+    models.push_back(results[t]->model);
+  }
+  EXPECT_EQ(store->block_count(), 12u);
+  EXPECT_EQ(store->pinned_bytes(), UnionFileBytes(models));
+  EXPECT_EQ(Entries(directory_).size(), 1u + subsets.size() + 12);
+}
+
+// Writes model `content` in the layout of format version 1: one
+// <id>.masters at MasterOffsets, and a version 1 manifest. Returns the id.
+std::string WriteVersion1Model(const std::string& directory, const TestModel& content,
+                               const std::string& name) {
+  Manifest manifest;
+  manifest.version = 1;
+  manifest.name = name;
+  manifest.source = "upload";
+  manifest.registrants = {Registrant{1000, 1000, "upload"}};
+  manifest.layout = content.layout;
+  for (size_t b = 0; b < content.layout.blocks.size(); ++b) {
+    manifest.block_hashes.push_back(Sha256Of(content.block(b), content.layout.blocks[b].bytes));
+  }
+  manifest.id = ModelId(manifest.layout, manifest.block_hashes);
+  BlockPlacement placement = *MasterOffsets(content.layout);
+  manifest.master_offsets = placement.offsets;
+  manifest.masters_bytes = placement.total_bytes;
+  std::string masters(placement.total_bytes, '\0');
+  for (size_t b = 0; b < content.layout.blocks.size(); ++b) {
+    std::memcpy(masters.data() + placement.offsets[b], content.block(b),
+                content.layout.blocks[b].bytes);
+  }
+  WriteFile(absl::StrCat(directory, "/", manifest.id, ".masters"), masters, 0400);
+  WriteFile(absl::StrCat(directory, "/", manifest.id, ".manifest"), EncodeManifest(manifest), 0600);
+  return manifest.id;
+}
+
+TEST_F(ModelStoreTest, AVersion1DirectoryIsConvertedIntoBlockFiles) {
+  TestModel weights = MakeModel(24, 5);
+  TestModel current = Subset(weights, 0, 3);  // registered by this layout
+  TestModel old = Subset(weights, 1, 4);      // left by a daemon of format version 1
+  const std::string current_id = RegisterAndClose(current);
+  ASSERT_FALSE(current_id.empty());
+  const std::string old_id = WriteVersion1Model(directory_, old, "old");
+  WriteFile(PathOf(old_id + ".masters.tmp"), "an interrupted version 1 registration", 0600);
+
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->stats().adopted, 2u);
+  EXPECT_EQ(store->stats().converted, 1u);
+  auto converted = store->Find(old_id);
+  ASSERT_NE(converted, nullptr) << "the version 1 model was not adopted";
+  EXPECT_EQ(converted->name(), "old");
+  EXPECT_EQ(converted->registrants().List(), (std::vector<Registrant>{{1000, 1000, "upload"}}));
+  ExpectBlocksEqual(*converted, old);
+  ASSERT_TRUE(store->Verify(old_id).ok());
+  EXPECT_EQ(store->block_count(), 5u) << "the blocks it shares with the other model are held once";
+  EXPECT_EQ(converted->block_master(0), store->Find(current_id)->block_master(1));
+  std::set<std::string> entries = Entries(directory_);
+  EXPECT_FALSE(entries.contains(old_id + ".masters")) << "the version 1 masters stayed";
+  EXPECT_FALSE(entries.contains(old_id + ".masters.tmp"));
+  EXPECT_EQ(entries.size(), 1u + 2 + 5);
+  nlohmann::json manifest = nlohmann::json::parse(ReadFile(PathOf(old_id + ".manifest")));
+  EXPECT_EQ(manifest["version"], 2);
+
+  // The converted model is adopted as any other after a restart.
+  converted.reset();
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->stats().converted, 0u);
+  ASSERT_NE(store->Find(old_id), nullptr);
+  ExpectBlocksEqual(*store->Find(old_id), old);
+}
+
+TEST_F(ModelStoreTest, AVersion1ModelThatCannotBeConvertedIsLeftInPlace) {
+  TestModel old = MakeModel(25, 3);
+  ASSERT_EQ(::mkdir(directory_.c_str(), 0700), 0);
+  const std::string old_id = WriteVersion1Model(directory_, old, "old");
+  auto store = OpenStore(/*max_pinned_bytes=*/2 * 4096);  // 3 blocks of a page do not fit
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->Find(old_id), nullptr);
+  EXPECT_EQ(store->stats().adopted, 0u);
+  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->block_count(), 0u);
+  EXPECT_EQ(Entries(directory_),
+            (std::set<std::string>{".lock", old_id + ".manifest", old_id + ".masters"}))
+      << "what could not be converted must not be deleted, nor half-converted files left";
+  // With room, the next start converts it.
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_NE(store->Find(old_id), nullptr);
+  ExpectBlocksEqual(*store->Find(old_id), old);
+}
+
+TEST_F(ModelStoreTest, AManifestOfANewerFormatIsLeftInPlaceAndNotCounted) {
+  const std::string id = RegisterAndClose(MakeModel(26, 3));
+  ASSERT_FALSE(id.empty());
+  nlohmann::json json = nlohmann::json::parse(ReadFile(PathOf(id + ".manifest")));
+  json["version"] = 7;
+  WriteFile(PathOf(id + ".manifest"), json.dump(), 0600);
+  // A file of that newer format this daemon does not know, and a temporary
+  // file of ours.
+  WriteFile(PathOf(std::string(64, 'c') + ".chunk"), "newer", 0400);
+  WriteFile(PathOf("draft-0-0.block.tmp"), "partial", 0600);
+  std::set<std::string> before = Entries(directory_);
+  before.erase("draft-0-0.block.tmp");
+
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr) << "the daemon must still start";
+  EXPECT_EQ(store->Find(id), nullptr);
+  EXPECT_EQ(store->stats().kept_unknown, 1u);
+  EXPECT_EQ(store->stats().adopted, 0u);
+  EXPECT_EQ(store->pinned_bytes(), 0u) << "what it cannot read is not counted";
+  EXPECT_EQ(store->block_count(), 0u);
+  EXPECT_EQ(Entries(directory_), before) << "a manifest it cannot read, or its files, went";
+  // It still registers new content beside it.
+  auto other = Register(*store, MakeModel(27, 1));
+  ASSERT_TRUE(other.ok()) << other.status();
 }
 
 TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {

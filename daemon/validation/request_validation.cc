@@ -1,5 +1,6 @@
 #include "daemon/validation/request_validation.h"
 
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -62,6 +63,50 @@ absl::StatusOr<ModelLayout> ValidateBeginUpload(const v1::BeginUploadRequest& re
                                                    " bytes (at most ", kMaxModelNameBytes, ")"));
   }
   return LayoutFromProto(request.layout());
+}
+
+absl::StatusOr<std::vector<HeldBlockClaim>> ValidateHeldBlocks(
+    const v1::BeginUploadRequest& request, const ModelLayout& layout) {
+  if (request.held_blocks_size() != request.held_block_hashes_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(request.held_blocks_size(), " held blocks but ",
+                                                   request.held_block_hashes_size(),
+                                                   " held block hashes (one each)"));
+  }
+  std::vector<HeldBlockClaim> held;
+  for (int i = 0; i < request.held_blocks_size(); ++i) {
+    const uint32_t block = request.held_blocks(i);
+    if (block >= layout.blocks.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "held block ", block, " out of range (layout has ", layout.blocks.size(), " blocks)"));
+    }
+    if (!held.empty() && block <= held.back().block) {
+      return absl::InvalidArgumentError(absl::StrCat("held block ", block, " after block ",
+                                                     held.back().block,
+                                                     " (positions must be strictly ascending)"));
+    }
+    const std::string& hash = request.held_block_hashes(i);
+    if (hash.size() != Sha256Digest().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("the hash of held block ", block, " has ",
+                                                     hash.size(), " bytes (a SHA-256 has 32)"));
+    }
+    HeldBlockClaim& claim = held.emplace_back();
+    claim.block = block;
+    std::memcpy(claim.hash.data(), hash.data(), hash.size());
+  }
+  return held;
+}
+
+absl::Status ValidateHeldBlocksRequest(const v1::HeldBlocksRequest& request) {
+  if (request.block_ids_size() > kMaxHeldBlocksQuery) {
+    return absl::InvalidArgumentError(absl::StrCat(request.block_ids_size(),
+                                                   " block ids in one HeldBlocks call (at most ",
+                                                   kMaxHeldBlocksQuery, ")"));
+  }
+  for (int i = 0; i < request.block_ids_size(); ++i) {
+    absl::Status valid = ValidateHex(request.block_ids(i), kModelIdHexDigits, "block id");
+    if (!valid.ok()) return Annotate(valid, absl::StrCat("block id ", i));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateCreateRing(const v1::CreateRingRequest& request,

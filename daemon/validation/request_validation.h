@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,23 @@ absl::Status ValidateModelId(absl::string_view model_id);
 absl::Status ValidateAttach(const v1::AttachRequest& request);
 // Returns the validated layout.
 absl::StatusOr<ModelLayout> ValidateBeginUpload(const v1::BeginUploadRequest& request);
+
+// A block the client says the daemon holds (BeginUploadRequest.held_blocks):
+// its position in the layout and the SHA-256 of its bytes.
+struct HeldBlockClaim {
+  uint32_t block = 0;
+  Sha256Digest hash{};
+};
+// The held blocks of a BeginUpload of `layout`: INVALID_ARGUMENT naming what
+// is wrong (counts that differ, a position out of range or not ascending, a
+// hash that is not 32 bytes). Says nothing of whether the daemon holds them.
+absl::StatusOr<std::vector<HeldBlockClaim>> ValidateHeldBlocks(
+    const v1::BeginUploadRequest& request, const ModelLayout& layout);
+// At most this many ids in one HeldBlocks call.
+inline constexpr int kMaxHeldBlocksQuery = 65536;
+// INVALID_ARGUMENT naming the first id that is not 64 lowercase hex digits,
+// or too many ids.
+absl::Status ValidateHeldBlocksRequest(const v1::HeldBlocksRequest& request);
 absl::Status ValidateCreateRing(const v1::CreateRingRequest& request,
                                 const RequestLimits& limits = {});
 

@@ -311,19 +311,36 @@ absl::StatusOr<Sha256Digest> DigestFromHex(absl::string_view hex) {
   return digest;
 }
 
+namespace {
+
+void AppendTensorLines(const BlockSpec& block, std::string* out) {
+  for (const TensorSpec& tensor : block.tensors) {
+    absl::StrAppend(out, "tensor ", tensor.name.size(), ":", tensor.name, " ", tensor.dtype, " ",
+                    absl::StrJoin(tensor.shape, ","), " ", tensor.offset, " ", tensor.length, "\n");
+  }
+}
+
+}  // namespace
+
 std::string CanonicalLayoutEncoding(const ModelLayout& layout) {
   std::string out = absl::StrCat("blockswap-model-v1\nblocks ", layout.blocks.size(), "\n");
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
     const BlockSpec& block = layout.blocks[b];
     absl::StrAppend(&out, "block ", b, " bytes ", block.bytes, " tensors ", block.tensors.size(),
                     "\n");
-    for (const TensorSpec& tensor : block.tensors) {
-      absl::StrAppend(&out, "tensor ", tensor.name.size(), ":", tensor.name, " ", tensor.dtype, " ",
-                      absl::StrJoin(tensor.shape, ","), " ", tensor.offset, " ", tensor.length,
-                      "\n");
-    }
+    AppendTensorLines(block, &out);
   }
   return out;
+}
+
+std::string BlockId(const BlockSpec& block, const Sha256Digest& bytes_hash) {
+  std::string encoding = absl::StrCat("blockswap-block-v1\nbytes ", block.bytes, " tensors ",
+                                      block.tensors.size(), "\n");
+  AppendTensorLines(block, &encoding);
+  Sha256 hash;
+  hash.Update(encoding);
+  hash.Update(bytes_hash.data(), bytes_hash.size());
+  return DigestHex(hash.Finish());
 }
 
 std::string ModelId(const ModelLayout& layout, absl::Span<const Sha256Digest> block_hashes) {

@@ -151,6 +151,16 @@ std::string CanonicalLayoutEncoding(const ModelLayout& layout);
 // flat bytes, padding included), in block order. Expects one hash per block.
 std::string ModelId(const ModelLayout& layout, absl::Span<const Sha256Digest> block_hashes);
 
+// The id of one block's master, for a block of a layout that passed
+// ValidateLayout: lowercase hex SHA-256 of
+//   blockswap-block-v1
+//   bytes <block bytes> tensors <T>
+// then the block's tensor lines as in CanonicalLayoutEncoding, followed by
+// the 32 raw bytes of `bytes_hash` (the SHA-256 of the block's flat bytes).
+// Two blocks have the same id only if their layout and bytes are equal,
+// whichever models (and whichever position in them) they belong to.
+std::string BlockId(const BlockSpec& block, const Sha256Digest& bytes_hash);
+
 }  // namespace blockswap
 
 #endif  // BLOCKSWAP_SHARED_PROTOCOL_MODEL_LAYOUT_H_

@@ -425,8 +425,9 @@ class Sequence {
   void ModelReply(Client& client, const absl::StatusOr<v1::ModelReply>& reply, const char* call) {
     CheckClean(reply.status(), call);
     if (!reply.ok()) return;
-    std::vector<UniqueFd> fds = ExpectBatch(client, reply->masters().batch(), call);
-    Require(fds.size() == 1, absl::StrCat(call, " sent no masters"));
+    Require(reply->block_masters_size() > 0, absl::StrCat(call, " named no block masters"));
+    std::vector<UniqueFd> fds = ExpectBatch(client, reply->block_masters(0).batch(), call);
+    Require(!fds.empty(), absl::StrCat(call, " sent no masters"));
     if (std::find(models_.begin(), models_.end(), reply->model_id()) == models_.end()) {
       models_.push_back(reply->model_id());
     }
@@ -485,7 +486,7 @@ void CheckWorkerServes(Daemon& daemon) {
   open.set_model_id(daemon.canary->id());
   auto model = manager.OpenModel(session, open);
   Require(model.ok(), absl::StrCat("canary OpenModel: ", model.status().ToString()));
-  ExpectBatch(client, model->masters().batch(), "canary OpenModel");
+  ExpectBatch(client, model->block_masters(0).batch(), "canary OpenModel");
 
   v1::CreateRingRequest create;
   create.set_device_uuid(daemon.device_uuid());

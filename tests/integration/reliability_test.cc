@@ -166,7 +166,7 @@ TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
   v1::ModelsReply models = Models();
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).model_id(), model);
-  EXPECT_EQ(CountShm(".masters"), 1) << "the restarted daemon must adopt, not re-register";
+  EXPECT_EQ(CountShm(".manifest"), 1) << "the restarted daemon must adopt, not re-register";
 }
 
 // Item 2, no restart: the scheduler tries to re-attach for its configured

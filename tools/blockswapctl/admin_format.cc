@@ -226,7 +226,8 @@ std::string StatusText(const v1::StatusReply& reply) {
                                {"backend", BackendName(reply.backend())},
                                {"boot id", BootIdHex(reply.boot_id())},
                                {"uptime", HumanDuration(reply.uptime_seconds())},
-                               {"pinned", HumanBytes(reply.pinned_bytes())}});
+                               {"pinned", HumanBytes(reply.pinned_bytes())},
+                               {"blocks", absl::StrCat(reply.master_blocks())}});
   out += "\n";
   if (reply.devices().empty()) return out + "no devices\n";
   TextTable devices({"DEVICE", "NAME", "MEMORY", "HEALTH"});
@@ -245,6 +246,7 @@ json StatusJson(const v1::StatusReply& reply) {
           {"boot_id", BootIdHex(reply.boot_id())},
           {"uptime_seconds", reply.uptime_seconds()},
           {"pinned_bytes", reply.pinned_bytes()},
+          {"master_blocks", reply.master_blocks()},
           {"file_reads", reply.file_reads()},
           {"file_bytes_read", reply.file_bytes_read()},
           {"evictions", reply.evictions()},
@@ -288,12 +290,14 @@ json ClientsJson(const v1::ClientsReply& reply) {
 
 std::string ModelsText(const v1::ModelsReply& reply) {
   if (reply.models().empty()) return "no models registered\n";
-  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "SOURCE"});
+  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "SHARED", "OPEN", "REFS", "PINNED", "SOURCE"});
   for (const v1::ModelInfo& model : reply.models()) {
+    // SHARED: of its bytes, the blocks other models name too (held once).
     table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
                   absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
-                  absl::StrCat(model.open_sessions()), absl::StrCat(model.references()),
-                  model.pinned() ? "yes" : "no", OneLine(OrDash(model.source()))});
+                  HumanBytes(model.shared_bytes()), absl::StrCat(model.open_sessions()),
+                  absl::StrCat(model.references()), model.pinned() ? "yes" : "no",
+                  OneLine(OrDash(model.source()))});
   }
   return table.Render();
 }
@@ -305,6 +309,7 @@ json ModelsJson(const v1::ModelsReply& reply) {
                       {"name", model.name()},
                       {"block_count", model.block_count()},
                       {"bytes", model.bytes()},
+                      {"shared_bytes", model.shared_bytes()},
                       {"open_sessions", model.open_sessions()},
                       {"source", model.source()},
                       {"pinned", model.pinned()},

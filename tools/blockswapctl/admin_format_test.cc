@@ -178,6 +178,7 @@ v1::StatusReply SampleStatus() {
   reply.set_boot_id(0xfedcba9876543210);
   reply.set_uptime_seconds(183);
   reply.set_pinned_bytes(uint64_t{5} << 29);
+  reply.set_master_blocks(12);
   v1::Device* good = reply.add_devices();
   good->set_uuid("GPU-11111111-2222-3333-4444-555555555555");
   good->set_name("NVIDIA H200");
@@ -197,6 +198,7 @@ TEST(StatusText, ShowsTheDaemonAndADeviceTable) {
   EXPECT_TRUE(Contains(text, "boot id  fedcba9876543210\n"));
   EXPECT_TRUE(Contains(text, "uptime   3m 03s\n"));
   EXPECT_TRUE(Contains(text, "pinned   2.5 GiB\n"));
+  EXPECT_TRUE(Contains(text, "blocks   12\n"));
   std::vector<std::string> lines = Lines(text);
   auto header = std::find_if(lines.begin(), lines.end(),
                              [](const std::string& l) { return l.rfind("DEVICE", 0) == 0; });
@@ -355,6 +357,7 @@ v1::ModelsReply SampleModels() {
   model->set_name("flux-dev");
   model->set_block_count(57);
   model->set_bytes(uint64_t{23729694310});
+  model->set_shared_bytes(uint64_t{3} << 30);
   model->set_open_sessions(2);
   model->set_source("file /models/flux-dev.safetensors");
   model->set_pinned(true);
@@ -365,10 +368,12 @@ v1::ModelsReply SampleModels() {
 TEST(ModelsText, ShortensTheIdInTheTable) {
   std::vector<std::string> lines = Lines(ModelsText(SampleModels()));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "ID                 NAME      BLOCKS  BYTES     OPEN  REFS  PINNED  SOURCE");
-  EXPECT_EQ(lines[1],
-            "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2     3     yes     "
-            "file /models/flux-dev.safetensors");
+  EXPECT_EQ(lines[0],
+            "ID                 NAME      BLOCKS  BYTES     SHARED   OPEN  REFS  PINNED  SOURCE");
+  EXPECT_EQ(
+      lines[1],
+      "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  3.0 GiB  2     3     yes     "
+      "file /models/flux-dev.safetensors");
   EXPECT_EQ(ModelsText(v1::ModelsReply()), "no models registered\n");
 }
 
@@ -379,6 +384,7 @@ TEST(ModelsJson, KeepsTheFullId) {
   EXPECT_EQ(json["models"][0]["name"], "flux-dev");
   EXPECT_EQ(json["models"][0]["block_count"], 57);
   EXPECT_EQ(json["models"][0]["bytes"], uint64_t{23729694310});
+  EXPECT_EQ(json["models"][0]["shared_bytes"], uint64_t{3} << 30);
   EXPECT_EQ(json["models"][0]["open_sessions"], 2);
   EXPECT_EQ(json["models"][0]["source"], "file /models/flux-dev.safetensors");
   EXPECT_EQ(json["models"][0]["pinned"], true);

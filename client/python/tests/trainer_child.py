@@ -3,10 +3,12 @@
   trainer_child.py share SOCKET      trains two steps through blockswapd, prints
                                      "ready MODEL_ID LOADS", waits for a line on
                                      stdin, closes and exits
-  trainer_child.py ddp SOCKET RANK WORLD INIT_FILE BLOCKSWAPCTL OUT
+  trainer_child.py ddp SOCKET RANK WORLD INIT_FILE BLOCKSWAPCTL OUT [BLOCKS SWAP]
                                      one rank of a gloo DDP run: trains with and
                                      without the offloader and saves both, and
-                                     rank 0 what Admin showed while both streamed
+                                     rank 0 what Admin showed while all streamed;
+                                     BLOCKS transformer blocks (default 6) of which
+                                     this rank streams SWAP (default 4)
   trainer_child.py torchrun PRIVATE_DIR BLOCKSWAPCTL OUT
                                      the same as one rank started by torchrun
                                      (RANK, WORLD_SIZE, MASTER_* from it), with
@@ -68,11 +70,11 @@ def daemon_pid(socket):
     raise RuntimeError(f"no blockswapd serves {socket}")
 
 
-def offloader_for(model, socket, name):
+def offloader_for(model, socket, name, swap=4):
     config = blockswap.BlockSwapConfig(device=torch.device("cpu"), supports_backward=True,
                                        socket=socket, gradient_checkpointing=True, h2d_only=True,
                                        client_name=name)
-    return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), 4, config)
+    return blockswap.create_offloader("blocks", model.blocks, len(model.blocks), swap, config)
 
 
 def share(socket):
@@ -85,16 +87,16 @@ def share(socket):
     model.offloader.close()
 
 
-def ddp(socket, rank, world, init_file, blockswapctl, out):
+def ddp(socket, rank, world, init_file, blockswapctl, out, blocks="6", swap="4"):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=int(rank),
                             world_size=int(world))
     data = batches(3, seed=1 + int(rank))
     results = {}
     for mode in ("plain", "blockswap"):
-        model = TinyTransformer(6, reentrant=True)
+        model = TinyTransformer(int(blocks), reentrant=True)
         if mode == "blockswap":
             # As in the reference trainers: the offloader first, then the DDP wrapper.
-            model.offloader = offloader_for(model, socket, f"ddp-rank-{rank}")
+            model.offloader = offloader_for(model, socket, f"ddp-rank-{rank}", int(swap))
         wrapper = DistributedDataParallel(model)
         losses, _ = train(model, data, wrapper=wrapper)
         results[mode] = {"losses": losses,
@@ -104,7 +106,7 @@ def ddp(socket, rank, world, init_file, blockswapctl, out):
             dist.barrier()  # both ranks attached and streamed
             if int(rank) == 0:
                 admin = {}
-                for what in ("clients", "models"):
+                for what in ("clients", "models", "status"):
                     admin[what] = json.loads(subprocess.run(
                         [blockswapctl, "--socket", socket, "--json", what], check=True,
                         capture_output=True, text=True).stdout)
