@@ -43,7 +43,9 @@ absl::Status ValidateAttach(const v1::AttachRequest& request) {
   if (request.protocol_version() != kProtocolVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("client speaks protocol version ", request.protocol_version(),
-                     ", this blockswapd speaks ", kProtocolVersion));
+                     ", this blockswapd speaks ", kProtocolVersion,
+                     ": install the client library (libblockswap, the Python package) and "
+                     "blockswapd of one release"));
   }
   // A library newer than this daemon may rely on what the daemon lacks; an
   // older one (or one that predates the field, 0) gets what it knew.
