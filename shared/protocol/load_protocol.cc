@@ -293,6 +293,20 @@ void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
   // Nothing more is copied: a client stream waiting on a ready word would
   // wait for ever.
   ring_.AbandonReadyWords();
+  // A copy issued before the failure still writes its slot's word when the
+  // copy stream reaches it, which can be after the abandon above: that write
+  // would move the word back behind a generation the client's stream waits
+  // for. So the words are put as far ahead once more at the end of the copy
+  // stream, after every such write. filled_seq[s] is the newest generation
+  // issued on slot s (published at issue).
+  if (StreamWords* words = ring_.ready_words(); words != nullptr) {
+    for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) {
+      const uint32_t issued = control.filled_seq[s].load(std::memory_order_relaxed);
+      // Best effort: a stream that cannot take it is failed already, and
+      // its earlier writes will not run either.
+      (void)copy_stream_.WriteWord(*words, s, issued + kReadyWordAbandonStep);
+    }
+  }
 }
 
 void RingProducer::Heartbeat() {

@@ -1,6 +1,8 @@
 // blockswap-bench-warm-start (P6-warm, issue 22): how long a trainer waits
-// before its first step, from the moment it hands its blocks to blockswap to
-// its first block loaded into its ring, for the ways a process meets a node:
+// before its first step, for the ways a process meets a node: from the moment
+// it hands its blocks to blockswap to its model open (registered, or found),
+// per GiB of its blocks; and beside it, the fixed cost after that, making its
+// ring and loading its first block:
 //
 //   first          uploads B blocks the daemon has never seen (the cold cost)
 //   later          another process uploads the same B blocks
@@ -12,7 +14,9 @@
 // Each is a fresh process against one host-backend daemon, in this order, in
 // one run; the blocks' bytes are made before the clock starts (a trainer
 // holds its weights already). Goal: a later process pays at most 0.3 s per
-// GiB it streams.
+// GiB it streams to have its model. The ring is not per GiB: a trainer makes
+// one whatever its weights (the host backend's is a shared-memory mapping the
+// daemon populates; on CUDA a cudaMalloc), so it is reported, not divided.
 //
 // Ends with one line per metric: `P6-warm <name> goal=<g> measured=<m> PASS|MISS`.
 #include <signal.h>
@@ -85,8 +89,8 @@ absl::StatusOr<std::unique_ptr<client::Model>> RegisterTimed(
 }
 
 // Registers, then loads the model's first block into a one-slot ring and
-// waits for it: reports the seconds from the registration's start and the
-// model's bytes.
+// waits for it: reports the seconds from the registration's start to the
+// model open, from there to the first block loaded, and the model's bytes.
 absl::Status StartOnce(const KeyValueArgs& args, const RoleReport& report) {
   BLOCKSWAP_ASSIGN_OR_RETURN(auto connection,
                              client::Connection::Connect(args.Str("socket"), "bench-warm-start"));
@@ -94,6 +98,7 @@ absl::Status StartOnce(const KeyValueArgs& args, const RoleReport& report) {
   std::optional<StreamedBlocks> weights;
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<client::Model> model,
                              RegisterTimed(args, *connection, &start, &weights));
+  const absl::Time open = absl::Now();
   uint64_t bytes = 0, slot_bytes = 0;
   for (const BlockSpec& block : model->layout().blocks) {
     bytes += block.bytes;
@@ -104,7 +109,8 @@ absl::Status StartOnce(const KeyValueArgs& args, const RoleReport& report) {
       client::Ring::Create(*connection, connection->device_uuids().front(), 1, slot_bytes));
   BLOCKSWAP_RETURN_IF_ERROR(ring->Load(0, *model, 0, nullptr));
   BLOCKSWAP_RETURN_IF_ERROR(ring->Wait(0, nullptr, absl::Seconds(60)));
-  report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
+  report.Add("register_seconds", absl::StrCat(absl::ToDoubleSeconds(open - start)));
+  report.Add("first_load_seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - open)));
   report.Add("bytes", absl::StrCat(bytes));
   return ring->Drain(absl::Seconds(60));
 }
@@ -121,9 +127,10 @@ int RunStartOnce(const std::vector<std::string>& argv) {
 BLOCKSWAP_CHILD_ROLE("bench-warm-start", RunStartOnce);
 
 struct Start {
-  double seconds = 0;
+  double register_seconds = 0;
+  double first_load_seconds = 0;
   double bytes = 0;
-  double SecondsPerGiB() const { return seconds / (bytes / kGiB); }
+  double SecondsPerGiB() const { return register_seconds / (bytes / kGiB); }
 };
 
 absl::StatusOr<Start> StartProcess(const ScratchDirs& dirs, const std::string& name,
@@ -139,7 +146,9 @@ absl::StatusOr<Start> StartProcess(const ScratchDirs& dirs, const std::string& n
     return absl::InternalError(
         absl::StrCat(name, " exited ", code, ": ", testing::FirstValue(report, "error")));
   }
-  return Start{testing::NumberValue(report, "seconds"), testing::NumberValue(report, "bytes")};
+  return Start{testing::NumberValue(report, "register_seconds"),
+               testing::NumberValue(report, "first_load_seconds"),
+               testing::NumberValue(report, "bytes")};
 }
 
 absl::Status Run(const Options& options, ScratchDirs& dirs) {
@@ -170,10 +179,12 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   Summary summary;
   std::printf("%u blocks of <= %llu MiB, one host-backend daemon, a fresh process per line\n",
               options.blocks, static_cast<unsigned long long>(options.block_mib));
+  std::printf("%-14s %12s %14s %12s %16s\n", "", "model", "model open", "per GiB",
+              "ring + 1st load");
   for (const Case& c : cases) {
     BLOCKSWAP_ASSIGN_OR_RETURN(Start start, StartProcess(dirs, c.name, c.args));
-    std::printf("%-14s %8.0f MiB  %7.3f s  %6.3f s/GiB\n", c.name, start.bytes / kMiB,
-                start.seconds, start.SecondsPerGiB());
+    std::printf("%-14s %8.0f MiB %12.3f s %8.3f s/GiB %14.3f s\n", c.name, start.bytes / kMiB,
+                start.register_seconds, start.SecondsPerGiB(), start.first_load_seconds);
     const bool reported = std::string(c.goal) == "report";
     summary.Add("P6-warm", absl::StrCat(c.name, "-seconds-per-gib"), c.goal, start.SecondsPerGiB(),
                 reported || start.SecondsPerGiB() <= 0.30);
