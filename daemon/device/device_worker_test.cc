@@ -441,14 +441,18 @@ TEST_F(DeviceWorkerTest, ARingAloneHasTheCopyStreamToItselfAndSharedItHoldsThree
 
   TestRing& second = CreateRing(2, 4);
   TestRing& third = CreateRing(3, 4);
-  held_->ReleaseCopies();
-  ASSERT_TRUE(first.consumer->Drain(kHangGuard).ok());
   // Rings 2 and 3 share the stream: their copies go 3 at a time, each
   // batch after the previous copies completed (the host stream runs them).
+  // They request while the first ring's four copies are still held on the
+  // stream (more than three: nothing more goes on it while rings share it),
+  // so that both have every copy ready before either is issued one; else a
+  // ring whose requests came first is rightly issued two in a row.
   for (uint32_t slot = 0; slot < 4; ++slot) {
     RequestLoad(second, slot, block_a_);
     RequestLoad(third, slot, block_b_);
   }
+  held_->ReleaseCopies();
+  ASSERT_TRUE(first.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(second.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(third.consumer->Drain(kHangGuard).ok());
   AwaitWorkerPasses(1);  // traced after filled_seq is published
