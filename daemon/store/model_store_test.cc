@@ -340,6 +340,26 @@ TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
   EXPECT_EQ(Entries(directory_).size(), 3u);  // only the first model's files and .lock
 }
 
+// pinning = "auto": max_pinned_bytes decides what is pinned, not what is
+// held; the model beyond it is staged (pinned_bytes counts only the pinned).
+TEST_F(ModelStoreTest, UnderAutoAModelOverThePinnedBudgetIsStagedNotRefused) {
+  std::unique_ptr<Backend> backend = OpenHostBackend({});
+  ModelStoreOptions options = Options(/*max_pinned_bytes=*/3 * 4096);
+  options.pinning = PinningPolicy::kAuto;
+  auto store = ModelStore::Open(options, backend->devices()[0].get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto first = Register(**store, MakeModel(7, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->model->pinned());
+  auto second = Register(**store, MakeModel(6));  // 3 x 4096: over what is left
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->model->staged());
+  EXPECT_FALSE(second->model->pinned());
+  EXPECT_EQ((*store)->pinned_bytes(), 4096u);
+  EXPECT_EQ((*store)->masters_bytes(), 4096u + 3 * 4096);
+  EXPECT_TRUE((*store)->CheckCapacity(1 << 20).ok()) << "the pin budget refuses nothing";
+}
+
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
   auto store = OpenStore(/*max_pinned_bytes=*/8192);
   ASSERT_NE(store, nullptr);
