@@ -113,6 +113,7 @@ TEST(StagedCopier, BlocksOfAnySizeLandByteExactThroughFewBuffers) {
     }
     ASSERT_TRUE((*stream)->Synchronize().ok());
     for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] == 0) continue;  // nothing to compare (and no pointer to compare with)
       EXPECT_EQ(std::memcmp(slots[i]->data(), sources[i].data(), sizes[i]), 0)
           << "block " << i << " of " << sizes[i] << " bytes, round " << round;
     }
