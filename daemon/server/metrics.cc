@@ -69,7 +69,11 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.uptime_seconds = status.uptime_seconds();
   snapshot.pinned_bytes = status.pinned_bytes();
   snapshot.max_pinned_bytes = view.store->max_pinned_bytes();
-  snapshot.models = view.store->List().size();
+  snapshot.staged_bytes = status.staged_bytes();
+  for (const auto& model : view.store->List()) {
+    ++snapshot.models;
+    if (model->staged()) ++snapshot.staged_models;
+  }
   snapshot.evictions = status.evictions();
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
@@ -136,7 +140,15 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "max_pinned_bytes", "gauge",
          "the budget of pinned_bytes (max_pinned_bytes; 0: only the tmpfs limits)")
       .Sample("", s.max_pinned_bytes);
+  Family(&out, "staged_bytes", "gauge",
+         "bytes of masters not pinned, copied through the staging buffers (the pinning policy)")
+      .Sample("", s.staged_bytes);
   Family(&out, "models", "gauge", "sealed models on this node").Sample("", s.models);
+  // A count, not the models' ids: no model id is in the metrics (who may see
+  // a model is the model_access policy's, and a scrape knows no caller).
+  Family(&out, "staged_models", "gauge",
+         "models whose masters are copied through the staging buffers")
+      .Sample("", s.staged_models);
   Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
       .Sample("", s.evictions);
   Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")
@@ -209,6 +221,11 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_device("device_releases_polled_total", "counter",
              "copies whose free slot the fallback poll found (the client did not notify)",
              [](const DeviceMetrics& d) { return d.stats.releases_polled; });
+  per_device("device_staged_loads_total", "counter",
+             "block loads copied through the staging buffers (masters not pinned)",
+             [](const DeviceMetrics& d) { return d.stats.staged_loads; });
+  per_device("device_staged_bytes_total", "counter", "bytes copied through the staging buffers",
+             [](const DeviceMetrics& d) { return d.stats.staged_bytes; });
   {
     Family f(&out, "device_load_latency_seconds", "histogram",
              "seconds from a load's copy being issued (its slot free) to the copy seen "

@@ -234,7 +234,7 @@ TEST_F(FileIngestTest, OverThePinnedBudgetIsResourceExhaustedAndLeavesNothing) {
               HasSubstr("model of 32768 bytes would exceed --max-pinned-bytes=8192 (0 already "
                         "pinned)"));
   EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
-  EXPECT_EQ(Store().pinned_bytes(), 0u);
+  EXPECT_EQ(Store().masters_bytes(), 0u);
   EXPECT_TRUE(Store().List().empty());
   EXPECT_EQ(ingest.stats().reads, 0u);
 }

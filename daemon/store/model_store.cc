@@ -142,7 +142,8 @@ ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd d
     : options_(std::move(options)),
       pin_device_(pin_device),
       directory_fd_(std::move(directory_fd)),
-      lock_fd_(std::move(lock_fd)) {}
+      lock_fd_(std::move(lock_fd)),
+      pinning_(options_.pinning, options_.max_pinned_bytes, pin_device) {}
 
 ModelStore::~ModelStore() = default;
 
@@ -180,18 +181,16 @@ void ModelStore::RemoveQuietly(const std::string& name) const {
 }
 
 absl::Status ModelStore::Pin(Model& model) const {
-  if (pin_device_ == nullptr) return absl::OkStatus();
-  auto registration = pin_device_->RegisterHostMemory(model.mapping_.data(), model.masters_bytes_);
-  if (!registration.ok()) {
-    return Annotate(registration.status(),
-                    absl::StrCat("pinning the ", model.masters_bytes_, " bytes of model ",
-                                 model.id_, " on ", pin_device_->info().uuid));
-  }
-  model.registration_ = std::move(registration).value();
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      model.residency_,
+      pinning_.PinOrStage(model.mapping_.data(), model.masters_bytes_,
+                          absl::StrCat("model ", model.id_, " ('", model.name_, "')")));
   return absl::OkStatus();
 }
 
 absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
+  // Otherwise what max_pinned_bytes cannot take is staged (Pin).
+  if (options_.pinning != PinningPolicy::kAlways) return absl::OkStatus();
   // Registrations in progress count: their reservations are promises.
   uint64_t committed = pinned_bytes_ + reserved_bytes_;
   uint64_t limit = options_.max_pinned_bytes;
@@ -306,7 +305,8 @@ absl::Status ModelStore::AdoptAll() {
     auto model = LoadSealed(id);
     if (!model.ok()) continue;  // removed below with everything else
     uint64_t bytes = (*model)->masters_bytes();
-    if (options_.max_pinned_bytes != 0 && bytes > options_.max_pinned_bytes - pinned_bytes_) {
+    if (options_.pinning == PinningPolicy::kAlways && options_.max_pinned_bytes != 0 &&
+        bytes > options_.max_pinned_bytes - pinned_bytes_) {
       continue;  // a lowered --max-pinned-bytes: the model goes
     }
     absl::StatusOr<Reservation> memory = ChargeMemory(bytes, (*model)->name());
@@ -447,7 +447,7 @@ absl::Status ModelStore::SealMaster(Model& model, const std::string& masters_tem
   };
   absl::Status status = seal();
   if (!status.ok()) {
-    model.registration_.reset();
+    model.residency_ = MasterResidency();
     RemoveQuietly(masters_temp);
     RemoveQuietly(manifest_temp);
   }
@@ -554,10 +554,12 @@ std::vector<std::shared_ptr<const Model>> ModelStore::List() const {
   return models;
 }
 
-uint64_t ModelStore::pinned_bytes() const {
+uint64_t ModelStore::masters_bytes() const {
   absl::MutexLock lock(&mu_);
   return pinned_bytes_;
 }
+
+uint64_t ModelStore::pinned_bytes() const { return pinning_.pinned_bytes(); }
 
 ModelStoreStats ModelStore::stats() const {
   absl::MutexLock lock(&mu_);

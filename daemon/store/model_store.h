@@ -13,7 +13,10 @@
 // Both files of a model are mode 0600. Clients never open them by name: they
 // get a read-only descriptor (Model::OpenReadOnly) over SCM_RIGHTS.
 //
-// Pinning: the whole master file of a model is registered at once with
+// Pinning: whether a model's masters are pinned or staged (copied through the
+// device workers' staging buffers) is MasterPinning's decision
+// (master_pinning.h), by the `pinning` policy and max_pinned_bytes. A pinned
+// master file is registered at once with
 // Device::RegisterHostMemory on ONE device (cudaHostRegisterPortable makes it
 // valid for every device; registering a range twice fails). The cuda backend
 // pins in pieces of kPinPieceBytes from the start of the range, so no block
@@ -43,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/budget/memory_budget.h"
 #include "daemon/store/block_placement.h"
+#include "daemon/store/master_pinning.h"
 #include "daemon/store/registrants.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
@@ -53,7 +57,11 @@ namespace blockswap::daemon {
 
 struct ModelStoreOptions {
   std::string directory = "/dev/shm/blockswap";
-  uint64_t max_pinned_bytes = 0;  // bytes of master files held; 0: no limit
+  // Bytes of master files held pinned; 0: no limit. Under "always" every
+  // master is pinned, so it limits the masters; otherwise the masters beyond
+  // it are staged.
+  uint64_t max_pinned_bytes = 0;
+  PinningPolicy pinning = PinningPolicy::kAlways;
   // The node's max_memory_bytes, charged for every master (nullptr: only
   // max_pinned_bytes limits them). Must outlive the store.
   MemoryBudget* memory_budget = nullptr;
@@ -87,6 +95,10 @@ class Model {
   uint64_t master_offset(size_t b) const;
   const std::vector<uint64_t>& master_offsets() const { return master_offsets_; }
   uint64_t masters_bytes() const { return masters_bytes_; }
+  // Pinned: a load is one DMA from the master. Staged: a load is copied
+  // through the device worker's pinned staging buffers.
+  bool pinned() const { return residency_.pinned(); }
+  bool staged() const { return residency_.staged(); }
 
   // A NEW read-only descriptor of the master file for a client: a new open
   // file description (through /proc/self/fd), so it cannot be mapped
@@ -113,7 +125,7 @@ class Model {
   Reservation memory_;
   UniqueFd fd_;
   Mapping mapping_;
-  std::unique_ptr<HostRegistration> registration_;  // null without a pin device
+  MasterResidency residency_;  // pinned or staged (neither without a pin device)
 };
 
 struct RegisterResult {
@@ -254,9 +266,10 @@ class ModelStore {
   std::shared_ptr<const Model> Find(absl::string_view id) const;
   // Every sealed model, by id.
   std::vector<std::shared_ptr<const Model>> List() const;
-  // Bytes of the master files of every sealed model (pinned when the store has
-  // a pin device).
+  // Bytes of the master files of every sealed model, and of those pinned.
+  uint64_t masters_bytes() const;
   uint64_t pinned_bytes() const;
+  PinningPolicy pinning() const { return options_.pinning; }
   // The budget pinned_bytes is held to (0: only the tmpfs limits).
   uint64_t max_pinned_bytes() const { return options_.max_pinned_bytes; }
   ModelStoreStats stats() const;
@@ -312,8 +325,9 @@ class ModelStore {
 
   const ModelStoreOptions options_;
   Device* const pin_device_;
-  const UniqueFd directory_fd_;  // every file is opened relative to it
-  const UniqueFd lock_fd_;       // holds the flock for the store's lifetime
+  const UniqueFd directory_fd_;    // every file is opened relative to it
+  const UniqueFd lock_fd_;         // holds the flock for the store's lifetime
+  mutable MasterPinning pinning_;  // thread-safe
 
   // Serializes manifest rewrites (AddRegistrant); taken before mu_, never
   // while holding it, so that writing a manifest does not block Find.
@@ -322,7 +336,7 @@ class ModelStore {
   absl::CondVar registration_done_;  // signalled when `in_progress_` shrinks
   std::map<std::string, std::shared_ptr<const Model>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   std::set<std::string, std::less<>> in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // of every master, pinned or staged
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
   uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
   // LRU order: the tick of each model's last use.

@@ -191,7 +191,7 @@ TEST_F(ModelStoreTest, RegisterThenFind) {
   }
   EXPECT_EQ(model.block(model.block_count()), nullptr);
   EXPECT_EQ(model.id(), ModelId(content.layout, model.block_hashes()));
-  EXPECT_EQ(store->pinned_bytes(), model.masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), model.masters_bytes());
   EXPECT_EQ(Entries(directory_),
             (std::set<std::string>{".lock", model.id() + ".manifest", model.id() + ".masters"}));
   EXPECT_EQ(ModeOf(PathOf(model.id() + ".masters")), 0400u);
@@ -320,7 +320,7 @@ TEST_F(ModelStoreTest, DifferentContentGetsDifferentIds) {
   EXPECT_NE(a->model->id(), b->model->id());
   EXPECT_EQ(store->List().size(), 2u);
   EXPECT_EQ(store->stats().copies, 2u);
-  EXPECT_EQ(store->pinned_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
 }
 
 TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
@@ -329,15 +329,35 @@ TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
   ASSERT_NE(store, nullptr);
   auto first = Register(*store, MakeModel(7, 1));
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(store->pinned_bytes(), 4096u);
+  ASSERT_EQ(store->masters_bytes(), 4096u);
   auto refused = Register(*store, content);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find(
                 "model of 12288 bytes would exceed --max-pinned-bytes=12288 (4096 already pinned)"),
             absl::string_view::npos)
       << refused.status();
-  EXPECT_EQ(store->pinned_bytes(), 4096u);
+  EXPECT_EQ(store->masters_bytes(), 4096u);
   EXPECT_EQ(Entries(directory_).size(), 3u);  // only the first model's files and .lock
+}
+
+// pinning = "auto": max_pinned_bytes decides what is pinned, not what is
+// held; the model beyond it is staged (pinned_bytes counts only the pinned).
+TEST_F(ModelStoreTest, UnderAutoAModelOverThePinnedBudgetIsStagedNotRefused) {
+  std::unique_ptr<Backend> backend = OpenHostBackend({});
+  ModelStoreOptions options = Options(/*max_pinned_bytes=*/3 * 4096);
+  options.pinning = PinningPolicy::kAuto;
+  auto store = ModelStore::Open(options, backend->devices()[0].get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto first = Register(**store, MakeModel(7, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->model->pinned());
+  auto second = Register(**store, MakeModel(6));  // 3 x 4096: over what is left
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->model->staged());
+  EXPECT_FALSE(second->model->pinned());
+  EXPECT_EQ((*store)->pinned_bytes(), 4096u);
+  EXPECT_EQ((*store)->masters_bytes(), 4096u + 3 * 4096);
+  EXPECT_TRUE((*store)->CheckCapacity(1 << 20).ok()) << "the pin budget refuses nothing";
 }
 
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
@@ -420,7 +440,7 @@ TEST_F(ModelStoreTest, ReopenAdoptsSealedModelsAndRemovesEverythingElse) {
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->name(), "kept");
   EXPECT_EQ(store->Find(loose_id), nullptr);
-  EXPECT_EQ(store->pinned_bytes(), model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), model->masters_bytes());
   ExpectBlocksEqual(*model, kept);
   // Registering the adopted content again copies nothing.
   auto again = Register(*store, kept);
@@ -440,7 +460,7 @@ TEST_F(ModelStoreTest, ReopenWithASmallerBudgetRemovesWhatNoLongerFits) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->stats().adopted, 1u);
   EXPECT_EQ(store->stats().removed, 2u);
-  EXPECT_EQ(store->pinned_bytes(), 3u * 4096);
+  EXPECT_EQ(store->masters_bytes(), 3u * 4096);
   EXPECT_EQ(Entries(directory_).size(), 3u);
 }
 

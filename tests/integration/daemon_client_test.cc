@@ -239,7 +239,7 @@ TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsS
 }
 
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {
-  StartDaemon({.extra_args = {"--max-pinned-bytes=8388608"}});
+  StartDaemon({.extra_args = {"--max-pinned-bytes=8388608", "--pinning=always"}});
   // Make the socket reachable for the uid-65534 case: the allow list, not
   // the file mode, must be what refuses it.
   ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);

@@ -226,7 +226,9 @@ std::string StatusText(const v1::StatusReply& reply) {
                                {"backend", BackendName(reply.backend())},
                                {"boot id", BootIdHex(reply.boot_id())},
                                {"uptime", HumanDuration(reply.uptime_seconds())},
-                               {"pinned", HumanBytes(reply.pinned_bytes())}});
+                               {"pinned", HumanBytes(reply.pinned_bytes())},
+                               {"staged", HumanBytes(reply.staged_bytes())},
+                               {"pinning", OrDash(reply.pinning())}});
   out += "\n";
   if (reply.devices().empty()) return out + "no devices\n";
   TextTable devices({"DEVICE", "NAME", "MEMORY", "HEALTH"});
@@ -245,6 +247,8 @@ json StatusJson(const v1::StatusReply& reply) {
           {"boot_id", BootIdHex(reply.boot_id())},
           {"uptime_seconds", reply.uptime_seconds()},
           {"pinned_bytes", reply.pinned_bytes()},
+          {"staged_bytes", reply.staged_bytes()},
+          {"pinning", reply.pinning()},
           {"file_reads", reply.file_reads()},
           {"file_bytes_read", reply.file_bytes_read()},
           {"evictions", reply.evictions()},
@@ -288,12 +292,15 @@ json ClientsJson(const v1::ClientsReply& reply) {
 
 std::string ModelsText(const v1::ModelsReply& reply) {
   if (reply.models().empty()) return "no models registered\n";
-  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "SOURCE"});
+  // COPY: "direct" from the master, or "staged" through the daemon's pinned
+  // staging buffers (a master the pinning policy left pageable).
+  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "OPEN", "REFS", "PINNED", "COPY", "SOURCE"});
   for (const v1::ModelInfo& model : reply.models()) {
     table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
                   absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
                   absl::StrCat(model.open_sessions()), absl::StrCat(model.references()),
-                  model.pinned() ? "yes" : "no", OneLine(OrDash(model.source()))});
+                  model.pinned() ? "yes" : "no", model.staged() ? "staged" : "direct",
+                  OneLine(OrDash(model.source()))});
   }
   return table.Render();
 }
@@ -308,6 +315,7 @@ json ModelsJson(const v1::ModelsReply& reply) {
                       {"open_sessions", model.open_sessions()},
                       {"source", model.source()},
                       {"pinned", model.pinned()},
+                      {"staged", model.staged()},
                       {"references", model.references()}});
   }
   return {{"models", std::move(models)}};
@@ -525,7 +533,9 @@ json StatsJson(const v1::StatsReply& reply) {
                        {"rings", device.rings()},
                        {"releases_at_request", device.releases_at_request()},
                        {"releases_notified", device.releases_notified()},
-                       {"releases_polled", device.releases_polled()}});
+                       {"releases_polled", device.releases_polled()},
+                       {"staged_loads", device.staged_loads()},
+                       {"staged_bytes", device.staged_bytes()}});
   }
   json clients = json::array();
   for (const v1::ClientStats& client : reply.clients()) {

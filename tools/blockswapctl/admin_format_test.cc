@@ -178,6 +178,8 @@ v1::StatusReply SampleStatus() {
   reply.set_boot_id(0xfedcba9876543210);
   reply.set_uptime_seconds(183);
   reply.set_pinned_bytes(uint64_t{5} << 29);
+  reply.set_staged_bytes(uint64_t{3} << 30);
+  reply.set_pinning("auto");
   v1::Device* good = reply.add_devices();
   good->set_uuid("GPU-11111111-2222-3333-4444-555555555555");
   good->set_name("NVIDIA H200");
@@ -197,6 +199,8 @@ TEST(StatusText, ShowsTheDaemonAndADeviceTable) {
   EXPECT_TRUE(Contains(text, "boot id  fedcba9876543210\n"));
   EXPECT_TRUE(Contains(text, "uptime   3m 03s\n"));
   EXPECT_TRUE(Contains(text, "pinned   2.5 GiB\n"));
+  EXPECT_TRUE(Contains(text, "staged   3.0 GiB\n"));
+  EXPECT_TRUE(Contains(text, "pinning  auto\n"));
   std::vector<std::string> lines = Lines(text);
   auto header = std::find_if(lines.begin(), lines.end(),
                              [](const std::string& l) { return l.rfind("DEVICE", 0) == 0; });
@@ -217,6 +221,8 @@ TEST(StatusJson, HasStableKeysAndNumbersAsNumbers) {
   EXPECT_EQ(json["boot_id"], "fedcba9876543210");
   EXPECT_TRUE(json["uptime_seconds"].is_number());
   EXPECT_EQ(json["pinned_bytes"], uint64_t{5} << 29);
+  EXPECT_EQ(json["staged_bytes"], uint64_t{3} << 30);
+  EXPECT_EQ(json["pinning"], "auto");
   ASSERT_EQ(json["devices"].size(), 2u);
   EXPECT_EQ(json["devices"][0]["uuid"], "GPU-11111111-2222-3333-4444-555555555555");
   EXPECT_EQ(json["devices"][0]["total_memory_bytes"], uint64_t{141} << 30);
@@ -365,9 +371,10 @@ v1::ModelsReply SampleModels() {
 TEST(ModelsText, ShortensTheIdInTheTable) {
   std::vector<std::string> lines = Lines(ModelsText(SampleModels()));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0], "ID                 NAME      BLOCKS  BYTES     OPEN  REFS  PINNED  SOURCE");
+  EXPECT_EQ(lines[0],
+            "ID                 NAME      BLOCKS  BYTES     OPEN  REFS  PINNED  COPY    SOURCE");
   EXPECT_EQ(lines[1],
-            "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2     3     yes     "
+            "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  2     3     yes     direct  "
             "file /models/flux-dev.safetensors");
   EXPECT_EQ(ModelsText(v1::ModelsReply()), "no models registered\n");
 }
@@ -382,7 +389,18 @@ TEST(ModelsJson, KeepsTheFullId) {
   EXPECT_EQ(json["models"][0]["open_sessions"], 2);
   EXPECT_EQ(json["models"][0]["source"], "file /models/flux-dev.safetensors");
   EXPECT_EQ(json["models"][0]["pinned"], true);
+  EXPECT_EQ(json["models"][0]["staged"], false);
   EXPECT_EQ(json["models"][0]["references"], 3);
+}
+
+TEST(ModelsText, SaysWhichModelsAreStaged) {
+  v1::ModelsReply reply = SampleModels();
+  reply.mutable_models(0)->set_pinned(false);
+  reply.mutable_models(0)->set_staged(true);
+  std::vector<std::string> lines = Lines(ModelsText(reply));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find(" no      staged  file "), std::string::npos) << lines[1];
+  EXPECT_EQ(ModelsJson(reply)["models"][0]["staged"], true);
 }
 
 // --- residency ---------------------------------------------------------------------
