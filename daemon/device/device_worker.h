@@ -259,7 +259,6 @@ class DeviceWorker {
   struct RingState;
 
   DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
-  DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
                std::optional<StagingOptions> staging, std::unique_ptr<StagedCopier> staged_copier,
                CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
                std::unique_ptr<Doorbell> doorbell);
