@@ -507,6 +507,7 @@ TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
   // While both had ready copies (the heavy ring's 8 go in its first 12
   // turns), the heavy ring took two of every three.
   EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8) << "the first 12 copies";
+}
 
 // A staged master's loads go through the worker's staging buffers (made at
 // the first such load) and land like any other; the stats count them.
