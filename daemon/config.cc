@@ -190,6 +190,42 @@ std::vector<FieldSpec> MakeFields() {
         "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
         [](O& o) -> uint64_t& { return o.max_pinned_bytes; });
   fields.push_back(
+      {{"pinning", "--pinning",
+        "which masters are pinned: \"auto\" (what max_pinned_bytes and the driver allow; the "
+        "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
+        "(every master is copied through the staging buffers)",
+        false,
+        [](O& o, absl::string_view v) -> absl::Status {
+          absl::StatusOr<PinningPolicy> policy = ParsePinningPolicy(v);
+          if (!policy.ok()) return policy.status();
+          o.pinning = *policy;
+          return absl::OkStatus();
+        },
+        nullptr, [](const O& o) { return Quoted(PinningPolicyName(o.pinning)); }},
+       Kind::kText});
+  bytes("staging_buffer_bytes", "--staging-buffer-bytes",
+        "bytes of each pinned staging buffer (one chunk of a staged copy)",
+        [](O& o) -> uint64_t& { return o.staging.buffer_bytes; });
+  auto small_count = [&](const char* key, const char* flag, const char* help, uint64_t max,
+                         uint32_t StagingOptions::*member) {
+    fields.push_back({{key, flag, help, false,
+                       [member, max](O& o, absl::string_view v) -> absl::Status {
+                         absl::StatusOr<uint64_t> n = ParseCount(v, max);
+                         if (!n.ok()) return n.status();
+                         if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
+                         o.staging.*member = static_cast<uint32_t>(*n);
+                         return absl::OkStatus();
+                       },
+                       nullptr, [member](const O& o) { return absl::StrCat(o.staging.*member); }},
+                      Kind::kCount});
+  };
+  small_count("staging_buffers", "--staging-buffers",
+              "pinned staging buffers per device (charged to max_memory_bytes)", 1024,
+              &StagingOptions::buffers);
+  small_count("staging_threads", "--staging-threads",
+              "threads per device that fill the staging buffers from pageable masters", 64,
+              &StagingOptions::threads);
+  fields.push_back(
       {{"allow_uids", "--allow-uid",
         "also allow this uid (default: the daemon's uid, root, the socket's group)", true,
         [](O& o, absl::string_view v) -> absl::Status {

@@ -59,20 +59,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes);
 
   // cudaHostRegisterPortable makes one pinning valid for every device.
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      daemon->store_,
-      ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes, daemon->memory_.get()},
-                       devices[0].get()));
+  BLOCKSWAP_ASSIGN_OR_RETURN(daemon->store_,
+                             ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes,
+                                                                o.pinning, daemon->memory_.get()},
+                                              devices[0].get()));
 
   // On the host backend a ring's "device memory" is the daemon's own memory.
   RingMemoryOptions ring_memory{
       daemon->backend_->kind() == BackendKind::kHost ? daemon->memory_.get() : nullptr,
       o.device_memory_reserve_bytes};
+  // Staging buffers wherever a master may be staged, charged to the node's
+  // budget; on the host backend their memcpy gets its jitter too.
+  std::optional<StagingOptions> staging;
+  if (o.pinning != PinningPolicy::kAlways) {
+    staging = o.staging;
+    staging->budget = daemon->memory_.get();
+    if (daemon->backend_->kind() == BackendKind::kHost) staging->jitter_us = o.host.jitter_us;
+  }
   std::map<std::string, DeviceWorker*> workers;
   std::map<std::string, const DeviceWorker*> admin_workers;
   for (const auto& device : devices) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto worker,
-                               DeviceWorker::Start(*device, daemon->boot_id_, ring_memory, o.copy_weights));
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        auto worker, DeviceWorker::Start(*device, daemon->boot_id_, ring_memory, staging,
+                                         /*staging_at_start=*/o.pinning == PinningPolicy::kNever,
+                                         o.copy_weights));
     workers[device->info().uuid] = worker.get();
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);

@@ -14,9 +14,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/device/copy_scheduler.h"
+#include "daemon/device/staging_pool.h"
 #include "daemon/os/logging.h"
 #include "daemon/session/model_visibility.h"
 #include "daemon/session/quota.h"
+#include "daemon/store/master_pinning.h"
 #include "shared/backend/backend.h"
 
 namespace blockswap::daemon {
@@ -34,6 +36,10 @@ struct DaemonOptions {
   // The directory of the master files (mode 0700, on a tmpfs).
   std::string shm_prefix = "/dev/shm/blockswap";
   uint64_t max_pinned_bytes = 0;  // 0: only the tmpfs's free space limits
+  // Which masters are pinned and which staged (daemon/store/master_pinning.h),
+  // and the staging buffers of each device (budget: left empty here).
+  PinningPolicy pinning = PinningPolicy::kAuto;
+  StagingOptions staging;
   // Added to the default allow list (the daemon's uid, root, the socket's
   // group).
   std::vector<uid_t> allow_uids;

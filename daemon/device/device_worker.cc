@@ -71,23 +71,31 @@ v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generatio
   return event;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Device& device, uint64_t boot_id,
-                                                                  RingMemoryOptions memory,
-                                                                  CopyWeights copy_weights) {
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
+    Device& device, uint64_t boot_id, RingMemoryOptions memory,
+    std::optional<StagingOptions> staging, bool staging_at_start, CopyWeights copy_weights) {
+  std::unique_ptr<StagedCopier> staged_copier;
+  if (staging.has_value() && staging_at_start) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(staged_copier, StagedCopier::Start(device, *staging));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
                              Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
-  return std::unique_ptr<DeviceWorker>(new DeviceWorker(
-      device, boot_id, memory, std::move(copy_weights), std::move(stream), std::move(doorbell)));
+  return std::unique_ptr<DeviceWorker>(
+      new DeviceWorker(device, boot_id, memory, std::move(staging), std::move(staged_copier),
+                       std::move(copy_weights), std::move(stream), std::move(doorbell)));
 }
 
 DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
-                           CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
-                           std::unique_ptr<Doorbell> doorbell)
+                           std::optional<StagingOptions> staging,
+                           std::unique_ptr<StagedCopier> staged_copier, CopyWeights copy_weights,
+                           std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell)
     : device_(device),
       boot_id_(boot_id),
       memory_(memory),
       copy_weights_(std::move(copy_weights)),
+      staging_(std::move(staging)),
+      staged_copier_(std::move(staged_copier)),
       copy_stream_(std::move(copy_stream)),
       doorbell_(std::move(doorbell)),
       copies_(device, *copy_stream_),
@@ -328,8 +336,12 @@ bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
     ring.producer->Fail(task.rejection, task.slot);
     return false;
   }
-  absl::Status submitted =
-      ring.producer->Submit(task.slot, task.generation, task.source, task.bytes);
+  absl::StatusOr<StagedCopier*> copier = nullptr;
+  if (task.staged) copier = StagedCopierForLoad();
+  absl::Status submitted = copier.ok() ? ring.producer->Submit(task.slot, task.generation,
+                                                               task.source, task.bytes, *copier)
+                                       : copier.status();
+  if (!copier.ok()) ring.producer->Fail(submitted, task.slot);
   if (!submitted.ok()) {
     ++protocol_errors_;
     RecordTrace(TraceKind::kRejected, ring, task.slot, task.generation, task.bytes);
@@ -348,7 +360,30 @@ bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
   ring.next_fallback_poll = absl::Now() + ring.poll_period;
   loads_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
+  if (task.staged) {
+    staged_loads_.fetch_add(1, std::memory_order_relaxed);
+    staged_bytes_.fetch_add(task.bytes, std::memory_order_relaxed);
+  }
   return true;
+}
+
+absl::StatusOr<StagedCopier*> DeviceWorker::StagedCopierForLoad() {
+  if (staged_copier_ != nullptr) return staged_copier_.get();
+  if (!staging_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the master is staged (not pinned), but ", device_.info().uuid,
+                     " has no staging buffers (pinning = \"always\")"));
+  }
+  absl::StatusOr<std::unique_ptr<StagedCopier>> started = StagedCopier::Start(device_, *staging_);
+  if (!started.ok()) {
+    return Annotate(started.status(), "a load of a staged master needs the staging buffers");
+  }
+  staged_copier_ = *std::move(started);
+  Log(LogLevel::kInfo,
+      absl::StrCat(device_.info().uuid, ": staging buffers for masters that are not pinned, ",
+                   staging_->buffers, " x ", staging_->buffer_bytes, " bytes, ", staging_->threads,
+                   " staging threads"));
+  return staged_copier_.get();
 }
 
 absl::Time DeviceWorker::PollRings() {
@@ -621,6 +656,8 @@ DeviceStats DeviceWorker::stats() const {
   stats.releases_at_request = releases_at_request_.load(std::memory_order_relaxed);
   stats.releases_notified = releases_notified_.load(std::memory_order_relaxed);
   stats.releases_polled = releases_polled_.load(std::memory_order_relaxed);
+  stats.staged_loads = staged_loads_.load(std::memory_order_relaxed);
+  stats.staged_bytes = staged_bytes_.load(std::memory_order_relaxed);
   absl::MutexLock lock(&rings_mu_);
   stats.copy_seconds = absl::ToDoubleSeconds(copies_.busy());
   for (const auto& [id, state] : rings_) stats.queue_depth += state->producer->pending_count();

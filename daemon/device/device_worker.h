@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,7 @@
 #include "daemon/device/copy_tracker.h"
 #include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
+#include "daemon/device/staged_copier.h"
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
 #include "shared/protocol/load_protocol.h"
@@ -73,6 +75,8 @@ struct LoadTask {
   // Keeps `source` mapped until the copy reading it has completed.
   std::shared_ptr<const void> keep_alive;
   std::string model_id;
+  // The master is not pinned: copied through the staging buffers.
+  bool staged = false;
   uint32_t block = 0;
   std::shared_ptr<LoadEventSink> sink;
   absl::Status rejection;  // set: fail the ring with it instead of loading
@@ -83,6 +87,7 @@ struct LoadTask {
     bytes = resolved.bytes;
     keep_alive = std::move(resolved.keep_alive);
     model_id = std::move(resolved.model_id);
+    staged = resolved.staged;
   }
 };
 
@@ -149,6 +154,9 @@ struct DeviceStats {
   uint64_t releases_at_request = 0;
   uint64_t releases_notified = 0;
   uint64_t releases_polled = 0;
+  // Of loads and bytes: those copied through the staging buffers.
+  uint64_t staged_loads = 0;
+  uint64_t staged_bytes = 0;
   // From each copy's issue (its slot free) to its completion seen: the copy
   // and its queueing behind others on the copy stream.
   LatencyHistogram load_latency;
@@ -167,11 +175,18 @@ struct RingMemoryOptions {
 
 class DeviceWorker {
  public:
-  // `device` must outlive the worker. `copy_weights`: each ring's share of
-  // the copy stream, by its owner's uid (RingOwner::uid).
-  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Device& device, uint64_t boot_id,
-                                                             RingMemoryOptions memory = {},
-                                                             CopyWeights copy_weights = {});
+  // `device` must outlive the worker. With `staging`, the worker copies the
+  // loads of staged masters through a pool of staging buffers
+  // (staged_copier.h), made at start when `staging_at_start` (pinning =
+  // "never": every load needs it), else at the first staged load (a node
+  // that pins everything holds no staging buffers); a pool that cannot be
+  // made fails that load's ring with the reason. Without `staging`, a
+  // staged load fails its ring. `copy_weights`: each ring's share of the
+  // copy stream, by its owner's uid (RingOwner::uid).
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
+      Device& device, uint64_t boot_id, RingMemoryOptions memory = {},
+      std::optional<StagingOptions> staging = std::nullopt, bool staging_at_start = false,
+      CopyWeights copy_weights = {});
   // Stops the thread, waits for issued copies and frees every ring.
   ~DeviceWorker();
 
@@ -244,8 +259,12 @@ class DeviceWorker {
   struct RingState;
 
   DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
+               std::optional<StagingOptions> staging, std::unique_ptr<StagedCopier> staged_copier,
                CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
                std::unique_ptr<Doorbell> doorbell);
+  // The copier for a staged load, made on first use; the error that keeps
+  // it from being made.
+  absl::StatusOr<StagedCopier*> StagedCopierForLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // The node budget's charge and the device reserve's check for a ring of
   // `bytes`; alloc_mu_ held, so that two rings never both take the last of
   // the device's free memory.
@@ -297,7 +316,10 @@ class DeviceWorker {
   const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;
-  // Used by the worker thread only, after construction.
+  const std::optional<StagingOptions> staging_;
+  // Used by the worker thread only, after construction. The staging
+  // buffers go after the copy stream that reads them (declared before it).
+  std::unique_ptr<StagedCopier> staged_copier_ ABSL_GUARDED_BY(rings_mu_);  // null: none yet
   std::unique_ptr<Stream> copy_stream_;
   const std::unique_ptr<Doorbell> doorbell_;                       // thread-safe
   std::vector<RequestValues> entries_ ABSL_GUARDED_BY(rings_mu_);  // ReadRequestRings scratch
@@ -329,6 +351,8 @@ class DeviceWorker {
   std::atomic<uint64_t> releases_at_request_{0};
   std::atomic<uint64_t> releases_notified_{0};
   std::atomic<uint64_t> releases_polled_{0};
+  std::atomic<uint64_t> staged_loads_{0};
+  std::atomic<uint64_t> staged_bytes_{0};
 
   // Tracing: trace_ is written by the worker thread only; readers are
   // Admin.Trace threads. Client traces of freed rings are kept, bounded.

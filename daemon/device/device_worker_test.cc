@@ -118,7 +118,8 @@ class DeviceWorkerTest : public ::testing::Test {
   void HoldCopies(CopyWeights copy_weights = {}) {
     held_ = std::make_unique<::blockswap::testing::HeldCopyDevice>(*device_);
     worker_.reset();
-    auto started = DeviceWorker::Start(*held_, kBootId, {}, std::move(copy_weights));
+    auto started =
+        DeviceWorker::Start(*held_, kBootId, {}, std::nullopt, false, std::move(copy_weights));
     ASSERT_TRUE(started.ok()) << started.status();
     worker_ = std::move(started).value();
   }
@@ -511,6 +512,48 @@ TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
   // While both had ready copies (the heavy ring's 8 go in its first 12
   // turns), the heavy ring took two of every three.
   EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8) << "the first 12 copies";
+}
+
+// A staged master's loads go through the worker's staging buffers (made at
+// the first such load) and land like any other; the stats count them.
+TEST_F(DeviceWorkerTest, AStagedLoadIsCopiedThroughTheStagingBuffersAndCounted) {
+  worker_.reset();
+  auto started = DeviceWorker::Start(
+      *device_, kBootId, {},
+      StagingOptions{.buffer_bytes = 1000, .buffers = 2, .threads = 2, .jitter_us = 50});
+  ASSERT_TRUE(started.ok()) << started.status();
+  worker_ = std::move(started).value();
+  TestRing& ring = CreateRing(1);
+  for (int pass = 0; pass < 20; ++pass) {
+    for (uint32_t slot = 0; slot < 2; ++slot) {
+      const std::vector<std::byte>& block = (pass + slot) % 2 == 0 ? block_a_ : block_b_;
+      absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(slot, *compute_);
+      ASSERT_TRUE(generation.ok()) << generation.status();
+      LoadTask task = Task(ring, slot, *generation, block);
+      task.staged = true;
+      worker_->Submit(std::move(task));
+      ASSERT_TRUE(AwaitLoaded(ring, slot).ok());
+      ASSERT_TRUE(SlotHolds(ring, slot, block)) << "pass " << pass << ", slot " << slot;
+    }
+  }
+  const DeviceStats stats = worker_->stats();
+  EXPECT_EQ(stats.staged_loads, 40u);
+  EXPECT_EQ(stats.staged_bytes, 40u * kSlotBytes);
+  EXPECT_EQ(stats.loads, 40u);
+}
+
+TEST_F(DeviceWorkerTest, AStagedLoadOnAWorkerWithoutStagingFailsItsRingSayingWhy) {
+  TestRing& ring = CreateRing(1);
+  absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(0, *compute_);
+  ASSERT_TRUE(generation.ok());
+  LoadTask task = Task(ring, 0, *generation, block_a_);
+  task.staged = true;
+  worker_->Submit(std::move(task));
+  std::vector<v1::LoadEvent> events = sink_->AwaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].error_message(), HasSubstr("has no staging buffers"));
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ring.filled_seq(0), 0u);
 }
 
 TEST_F(DeviceWorkerTest, AWrongGenerationFailsTheRingWithAMessageAndReportsIt) {

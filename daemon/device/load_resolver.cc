@@ -53,7 +53,8 @@ absl::StatusOr<ResolvedLoad> ResolveLoad(const v1::LoadRequest& request,
       request, LoadTarget{shape.slot_count, shape.slot_bytes,
                           static_cast<uint32_t>(m.block_count()),
                           [&m](uint32_t b) { return m.block_bytes(b); }}));
-  return ResolvedLoad{m.block(request.block()), m.block_bytes(request.block()), model, m.id()};
+  return ResolvedLoad{m.block(request.block()), m.block_bytes(request.block()), model, m.id(),
+                      m.block_master(request.block())->staged()};
 }
 
 absl::StatusOr<ResolvedLoad> LoadResolver::Resolve(uint64_t ring_id, const RingShape& shape,

@@ -67,6 +67,7 @@ struct ResolvedLoad {
   size_t bytes = 0;
   std::shared_ptr<const void> keep_alive;  // keeps `source` mapped
   std::string model_id;
+  bool staged = false;  // the block's master is not pinned (BlockMaster::staged)
 };
 
 // `request` (ring, slot, block, generation; its model is `model`) against a

@@ -88,6 +88,10 @@ v1::StatusReply BuildStatus(const DaemonView& view) {
   reply.set_file_bytes_read(files.bytes_read);
   reply.set_evictions(view.store->stats().evicted);
   reply.set_master_blocks(view.store->block_count());
+  reply.set_pinning(std::string(PinningPolicyName(view.store->pinning())));
+  const StagedBlocks staged = view.store->staged_blocks();
+  reply.set_staged_bytes(staged.bytes);
+  reply.set_staged_blocks(static_cast<uint32_t>(staged.blocks));
   return reply;
 }
 
@@ -118,14 +122,16 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
     for (const std::string& id : session->models->Ids()) ++open_in[id];
   }
   v1::ModelsReply reply;
-  // A pinned store pins every model (cudaHostRegister on the cuda backend).
-  bool pinned = view.backend->kind() == BackendKind::kCuda;
+  // Page-locked for DMA: a model whose blocks the store pinned, on the cuda
+  // backend (the host backend's "pinning" locks nothing).
+  const bool cuda = view.backend->kind() == BackendKind::kCuda;
   for (const auto& model : view.store->List()) {
     const std::vector<Registrant> registrants = model->registrants().List();
     if (!visibility.MaySee(caller, registrants)) continue;
     v1::ModelInfo* info = reply.add_models();
     info->set_source(visibility.Sources(caller, registrants, model->source()));
-    info->set_pinned(pinned);
+    info->set_pinned(cuda && model->pinned());
+    info->set_staged_blocks(static_cast<uint32_t>(model->staged_blocks()));
     info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
     info->set_model_id(model->id());
     info->set_name(model->name());
@@ -183,6 +189,8 @@ v1::StatsReply BuildStats(const DaemonView& view) {
     out->set_releases_at_request(stats.releases_at_request);
     out->set_releases_notified(stats.releases_notified);
     out->set_releases_polled(stats.releases_polled);
+    out->set_staged_loads(stats.staged_loads);
+    out->set_staged_bytes(stats.staged_bytes);
     for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;
   }
   for (const auto& session : view.sessions->Sessions()) {

@@ -71,6 +71,8 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.max_pinned_bytes = view.store->max_pinned_bytes();
   snapshot.models = view.store->List().size();
   snapshot.master_blocks = status.master_blocks();
+  snapshot.staged_bytes = status.staged_bytes();
+  snapshot.staged_blocks = status.staged_blocks();
   snapshot.evictions = status.evictions();
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
@@ -138,9 +140,15 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "max_pinned_bytes", "gauge",
          "the budget of pinned_bytes (max_pinned_bytes; 0: only the tmpfs limits)")
       .Sample("", s.max_pinned_bytes);
+  Family(&out, "staged_bytes", "gauge",
+         "bytes of masters not pinned, copied through the staging buffers (the pinning policy)")
+      .Sample("", s.staged_bytes);
   Family(&out, "models", "gauge", "sealed models on this node").Sample("", s.models);
   Family(&out, "master_blocks", "gauge", "distinct blocks held, whatever models name them")
       .Sample("", s.master_blocks);
+  Family(&out, "staged_blocks", "gauge",
+         "of master_blocks: those not pinned, copied through the staging buffers")
+      .Sample("", s.staged_blocks);
   Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
       .Sample("", s.evictions);
   Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")
@@ -213,6 +221,11 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_device("device_releases_polled_total", "counter",
              "copies whose free slot the fallback poll found (the client did not notify)",
              [](const DeviceMetrics& d) { return d.stats.releases_polled; });
+  per_device("device_staged_loads_total", "counter",
+             "block loads copied through the staging buffers (masters not pinned)",
+             [](const DeviceMetrics& d) { return d.stats.staged_loads; });
+  per_device("device_staged_bytes_total", "counter", "bytes copied through the staging buffers",
+             [](const DeviceMetrics& d) { return d.stats.staged_bytes; });
   {
     Family f(&out, "device_load_latency_seconds", "histogram",
              "seconds from a load's copy being issued (its slot free) to the copy seen "

@@ -50,8 +50,10 @@ struct MetricsSnapshot {
   double uptime_seconds = 0;
   uint64_t pinned_bytes = 0;
   uint64_t max_pinned_bytes = 0;  // 0: no budget but the tmpfs
+  uint64_t staged_bytes = 0;      // masters copied through the staging buffers
   uint64_t models = 0;
-  uint64_t master_blocks = 0;  // distinct blocks; pinned_bytes counts each once
+  uint64_t master_blocks = 0;  // distinct blocks
+  uint64_t staged_blocks = 0;  // of master_blocks
   uint64_t evictions = 0;
   uint64_t file_reads = 0;
   uint64_t file_bytes_read = 0;

@@ -23,7 +23,9 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.uptime_seconds = 12.5;
   s.pinned_bytes = 4096;
   s.max_pinned_bytes = 8192;
+  s.staged_bytes = 2048;
   s.models = 1;
+  s.staged_blocks = 1;
   s.evictions = 2;
   s.file_reads = 3;
   s.file_bytes_read = 300;
@@ -44,7 +46,9 @@ MetricsSnapshot TwoDevicesOneClient() {
              .copy_seconds = 0.25,
              .queue_depth = 2,
              .protocol_errors = 1,
-             .rings = 1};
+             .rings = 1,
+             .staged_loads = 3,
+             .staged_bytes = 3000};
   DeviceMetrics b{.uuid = "GPU-1",
                   .name = "gpu 1",
                   .error = "sticky",
@@ -82,6 +86,8 @@ TEST(Metrics, PerDeviceSamplesCarryTheDeviceLabel) {
   EXPECT_TRUE(HasLine(text, "blockswap_device_copy_seconds_total{device=\"HOST-0\"} 0.25"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_queue_depth{device=\"HOST-0\"} 2"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_protocol_errors_total{device=\"HOST-0\"} 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_staged_loads_total{device=\"HOST-0\"} 3"));
+  EXPECT_TRUE(HasLine(text, "blockswap_device_staged_bytes_total{device=\"HOST-0\"} 3000"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"HOST-0\"} 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_healthy{device=\"GPU-1\"} 0"));
   EXPECT_TRUE(HasLine(text, "blockswap_device_loads_total{device=\"GPU-1\"} 0"));
@@ -111,6 +117,8 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_TRUE(HasLine(text, "blockswap_pinned_bytes 4096"));
   EXPECT_TRUE(HasLine(text, "blockswap_sessions 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_models 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_staged_blocks 1"));
+  EXPECT_TRUE(HasLine(text, "blockswap_staged_bytes 2048"));
   EXPECT_TRUE(HasLine(text, "blockswap_draining 0"));
   EXPECT_TRUE(HasLine(text, "blockswap_quota_count{quota=\"max_rings_per_client\"} 4"));
   EXPECT_TRUE(HasLine(text, "blockswap_quota_count{quota=\"max_sessions_per_uid\"} 9"));

@@ -1,6 +1,6 @@
 // The master of one block: the sealed file <block id>.block in the masters
-// directory, mapped and pinned by the daemon, shared by every model that
-// names the block (ModelStore keeps them).
+// directory, mapped and pinned (or staged: MasterPinning) by the daemon,
+// shared by every model that names the block (ModelStore keeps them).
 #ifndef BLOCKSWAP_DAEMON_STORE_BLOCK_MASTER_H_
 #define BLOCKSWAP_DAEMON_STORE_BLOCK_MASTER_H_
 
@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/budget/memory_budget.h"
+#include "daemon/store/master_pinning.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
 #include "shared/os/shared_memory.h"
@@ -22,7 +23,7 @@ namespace blockswap::daemon {
 uint64_t BlockFileBytes(uint64_t block_bytes);
 
 // Immutable once sealed; thread-safe. Owns the file's descriptor, its
-// read-write shared mapping (for pinning), its pinning and its charge to the
+// read-write shared mapping (for pinning), its residency and its charge to the
 // node's memory budget, released in reverse order of acquisition.
 class BlockMaster {
  public:
@@ -34,6 +35,11 @@ class BlockMaster {
   uint64_t bytes() const { return bytes_; }      // the block's bytes
   uint64_t file_bytes() const { return BlockFileBytes(bytes_); }
   const std::byte* data() const { return static_cast<const std::byte*>(mapping_.data()); }
+  // Pinned: a load is one DMA from the master. Staged: a load is copied
+  // through the device worker's pinned staging buffers. Neither in a store
+  // without a pin device (in-process tests).
+  bool pinned() const { return residency_.pinned(); }
+  bool staged() const { return residency_.staged(); }
 
   // A NEW read-only descriptor of the block file for a client: a new open
   // file description (through /proc/self/fd), so it cannot be mapped
@@ -52,7 +58,7 @@ class BlockMaster {
   Reservation memory_;
   UniqueFd fd_;
   Mapping mapping_;
-  std::unique_ptr<HostRegistration> registration_;  // null without a pin device
+  MasterResidency residency_;  // pinned or staged (neither without a pin device)
 };
 
 }  // namespace blockswap::daemon

@@ -142,7 +142,7 @@ TEST_F(FileIngestTest, AFileModelSharesItsBlocksWithUploadsOfTheSameWeights) {
   ASSERT_TRUE(result.ok()) << result.status();
   const ModelLayout& layout = result->model->layout();
   const size_t held = Store().block_count();
-  const uint64_t pinned = Store().pinned_bytes();
+  const uint64_t pinned = Store().masters_bytes();
   // A trainer streaming blocks 1-3 of the same weights uploads only those.
   ModelLayout streamed;
   streamed.blocks.assign(layout.blocks.begin() + 1, layout.blocks.end());
@@ -153,7 +153,7 @@ TEST_F(FileIngestTest, AFileModelSharesItsBlocksWithUploadsOfTheSameWeights) {
   ASSERT_TRUE(uploaded.ok()) << uploaded.status();
   EXPECT_FALSE(uploaded->already_present);
   EXPECT_EQ(Store().block_count(), held) << "a block of the file model was stored again";
-  EXPECT_EQ(Store().pinned_bytes(), pinned);
+  EXPECT_EQ(Store().masters_bytes(), pinned);
   for (size_t b = 0; b < streamed.blocks.size(); ++b) {
     EXPECT_EQ(uploaded->model->block_master(b), result->model->block_master(b + 1)) << b;
   }
@@ -259,7 +259,7 @@ TEST_F(FileIngestTest, OverThePinnedBudgetIsResourceExhaustedAndLeavesNothing) {
               HasSubstr("model of 32768 bytes would exceed --max-pinned-bytes=8192 (0 already "
                         "pinned)"));
   EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
-  EXPECT_EQ(Store().pinned_bytes(), 0u);
+  EXPECT_EQ(Store().masters_bytes(), 0u);
   EXPECT_TRUE(Store().List().empty());
   EXPECT_EQ(ingest.stats().reads, 0u);
 }

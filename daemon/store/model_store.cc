@@ -152,12 +152,23 @@ uint64_t Model::block_bytes(size_t b) const {
   return b < layout_.blocks.size() ? layout_.blocks[b].bytes : 0;
 }
 
+bool Model::pinned() const {
+  return std::all_of(blocks_.begin(), blocks_.end(),
+                     [](const auto& block) { return block->pinned(); });
+}
+
+size_t Model::staged_blocks() const {
+  return std::count_if(blocks_.begin(), blocks_.end(),
+                       [](const auto& block) { return block->staged(); });
+}
+
 ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
                        UniqueFd lock_fd)
     : options_(std::move(options)),
       pin_device_(pin_device),
       directory_fd_(std::move(directory_fd)),
-      lock_fd_(std::move(lock_fd)) {}
+      lock_fd_(std::move(lock_fd)),
+      pinning_(options_.pinning, options_.max_pinned_bytes, pin_device) {}
 
 ModelStore::~ModelStore() = default;
 
@@ -195,20 +206,33 @@ void ModelStore::RemoveQuietly(const std::string& name) const {
 }
 
 absl::Status ModelStore::Pin(BlockMaster& block) const {
-  if (pin_device_ == nullptr) return absl::OkStatus();
-  auto registration = pin_device_->RegisterHostMemory(block.mapping_.data(), block.file_bytes());
-  if (!registration.ok()) {
-    return Annotate(registration.status(),
-                    absl::StrCat("pinning the ", block.file_bytes(), " bytes of block ", block.id_,
-                                 " on ", pin_device_->info().uuid));
-  }
-  block.registration_ = std::move(registration).value();
+  BLOCKSWAP_ASSIGN_OR_RETURN(block.residency_,
+                             pinning_.PinOrStage(block.mapping_.data(), block.file_bytes(),
+                                                 absl::StrCat("block ", block.id_)));
   return absl::OkStatus();
 }
 
+void ModelStore::LogRefusedPins(const Model& model,
+                                const std::vector<const BlockMaster*>& blocks) const {
+  size_t refused = 0;
+  const absl::Status* first = nullptr;
+  for (const BlockMaster* block : blocks) {
+    if (block->residency_.refusal().ok()) continue;
+    if (first == nullptr) first = &block->residency_.refusal();
+    ++refused;
+  }
+  if (first == nullptr) return;
+  Log(LogLevel::kWarning,
+      absl::StrCat("model ", model.id_, " ('", model.name_, "'): ", refused, " of its ",
+                   blocks.size(), " new blocks could not be pinned (", first->message(),
+                   "); their loads are staged through pinned buffers (pinning = \"auto\")"));
+}
+
 absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
+  // Otherwise what max_pinned_bytes cannot take is staged (Pin).
+  if (options_.pinning != PinningPolicy::kAlways) return absl::OkStatus();
   // Registrations in progress count: their reservations are promises.
-  uint64_t committed = pinned_bytes_ + reserved_bytes_;
+  uint64_t committed = block_bytes_ + reserved_bytes_;
   uint64_t limit = options_.max_pinned_bytes;
   if (limit != 0 && (bytes > limit || committed > limit - bytes)) {
     return absl::ResourceExhaustedError(
@@ -335,6 +359,7 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& sour
   model.blocks_.assign(count, nullptr);
   std::map<std::string, std::shared_ptr<const BlockMaster>, std::less<>> fresh;
   uint64_t new_bytes = 0;
+  std::vector<const BlockMaster*> adopted;
   for (size_t b = 0; b < count; ++b) {
     const std::string block_id = BlockId(model.layout_.blocks[b], model.block_hashes_[b]);
     if (auto held = blocks_.find(block_id); held != blocks_.end()) {
@@ -346,9 +371,9 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& sour
       continue;
     }
     const uint64_t file_bytes = BlockFileBytes(model.layout_.blocks[b].bytes);
-    if (options_.max_pinned_bytes != 0 &&
+    if (options_.pinning == PinningPolicy::kAlways && options_.max_pinned_bytes != 0 &&
         new_bytes + file_bytes >
-            options_.max_pinned_bytes - std::min(pinned_bytes_, options_.max_pinned_bytes)) {
+            options_.max_pinned_bytes - std::min(block_bytes_, options_.max_pinned_bytes)) {
       // A lowered --max-pinned-bytes.
       return absl::ResourceExhaustedError(
           absl::StrCat("its blocks would exceed --max-pinned-bytes=", options_.max_pinned_bytes));
@@ -356,18 +381,21 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& sour
     BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block, source(b, block_id));
     // A lowered max_memory_bytes: the model goes.
     BLOCKSWAP_ASSIGN_OR_RETURN(block->memory_, ChargeMemory(file_bytes, model.name_));
-    // A block that cannot be pinned is not the directory's fault (the device
-    // or the memlock limit is): the daemon must not start half-working.
+    // A block that cannot be pinned under "always" is not the directory's
+    // fault (the device or the memlock limit is): the daemon must not start
+    // half-working. Under "auto" it is staged.
     if (absl::Status pinned = Pin(*block); !pinned.ok()) {
       *fatal = pinned;
       return pinned;
     }
     new_bytes += file_bytes;
+    adopted.push_back(block.get());
     std::shared_ptr<const BlockMaster> shared = std::move(block);
     fresh.emplace(block_id, shared);
     model.blocks_[b] = std::move(shared);
   }
   model.masters_bytes_ = DistinctFileBytes(model.blocks_);
+  LogRefusedPins(model, adopted);
   return absl::OkStatus();
 }
 
@@ -378,7 +406,7 @@ void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
       for (const auto& block : model->blocks_) {
         if (block->id() == block_id) it->second.master = block;
       }
-      pinned_bytes_ += it->second.master->file_bytes();
+      block_bytes_ += it->second.master->file_bytes();
     }
     ++it->second.models;
   }
@@ -593,7 +621,7 @@ absl::Status ModelStore::SealBlock(BlockMaster& block, const std::string& temp, 
   };
   absl::Status status = seal();
   if (!status.ok()) {
-    block.registration_.reset();
+    block.residency_ = MasterResidency();
     RemoveQuietly(temp);
   }
   return status;
@@ -717,7 +745,7 @@ void ModelStore::ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBl
   --(it->second.*field);
   if (it->second.models != 0 || it->second.claims != 0) return;
   RemoveQuietly(BlockFileName(block_id));
-  pinned_bytes_ -= it->second.master->file_bytes();
+  block_bytes_ -= it->second.master->file_bytes();
   blocks_.erase(it);  // unpins and unmaps once no Model holds it
 }
 
@@ -799,6 +827,11 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
     model->masters_bytes_ = DistinctFileBytes(model->blocks_);
     status = CommitManifest(*model);
   }
+  if (status.ok()) {
+    std::vector<const BlockMaster*> sealed;
+    for (const auto& block : fresh) sealed.push_back(block.get());
+    LogRefusedPins(*model, sealed);
+  }
   if (!status.ok()) {
     for (size_t i = 0; i < fresh.size(); ++i) {
       if (fresh[i] != nullptr) RemoveQuietly(BlockFileName(claim.claimed[i]));
@@ -815,7 +848,7 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   }
   for (const std::shared_ptr<const BlockMaster>& block : fresh) {
     blocks_[block->id()] = HeldBlock{.master = block, .models = 1, .claims = 0};
-    pinned_bytes_ += block->file_bytes();
+    block_bytes_ += block->file_bytes();
   }
   EndClaimLocked(claim, /*published=*/true);
   std::shared_ptr<const Model> sealed = std::move(model);
@@ -914,9 +947,22 @@ std::vector<std::shared_ptr<const Model>> ModelStore::List() const {
   return models;
 }
 
-uint64_t ModelStore::pinned_bytes() const {
+uint64_t ModelStore::masters_bytes() const {
   absl::MutexLock lock(&mu_);
-  return pinned_bytes_;
+  return block_bytes_;
+}
+
+uint64_t ModelStore::pinned_bytes() const { return pinning_.pinned_bytes(); }
+
+StagedBlocks ModelStore::staged_blocks() const {
+  absl::MutexLock lock(&mu_);
+  StagedBlocks staged;
+  for (const auto& [id, held] : blocks_) {
+    if (!held.master->staged()) continue;
+    ++staged.blocks;
+    staged.bytes += held.master->file_bytes();
+  }
+  return staged;
 }
 
 size_t ModelStore::block_count() const {

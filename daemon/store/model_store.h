@@ -25,9 +25,14 @@
 // until the last Model holding it is destroyed. Budgets count each distinct
 // block once.
 //
-// Pinning: each block file is registered with Device::RegisterHostMemory on
-// ONE device (cudaHostRegisterPortable makes it valid for every device). A
-// block is at most kPinPieceBytes (MasterOffsets), so it is one piece.
+// Pinning: whether a block's master is pinned or staged (copied through the
+// device workers' staging buffers) is MasterPinning's decision per block file
+// (master_pinning.h), by the `pinning` policy and max_pinned_bytes; a block
+// keeps it for its life. A pinned block file is registered with
+// Device::RegisterHostMemory on ONE device (cudaHostRegisterPortable makes it
+// valid for every device). A block is at most kPinPieceBytes (MasterOffsets),
+// so it is one piece. Under "always" max_pinned_bytes limits the masters;
+// otherwise only max_memory_bytes and the tmpfs do.
 //
 // Trust: the content of a sealed block is not re-hashed at adoption. Only the
 // daemon's euid can write into the 0700 directory, and the manifest's id is
@@ -58,6 +63,7 @@
 #include "daemon/store/block_master.h"
 #include "daemon/store/block_placement.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/master_pinning.h"
 #include "daemon/store/registrants.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
@@ -68,7 +74,11 @@ namespace blockswap::daemon {
 
 struct ModelStoreOptions {
   std::string directory = "/dev/shm/blockswap";
-  uint64_t max_pinned_bytes = 0;  // bytes of master files held; 0: no limit
+  // Bytes of block files held pinned; 0: no limit but the device's. Under
+  // "always" every master is pinned, so it limits the masters; otherwise the
+  // masters beyond it are staged.
+  uint64_t max_pinned_bytes = 0;
+  PinningPolicy pinning = PinningPolicy::kAlways;
   // The node's max_memory_bytes, charged for every master (nullptr: only
   // max_pinned_bytes limits them). Must outlive the store.
   MemoryBudget* memory_budget = nullptr;
@@ -104,6 +114,10 @@ class Model {
   const std::shared_ptr<const BlockMaster>& block_master(size_t b) const { return blocks_[b]; }
   // Bytes of the distinct block files it names (each counted once).
   uint64_t masters_bytes() const { return masters_bytes_; }
+  // Whether every block is pinned, and the positions whose block is staged
+  // (BlockMaster::pinned, staged).
+  bool pinned() const;
+  size_t staged_blocks() const;
 
  private:
   friend class ModelStore;
@@ -181,6 +195,12 @@ class MasterDraft {
   uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
 };
 
+// The distinct blocks held staged, and their file bytes.
+struct StagedBlocks {
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
 // NOT_FOUND for a model id the caller may not use, worded the same whether
 // the model does not exist or the caller may not see it (the Admin calls).
 absl::Status NoSuchModelError(absl::string_view id);
@@ -209,9 +229,9 @@ class ModelStore {
   // version 1 is converted into block files; one that cannot be (no room)
   // stays as it is, not counted. While a manifest of an unknown version is
   // present only temporary files are removed: it and its files stay, not
-  // counted. Adopted blocks are pinned on `pin_device` (nullptr: no
-  // pinning) and count against max_pinned_bytes once each; a model whose
-  // blocks do not fit is removed.
+  // counted. Adopted blocks are pinned or staged (Pin) on `pin_device`
+  // (nullptr: neither) and count once each; under "always" a model whose
+  // blocks do not fit max_pinned_bytes is removed.
   static absl::StatusOr<std::unique_ptr<ModelStore>> Open(ModelStoreOptions options,
                                                           Device* pin_device);
   ~ModelStore();
@@ -226,8 +246,9 @@ class ModelStore {
   // waits for a registration of the same id in progress, else copies the
   // blocks the store does not hold yet into new block files, pins them,
   // commits the manifest and publishes the model.
-  // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes or the
-  // directory's free space. On failure nothing is left behind.
+  // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes (under
+  // "always"), max_memory_bytes or the directory's free space. On failure
+  // nothing is left behind.
   // `registrant` is recorded with the model, or added to the present one's.
   //
   // With `known`, the blocks it names (a master where the caller found the
@@ -288,9 +309,12 @@ class ModelStore {
   std::shared_ptr<const Model> Find(absl::string_view id) const;
   // Every sealed model, by id.
   std::vector<std::shared_ptr<const Model>> List() const;
-  // Bytes of the block files held, each distinct block once (pinned when the
-  // store has a pin device): the unique master bytes.
+  // Bytes of the block files held, each distinct block once: the unique
+  // master bytes; of them, those pinned, and the staged ones.
+  uint64_t masters_bytes() const;
   uint64_t pinned_bytes() const;
+  StagedBlocks staged_blocks() const;
+  PinningPolicy pinning() const { return options_.pinning; }
   // Distinct blocks held.
   size_t block_count() const;
   // Bytes of `model`'s distinct block files that other sealed models name too.
@@ -397,7 +421,11 @@ class ModelStore {
   // and publishes the model.
   absl::StatusOr<RegisterResult> RegisterHashed(std::unique_ptr<Model> model, bool charged,
                                                 const BlockWriter& write);
+  // Pins or stages a new block (MasterPinning): an error only under "always".
   absl::Status Pin(BlockMaster& block) const;
+  // One log line for the `blocks` just added to `model` that the device
+  // refused to pin (staged under "auto"), if any.
+  void LogRefusedPins(const Model& model, const std::vector<const BlockMaster*>& blocks) const;
   // Evicts unreferenced models, least recently used first, until `bytes` more
   // fit max_pinned_bytes, the node's memory budget and the free space; the
   // error of the check that still fails otherwise.
@@ -420,8 +448,9 @@ class ModelStore {
 
   const ModelStoreOptions options_;
   Device* const pin_device_;
-  const UniqueFd directory_fd_;  // every file is opened relative to it
-  const UniqueFd lock_fd_;       // holds the flock for the store's lifetime
+  const UniqueFd directory_fd_;    // every file is opened relative to it
+  const UniqueFd lock_fd_;         // holds the flock for the store's lifetime
+  mutable MasterPinning pinning_;  // thread-safe
 
   // Serializes manifest rewrites (AddRegistrant); taken before mu_, never
   // while holding it, so that writing a manifest does not block Find.
@@ -434,7 +463,7 @@ class ModelStore {
   std::map<std::string, HeldBlock, std::less<>> blocks_ ABSL_GUARDED_BY(mu_);
   // Blocks a registration is writing (claimed, not yet published).
   std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // file bytes of blocks_
+  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // file bytes of blocks_, pinned or staged
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
   uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
   // LRU order: the tick of each model's last use.

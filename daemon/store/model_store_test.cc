@@ -227,7 +227,7 @@ TEST_F(ModelStoreTest, RegisterThenFind) {
   EXPECT_EQ(model.block(model.block_count()), nullptr);
   EXPECT_EQ(model.id(), ModelId(content.layout, model.block_hashes()));
   EXPECT_EQ(model.masters_bytes(), block_files);
-  EXPECT_EQ(store->pinned_bytes(), model.masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), model.masters_bytes());
   EXPECT_EQ(store->block_count(), 3u);
   EXPECT_EQ(Entries(directory_), expected);
   EXPECT_EQ(ModeOf(PathOf(model.id() + ".manifest")), 0600u);
@@ -347,7 +347,7 @@ TEST_F(ModelStoreTest, DifferentContentGetsDifferentIds) {
   EXPECT_NE(a->model->id(), b->model->id());
   EXPECT_EQ(store->List().size(), 2u);
   EXPECT_EQ(store->stats().copies, 2u);
-  EXPECT_EQ(store->pinned_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
 }
 
 TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
@@ -356,15 +356,72 @@ TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
   ASSERT_NE(store, nullptr);
   auto first = Register(*store, MakeModel(7, 1));
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(store->pinned_bytes(), 4096u);
+  ASSERT_EQ(store->masters_bytes(), 4096u);
   auto refused = Register(*store, content);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find(
                 "model of 12288 bytes would exceed --max-pinned-bytes=12288 (4096 already pinned)"),
             absl::string_view::npos)
       << refused.status();
-  EXPECT_EQ(store->pinned_bytes(), 4096u);
+  EXPECT_EQ(store->masters_bytes(), 4096u);
   EXPECT_EQ(Entries(directory_).size(), 3u);  // only the first model's files and .lock
+}
+
+// pinning = "auto": max_pinned_bytes decides which blocks are pinned, not
+// what is held; the blocks beyond it are staged (pinned_bytes counts only the
+// pinned ones), each block on its own.
+TEST_F(ModelStoreTest, UnderAutoTheBlocksOverThePinnedBudgetAreStagedNotRefused) {
+  std::unique_ptr<Backend> backend = OpenHostBackend({});
+  ModelStoreOptions options = Options(/*max_pinned_bytes=*/3 * 4096);
+  options.pinning = PinningPolicy::kAuto;
+  auto store = ModelStore::Open(options, backend->devices()[0].get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto first = Register(**store, MakeModel(7, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->model->block_master(0)->pinned());
+  auto second = Register(**store, MakeModel(6));  // 3 x 4096: two fit what is left
+  ASSERT_TRUE(second.ok()) << second.status();
+  size_t staged = 0;
+  for (size_t b = 0; b < second->model->block_count(); ++b) {
+    const BlockMaster& block = *second->model->block_master(b);
+    EXPECT_NE(block.pinned(), block.staged()) << "block " << b;
+    staged += block.staged();
+  }
+  EXPECT_EQ(staged, 1u);
+  EXPECT_EQ((*store)->pinned_bytes(), 3u * 4096);
+  EXPECT_EQ((*store)->masters_bytes(), 4u * 4096);
+  EXPECT_EQ((*store)->staged_blocks().blocks, 1u);
+  EXPECT_EQ((*store)->staged_blocks().bytes, 4096u);
+  EXPECT_TRUE((*store)->CheckCapacity(1 << 20).ok()) << "the pin budget refuses nothing";
+}
+
+// A device that refuses to pin (the host backend's pin limit standing in for
+// a small RLIMIT_MEMLOCK): under "auto" the blocks are staged and the model
+// registered; under "always" the registration fails saying why and leaves
+// nothing behind.
+TEST_F(ModelStoreTest, ABlockTheDeviceRefusesIsStagedUnderAutoAndRefusedUnderAlways) {
+  std::unique_ptr<Backend> backend = OpenHostBackend({.pin_limit_bytes = 4096});
+  // "always" first: its store would refuse to adopt auto's staged blocks.
+  for (PinningPolicy policy : {PinningPolicy::kAlways, PinningPolicy::kAuto}) {
+    SCOPED_TRACE(PinningPolicyName(policy));
+    ModelStoreOptions options = Options();
+    options.pinning = policy;
+    auto store = ModelStore::Open(options, backend->devices()[0].get());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto model = Register(**store, MakeModel(6));  // 3 blocks of 4096: one pins
+    if (policy == PinningPolicy::kAlways) {
+      ASSERT_TRUE(absl::IsResourceExhausted(model.status())) << model.status();
+      EXPECT_NE(model.status().message().find("pinning = \"always\""), absl::string_view::npos)
+          << model.status();
+      EXPECT_EQ(Entries(directory_), std::set<std::string>{".lock"});
+      EXPECT_EQ((*store)->pinned_bytes(), 0u);
+      continue;
+    }
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*store)->staged_blocks().blocks, 2u);
+    EXPECT_EQ((*store)->pinned_bytes(), 4096u);
+    ExpectBlocksEqual(*model->model, MakeModel(6));
+  }
 }
 
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
@@ -452,7 +509,7 @@ TEST_F(ModelStoreTest, ReopenAdoptsSealedModelsAndRemovesEverythingElse) {
   EXPECT_EQ(Entries(directory_), expected);
   EXPECT_EQ(model->name(), "kept");
   EXPECT_EQ(store->Find(loose_id), nullptr);
-  EXPECT_EQ(store->pinned_bytes(), model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), model->masters_bytes());
   ExpectBlocksEqual(*model, kept);
   // Registering the adopted content again copies nothing.
   auto again = Register(*store, kept);
@@ -472,7 +529,7 @@ TEST_F(ModelStoreTest, ReopenWithASmallerBudgetRemovesWhatNoLongerFits) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->stats().adopted, 1u);
   EXPECT_EQ(store->stats().removed, 4u);  // a manifest and its three blocks
-  EXPECT_EQ(store->pinned_bytes(), 3u * 4096);
+  EXPECT_EQ(store->masters_bytes(), 3u * 4096);
   EXPECT_EQ(Entries(directory_).size(), 5u);
 }
 
@@ -593,8 +650,8 @@ TEST_F(ModelStoreTest, ModelsThatShareBlocksHoldEachDistinctBlockOnce) {
   ExpectBlocksEqual(*b->model, back);
   EXPECT_EQ(a->model->block_master(2), b->model->block_master(0)) << "block 2 is held twice";
   EXPECT_EQ(store->block_count(), 6u);
-  EXPECT_EQ(store->pinned_bytes(), UnionFileBytes({a->model, b->model}));
-  EXPECT_LT(store->pinned_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), UnionFileBytes({a->model, b->model}));
+  EXPECT_LT(store->masters_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
   const uint64_t shared =
       a->model->block_master(2)->file_bytes() + a->model->block_master(3)->file_bytes();
   EXPECT_EQ(store->SharedBytes(*a->model), shared);
@@ -607,7 +664,7 @@ TEST_F(ModelStoreTest, ModelsThatShareBlocksHoldEachDistinctBlockOnce) {
   a = absl::UnknownError("released");
   ASSERT_TRUE(store->Evict(front_id).ok());
   EXPECT_EQ(store->block_count(), 4u);
-  EXPECT_EQ(store->pinned_bytes(), b->model->masters_bytes());
+  EXPECT_EQ(store->masters_bytes(), b->model->masters_bytes());
   EXPECT_EQ(store->SharedBytes(*b->model), 0u);
   EXPECT_FALSE(Entries(directory_).contains(only_front));
   EXPECT_EQ(Entries(directory_).size(), 1u + 1 + 4);
@@ -636,7 +693,7 @@ TEST_F(ModelStoreTest, AnLruEvictionForRoomFreesOnlyTheBlocksNoOtherModelNames) 
   ASSERT_TRUE(Register(*store, first).ok());
   auto kept = Register(*store, second);
   ASSERT_TRUE(kept.ok()) << kept.status();
-  EXPECT_EQ(store->pinned_bytes(), 4u * 4096);
+  EXPECT_EQ(store->masters_bytes(), 4u * 4096);
   // Two new blocks: the first model goes (it is the least recently used and
   // unreferenced); only its block 0 is freed, the others stay for `second`.
   TestModel other = MakeModel(22, 2);
@@ -645,7 +702,7 @@ TEST_F(ModelStoreTest, AnLruEvictionForRoomFreesOnlyTheBlocksNoOtherModelNames) 
   EXPECT_EQ(store->List().size(), 2u);
   EXPECT_EQ(store->stats().evicted, 1u);
   EXPECT_EQ(store->block_count(), 5u);
-  EXPECT_EQ(store->pinned_bytes(), 5u * 4096);
+  EXPECT_EQ(store->masters_bytes(), 5u * 4096);
   ExpectBlocksEqual(*kept->model, second);
 }
 
@@ -675,7 +732,7 @@ TEST_F(ModelStoreTest, ConcurrentRegistrationsOfOverlappingModelsWriteEachBlockO
     models.push_back(results[t]->model);
   }
   EXPECT_EQ(store->block_count(), 12u);
-  EXPECT_EQ(store->pinned_bytes(), UnionFileBytes(models));
+  EXPECT_EQ(store->masters_bytes(), UnionFileBytes(models));
   EXPECT_EQ(Entries(directory_).size(), 1u + subsets.size() + 12);
 }
 
@@ -752,7 +809,7 @@ TEST_F(ModelStoreTest, AVersion1ModelThatCannotBeConvertedIsLeftInPlace) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->Find(old_id), nullptr);
   EXPECT_EQ(store->stats().adopted, 0u);
-  EXPECT_EQ(store->pinned_bytes(), 0u);
+  EXPECT_EQ(store->masters_bytes(), 0u);
   EXPECT_EQ(store->block_count(), 0u);
   EXPECT_EQ(Entries(directory_),
             (std::set<std::string>{".lock", old_id + ".manifest", old_id + ".masters"}))
@@ -783,7 +840,7 @@ TEST_F(ModelStoreTest, AManifestOfANewerFormatIsLeftInPlaceAndNotCounted) {
   EXPECT_EQ(store->Find(id), nullptr);
   EXPECT_EQ(store->stats().kept_unknown, 1u);
   EXPECT_EQ(store->stats().adopted, 0u);
-  EXPECT_EQ(store->pinned_bytes(), 0u) << "what it cannot read is not counted";
+  EXPECT_EQ(store->masters_bytes(), 0u) << "what it cannot read is not counted";
   EXPECT_EQ(store->block_count(), 0u);
   EXPECT_EQ(Entries(directory_), before) << "a manifest it cannot read, or its files, went";
   // It still registers new content beside it.

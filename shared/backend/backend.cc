@@ -60,6 +60,11 @@ HostBackendOptions HostBackendOptions::FromEnvironment() {
   }
   const char* no_words = std::getenv("BLOCKSWAP_HOST_NO_STREAM_WORDS");
   options.without_stream_words = no_words != nullptr && absl::string_view(no_words) == "1";
+  uint64_t pin_limit = 0;
+  if (const char* bytes = std::getenv("BLOCKSWAP_HOST_PIN_LIMIT_BYTES");
+      bytes != nullptr && absl::SimpleAtoi(bytes, &pin_limit)) {
+    options.pin_limit_bytes = pin_limit;
+  }
   return options;
 }
 

@@ -245,9 +245,15 @@ struct HostBackendOptions {
   // A test switch: the devices have no stream memory operations
   // (MapStreamWords fails), as some GPUs and drivers do.
   bool without_stream_words = false;
+  // A test switch: each device pins at most this many bytes at once
+  // (RegisterHostMemory beyond it fails, as cudaHostRegister does under a
+  // small RLIMIT_MEMLOCK or on a mapping the driver refuses), so that the
+  // daemon's fallback to staged copies runs in CI. 0: no limit.
+  uint64_t pin_limit_bytes = 0;
   // device_count from BLOCKSWAP_HOST_DEVICES, jitter_us from
-  // BLOCKSWAP_HOST_JITTER_US, copy_delay_us from BLOCKSWAP_HOST_COPY_DELAY_US
-  // and without_stream_words from BLOCKSWAP_HOST_NO_STREAM_WORDS=1, where set.
+  // BLOCKSWAP_HOST_JITTER_US, copy_delay_us from BLOCKSWAP_HOST_COPY_DELAY_US,
+  // without_stream_words from BLOCKSWAP_HOST_NO_STREAM_WORDS=1 and
+  // pin_limit_bytes from BLOCKSWAP_HOST_PIN_LIMIT_BYTES, where set.
   static HostBackendOptions FromEnvironment();
 };
 

@@ -656,14 +656,26 @@ class InlineHostStream final : public Stream {
   const absl::Duration wait_timeout_;
 };
 
-class NoopRegistration final : public HostRegistration {};
+// Host memory is already "device" memory: a registration only counts its
+// bytes against the device's test pin limit (HostBackendOptions).
+class CountedRegistration final : public HostRegistration {
+ public:
+  CountedRegistration(std::shared_ptr<std::atomic<uint64_t>> pinned, uint64_t bytes)
+      : pinned_(std::move(pinned)), bytes_(bytes) {}
+  ~CountedRegistration() override { pinned_->fetch_sub(bytes_, std::memory_order_relaxed); }
+
+ private:
+  const std::shared_ptr<std::atomic<uint64_t>> pinned_;
+  const uint64_t bytes_;
+};
 
 class HostDevice final : public Device {
  public:
   HostDevice(int index, const HostBackendOptions& options)
       : jitter_us_(options.jitter_us),
         copy_delay_(absl::Microseconds(options.copy_delay_us)),
-        without_stream_words_(options.without_stream_words) {
+        without_stream_words_(options.without_stream_words),
+        pin_limit_bytes_(options.pin_limit_bytes) {
     info_.uuid = absl::StrCat("HOST-", index);
     info_.name = absl::StrCat("blockswap host device ", index);
     info_.total_memory_bytes =
@@ -739,8 +751,17 @@ class HostDevice final : public Device {
     }
     return std::make_unique<InlineHostStream>(wait_timeout);
   }
-  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*, size_t) override {
-    return std::make_unique<NoopRegistration>();  // host memory is already "device" memory
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void*,
+                                                                       size_t bytes) override {
+    uint64_t held = pinned_->load(std::memory_order_relaxed);
+    do {
+      if (pin_limit_bytes_ != 0 && (bytes > pin_limit_bytes_ || held > pin_limit_bytes_ - bytes)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            info_.uuid, " refused to pin ", bytes, " bytes: ", held, " of ", pin_limit_bytes_,
+            " are pinned (BLOCKSWAP_HOST_PIN_LIMIT_BYTES, as a small RLIMIT_MEMLOCK)"));
+      }
+    } while (!pinned_->compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
+    return std::make_unique<CountedRegistration>(pinned_, bytes);
   }
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     if (without_stream_words_) {
@@ -760,6 +781,10 @@ class HostDevice final : public Device {
   const int64_t jitter_us_;
   const absl::Duration copy_delay_;
   const bool without_stream_words_;
+  const uint64_t pin_limit_bytes_;
+  // Bytes registered now; shared with the registrations, which may outlive
+  // the device in a test.
+  const std::shared_ptr<std::atomic<uint64_t>> pinned_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 class HostBackend final : public Backend {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
@@ -311,6 +312,21 @@ TEST(HostStreamWordsSwitch, WithoutStreamWordsTheDeviceSaysSo) {
       backend->devices()[0]->MapStreamWords(memory.Map(Access::kReadWrite).value());
   EXPECT_TRUE(absl::IsFailedPrecondition(words.status())) << words.status();
   EXPECT_NE(words.status().message().find("no stream memory operations"), absl::string_view::npos);
+}
+
+TEST(HostPinLimitSwitch, RegistrationsBeyondTheLimitFailAndFreedOnesMakeRoom) {
+  auto backend = OpenHostBackend({.pin_limit_bytes = 1000});
+  Device& device = *backend->devices()[0];
+  std::vector<std::byte> memory(2000);
+  auto first = device.RegisterHostMemory(memory.data(), 600);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = device.RegisterHostMemory(memory.data() + 600, 600);
+  EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  EXPECT_NE(second.status().message().find("600 of 1000 are pinned"), absl::string_view::npos)
+      << second.status();
+  EXPECT_FALSE(device.RegisterHostMemory(memory.data(), 1001).ok()) << "over the limit alone";
+  first->reset();
+  EXPECT_TRUE(device.RegisterHostMemory(memory.data() + 600, 600).ok()) << "room once unpinned";
 }
 
 }  // namespace

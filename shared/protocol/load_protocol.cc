@@ -40,8 +40,18 @@ absl::string_view ProtocolStepName(ProtocolStep step) {
       return "daemon-publish-filled";
     case ProtocolStep::kClientNotifyRelease:
       return "client-notify-release";
+    case ProtocolStep::kDaemonAwaitStaging:
+      return "daemon-await-staging";
+    case ProtocolStep::kDaemonAwaitStagingReuse:
+      return "daemon-await-staging-reuse";
   }
   return "unknown";
+}
+
+std::string ProtocolStepIdentifier(ProtocolStep step) {
+  std::string name(ProtocolStepName(step));
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
@@ -51,12 +61,17 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
   for (ProtocolStep step : kSpeedProtocolSteps) {
     if (ProtocolStepName(step) == name) return step;
   }
+  for (ProtocolStep step : kStagingProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
 }
 
 void SkipProtocolStepForTesting(ProtocolStep step) {
   skipped_steps.fetch_or(1u << static_cast<uint32_t>(step));
 }
+
+bool ProtocolStepSkipped(ProtocolStep step) { return Skipped(step); }
 
 absl::Status SkipProtocolStepsFromEnvironment() {
   const char* steps = std::getenv("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
@@ -75,7 +90,7 @@ RingProducer::RingProducer(DaemonRing& ring, Stream& copy_stream)
     : ring_(ring), copy_stream_(copy_stream), pending_(ring.shape().slot_count) {}
 
 absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void* source,
-                                  size_t bytes) {
+                                  size_t bytes, SlotCopier* copier) {
   BLOCKSWAP_RETURN_IF_ERROR(status_);
   const RingShape& shape = ring_.shape();
   absl::Status error;
@@ -109,7 +124,7 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
     Fail(error, slot);
     return error;
   }
-  pending_[slot] = PendingLoad{true, generation, source, bytes, next_request_seq_++};
+  pending_[slot] = PendingLoad{true, generation, source, bytes, copier, next_request_seq_++};
   return absl::OkStatus();
 }
 
@@ -239,7 +254,9 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, Release
                                  std::vector<Issued>* issued) {
   const uint64_t issued_ns = issued != nullptr ? MonotonicNanos() : 0;
   BLOCKSWAP_RETURN_IF_ERROR(
-      copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
+      load.copier != nullptr
+          ? load.copier->Copy(copy_stream_, ring_.slot(slot), load.source, load.bytes)
+          : copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
   if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
     // The ready word where there is one: a client can release a wait on it
     // when the daemon dies, not one on the daemon's event.

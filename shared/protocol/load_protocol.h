@@ -29,6 +29,7 @@
 #include <functional>
 #include <optional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +55,12 @@ enum class ProtocolStep : uint32_t {
   kDaemonPublishFilled,
   // Speed only: without it the daemon finds releases by its fallback poll.
   kClientNotifyRelease,
+  // A staged copy (daemon/device/staged_copier.h): the device copy of a
+  // chunk is queued only once its memcpy into a staging buffer completed,
+  // and a staging buffer is refilled only once the device copy that read it
+  // completed.
+  kDaemonAwaitStaging,
+  kDaemonAwaitStagingReuse,
 };
 // The steps whose loss is a correctness bug: skipping any one of them must
 // make a test see wrong bytes or an error.
@@ -64,12 +71,22 @@ inline constexpr ProtocolStep kSafetyProtocolSteps[] = {
     ProtocolStep::kDaemonPublishFilled};
 // The steps whose loss costs only speed; tests check their counters instead.
 inline constexpr ProtocolStep kSpeedProtocolSteps[] = {ProtocolStep::kClientNotifyRelease};
+// The safety steps of staged copies only: their loss must show in a daemon
+// that stages its masters (pinning = "never").
+inline constexpr ProtocolStep kStagingProtocolSteps[] = {ProtocolStep::kDaemonAwaitStaging,
+                                                         ProtocolStep::kDaemonAwaitStagingReuse};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
 inline void PrintTo(ProtocolStep step, std::ostream* os) { *os << ProtocolStepName(step); }
+// The name with '_' for '-': an identifier, as GoogleTest wants for the name
+// of a test parameterized by the step.
+std::string ProtocolStepIdentifier(ProtocolStep step);
 // Process-wide; for tests only. Breaks the protocol on purpose.
 void SkipProtocolStepForTesting(ProtocolStep step);
+// Whether `step` is switched off; for the steps taken outside this file (a
+// staged copy's).
+bool ProtocolStepSkipped(ProtocolStep step);
 // The same for every step named (comma-separated) in the environment
 // variable BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS, so that the mutation tests can
 // break the real daemon and client library. Unknown names are an error.
@@ -79,6 +96,19 @@ absl::Status SkipProtocolStepsFromEnvironment();
 // in use waits in the producer until FindReleased() (or Poll()) finds free[s]
 // completed; ready copies are then issued in request order.
 // Thread-compatible: the daemon's device worker owns it.
+// How the bytes of one copy reach a slot, when not by one CopyHostToDevice
+// from a pinned source: a master that is not pinned is staged through pinned
+// buffers (daemon/device/staged_copier.h). Used by one thread, the one that
+// issues the stream's work.
+class SlotCopier {
+ public:
+  virtual ~SlotCopier() = default;
+  // Queues on `stream` every device copy that writes [device_dst, +bytes)
+  // from `source`, so that what is queued on `stream` after it returns (the
+  // ready word or record) completes only after those bytes are in place.
+  virtual absl::Status Copy(Stream& stream, void* device_dst, const void* source, size_t bytes) = 0;
+};
+
 class RingProducer {
  public:
   // How long a notifying client's notification may lag its free[s]'s
@@ -94,8 +124,10 @@ class RingProducer {
   // Validates a request to load `bytes` from host memory `source` into
   // generation `generation` of `slot` and queues it. A request that breaks
   // the protocol fails the ring (Fail) and returns the error; nothing is
-  // copied. `source` must stay valid until the copy completes.
-  absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes);
+  // copied. `source` must stay valid until the copy completes. `copier`
+  // (null: one CopyHostToDevice) must outlive the copy's issue.
+  absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes,
+                      SlotCopier* copier = nullptr);
 
   // How the daemon learnt that a copy's slot was released.
   enum class ReleaseSeen : uint8_t {
@@ -165,8 +197,9 @@ class RingProducer {
     uint32_t generation = 0;
     const void* source = nullptr;
     size_t bytes = 0;
-    uint64_t request_seq = 0;  // the order of Submit calls
-    bool looked_at = false;    // free[s] was queried once since the request
+    SlotCopier* copier = nullptr;  // null: one CopyHostToDevice
+    uint64_t request_seq = 0;      // the order of Submit calls
+    bool looked_at = false;        // free[s] was queried once since the request
     // free[s] was found complete: waits for IssueOldestReady, seen thus.
     bool ready = false;
     ReleaseSeen seen = ReleaseSeen::kAtRequest;

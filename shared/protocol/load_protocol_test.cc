@@ -130,11 +130,7 @@ TEST_P(MutationTest, SkippingTheStepIsDetected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, MutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),
-                         [](const auto& info) {
-                           std::string name(ProtocolStepName(info.param));
-                           for (char& ch : name) if (ch == '-') ch = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return ProtocolStepIdentifier(info.param); });
 
 // ---------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ log=${BLOCKSWAP_BENCH_LOG:-${build}/bench-run.log}
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
-for program in blockswapd blockswap-bench-h2d blockswap-bench-control blockswap-bench-memory \
-    blockswap-bench-warm-start blockswap-bench-fair-copies; do
+for program in blockswapd blockswap-bench-h2d blockswap-bench-staged blockswap-bench-control \
+    blockswap-bench-memory blockswap-bench-warm-start blockswap-bench-fair-copies; do
   if [[ ! -x ${bin}/${program} ]]; then
     echo "run-all.sh: ${bin}/${program} is not built (configuration A: tests/run.sh or" \
          "cmake --build ${build} --target ${program})" >&2
@@ -70,6 +70,8 @@ busy_processes() {
 if (( quick )); then
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8 \
     --clients=2 --gigabytes=0.2 --stall-loads=30
+  run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8 \
+    --gigabytes=0.2 --repeat=1
   run control P3 "${bin}/blockswap-bench-control" --round-trips=2000 --throughput-loads=300
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=4 \
@@ -79,6 +81,8 @@ if (( quick )); then
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
     --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
+  run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8,64 \
+    --gigabytes=2 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=64 \

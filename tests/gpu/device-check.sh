@@ -25,7 +25,8 @@
 #   gpu.xml      gpu_test's three runs (two-clients, daemon-death, the rest),
 #                GoogleTest XML one after the other
 #   protocol.xml the load protocol's cuda cases (shared_protocol_test), XML
-#   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory
+#   bench.txt    blockswap-bench-h2d: P1, P4-GPU, the daemon's own memory;
+#                then blockswap-bench-staged: P2-staged (the CUDA row)
 #   admin.txt    blockswapctl views during and after two demos
 #   torch-build.log  building client/torch there, against its torch
 #
@@ -36,7 +37,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 pack_dir=${root}/.device
 programs=(blockswapd blockswapctl blockswap-demo shared_protocol_test gpu_test blockswap-bench-h2d
-          libblockswap.so.1)
+          blockswap-bench-staged libblockswap.so.1)
 backend=${BLOCKSWAP_DEVICE_CHECK_BACKEND:-cuda}
 # The GPU machine's Python with its torch (the dry run passes the venv's).
 python=${BLOCKSWAP_DEVICE_CHECK_PYTHON:-python3}
@@ -112,6 +113,7 @@ run() {
   check list-devices 20 blockswapd --list-devices --backend="${backend}"
   check gpu-tests 120 gpu_tests "${out}" gpu-rest \
     '-*GpuStreamingTest.*:GpuTest.DaemonKilledUnderAClient*'
+  check bench-staged 60 bench_staged "${out}"
   info compute-sanitizer 90 sanitizer_on_gpu
   check demos 90 demos_on_gpu "${out}"
   check python 120 python_on_gpu
@@ -314,6 +316,18 @@ bench_h2d() {
   # P1 at 4 GB a size, one round of each P4 row: what fits the core's budget.
   [[ ${backend} == cuda ]] && args+=(--gigabytes=4 --repeat=1)
   blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+# P2-staged on the GPU: staged copies (masters left pageable, bounced through
+# the staging buffers) ÷ direct copies from pinned masters, 64 MiB blocks,
+# two daemons side by side; goal >= 0.8. Appended to bench.txt.
+bench_staged() {
+  local out=$1
+  local args=(--backend="${backend}" --sizes-mib=64 --repeat=2)
+  [[ ${backend} == cuda ]] && args+=(--gigabytes=2)
+  [[ ${backend} == host ]] && args+=(--gigabytes=0.2)
+  blockswap-bench-staged "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee -a "${out}/bench.txt"
   return "${PIPESTATUS[0]}"
 }
 

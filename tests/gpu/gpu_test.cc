@@ -228,13 +228,7 @@ TEST_P(GpuMutationTest, SkippingTheStepIsCaught) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, GpuMutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),
-                         [](const auto& info) {
-                           std::string name(ProtocolStepName(info.param));
-                           for (char& ch : name) {
-                             if (ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return ProtocolStepIdentifier(info.param); });
 
 // --- failures ------------------------------------------------------------
 

@@ -241,7 +241,7 @@ TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsS
 }
 
 TEST_F(DaemonClientTest, MisbehavingClientsGetPreciseErrorsWhileAnotherStreams) {
-  StartDaemon({.extra_args = {"--max-pinned-bytes=8388608"}});
+  StartDaemon({.extra_args = {"--max-pinned-bytes=8388608", "--pinning=always"}});
   // Make the socket reachable for the uid-65534 case: the allow list, not
   // the file mode, must be what refuses it.
   ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
@@ -460,13 +460,7 @@ TEST_P(ProtocolMutationTest, SkippingTheStepFailsTheStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, ProtocolMutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),
-                         [](const auto& info) {
-                           std::string name(ProtocolStepName(info.param));
-                           for (char& ch : name) {
-                             if (ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return ProtocolStepIdentifier(info.param); });
 
 }  // namespace
 }  // namespace blockswap::testing

@@ -114,6 +114,7 @@ class DaemonRolesTest : public ::testing::Test {
   }
   v1::ModelsReply Models() { return AdminCall<v1::ModelsRequest, v1::ModelsReply>(&Stub::Models); }
   v1::StatsReply Stats() { return AdminCall<v1::StatsRequest, v1::StatsReply>(&Stub::Stats); }
+  v1::StatusReply Status() { return AdminCall<v1::StatusRequest, v1::StatusReply>(&Stub::Status); }
   v1::ResidencyReply Residency() {
     return AdminCall<v1::ResidencyRequest, v1::ResidencyReply>(&Stub::Residency);
   }

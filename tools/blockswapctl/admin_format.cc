@@ -107,6 +107,21 @@ json PassJson(const v1::PassStats& pass) {
 
 std::string Seconds3(double seconds) { return absl::StrFormat("%.3f", seconds); }
 
+// A model's COPY column: "direct", "staged" or "3/12 staged".
+std::string CopyText(uint32_t staged_blocks, uint32_t block_count) {
+  if (staged_blocks == 0) return "direct";
+  if (staged_blocks == block_count) return "staged";
+  return absl::StrCat(staged_blocks, "/", block_count, " staged");
+}
+
+// The status's "staged" line: "none", "all (1.5 GiB)" or "3 of 12 blocks
+// (1.5 GiB)".
+std::string StagedText(uint32_t staged, uint64_t blocks, uint64_t bytes) {
+  if (staged == 0) return "none";
+  return absl::StrCat(staged == blocks ? "all" : absl::StrCat(staged, " of ", blocks, " blocks"),
+                      " (", HumanBytes(bytes), ")");
+}
+
 }  // namespace
 
 std::string HumanBytes(uint64_t bytes) {
@@ -222,12 +237,15 @@ std::string TextTable::Render(size_t max_width) const {
 // --- status ------------------------------------------------------------------------
 
 std::string StatusText(const v1::StatusReply& reply) {
-  std::string out = KeyValues({{"version", reply.version()},
-                               {"backend", BackendName(reply.backend())},
-                               {"boot id", BootIdHex(reply.boot_id())},
-                               {"uptime", HumanDuration(reply.uptime_seconds())},
-                               {"pinned", HumanBytes(reply.pinned_bytes())},
-                               {"blocks", absl::StrCat(reply.master_blocks())}});
+  std::string out = KeyValues(
+      {{"version", reply.version()},
+       {"backend", BackendName(reply.backend())},
+       {"boot id", BootIdHex(reply.boot_id())},
+       {"uptime", HumanDuration(reply.uptime_seconds())},
+       {"pinned", HumanBytes(reply.pinned_bytes())},
+       {"blocks", absl::StrCat(reply.master_blocks())},
+       {"staged", StagedText(reply.staged_blocks(), reply.master_blocks(), reply.staged_bytes())},
+       {"pinning", OrDash(reply.pinning())}});
   out += "\n";
   if (reply.devices().empty()) return out + "no devices\n";
   TextTable devices({"DEVICE", "NAME", "MEMORY", "HEALTH"});
@@ -247,6 +265,9 @@ json StatusJson(const v1::StatusReply& reply) {
           {"uptime_seconds", reply.uptime_seconds()},
           {"pinned_bytes", reply.pinned_bytes()},
           {"master_blocks", reply.master_blocks()},
+          {"staged_bytes", reply.staged_bytes()},
+          {"staged_blocks", reply.staged_blocks()},
+          {"pinning", reply.pinning()},
           {"file_reads", reply.file_reads()},
           {"file_bytes_read", reply.file_bytes_read()},
           {"evictions", reply.evictions()},
@@ -290,13 +311,18 @@ json ClientsJson(const v1::ClientsReply& reply) {
 
 std::string ModelsText(const v1::ModelsReply& reply) {
   if (reply.models().empty()) return "no models registered\n";
-  TextTable table({"ID", "NAME", "BLOCKS", "BYTES", "SHARED", "OPEN", "REFS", "PINNED", "SOURCE"});
+  // COPY: "direct" from pinned masters, or "staged" through the daemon's
+  // pinned staging buffers (blocks the pinning policy left pageable); "k/n
+  // staged" when only k of its n blocks are.
+  TextTable table(
+      {"ID", "NAME", "BLOCKS", "BYTES", "SHARED", "OPEN", "REFS", "PINNED", "COPY", "SOURCE"});
   for (const v1::ModelInfo& model : reply.models()) {
     // SHARED: of its bytes, the blocks other models name too (held once).
     table.AddRow({ShortModelId(model.model_id()), OrDash(model.name()),
                   absl::StrCat(model.block_count()), HumanBytes(model.bytes()),
                   HumanBytes(model.shared_bytes()), absl::StrCat(model.open_sessions()),
                   absl::StrCat(model.references()), model.pinned() ? "yes" : "no",
+                  CopyText(model.staged_blocks(), model.block_count()),
                   OneLine(OrDash(model.source()))});
   }
   return table.Render();
@@ -313,6 +339,7 @@ json ModelsJson(const v1::ModelsReply& reply) {
                       {"open_sessions", model.open_sessions()},
                       {"source", model.source()},
                       {"pinned", model.pinned()},
+                      {"staged_blocks", model.staged_blocks()},
                       {"references", model.references()}});
   }
   return {{"models", std::move(models)}};
@@ -530,7 +557,9 @@ json StatsJson(const v1::StatsReply& reply) {
                        {"rings", device.rings()},
                        {"releases_at_request", device.releases_at_request()},
                        {"releases_notified", device.releases_notified()},
-                       {"releases_polled", device.releases_polled()}});
+                       {"releases_polled", device.releases_polled()},
+                       {"staged_loads", device.staged_loads()},
+                       {"staged_bytes", device.staged_bytes()}});
   }
   json clients = json::array();
   for (const v1::ClientStats& client : reply.clients()) {

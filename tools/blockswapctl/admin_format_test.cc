@@ -179,6 +179,9 @@ v1::StatusReply SampleStatus() {
   reply.set_uptime_seconds(183);
   reply.set_pinned_bytes(uint64_t{5} << 29);
   reply.set_master_blocks(12);
+  reply.set_staged_bytes(uint64_t{3} << 30);
+  reply.set_staged_blocks(3);
+  reply.set_pinning("auto");
   v1::Device* good = reply.add_devices();
   good->set_uuid("GPU-11111111-2222-3333-4444-555555555555");
   good->set_name("NVIDIA H200");
@@ -199,6 +202,8 @@ TEST(StatusText, ShowsTheDaemonAndADeviceTable) {
   EXPECT_TRUE(Contains(text, "uptime   3m 03s\n"));
   EXPECT_TRUE(Contains(text, "pinned   2.5 GiB\n"));
   EXPECT_TRUE(Contains(text, "blocks   12\n"));
+  EXPECT_TRUE(Contains(text, "staged   3 of 12 blocks (3.0 GiB)\n"));
+  EXPECT_TRUE(Contains(text, "pinning  auto\n"));
   std::vector<std::string> lines = Lines(text);
   auto header = std::find_if(lines.begin(), lines.end(),
                              [](const std::string& l) { return l.rfind("DEVICE", 0) == 0; });
@@ -219,6 +224,8 @@ TEST(StatusJson, HasStableKeysAndNumbersAsNumbers) {
   EXPECT_EQ(json["boot_id"], "fedcba9876543210");
   EXPECT_TRUE(json["uptime_seconds"].is_number());
   EXPECT_EQ(json["pinned_bytes"], uint64_t{5} << 29);
+  EXPECT_EQ(json["staged_bytes"], uint64_t{3} << 30);
+  EXPECT_EQ(json["pinning"], "auto");
   ASSERT_EQ(json["devices"].size(), 2u);
   EXPECT_EQ(json["devices"][0]["uuid"], "GPU-11111111-2222-3333-4444-555555555555");
   EXPECT_EQ(json["devices"][0]["total_memory_bytes"], uint64_t{141} << 30);
@@ -369,11 +376,12 @@ TEST(ModelsText, ShortensTheIdInTheTable) {
   std::vector<std::string> lines = Lines(ModelsText(SampleModels()));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0],
-            "ID                 NAME      BLOCKS  BYTES     SHARED   OPEN  REFS  PINNED  SOURCE");
+            "ID                 NAME      BLOCKS  BYTES     SHARED   OPEN  REFS  PINNED  COPY    "
+            "SOURCE");
   EXPECT_EQ(
       lines[1],
       "0123456789abcdef\xE2\x80\xA6  flux-dev  57      22.1 GiB  3.0 GiB  2     3     yes     "
-      "file /models/flux-dev.safetensors");
+      "direct  file /models/flux-dev.safetensors");
   EXPECT_EQ(ModelsText(v1::ModelsReply()), "no models registered\n");
 }
 
@@ -388,7 +396,31 @@ TEST(ModelsJson, KeepsTheFullId) {
   EXPECT_EQ(json["models"][0]["open_sessions"], 2);
   EXPECT_EQ(json["models"][0]["source"], "file /models/flux-dev.safetensors");
   EXPECT_EQ(json["models"][0]["pinned"], true);
+  EXPECT_EQ(json["models"][0]["staged_blocks"], 0);
   EXPECT_EQ(json["models"][0]["references"], 3);
+}
+
+TEST(ModelsText, SaysWhichModelsAreStaged) {
+  v1::ModelsReply reply = SampleModels();
+  reply.mutable_models(0)->set_pinned(false);
+  reply.mutable_models(0)->set_staged_blocks(57);
+  std::vector<std::string> lines = Lines(ModelsText(reply));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find(" no      staged  file "), std::string::npos) << lines[1];
+  EXPECT_EQ(ModelsJson(reply)["models"][0]["staged_blocks"], 57);
+  reply.mutable_models(0)->set_staged_blocks(5);
+  lines = Lines(ModelsText(reply));
+  EXPECT_NE(lines[1].find(" no      5/57 staged  file "), std::string::npos) << lines[1];
+}
+
+TEST(StatusText, SaysNoneOrAllStaged) {
+  v1::StatusReply reply = SampleStatus();
+  reply.set_staged_blocks(0);
+  reply.set_staged_bytes(0);
+  EXPECT_TRUE(Contains(StatusText(reply), "staged   none\n"));
+  reply.set_staged_blocks(12);
+  reply.set_staged_bytes(uint64_t{3} << 30);
+  EXPECT_TRUE(Contains(StatusText(reply), "staged   all (3.0 GiB)\n"));
 }
 
 // --- residency ---------------------------------------------------------------------

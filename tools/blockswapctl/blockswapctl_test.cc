@@ -651,7 +651,7 @@ TEST_F(BlockswapctlTest, RegisteringOverTheBudgetIsResourceExhaustedAndLeavesNot
   absl::StatusOr<std::unique_ptr<ScratchDirs>> dirs = ScratchDirs::Create();
   ASSERT_TRUE(dirs.ok()) << dirs.status();
   testing::DaemonFlags flags;
-  flags.extra_args = {"--max-pinned-bytes=20000"};
+  flags.extra_args = {"--max-pinned-bytes=20000", "--pinning=always"};
   flags.output_path = (*dirs)->temp_dir() + "/small.log";
   auto small = DaemonProcess::Start(**dirs, flags);
   ASSERT_TRUE(small.ok()) << small.status();

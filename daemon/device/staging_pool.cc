@@ -1,0 +1,52 @@
+#include "daemon/device/staging_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "shared/base/status.h"
+
+namespace blockswap::daemon {
+
+absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
+                                                                 const StagingOptions& options) {
+  const std::string& uuid = device.info().uuid;
+  if (options.buffer_bytes == 0 || options.buffers == 0 || options.threads == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the staging pool of ", uuid,
+                     " needs staging_buffer_bytes, staging_buffers and "
+                     "staging_threads of at least 1 (got ",
+                     options.buffer_bytes, ", ", options.buffers, ", ", options.threads, ")"));
+  }
+  const uint64_t total = options.buffer_bytes * options.buffers;
+  const std::string what = absl::StrCat("the staging buffers of ", uuid, " (", options.buffers,
+                                        " x ", options.buffer_bytes, " bytes)");
+  auto pool = std::unique_ptr<StagingPool>(new StagingPool());
+  if (options.budget != nullptr) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(pool->charge_,
+                               options.budget->Reserve(MemoryUse::kStaging, total, what));
+  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(pool->memory_,
+                             SharedMemory::Create(absl::StrCat(uuid, "-staging"), total));
+  // Populated: the first staged copy must not pay the page faults.
+  BLOCKSWAP_ASSIGN_OR_RETURN(pool->mapping_,
+                             pool->memory_.Map(Access::kReadWrite, /*populate=*/true));
+  absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
+      device.RegisterHostMemory(pool->mapping_.data(), total);
+  if (!registration.ok()) {
+    return Annotate(registration.status(),
+                    absl::StrCat("pinning ", what,
+                                 " (lower staging_buffer_bytes or staging_buffers, or raise the "
+                                 "daemon's locked-memory limit)"));
+  }
+  pool->registration_ = *std::move(registration);
+  pool->buffer_bytes_ = options.buffer_bytes;
+  pool->buffers_.resize(options.buffers);
+  for (Buffer& buffer : pool->buffers_) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(buffer.consumed, device.CreateInterprocessEvent());
+  }
+  return pool;
+}
+
+std::byte* StagingPool::data(size_t buffer) const {
+  return static_cast<std::byte*>(mapping_.data()) + buffer * buffer_bytes_;
+}
+
+}  // namespace blockswap::daemon

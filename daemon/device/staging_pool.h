@@ -1,0 +1,79 @@
+// StagingPool: one device's pinned staging buffers, through which the masters
+// that are not pinned are copied (staged_copier.h). Each buffer is host memory
+// registered with the device (so its device copy is a real asynchronous DMA)
+// and carries `consumed`, the event the copy stream records after the device
+// copy that read the buffer: the buffer may be refilled once that record has
+// completed. The buffers are charged to max_memory_bytes (MemoryUse::kStaging)
+// for as long as the pool exists.
+#ifndef BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
+#define BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/budget/ledger.h"
+#include "daemon/budget/memory_budget.h"
+#include "shared/backend/backend.h"
+#include "shared/os/shared_memory.h"
+
+namespace blockswap::daemon {
+
+// The daemon's staging_* keys (deploy/blockswapd.toml).
+struct StagingOptions {
+  // Bytes of one buffer: one chunk of a staged copy. Big enough that a device
+  // copy's fixed cost (some microseconds) is small beside its transfer, small
+  // enough that the first chunk's memcpy, which nothing overlaps, is short.
+  uint64_t buffer_bytes = uint64_t{8} << 20;
+  // Buffers of each device: the staging threads fill up to buffers - 1 while
+  // the copy stream reads one.
+  uint32_t buffers = 6;
+  // Threads that fill the buffers (staged_copier.h says why 4).
+  uint32_t threads = 4;
+  // The node's budget the buffers are charged to (null: none).
+  MemoryBudget* budget = nullptr;
+  // A test switch, the host backend's jitter: each staging memcpy starts
+  // after a random delay (usually up to jitter_us, 1 in 16 times up to 21x
+  // that), so that a copy queued before its chunk is staged reads the wrong
+  // bytes in CI.
+  int64_t jitter_us = 0;
+};
+
+// Thread-compatible: the device worker's thread uses `consumed`; the staging
+// threads write a buffer's bytes only while the worker lets them.
+class StagingPool {
+ public:
+  // RESOURCE_EXHAUSTED when the buffers do not fit max_memory_bytes; the
+  // device's error when it refuses to pin them (a staged copy needs pinned
+  // buffers: a pageable one would make every device copy synchronous).
+  static absl::StatusOr<std::unique_ptr<StagingPool>> Create(Device& device,
+                                                             const StagingOptions& options);
+
+  size_t count() const { return buffers_.size(); }
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  std::byte* data(size_t buffer) const;
+  // Recorded on the copy stream after the device copy that read `buffer`.
+  Event& consumed(size_t buffer) const { return *buffers_[buffer].consumed; }
+
+ private:
+  struct Buffer {
+    std::unique_ptr<Event> consumed;
+  };
+  StagingPool() = default;
+
+  // Declared in the order they are acquired, so that they are released in
+  // reverse: unpin, unmap, close, and only then return the budget's charge.
+  Reservation charge_;
+  SharedMemory memory_;
+  Mapping mapping_;
+  std::unique_ptr<HostRegistration> registration_;
+  size_t buffer_bytes_ = 0;
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace blockswap::daemon
+
+#endif  // BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
