@@ -1,5 +1,7 @@
 #include "daemon/budget/memory_budget.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace blockswap::daemon {
@@ -19,6 +21,8 @@ absl::string_view MemoryUseName(MemoryUse use) {
       return "staging";
     case MemoryUse::kRings:
       return "rings";
+    case MemoryUse::kCopyStaging:
+      return "copy staging";
   }
   return "memory";
 }
@@ -26,7 +30,8 @@ absl::string_view MemoryUseName(MemoryUse use) {
 MemoryBudget::MemoryBudget(uint64_t max_memory_bytes)
     : limit_(max_memory_bytes),
       total_(kHolder, kUnit),
-      by_use_{Ledger(kHolder, kUnit), Ledger(kHolder, kUnit), Ledger(kHolder, kUnit)} {}
+      by_use_{Ledger(kHolder, kUnit), Ledger(kHolder, kUnit), Ledger(kHolder, kUnit),
+              Ledger(kHolder, kUnit)} {}
 
 absl::StatusOr<Reservation> MemoryBudget::Reserve(MemoryUse use, uint64_t bytes,
                                                   absl::string_view what) {
@@ -46,11 +51,13 @@ absl::Status MemoryBudget::CheckFits(uint64_t bytes, absl::string_view what) con
 }
 
 absl::Status MemoryBudget::Refused(const absl::Status& refusal, absl::string_view what) const {
+  std::string held;
+  for (MemoryUse use :
+       {MemoryUse::kMasters, MemoryUse::kStaging, MemoryUse::kRings, MemoryUse::kCopyStaging}) {
+    absl::StrAppend(&held, held.empty() ? "" : ", ", MemoryUseName(use), " ", used(use));
+  }
   return absl::ResourceExhaustedError(
-      absl::StrCat(what, ": ", refusal.message(), " (held: ", MemoryUseName(MemoryUse::kMasters),
-                   " ", used(MemoryUse::kMasters), ", ", MemoryUseName(MemoryUse::kStaging), " ",
-                   used(MemoryUse::kStaging), ", ", MemoryUseName(MemoryUse::kRings), " ",
-                   used(MemoryUse::kRings), ")"));
+      absl::StrCat(what, ": ", refusal.message(), " (held: ", held, ")"));
 }
 
 }  // namespace blockswap::daemon

@@ -21,8 +21,10 @@
 
 namespace blockswap::daemon {
 
-enum class MemoryUse { kMasters, kStaging, kRings };
-inline constexpr int kMemoryUses = 3;
+// kStaging: the staging areas of uploads; kCopyStaging: the device workers'
+// pinned buffers that staged copies go through (daemon/device/staging_pool.h).
+enum class MemoryUse { kMasters, kStaging, kRings, kCopyStaging };
+inline constexpr int kMemoryUses = 4;
 absl::string_view MemoryUseName(MemoryUse use);
 
 // Thread-safe; reservations may outlive it.

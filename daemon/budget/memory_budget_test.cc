@@ -18,9 +18,10 @@ TEST(MemoryBudget, EveryUseIsChargedAgainstTheOneLimitAndTheRefusalSaysWhatIsHel
   ASSERT_TRUE(masters.ok() && staging.ok());
   absl::StatusOr<Reservation> ring = budget.Reserve(MemoryUse::kRings, 301, "a ring for pid 9");
   ASSERT_EQ(ring.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(ring.status().message(),
-            "a ring for pid 9: blockswapd would hold 1001 bytes of memory (700 held + 301 asked), "
-            "over max_memory_bytes = 1000 (held: masters 400, staging 300, rings 0)");
+  EXPECT_EQ(
+      ring.status().message(),
+      "a ring for pid 9: blockswapd would hold 1001 bytes of memory (700 held + 301 asked), "
+      "over max_memory_bytes = 1000 (held: masters 400, staging 300, rings 0, copy staging 0)");
   EXPECT_FALSE(budget.CheckFits(301, "x").ok());
   EXPECT_TRUE(budget.CheckFits(300, "x").ok());
   ASSERT_TRUE(budget.Reserve(MemoryUse::kRings, 300, "a ring").ok());  // dropped at once

@@ -75,26 +75,32 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
     Device& device, uint64_t boot_id, RingMemoryOptions memory,
     std::optional<StagingOptions> staging, bool staging_at_start, CopyWeights copy_weights) {
   std::unique_ptr<StagedCopier> staged_copier;
+  Reservation staging_charge;
   if (staging.has_value() && staging_at_start) {
     BLOCKSWAP_ASSIGN_OR_RETURN(staged_copier, StagedCopier::Start(device, *staging));
+  } else if (staging.has_value()) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(staging_charge, ChargeStagingPool(device, *staging));
+    staging->budget = nullptr;
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,
                              Doorbell::Create(absl::StrCat(device.info().uuid, "-doorbell")));
-  return std::unique_ptr<DeviceWorker>(
-      new DeviceWorker(device, boot_id, memory, std::move(staging), std::move(staged_copier),
-                       std::move(copy_weights), std::move(stream), std::move(doorbell)));
+  return std::unique_ptr<DeviceWorker>(new DeviceWorker(
+      device, boot_id, memory, std::move(staging), std::move(staged_copier),
+      std::move(staging_charge), std::move(copy_weights), std::move(stream), std::move(doorbell)));
 }
 
 DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
                            std::optional<StagingOptions> staging,
-                           std::unique_ptr<StagedCopier> staged_copier, CopyWeights copy_weights,
-                           std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell)
+                           std::unique_ptr<StagedCopier> staged_copier, Reservation staging_charge,
+                           CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
+                           std::unique_ptr<Doorbell> doorbell)
     : device_(device),
       boot_id_(boot_id),
       memory_(memory),
       copy_weights_(std::move(copy_weights)),
       staging_(std::move(staging)),
+      staging_charge_(std::move(staging_charge)),
       staged_copier_(std::move(staged_copier)),
       copy_stream_(std::move(copy_stream)),
       doorbell_(std::move(doorbell)),

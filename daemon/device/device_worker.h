@@ -179,8 +179,11 @@ class DeviceWorker {
   // loads of staged masters through a pool of staging buffers
   // (staged_copier.h), made at start when `staging_at_start` (pinning =
   // "never": every load needs it), else at the first staged load (a node
-  // that pins everything holds no staging buffers); a pool that cannot be
-  // made fails that load's ring with the reason. Without `staging`, a
+  // that pins everything holds no pinned staging buffers). Either way the
+  // options are checked and the buffers' bytes charged to staging->budget
+  // at start, so that masters filling max_memory_bytes cannot leave the
+  // first staged load without its buffers; a pool the driver then refuses
+  // to pin fails that load's ring with the reason. Without `staging`, a
   // staged load fails its ring. `copy_weights`: each ring's share of the
   // copy stream, by its owner's uid (RingOwner::uid).
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
@@ -260,8 +263,8 @@ class DeviceWorker {
 
   DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
                std::optional<StagingOptions> staging, std::unique_ptr<StagedCopier> staged_copier,
-               CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
-               std::unique_ptr<Doorbell> doorbell);
+               Reservation staging_charge, CopyWeights copy_weights,
+               std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell);
   // The copier for a staged load, made on first use; the error that keeps
   // it from being made.
   absl::StatusOr<StagedCopier*> StagedCopierForLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
@@ -316,7 +319,10 @@ class DeviceWorker {
   const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;
+  // The options of a pool made at the first staged load, and the charge
+  // to the node's budget taken for it at start (so that pool charges none).
   const std::optional<StagingOptions> staging_;
+  const Reservation staging_charge_;
   // Used by the worker thread only, after construction. The staging
   // buffers go after the copy stream that reads them (declared before it).
   std::unique_ptr<StagedCopier> staged_copier_ ABSL_GUARDED_BY(rings_mu_);  // null: none yet

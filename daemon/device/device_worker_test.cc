@@ -542,6 +542,43 @@ TEST_F(DeviceWorkerTest, AStagedLoadIsCopiedThroughTheStagingBuffersAndCounted) 
   EXPECT_EQ(stats.loads, 40u);
 }
 
+// Under "auto" the pool is made at the first staged load, but its bytes are
+// charged to the node's budget at start: masters that fill the budget later
+// cannot leave that load without its buffers, and options the pool could
+// never be made with refuse the start.
+TEST_F(DeviceWorkerTest, TheStagingPoolIsChargedAtStartAndBadOptionsRefuseIt) {
+  worker_.reset();
+  MemoryBudget budget(10000);
+  StagingOptions options{.buffer_bytes = 1000, .buffers = 3, .threads = 1, .budget = &budget};
+  auto started = DeviceWorker::Start(*device_, kBootId, {}, options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), 3000u) << "charged before any staged load";
+  auto masters = budget.Reserve(MemoryUse::kMasters, 7000, "masters filling the rest");
+  ASSERT_TRUE(masters.ok()) << masters.status();
+  worker_ = std::move(started).value();
+  TestRing& ring = CreateRing(1);
+  absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(0, *compute_);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  LoadTask task = Task(ring, 0, *generation, block_a_);
+  task.staged = true;
+  worker_->Submit(std::move(task));
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok()) << "the first staged load finds its buffers";
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
+  EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), 3000u) << "charged once";
+  rings_.clear();
+  worker_.reset();
+  EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), 0u);
+
+  auto more = budget.Reserve(MemoryUse::kMasters, 1, "one more byte of masters");
+  ASSERT_TRUE(more.ok()) << more.status();
+  auto over = DeviceWorker::Start(*device_, kBootId, {}, options);
+  EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
+  options.buffers = 0;
+  auto zero = DeviceWorker::Start(*device_, kBootId, {}, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(zero.status())) << zero.status();
+  EXPECT_THAT(zero.status().message(), HasSubstr("staging_buffers"));
+}
+
 TEST_F(DeviceWorkerTest, AStagedLoadOnAWorkerWithoutStagingFailsItsRingSayingWhy) {
   TestRing& ring = CreateRing(1);
   absl::StatusOr<uint32_t> generation = ring.consumer->BeginLoad(0, *compute_);

@@ -45,7 +45,7 @@ TEST(StagingPool, IsChargedToTheNodeBudgetUntilDestroyed) {
     ASSERT_TRUE(pool.ok()) << pool.status();
     EXPECT_EQ((*pool)->count(), 3u);
     EXPECT_EQ((*pool)->buffer_bytes(), size_t{64} << 10);
-    EXPECT_EQ(budget.used(MemoryUse::kStaging), uint64_t{3} << 16);
+    EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), uint64_t{3} << 16);
     EXPECT_EQ((*pool)->data(1), (*pool)->data(0) + (64 << 10));
   }
   EXPECT_EQ(budget.used(), 0u);

@@ -4,9 +4,16 @@
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
+namespace {
 
-absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
-                                                                 const StagingOptions& options) {
+std::string PoolName(const std::string& uuid, const StagingOptions& options) {
+  return absl::StrCat("the staging buffers of ", uuid, " (", options.buffers, " x ",
+                      options.buffer_bytes, " bytes)");
+}
+
+}  // namespace
+
+absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const StagingOptions& options) {
   const std::string& uuid = device.info().uuid;
   if (options.buffer_bytes == 0 || options.buffers == 0 || options.threads == 0) {
     return absl::InvalidArgumentError(
@@ -15,14 +22,18 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
                      "staging_threads of at least 1 (got ",
                      options.buffer_bytes, ", ", options.buffers, ", ", options.threads, ")"));
   }
+  if (options.budget == nullptr) return Reservation();
+  return options.budget->Reserve(MemoryUse::kCopyStaging, options.buffer_bytes * options.buffers,
+                                 PoolName(uuid, options));
+}
+
+absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
+                                                                 const StagingOptions& options) {
+  const std::string& uuid = device.info().uuid;
   const uint64_t total = options.buffer_bytes * options.buffers;
-  const std::string what = absl::StrCat("the staging buffers of ", uuid, " (", options.buffers,
-                                        " x ", options.buffer_bytes, " bytes)");
+  const std::string what = PoolName(uuid, options);
   auto pool = std::unique_ptr<StagingPool>(new StagingPool());
-  if (options.budget != nullptr) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(pool->charge_,
-                               options.budget->Reserve(MemoryUse::kStaging, total, what));
-  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(pool->charge_, ChargeStagingPool(device, options));
   BLOCKSWAP_ASSIGN_OR_RETURN(pool->memory_,
                              SharedMemory::Create(absl::StrCat(uuid, "-staging"), total));
   // Populated: the first staged copy must not pay the page faults.

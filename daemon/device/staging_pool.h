@@ -3,7 +3,7 @@
 // registered with the device (so its device copy is a real asynchronous DMA)
 // and carries `consumed`, the event the copy stream records after the device
 // copy that read the buffer: the buffer may be refilled once that record has
-// completed. The buffers are charged to max_memory_bytes (MemoryUse::kStaging)
+// completed. The buffers are charged to max_memory_bytes (MemoryUse::kCopyStaging)
 // for as long as the pool exists.
 #ifndef BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
 #define BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
@@ -41,6 +41,13 @@ struct StagingOptions {
   // bytes in CI.
   int64_t jitter_us = 0;
 };
+
+// Checks `options` (INVALID_ARGUMENT naming the key that is 0) and reserves
+// the pool's bytes from options.budget (RESOURCE_EXHAUSTED when they do not
+// fit max_memory_bytes; empty without a budget). StagingPool::Create does
+// both itself; a caller that makes the pool later reserves first with this
+// and creates it without a budget.
+absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const StagingOptions& options);
 
 // Thread-compatible: the device worker's thread uses `consumed`; the staging
 // threads write a buffer's bytes only while the worker lets them.
