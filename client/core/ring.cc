@@ -75,8 +75,8 @@ absl::Status Ring::Recreate() {
   BLOCKSWAP_ASSIGN_OR_RETURN(
       std::unique_ptr<RingImport> ring,
       Import(connection_, device_, shape_.slot_count, shape_.slot_bytes, transport_));
-  WatchLoss(*ring);
   absl::MutexLock lock(&mu_);
+  WatchLoss(*ring);
   retired_copy_time_ += consumer_->CopyTimeSoFar().value_or(absl::ZeroDuration());
   id_ = ring->ring_id();
   consumer_ = NewConsumer(*ring);
@@ -100,6 +100,7 @@ Ring::~Ring() {
     absl::MutexLock lock(&mu_);
     consumer_.reset();
     notifier_.reset();
+    loss_watches_.clear();
     retired_.clear();
     ring_.reset();
   }
@@ -147,7 +148,10 @@ absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
   consumer_.reset();
   if (notifier_ != nullptr) keep_first(notifier_->Synchronize());
   notifier_.reset();
-  // 3. Close the imported memory and events.
+  // 3. Close the imported memory and events, their watches first: the
+  //    connection's reader thread runs a watch when it loses the daemon,
+  //    and a watch destroyed waits for one running.
+  loss_watches_.clear();
   retired_.clear();
   ring_.reset();
   // 4. Only now may the daemon free what they were imported from.

@@ -122,7 +122,7 @@ class Ring {
     WatchLoss(*ring_);
   }
   // Releases `ring`'s ready words when the connection loses the daemon.
-  void WatchLoss(RingImport& ring) {
+  void WatchLoss(RingImport& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     loss_watches_.push_back(connection_.WatchLoss([&ring] { ring.AbandonReadyWords(); }));
   }
   // The CreateRing call and the import, in the connection's current session.
@@ -154,9 +154,10 @@ class Ring {
   // before them.
   std::unique_ptr<Stream> notifier_;
   // The watchdog: per imported ring (ring_ and retired_), released when the
-  // daemon is lost (RingImport::AbandonReadyWords). Destroyed before them.
-  std::vector<std::unique_ptr<Connection::LossWatch>> loss_watches_;
+  // daemon is lost (RingImport::AbandonReadyWords). Destroyed before them,
+  // by Close (the reader thread may run one meanwhile).
   absl::Mutex mu_;
+  std::vector<std::unique_ptr<Connection::LossWatch>> loss_watches_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
   // A shorter idle time is the wait's own cost, not a stall: tracing it
   // would draw a red hair at every wait (the statistics still count it).

@@ -497,18 +497,31 @@ TEST_F(DeviceWorkerTest, WhileRingsShareTheStreamAtMostThreeCopiesAreOnIt) {
 TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
   constexpr uint32_t kHeavyUid = 1000;
   HoldCopies(CopyWeights{{kHeavyUid, 2}});
+  // A third ring's four copies, held, fill the stream first, so that both
+  // rings have every copy ready before either is issued one (else a ring
+  // whose requests reached the worker first is rightly issued first).
+  TestRing& blocker = CreateRing(3, 4);
+  for (uint32_t slot = 0; slot < 4; ++slot) RequestLoad(blocker, slot, block_a_);
+  AwaitIssued(*worker_, 4);
   TestRing& heavy = CreateRing(1, 8, nullptr, false, kHeavyUid);
   TestRing& light = CreateRing(2, 8);
   for (uint32_t slot = 0; slot < 8; ++slot) {
     RequestLoad(heavy, slot, block_a_);
     RequestLoad(light, slot, block_b_);
   }
+  const absl::Time until = absl::Now() + kHangGuard;
+  while (worker_->stats().queue_depth < 16u && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(worker_->stats().queue_depth, 16u) << "every copy of both rings ready, none issued";
   held_->ReleaseCopies();
+  ASSERT_TRUE(blocker.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(heavy.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(light.consumer->Drain(kHangGuard).ok());
   AwaitWorkerPasses(1);
-  const std::vector<uint64_t> order = IssuedRings(*worker_);
-  ASSERT_EQ(order.size(), 16u);
+  std::vector<uint64_t> order = IssuedRings(*worker_);
+  ASSERT_EQ(order.size(), 20u);
+  order.erase(order.begin(), order.begin() + 4);  // the blocker's
   // While both had ready copies (the heavy ring's 8 go in its first 12
   // turns), the heavy ring took two of every three.
   EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8) << "the first 12 copies";

@@ -321,6 +321,36 @@ int RunHog(const std::vector<std::string>& argv) {
 }
 BLOCKSWAP_CHILD_ROLE("hog", RunHog);
 
+// Loads a block, closes its ring ("closed"), then waits until the
+// connection has lost the daemon (the test kills it): the connection's
+// reader thread then runs its loss watches, none of which may touch the
+// closed ring's freed import (AddressSanitizer in configuration B saw one
+// do so, in a demo whose ring closed as its daemon died).
+int RunCloseThenLose(const std::vector<std::string>& argv) {
+  const KeyValueArgs args(argv);
+  const RoleReport report(args.Str("report"));
+  absl::StatusOr<Setup> setup = Prepare(args, report);
+  if (!setup.ok()) return Exit(setup.status(), report);
+  auto stream = setup->ring->device().CreateStream();
+  if (!stream.ok()) return Exit(stream.status(), report);
+  client::Ring& ring = *setup->ring;
+  if (absl::Status s = ring.Load(0, *setup->model, 0, **stream); !s.ok()) return Exit(s, report);
+  if (absl::Status s = ring.Wait(0, **stream, absl::Seconds(10)); !s.ok()) return Exit(s, report);
+  if (absl::Status s = ring.Close(**stream, absl::Seconds(10)); !s.ok()) return Exit(s, report);
+  report.Add("closed", "1");
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (setup->connection->Liveness().ok()) {
+    if (absl::Now() > until) {
+      return Exit(absl::DeadlineExceededError("the daemon was not lost within 20 s"), report);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // the reader thread's watches ran meanwhile
+  report.Add("lost", "1");
+  return kClientOk;
+}
+BLOCKSWAP_CHILD_ROLE("close-then-lose", RunCloseThenLose);
+
 // Attaches, registers, creates a ring, says so, and idles until killed.
 int RunIdle(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);

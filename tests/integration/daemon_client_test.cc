@@ -354,6 +354,17 @@ TEST_F(DaemonClientTest, ClientWhoseDaemonDiesGetsAnErrorWithinItsTimeout) {
   std::cerr << "client reported: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error") << "\n";
 }
 
+// A ring closed before its daemon dies: the connection's loss watch for it
+// went with it (the role exits 1 under AddressSanitizer otherwise).
+TEST_F(DaemonClientTest, ARingClosedBeforeItsDaemonDiesIsNotTouchedWhenTheDaemonIsLost) {
+  StartDaemon();
+  ChildProcess client = Spawn("close-then-lose", "closer", {});
+  ASSERT_TRUE(AwaitReport("closer", "closed"));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  EXPECT_EQ(Finish(client, "closer"), kClientOk) << Describe("closer");
+  EXPECT_EQ(FirstValue(Report("closer"), "lost"), "1");
+}
+
 TEST_F(DaemonClientTest, SigtermWithClientsAttachedExitsZeroAndKeepsOnlySealedModels) {
   StartDaemon({.extra_args = {"--shutdown-grace=1"}});
   ChildProcess idle = Spawn("idle", "idle", {});
