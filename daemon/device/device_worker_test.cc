@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -202,6 +203,16 @@ class DeviceWorkerTest : public ::testing::Test {
       worker_->Submit(std::move(task));
       ASSERT_EQ(probe->AwaitEvents(i).size(), static_cast<size_t>(i)) << "the worker is stuck";
     }
+  }
+
+  // Once the loads requested are accepted: their slots' `free` records done
+  // (the compute stream runs them on its own thread, which a loaded machine
+  // delays), then two fallback polls (at most 8 ms apart) so that the worker
+  // has found every one of them released: every accepted copy is ready.
+  void AwaitEveryAcceptedCopyReady() {
+    ASSERT_TRUE(compute_->Synchronize().ok());
+    absl::SleepFor(absl::Milliseconds(20));
+    AwaitWorkerPasses(2);
   }
 
   // Waits (bounded) until `ring`'s status word reports an error.
@@ -433,6 +444,15 @@ void AwaitIssued(const DeviceWorker& worker, size_t count) {
   }
 }
 
+// Waits (bounded) until `count` loads are accepted and not issued (the
+// worker has read their requests).
+void AwaitAccepted(const DeviceWorker& worker, uint64_t count) {
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while (worker.stats().queue_depth < count && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));
+  }
+}
+
 TEST_F(DeviceWorkerTest, ARingAloneHasTheCopyStreamToItselfAndSharedItHoldsThreeCopies) {
   HoldCopies();
   TestRing& first = CreateRing(1, 4);
@@ -446,12 +466,16 @@ TEST_F(DeviceWorkerTest, ARingAloneHasTheCopyStreamToItselfAndSharedItHoldsThree
   // batch after the previous copies completed (the host stream runs them).
   // They request while the first ring's four copies are still held on the
   // stream (more than three: nothing more goes on it while rings share it),
-  // so that both have every copy ready before either is issued one; else a
-  // ring whose requests came first is rightly issued two in a row.
+  // and the copies are released only once the worker has every copy of both
+  // ready; else a ring whose requests came first is rightly issued two in a
+  // row.
   for (uint32_t slot = 0; slot < 4; ++slot) {
     RequestLoad(second, slot, block_a_);
     RequestLoad(third, slot, block_b_);
   }
+  AwaitAccepted(*worker_, 8);
+  ASSERT_EQ(worker_->stats().queue_depth, 8u) << "every load of both rings accepted, none issued";
+  AwaitEveryAcceptedCopyReady();
   held_->ReleaseCopies();
   ASSERT_TRUE(first.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(second.consumer->Drain(kHangGuard).ok());
@@ -509,11 +533,9 @@ TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
     RequestLoad(heavy, slot, block_a_);
     RequestLoad(light, slot, block_b_);
   }
-  const absl::Time until = absl::Now() + kHangGuard;
-  while (worker_->stats().queue_depth < 16u && absl::Now() < until) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_EQ(worker_->stats().queue_depth, 16u) << "every copy of both rings ready, none issued";
+  AwaitAccepted(*worker_, 16);
+  ASSERT_EQ(worker_->stats().queue_depth, 16u) << "every load of both rings accepted, none issued";
+  AwaitEveryAcceptedCopyReady();
   held_->ReleaseCopies();
   ASSERT_TRUE(blocker.consumer->Drain(kHangGuard).ok());
   ASSERT_TRUE(heavy.consumer->Drain(kHangGuard).ok());
@@ -524,7 +546,8 @@ TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
   order.erase(order.begin(), order.begin() + 4);  // the blocker's
   // While both had ready copies (the heavy ring's 8 go in its first 12
   // turns), the heavy ring took two of every three.
-  EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8) << "the first 12 copies";
+  EXPECT_EQ(std::count(order.begin(), order.begin() + 12, 1u), 8)
+      << "the first 12 copies of: " << absl::StrJoin(order, " ");
 }
 
 // A staged master's loads go through the worker's staging buffers (made at
