@@ -267,15 +267,13 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app("blockswapd's control plane beside a unix-socket ping-pong (P3)");
   app.add_option("--bytes", options.bytes, "block and message size");
   app.add_option("--round-trips", options.round_trips, "round trips measured each way");
   app.add_option("--throughput-loads", options.throughput_loads, "loads per client for loads/s");
   app.add_option("--clients", options.client_counts, "concurrent client counts")->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark(
-      "blockswap-bench-control",
+  return blockswap::bench::BenchmarkMain(
+      argc, argv, app, "blockswap-bench-control",
       [&](blockswap::testing::ScratchDirs& dirs) { return blockswap::bench::Run(options, dirs); });
 }

@@ -166,7 +166,6 @@ class FairCopies {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app{"streamer beside a prefetch flooder on one device ÷ alone (issue 27)"};
   app.add_option("--copy-us", options.copy_us, "least time of one copy (host backend)");
@@ -175,9 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--loads", options.loads, "the streamer's loads per measurement");
   app.add_option("--flooder-slots", options.flooder_slots, "the flooder's ring size");
   app.add_option("--repeat", options.repeat, "rounds of alone, then beside the flooder");
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark("blockswap-bench-fair-copies",
-                                        [&](blockswap::testing::ScratchDirs& dirs) {
-                                          return blockswap::bench::FairCopies(options, dirs).Run();
-                                        });
+  return blockswap::bench::BenchmarkMain(argc, argv, app, "blockswap-bench-fair-copies",
+                                         [&](blockswap::testing::ScratchDirs& dirs) {
+                                           return blockswap::bench::FairCopies(options, dirs).Run();
+                                         });
 }

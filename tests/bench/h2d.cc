@@ -207,7 +207,6 @@ class Bench {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app("blockswapd host-to-device streaming beside its ceiling (P1, P4-GPU)");
   app.add_option("--backend", options.backend, "cuda, or host for a dry run");
@@ -223,9 +222,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--repeat", options.repeat,
                  "ceiling/one-client rounds per size and P4 rounds per case, best kept");
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark(
-      "blockswap-bench-h2d",
+  return blockswap::bench::BenchmarkMain(
+      argc, argv, app, "blockswap-bench-h2d",
       [&](blockswap::testing::ScratchDirs& dirs) {
         return blockswap::bench::Bench(options, dirs).Run();
       },

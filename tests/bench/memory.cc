@@ -375,7 +375,6 @@ absl::Status RunMixed(const Options& options) {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app("node memory for one model shared by N clients, beside private copies (P5)");
   app.add_option("--model-mib", options.model_mib, "model size, at least (MiB)");
@@ -384,9 +383,8 @@ int main(int argc, char** argv) {
   app.add_flag("--mixed", options.mixed,
                "P5-mixed: clients streaming different subsets of one model (issue 22)");
   app.add_option("--blocks", options.blocks, "P5-mixed: blocks of the model");
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark(
-      "blockswap-bench-memory", [&](blockswap::testing::ScratchDirs& dirs) {
+  return blockswap::bench::BenchmarkMain(
+      argc, argv, app, "blockswap-bench-memory", [&](blockswap::testing::ScratchDirs& dirs) {
         return options.mixed ? blockswap::bench::RunMixed(options)
                              : blockswap::bench::Run(options, dirs);
       });

@@ -119,7 +119,6 @@ absl::Status Run(const Options& options) {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app("staged copies (masters not pinned) beside direct ones from pinned masters");
   app.add_option("--backend", options.backend, "cuda, or host");
@@ -128,9 +127,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", options.repeat, "direct/staged alternations, best of each kept");
   app.add_option("--staging-arg", options.staging_args,
                  "a flag for the staged daemon, e.g. --staging-arg=--staging-threads=2");
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark(
-      "blockswap-bench-staged",
+  return blockswap::bench::BenchmarkMain(
+      argc, argv, app, "blockswap-bench-staged",
       [&](blockswap::testing::ScratchDirs&) { return blockswap::bench::Run(options); },
       /*precondition_skips=*/true);
 }

@@ -18,9 +18,15 @@ namespace blockswap::bench {
 using testing::ChildProcess;
 using testing::ReportLines;
 
-int RunBenchmark(const char* program,
-                 const std::function<absl::Status(testing::ScratchDirs&)>& bench,
-                 bool precondition_skips) {
+int BenchmarkMain(int argc, char** argv, CLI::App& app, const char* program,
+                  const std::function<absl::Status(testing::ScratchDirs&)>& bench,
+                  bool precondition_skips) {
+  if (int code = testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   absl::StatusOr<std::unique_ptr<testing::ScratchDirs>> dirs = testing::ScratchDirs::Create();
   absl::Status status = dirs.ok() ? bench(**dirs) : dirs.status();
   if (status.ok()) return 0;

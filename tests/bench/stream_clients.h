@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tests/support/daemon_process.h"
@@ -22,14 +23,17 @@
 
 namespace blockswap::bench {
 
-// The end of a benchmark's main: runs `bench` on fresh scratch directories
-// (socket, masters) and makes its status the exit code — 0, else the error on
-// stderr and 1, or 77 (skipped: ctest's SKIP_RETURN_CODE) for
-// FAILED_PRECONDITION when `precondition_skips` (no usable device;
-// device-check.sh counts it as a failure on a GPU machine).
-int RunBenchmark(const char* program,
-                 const std::function<absl::Status(testing::ScratchDirs&)>& bench,
-                 bool precondition_skips = false);
+// A benchmark's main, once its options are added to `app`: a child role
+// (the client processes it spawns run this same binary) runs and returns at
+// once; otherwise `app` parses the command line (--help and bad flags exit
+// as CLI11 says), and `bench` runs on fresh scratch directories (socket,
+// masters). Its status is the exit code: 0, else the error on stderr and 1,
+// or 77 (skipped: ctest's SKIP_RETURN_CODE) for FAILED_PRECONDITION when
+// `precondition_skips` (no usable device; device-check.sh counts it as a
+// failure on a GPU machine).
+int BenchmarkMain(int argc, char** argv, CLI::App& app, const char* program,
+                  const std::function<absl::Status(testing::ScratchDirs&)>& bench,
+                  bool precondition_skips = false);
 
 using testing::ProcessCpuSeconds;
 

@@ -198,13 +198,11 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
 }  // namespace blockswap::bench
 
 int main(int argc, char** argv) {
-  if (int code = blockswap::testing::MaybeRunChildRole(argc, argv); code >= 0) return code;
   blockswap::bench::Options options;
   CLI::App app("seconds before a trainer's first step: first, later and file-model processes");
   app.add_option("--blocks", options.blocks, "blocks of the model");
   app.add_option("--block-mib", options.block_mib, "largest block (MiB)");
-  CLI11_PARSE(app, argc, argv);
-  return blockswap::bench::RunBenchmark(
-      "blockswap-bench-warm-start",
+  return blockswap::bench::BenchmarkMain(
+      argc, argv, app, "blockswap-bench-warm-start",
       [&](blockswap::testing::ScratchDirs& dirs) { return blockswap::bench::Run(options, dirs); });
 }
