@@ -1,11 +1,14 @@
 // The fixture of the daemon/client integration tests (daemon_client_test.cc,
-// reliability_test.cc): a real blockswapd on the host backend and client
-// roles (client_roles.cc, rogue_roles.cc), both with jitter in the host
-// backend's streams unless a test sets BLOCKSWAP_HOST_JITTER_US itself.
+// reliability_test.cc, staged_test.cc, ...): a real blockswapd on the host
+// backend, client roles (client_roles.cc, rogue_roles.cc) and the C ABI's
+// client (SpawnAbiClient), all with jitter in the host backend's streams
+// unless a test sets BLOCKSWAP_HOST_JITTER_US itself.
 #ifndef BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 #define BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 
 #include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/client_roles.h"
@@ -20,6 +23,19 @@ class DaemonClientTest : public DaemonRolesTest {
   DaemonClientTest()
       : DaemonRolesTest({{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}},
                         {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}) {}
+
+  // The C ABI's test client (tests/integration/abi_client.cc) on this
+  // daemon, reporting as `name`, with the host backend's jitter; `args` are
+  // its own flags. As Spawn does, a failure to start it fails the test.
+  ChildProcess SpawnAbiClient(const std::string& name, std::vector<std::string> args) {
+    args.push_back("--socket=" + dirs_->socket_path());
+    args.push_back("--report=" + ReportPath(name));
+    auto child = ChildProcess::SpawnProgram(
+        BinaryDirectory() + "/blockswap_abi_client",
+        {.args = std::move(args), .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
+    EXPECT_TRUE(child.ok()) << child.status();
+    return *std::move(child);
+  }
 
   // Runs each rogue case (rogue_roles.cc: each checks its own precise error)
   // while a well-behaved client streams, and expects the streamer to finish

@@ -33,14 +33,9 @@ namespace {
 TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
   StartDaemon();
   ChildProcess async_client = Spawn("stream", "async", {"--passes=40", "--slots=2"});
-  auto abi_client = ChildProcess::SpawnProgram(
-      BinaryDirectory() + "/blockswap_abi_client",
-      {.args = {"--passes=40", "--slots=3", "--socket=" + dirs_->socket_path(),
-                "--report=" + ReportPath("abi")},
-       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
-  ASSERT_TRUE(abi_client.ok()) << abi_client.status();
+  ChildProcess abi_client = SpawnAbiClient("abi", {"--passes=40", "--slots=3"});
   auto async_code = async_client.Wait(absl::Seconds(120));
-  auto abi_code = abi_client->Wait(absl::Seconds(120));
+  auto abi_code = abi_client.Wait(absl::Seconds(120));
   ASSERT_TRUE(async_code.ok() && abi_code.ok());
   EXPECT_EQ(*async_code, kClientOk);
   EXPECT_EQ(*abi_code, kClientOk);
@@ -148,13 +143,9 @@ TEST_F(DaemonClientTest, AFileRegisteredThroughTheCAbiIsTheModelAnUploadGets) {
 TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   StartDaemon();
   // 10 transformer blocks, the model's 4 blocks streaming through 2 slots.
-  auto client = ChildProcess::SpawnProgram(
-      BinaryDirectory() + "/blockswap_abi_client",
-      {.args = {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=5",
-                "--socket=" + dirs_->socket_path(), "--report=" + ReportPath("scheduler")},
-       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto code = client->Wait(absl::Seconds(60));
+  ChildProcess client = SpawnAbiClient(
+      "scheduler", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=5"});
+  auto code = client.Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0);
   ReportLines report = ReadRoleReport(ReportPath("scheduler"));
@@ -217,13 +208,8 @@ TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
 
 TEST_F(DaemonClientTest, ForkedChildrenOfAnAttachedTrainerAreRefusedAndLeaveItsSessionAlone) {
   StartDaemon();
-  auto trainer = ChildProcess::SpawnProgram(
-      BinaryDirectory() + "/blockswap_abi_client",
-      {.args = {"--fork=1", "--passes=4", "--slots=2", "--socket=" + dirs_->socket_path(),
-                "--report=" + ReportPath("fork")},
-       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto code = trainer->Wait(absl::Seconds(90));
+  ChildProcess trainer = SpawnAbiClient("fork", {"--fork=1", "--passes=4", "--slots=2"});
+  auto code = trainer.Wait(absl::Seconds(90));
   ASSERT_TRUE(code.ok()) << code.status();
   ReportLines report = ReadRoleReport(ReportPath("fork"));
   EXPECT_EQ(*code, 0) << absl::StrJoin(report, "\n", [](std::string* out, const auto& line) {

@@ -48,15 +48,6 @@ class ReliabilityTest : public DaemonClientTest {
     auto it = report.find("mismatch");
     return it == report.end() ? 0 : static_cast<int>(it->second.size());
   }
-  ChildProcess SpawnAbiClient(const std::string& name, std::vector<std::string> args) {
-    args.push_back("--socket=" + dirs_->socket_path());
-    args.push_back("--report=" + ReportPath(name));
-    auto child = ChildProcess::SpawnProgram(
-        BinaryDirectory() + "/blockswap_abi_client",
-        {.args = args, .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
-    EXPECT_TRUE(child.ok()) << child.status();
-    return *std::move(child);
-  }
 };
 
 // Item 1: 20 rounds; in each a random one of four streaming clients is

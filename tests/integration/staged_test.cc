@@ -51,14 +51,9 @@ class StagedTest : public DaemonClientTest {
 TEST_F(StagedTest, TwoClientsStreamStagedMastersByteExactWithJitter) {
   StartDaemon({.extra_args = With({"--pinning=never"}, kSmallStaging)});
   ChildProcess async_client = Spawn("stream", "async", {"--passes=40", "--slots=2"});
-  auto abi_client = ChildProcess::SpawnProgram(
-      BinaryDirectory() + "/blockswap_abi_client",
-      {.args = {"--passes=40", "--slots=3", "--socket=" + dirs_->socket_path(),
-                "--report=" + ReportPath("abi")},
-       .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
-  ASSERT_TRUE(abi_client.ok()) << abi_client.status();
+  ChildProcess abi_client = SpawnAbiClient("abi", {"--passes=40", "--slots=3"});
   EXPECT_EQ(Finish(async_client, "async"), kClientOk) << Describe("async");
-  auto abi_code = abi_client->Wait(absl::Seconds(120));
+  auto abi_code = abi_client.Wait(absl::Seconds(120));
   ASSERT_TRUE(abi_code.ok());
   EXPECT_EQ(*abi_code, kClientOk);
   EXPECT_EQ(FirstValue(Report("async"), "wrong"), "0");
