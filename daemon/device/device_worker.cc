@@ -76,11 +76,14 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
     std::optional<StagingOptions> staging, bool staging_at_start, CopyWeights copy_weights) {
   std::unique_ptr<StagedCopier> staged_copier;
   Reservation staging_charge;
-  if (staging.has_value() && staging_at_start) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(staged_copier, StagedCopier::Start(device, *staging));
-  } else if (staging.has_value()) {
+  if (staging.has_value()) {
+    // The pool's bytes are charged here, whenever it is made: so the pool
+    // itself charges nothing.
     BLOCKSWAP_ASSIGN_OR_RETURN(staging_charge, ChargeStagingPool(device, *staging));
     staging->budget = nullptr;
+    if (staging_at_start) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(staged_copier, StagedCopier::Start(device, *staging));
+    }
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Doorbell> doorbell,

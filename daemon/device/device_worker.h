@@ -319,8 +319,9 @@ class DeviceWorker {
   const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;
-  // The options of a pool made at the first staged load, and the charge
-  // to the node's budget taken for it at start (so that pool charges none).
+  // The options of a pool made at the first staged load (at start under
+  // staging_at_start), and the charge to the node's budget taken for the
+  // pool at start either way (so the pool charges none).
   const std::optional<StagingOptions> staging_;
   const Reservation staging_charge_;
   // Used by the worker thread only, after construction. The staging
