@@ -120,23 +120,22 @@ std::string BlockFileName(absl::string_view block_id) {
   return absl::StrCat(block_id, kBlockSuffix);
 }
 
-// The distinct block ids of a model, in first-position order.
-std::vector<std::string> DistinctBlockIds(
-    const std::vector<std::shared_ptr<const BlockMaster>>& blocks) {
-  std::vector<std::string> ids;
+using BlockMasters = std::vector<std::shared_ptr<const BlockMaster>>;
+
+// The distinct blocks of a model (positions with equal blocks share one),
+// in first-position order.
+BlockMasters DistinctBlocks(const BlockMasters& blocks) {
+  BlockMasters distinct;
   std::set<absl::string_view> seen;
   for (const auto& block : blocks) {
-    if (seen.insert(block->id()).second) ids.push_back(block->id());
+    if (seen.insert(block->id()).second) distinct.push_back(block);
   }
-  return ids;
+  return distinct;
 }
 
-uint64_t DistinctFileBytes(const std::vector<std::shared_ptr<const BlockMaster>>& blocks) {
+uint64_t DistinctFileBytes(const BlockMasters& blocks) {
   uint64_t bytes = 0;
-  std::set<absl::string_view> seen;
-  for (const auto& block : blocks) {
-    if (seen.insert(block->id()).second) bytes += block->file_bytes();
-  }
+  for (const auto& block : DistinctBlocks(blocks)) bytes += block->file_bytes();
   return bytes;
 }
 
@@ -400,13 +399,11 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& sour
 }
 
 void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
-  for (const std::string& block_id : DistinctBlockIds(model->blocks_)) {
-    auto [it, inserted] = blocks_.try_emplace(block_id);
+  for (const auto& block : DistinctBlocks(model->blocks_)) {
+    auto [it, inserted] = blocks_.try_emplace(block->id());
     if (inserted) {
-      for (const auto& block : model->blocks_) {
-        if (block->id() == block_id) it->second.master = block;
-      }
-      block_bytes_ += it->second.master->file_bytes();
+      it->second.master = block;
+      block_bytes_ += block->file_bytes();
     }
     ++it->second.models;
   }
@@ -467,7 +464,7 @@ absl::Status ModelStore::ConvertPerModelMasters(const std::string& id, Manifest 
   ++stats_.converted;
   Log(LogLevel::kInfo,
       absl::StrCat("converted model ", id, " from masters format version 1 (", masters_path,
-                   ") into ", DistinctBlockIds(model->blocks_).size(), " block files"));
+                   ") into ", DistinctBlocks(model->blocks_).size(), " block files"));
   PublishAdoptedLocked(std::move(model));
   return absl::OkStatus();
 }
@@ -973,8 +970,8 @@ size_t ModelStore::block_count() const {
 uint64_t ModelStore::SharedBytes(const Model& model) const {
   absl::MutexLock lock(&mu_);
   uint64_t shared = 0;
-  for (const std::string& block_id : DistinctBlockIds(model.blocks_)) {
-    auto it = blocks_.find(block_id);
+  for (const auto& block : DistinctBlocks(model.blocks_)) {
+    auto it = blocks_.find(block->id());
     if (it != blocks_.end() && it->second.models > 1) shared += it->second.master->file_bytes();
   }
   return shared;
@@ -1011,8 +1008,8 @@ void ModelStore::EvictLocked(const std::string& id) {
   // The manifest first: without it a restarted daemon adopts nothing.
   RemoveQuietly(absl::StrCat(id, kManifestSuffix));
   // A block goes only with the last model that names it.
-  for (const std::string& block_id : DistinctBlockIds(it->second->blocks_)) {
-    ReleaseBlockLocked(block_id, &HeldBlock::models);
+  for (const auto& block : DistinctBlocks(it->second->blocks_)) {
+    ReleaseBlockLocked(block->id(), &HeldBlock::models);
   }
   ++stats_.evicted;
   last_use_.erase(id);
