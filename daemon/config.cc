@@ -152,6 +152,21 @@ std::vector<FieldSpec> MakeFields() {
                       Kind::kBytes});
   };
 
+  // A key whose value is one of a few names: `parse` reads one (its error
+  // lists them), `name` writes it back.
+  auto choice = [&](const char* key, const char* flag, const char* help, auto O::*member,
+                    auto parse, auto name) {
+    fields.push_back({{key, flag, help, false,
+                       [member, parse](O& o, absl::string_view v) -> absl::Status {
+                         auto value = parse(v);
+                         if (!value.ok()) return value.status();
+                         o.*member = *value;
+                         return absl::OkStatus();
+                       },
+                       nullptr, [member, name](const O& o) { return Quoted(name(o.*member)); }},
+                      Kind::kText});
+  };
+
   text("socket", "--socket", "control socket path", &O::socket_path, [](absl::string_view v) {
     return v.empty() ? absl::InvalidArgumentError("the socket path must not be empty")
                      : absl::OkStatus();
@@ -160,15 +175,8 @@ std::vector<FieldSpec> MakeFields() {
        "group (name or number) of the socket file, mode 0660; its members are allowed. "
        "Empty: the daemon's group",
        &O::socket_group);
-  fields.push_back({{"backend", "--backend", "auto, host or cuda", false,
-                     [](O& o, absl::string_view v) -> absl::Status {
-                       absl::StatusOr<BackendChoice> choice = ParseBackendChoice(v);
-                       if (!choice.ok()) return choice.status();
-                       o.backend = *choice;
-                       return absl::OkStatus();
-                     },
-                     nullptr, [](const O& o) { return Quoted(BackendName(o.backend)); }},
-                    Kind::kText});
+  choice("backend", "--backend", "auto, host or cuda", &O::backend, ParseBackendChoice,
+         BackendName);
   fields.push_back(
       {{"host_devices", "--host-devices", "simulated devices of the host backend", false,
         [](O& o, absl::string_view v) -> absl::Status {
@@ -189,20 +197,11 @@ std::vector<FieldSpec> MakeFields() {
   bytes("max_pinned_bytes", "--max-pinned-bytes",
         "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
         [](O& o) -> uint64_t& { return o.max_pinned_bytes; });
-  fields.push_back(
-      {{"pinning", "--pinning",
-        "which masters are pinned: \"auto\" (what max_pinned_bytes and the driver allow; the "
-        "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
-        "(every master is copied through the staging buffers)",
-        false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<PinningPolicy> policy = ParsePinningPolicy(v);
-          if (!policy.ok()) return policy.status();
-          o.pinning = *policy;
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return Quoted(PinningPolicyName(o.pinning)); }},
-       Kind::kText});
+  choice("pinning", "--pinning",
+         "which masters are pinned: \"auto\" (what max_pinned_bytes and the driver allow; the "
+         "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
+         "(every master is copied through the staging buffers)",
+         &O::pinning, ParsePinningPolicy, PinningPolicyName);
   bytes("staging_buffer_bytes", "--staging-buffer-bytes",
         "bytes of each pinned staging buffer (one chunk of a staged copy)",
         [](O& o) -> uint64_t& { return o.staging.buffer_bytes; });
@@ -246,20 +245,11 @@ std::vector<FieldSpec> MakeFields() {
         },
         [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
        Kind::kIdList});
-  fields.push_back(
-      {{"model_access", "--model-access",
-        "who may open and list a model: \"allowed-users\" (every allowed user, the default) or "
-        "\"registrant-group\" (the uids that registered its content, their groups, root and "
-        "the daemon's uid)",
-        false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<ModelAccess> access = ParseModelAccess(v);
-          if (!access.ok()) return access.status();
-          o.model_access = *access;
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return Quoted(ModelAccessName(o.model_access)); }},
-       Kind::kText});
+  choice("model_access", "--model-access",
+         "who may open and list a model: \"allowed-users\" (every allowed user, the default) or "
+         "\"registrant-group\" (the uids that registered its content, their groups, root and "
+         "the daemon's uid)",
+         &O::model_access, ParseModelAccess, ModelAccessName);
   auto seconds = [&](const char* key, const char* flag, const char* help, double max,
                      absl::Duration O::*member) {
     fields.push_back(
@@ -287,16 +277,8 @@ std::vector<FieldSpec> MakeFields() {
        "file the starting clients lock; held before exiting idle, so that no client attaches "
        "meanwhile (empty: none)",
        &O::idle_exit_lock);
-  fields.push_back(
-      {{"log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)", false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<LogLevel> level = ParseLogLevel(v);
-          if (!level.ok()) return level.status();
-          o.log_level = *level;
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return Quoted(LogLevelName(o.log_level)); }},
-       Kind::kText});
+  choice("log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)",
+         &O::log_level, ParseLogLevel, LogLevelName);
   text("metrics_listen", "--metrics-listen",
        "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
        &O::metrics_listen, ValidateListenAddress);
