@@ -691,8 +691,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     if (it == driver.allocations.end() || it->second->imported) return CUDA_ERROR_INVALID_VALUE;
     allocation = it->second;
   }
-  // cuMemFree may synchronise implicitly: it waits for the work queued in
-  // the whole context (cuda-rules.md, "Host functions, frees, contexts").
+  // "For all other pointers, this API may perform implicit synchronization":
+  // the stand-in always waits for the work queued in the whole context.
   SynchronizeContext(allocation->ctx);
   const std::string holders = lifetime::MarkFreed(allocation->header->ledger);
   if (!holders.empty()) {
@@ -1136,9 +1136,9 @@ CUresult CUDAAPI cuEventRecord(CUevent event, CUstream handle) {
   return CUDA_SUCCESS;
 }
 
-// Complete when the newest record has (and for an event never recorded:
-// "If cuEventRecord() has not been called on this event, the function returns
-// CUDA_SUCCESS").
+// Complete when the newest record has (cuEventRecord: "Before the first call
+// to cuEventRecord(), an event represents an empty set of work, so for example
+// cuEventQuery() would return CUDA_SUCCESS").
 CUresult CUDAAPI cuEventQuery(CUevent event) {
   BLOCKSWAP_STANDIN_ENTER();
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(ResolveEvent(event));
@@ -1199,7 +1199,8 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   EventHandle wire;
   std::memcpy(&wire, handle.reserved, sizeof(wire));
   if (wire.magic != EventHandle::kMagic) return CUDA_ERROR_INVALID_VALUE;
-  // As for memory handles: "invalid device context" in the exporter.
+  // As for memory handles: "invalid device context" in the exporter (what
+  // HIP documents for its copy of this call, hipErrorInvalidContext).
   if (wire.pid == static_cast<uint32_t>(::getpid())) return CUDA_ERROR_INVALID_CONTEXT;
   auto opened = std::make_unique<CUevent_st>();
   opened->path = FilePath(wire.pid, "event", wire.file_id);
@@ -1280,8 +1281,9 @@ CUresult CUDAAPI cuStreamQuery(CUstream handle) {
   return Idle(stream) ? stream->ctx->sticky.load() : CUDA_ERROR_NOT_READY;
 }
 
-// Binds to the newest record issued before this call: a record issued later
-// does not change what this wait waits for.
+// Binds to the newest record issued before this call (cuEventRecord: "Other
+// APIs such as cuStreamWaitEvent() use the most recently captured state at the
+// time of the API call, and are not affected by later calls").
 CUresult CUDAAPI cuStreamWaitEvent(CUstream handle, CUevent event, unsigned int flags) {
   BLOCKSWAP_STANDIN_ENTER();
   CUstream_st* stream = nullptr;
