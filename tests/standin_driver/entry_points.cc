@@ -396,17 +396,16 @@ CUresult CUDAAPI cuInit(unsigned int flags) {
   const Settings& settings = GetSettings();
   if (settings.device_count <= 0) return CUDA_ERROR_NO_DEVICE;
   Driver& driver = GetDriver();
-  std::unique_lock<std::mutex> lock(driver.mu);
+  std::lock_guard<std::mutex> lock(driver.mu);
   if (driver.initialized.load()) return CUDA_SUCCESS;
   SweepStaleFiles();
+  // Under the lock throughout, so that a concurrent cuInit finds everything
+  // or nothing (creating a legacy stream takes no lock).
   for (int i = 0; i < settings.device_count; ++i) {
     auto ctx = std::make_unique<Context>();
     ctx->ordinal = i;
-    driver.contexts.push_back(std::move(ctx));
-  }
-  lock.unlock();
-  for (auto& ctx : driver.contexts) {
     ctx->legacy_stream = CreateStream(ctx.get(), /*non_blocking=*/false, /*legacy=*/true);
+    driver.contexts.push_back(std::move(ctx));
   }
   driver.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
