@@ -5,6 +5,7 @@
 #define BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_HOOKS_H_
 
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <cstddef>
 
@@ -27,5 +28,16 @@ using BlockswapStandinViolationCountFn = int (*)();
 using BlockswapStandinLastViolationFn = void (*)(char*, size_t);
 using BlockswapStandinPoisonDeviceFn = void (*)(int, CUresult);
 using BlockswapStandinHostAddressFn = void* (*)(CUdeviceptr);
+
+// blockswap_standin_host_address of the libcuda.so.1 this process has loaded;
+// null when that is not the stand-in, or none is loaded yet.
+inline BlockswapStandinHostAddressFn LoadedStandinHostAddress() {
+  void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return nullptr;
+  auto fn = reinterpret_cast<BlockswapStandinHostAddressFn>(
+      ::dlsym(library, "blockswap_standin_host_address"));
+  ::dlclose(library);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+  return fn;
+}
 
 #endif  // BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_HOOKS_H_
