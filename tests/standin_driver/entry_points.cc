@@ -505,8 +505,10 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(CheckDevice(device));
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+      *value = GetSettings().host_register ? 1 : 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
@@ -739,6 +741,10 @@ CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
   constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                               CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
   if (p == nullptr || bytes == 0 || (flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // "a current context associated with a device that does not have this
+  // attribute set will cause cuMemHostRegister to error with
+  // CUDA_ERROR_NOT_SUPPORTED" (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED).
+  if (!GetSettings().host_register) return CUDA_ERROR_NOT_SUPPORTED;
   auto* data = static_cast<std::byte*>(p);
   Driver& driver = GetDriver();
   std::lock_guard<std::mutex> lock(driver.mu);

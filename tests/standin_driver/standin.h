@@ -53,6 +53,10 @@ struct Settings {
   int64_t copy_delay_us = 0;          // BLOCKSWAP_STANDIN_COPY_DELAY_US
   uint64_t memory_bytes = uint64_t{8} << 30;  // BLOCKSWAP_STANDIN_MEMORY_BYTES
   bool abort_on_violation = false;    // BLOCKSWAP_STANDIN_VIOLATIONS=abort
+  // BLOCKSWAP_STANDIN_HOST_REGISTER=0: the devices cannot register host
+  // memory (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0), as some GPUs and
+  // platforms: no pinned masters, no stream words.
+  bool host_register = true;
   // BLOCKSWAP_STANDIN_STICKY_AT=DEVICE:N: the Nth copy executed on DEVICE
   // faults (CUDA_ERROR_ILLEGAL_ADDRESS), poisoning that device's context.
   int sticky_device = -1;

@@ -38,6 +38,7 @@ namespace {
   X(cuDeviceGetCount, 2000, PFN_cuDeviceGetCount_v2000)           \
   X(cuDeviceGetName, 2000, PFN_cuDeviceGetName_v2000)             \
   X(cuDeviceGetUuid, 11040, PFN_cuDeviceGetUuid_v11040)           \
+  X(cuDeviceGetAttribute, 2000, PFN_cuDeviceGetAttribute_v2000)   \
   X(cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain_v7000) \
   X(cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)             \
   X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)           \
@@ -754,6 +755,37 @@ TEST_F(StandinDriverTest, WaitValueGeqComparesCyclically) {
   EXPECT_CU(CUDA_SUCCESS, cu.cuStreamSynchronize(stream));
   EXPECT_CU(CUDA_SUCCESS, cu.cuStreamDestroy(stream));
   EXPECT_CU(CUDA_SUCCESS, cu.cuMemHostUnregister(words.data()));
+}
+
+// With BLOCKSWAP_STANDIN_HOST_REGISTER=0 (its environment): a device that
+// cannot register host memory says so and refuses it.
+int RunWithoutHostRegistration(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  int supported = -1;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      cu.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 0) ==
+          CUDA_SUCCESS, 3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(supported == 0, 4);
+  std::vector<uint32_t> words(1024);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      cu.cuMemHostRegister(words.data(), 4096, CU_MEMHOSTREGISTER_PORTABLE) ==
+          CUDA_ERROR_NOT_SUPPORTED, 5);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-without-host-registration", RunWithoutHostRegistration);
+
+// cuMemHostRegister: "a current context associated with a device that does
+// not have this attribute set will cause cuMemHostRegister to error with
+// CUDA_ERROR_NOT_SUPPORTED".
+TEST_F(StandinDriverTest, ADeviceThatCannotRegisterHostMemoryRefusesItWithNotSupported) {
+  int supported = -1;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuDeviceGetAttribute(&supported,
+                                                  CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 0));
+  EXPECT_EQ(supported, 1);
+  Peer peer = SpawnPeer("standin-without-host-registration", {},
+                        {{"BLOCKSWAP_STANDIN_HOST_REGISTER", "0"}});
+  EXPECT_EQ(ExitCode(peer), 0);
 }
 
 // ------------------------------------------------------------------ host functions, sticky errors
