@@ -508,9 +508,11 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
       *value = GetSettings().host_register ? 1 : 0;
       break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+      *value = GetSettings().stream_mem_ops ? 1 : 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
@@ -1328,6 +1330,7 @@ CUresult CUDAAPI cuStreamWaitValue32(CUstream handle, CUdeviceptr addr, cuuint32
   BLOCKSWAP_STANDIN_ENTER();
   CUstream_st* stream = nullptr;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(EnterStream(handle, &stream));
+  if (!GetSettings().stream_mem_ops) return CUDA_ERROR_NOT_SUPPORTED;
   const unsigned kind = flags & ~unsigned{CU_STREAM_WAIT_VALUE_FLUSH};
   if (kind > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   std::atomic<uint32_t>* word = nullptr;
@@ -1352,6 +1355,7 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream handle, CUdeviceptr addr, cuuint3
   BLOCKSWAP_STANDIN_ENTER();
   CUstream_st* stream = nullptr;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(EnterStream(handle, &stream));
+  if (!GetSettings().stream_mem_ops) return CUDA_ERROR_NOT_SUPPORTED;
   if ((flags & ~unsigned{CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER}) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -57,6 +57,10 @@ struct Settings {
   // memory (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0), as some GPUs and
   // platforms: no pinned masters, no stream words.
   bool host_register = true;
+  // BLOCKSWAP_STANDIN_STREAM_MEM_OPS=0: cuStreamWaitValue32 and
+  // cuStreamWriteValue32 are CUDA_ERROR_NOT_SUPPORTED, as where the driver or
+  // device has no stream memory operations: the product keeps to events.
+  bool stream_mem_ops = true;
   // BLOCKSWAP_STANDIN_STICKY_AT=DEVICE:N: the Nth copy executed on DEVICE
   // faults (CUDA_ERROR_ILLEGAL_ADDRESS), poisoning that device's context.
   int sticky_device = -1;

@@ -788,6 +788,28 @@ TEST_F(StandinDriverTest, ADeviceThatCannotRegisterHostMemoryRefusesItWithNotSup
   EXPECT_EQ(ExitCode(peer), 0);
 }
 
+// With BLOCKSWAP_STANDIN_STREAM_MEM_OPS=0 (its environment): no stream
+// memory operations, CUDA_ERROR_NOT_SUPPORTED (among their documented
+// results), as where the driver or device lacks them.
+int RunWithoutStreamMemOps(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  CUdeviceptr word = 0;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemAlloc(&word, 4096) == CUDA_SUCCESS, 3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuStreamWriteValue32(nullptr, word, 1, 0) ==
+                                   CUDA_ERROR_NOT_SUPPORTED, 4);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuStreamWaitValue32(nullptr, word, 1, 0) ==
+                                   CUDA_ERROR_NOT_SUPPORTED, 5);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-without-stream-mem-ops", RunWithoutStreamMemOps);
+
+TEST_F(StandinDriverTest, WithoutStreamMemoryOperationsTheyAreNotSupported) {
+  Peer peer = SpawnPeer("standin-without-stream-mem-ops", {},
+                        {{"BLOCKSWAP_STANDIN_STREAM_MEM_OPS", "0"}});
+  EXPECT_EQ(ExitCode(peer), 0);
+}
+
 // ------------------------------------------------------------------ host functions, sticky errors
 
 struct HostFunctionCall {
