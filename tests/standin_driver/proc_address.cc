@@ -23,7 +23,8 @@ struct EntryPoint {
 CUresult CUDAAPI GetProcAddressV1(const char* symbol, void** fn, int version, cuuint64_t flags);
 
 // `#name` is the base name; `name` expands to cuda.h's ABI name (cuMemAlloc
-// to cuMemAlloc_v2 and so on), which is the function entry_points.cc defines.
+// to cuMemAlloc_v2 and so on), the function devices.cc, memory.cc or
+// events_streams.cc defines.
 #define BLOCKSWAP_STANDIN_ENTRY(name, since) {#name, since, reinterpret_cast<void*>(&name)}
 const EntryPoint kEntryPoints[] = {
     BLOCKSWAP_STANDIN_ENTRY(cuInit, 2000),

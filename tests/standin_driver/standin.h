@@ -1,6 +1,7 @@
 // The stand-in CUDA driver's internals (a TEST DOUBLE, never shipped): the
 // objects behind the driver API's handles, shared by the entry points
-// (entry_points.cc) and the machinery that runs them (standin.cc). README.md
+// (devices.cc, memory.cc, events_streams.cc, proc_address.cc, sharing
+// entry_points.h) and the machinery that runs them (standin.cc). README.md
 // lists the rules it enforces and where each is documented.
 //
 // Model. Every device is this host: "device memory" is a file in /dev/shm
