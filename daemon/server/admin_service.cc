@@ -125,19 +125,26 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
   // Page-locked for DMA: a model whose blocks the store pinned, on the cuda
   // backend (the host backend's "pinning" locks nothing).
   const bool cuda = view.backend->kind() == BackendKind::kCuda;
-  for (const auto& model : view.store->List()) {
+  std::vector<std::shared_ptr<const Model>> visible;
+  for (auto& model : view.store->List()) {
+    if (visibility.MaySee(caller, model->registrants().List())) visible.push_back(std::move(model));
+  }
+  // Shared among the models the caller sees only: a block it uploaded that
+  // only a model hidden from it names too shows as not shared.
+  const std::vector<uint64_t> shared = ModelStore::SharedBytes(visible);
+  for (size_t m = 0; m < visible.size(); ++m) {
+    const std::shared_ptr<const Model>& model = visible[m];
     const std::vector<Registrant> registrants = model->registrants().List();
-    if (!visibility.MaySee(caller, registrants)) continue;
     v1::ModelInfo* info = reply.add_models();
     info->set_source(visibility.Sources(caller, registrants, model->source()));
     info->set_pinned(cuda && model->pinned());
     info->set_staged_blocks(static_cast<uint32_t>(model->staged_blocks()));
-    info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
+    info->set_references(ModelStore::References(model) - 1);  // less `visible`'s own copy
     info->set_model_id(model->id());
     info->set_name(model->name());
     info->set_block_count(static_cast<uint32_t>(model->block_count()));
     info->set_bytes(model->masters_bytes());
-    info->set_shared_bytes(view.store->SharedBytes(*model));
+    info->set_shared_bytes(shared[m]);
     info->set_open_sessions(open_in[model->id()]);
   }
   return reply;
