@@ -1,5 +1,8 @@
 #include "daemon/budget/master_limits.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
 #include <fstream>
 #include <string>
 
@@ -14,6 +17,23 @@ namespace {
 constexpr uint64_t kSmallestBlockCost = 4096 + 4096;
 
 }  // namespace
+
+absl::Status CheckDescriptorHeadroom(uint64_t wanted, absl::string_view what) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return absl::OkStatus();
+  }
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return absl::OkStatus();  // no /proc: nothing to measure by
+  uint64_t open = 0;
+  while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
+  ::closedir(dir);
+  if (open + wanted + kDescriptorReserve <= limit.rlim_cur) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " needs ", wanted, " descriptors: blockswapd has ", open, " of its RLIMIT_NOFILE = ",
+      limit.rlim_cur, " open and keeps ", kDescriptorReserve,
+      " for attach, rings and connections; retry, or raise LimitNOFILE= in blockswapd.service"));
+}
 
 uint64_t ReadMaxMapCount(absl::string_view path) {
   std::ifstream in{std::string(path)};

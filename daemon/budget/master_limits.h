@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace blockswap::daemon {
@@ -24,6 +25,15 @@ inline constexpr uint64_t kAutoLimit = UINT64_MAX;
 // that another user's attach, model open (one batch of 250 at a time) and
 // ring always find some.
 inline constexpr uint64_t kDescriptorReserve = 1024;
+
+// The reserve held back at run time: a model open (a batch of descriptors
+// to send) or a registration (the block files it writes at once) that would
+// leave fewer than kDescriptorReserve of RLIMIT_NOFILE free is
+// RESOURCE_EXHAUSTED naming the limit, what is open and the reserve, so
+// that those bulk paths, whoever floods them, never take the descriptors
+// attach, rings and connections need (those are not checked: they get the
+// reserve).
+absl::Status CheckDescriptorHeadroom(uint64_t wanted, absl::string_view what);
 
 // vm.max_map_count from `path`; 0 when it cannot be read.
 uint64_t ReadMaxMapCount(absl::string_view path = "/proc/sys/vm/max_map_count");

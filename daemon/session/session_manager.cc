@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/os/logging.h"
 #include "daemon/session/file_offers.h"
 #include "daemon/session/random_token.h"
@@ -443,7 +444,10 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
   for (size_t first = 0; first < distinct.size(); first += kMaxFdsPerMessage) {
     std::vector<UniqueFd> batch;
     std::vector<int> fds;
-    for (size_t i = first; i < std::min(distinct.size(), first + kMaxFdsPerMessage); ++i) {
+    const size_t end = std::min(distinct.size(), first + kMaxFdsPerMessage);
+    BLOCKSWAP_RETURN_IF_ERROR(CheckDescriptorHeadroom(
+        end - first, absl::StrCat("sending the masters of model ", model->id().substr(0, 16))));
+    for (size_t i = first; i < end; ++i) {
       BLOCKSWAP_ASSIGN_OR_RETURN(batch.emplace_back(), distinct[i]->OpenReadOnly());
       fds.push_back(batch.back().get());
     }

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/os/logging.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/masters_directory.h"
@@ -868,9 +869,13 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   }
 
   // Each new block sealed under its final name, then the manifest (the
-  // commit point); on failure the blocks written go again.
+  // commit point); on failure the blocks written go again. ParallelFor's
+  // threads each hold one block file open, and the manifest one more.
   std::vector<std::unique_ptr<BlockMaster>> written(claim.claimed.size());
-  absl::Status status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
+  absl::Status status = CheckDescriptorHeadroom(
+      std::min<uint64_t>(claim.claimed.size(), kMaxWorkerThreads) + 1,
+      absl::StrCat("registering model ", id.substr(0, 16)));
+  if (status.ok()) status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
     BLOCKSWAP_ASSIGN_OR_RETURN(WrittenBlock block,
                                write(claim.claimed_positions[i], claim.claimed[i]));
     if (!charged) block.master->memory_ = std::move(memory[i]);
