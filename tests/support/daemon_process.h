@@ -48,6 +48,9 @@ struct DaemonFlags {
   // launcher writes its own pid there, then execs blockswapd), so that what
   // it allocates from its first instruction on is charged to the cgroup.
   std::string cgroup_procs = {};
+  // When set, the daemon's descriptor limit (RLIMIT_NOFILE, soft and hard),
+  // as a unit's LimitNOFILE= sets it.
+  uint64_t max_open_files = 0;
 };
 
 class DaemonProcess {
