@@ -20,7 +20,9 @@ has frozen what it does not train, and said once per process on stderr.
 import dataclasses
 import sys
 
-from .exchange import ModelOffloader
+import torch
+
+from .exchange import ExchangeOffloader
 from .offloader import BlockSwapConfig, StreamOffloader, _place_blocks
 from .selection import base_modules
 
@@ -107,13 +109,15 @@ def _exchange(block_type, blocks, blocks_to_swap, config, reason):
                   f"{block_type}: exchanging {blocks_to_swap} of {len(blocks)} blocks between "
                   f"host and device in this process, as the reference's ModelOffloader does, "
                   f"because of {reason}")
-    return ModelOffloader(blocks, blocks_to_swap, config.device,
-                          supports_backward=config.supports_backward, debug=config.debug)
+    return ExchangeOffloader(blocks, blocks_to_swap, config.device,
+                             supports_backward=config.supports_backward, debug=config.debug)
 
 
 def _choose(block_type, blocks, blocks_to_swap, config):
     """The exchange or the stream for the reference's default, as the blocks are now."""
     num_blocks = len(blocks)
+    if blocks_to_swap <= 0:
+        return _exchange(block_type, blocks, blocks_to_swap, config, "nothing to swap")
     reason = _exchange_reason(blocks, config)
     if reason is not None:
         return _exchange(block_type, blocks, blocks_to_swap, config, reason)
@@ -208,11 +212,67 @@ def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
     if config.h2d_only or config.model_id or config.model_file:
         return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
     if blocks_to_swap <= 0:
-        return ModelOffloader(blocks, blocks_to_swap, config.device,
-                              supports_backward=config.supports_backward, debug=config.debug)
+        return _exchange(block_type, blocks, blocks_to_swap, config, "nothing to swap")
     if config.ring_size < 1:
         raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
     return ExchangeOrStream(block_type, blocks, blocks_to_swap, config)
+
+
+def _model_offloader_arguments(blocks, args, kwargs):
+    """(blocks_to_swap, device, supports_backward, debug) from either of the
+    signatures the trainers call, positional or keyword:
+    sd-scripts' Flux and SD3 `(blocks, num_blocks, blocks_to_swap, device,
+    debug=False)`, and `(blocks, blocks_to_swap, device, supports_backward=True,
+    debug=False)`."""
+    # The older one's third positional argument is the device, the newer
+    # one's is supports_backward (a bool).
+    older = ("num_blocks" in kwargs or
+             (len(args) >= 3 and isinstance(args[1], int) and not isinstance(args[2], bool)) or
+             (len(args) == 2 and "device" in kwargs and "blocks_to_swap" not in kwargs and
+              isinstance(args[1], int)))
+    names = (("num_blocks", "blocks_to_swap", "device", "debug") if older else
+             ("blocks_to_swap", "device", "supports_backward", "debug"))
+    signature = f"ModelOffloader(blocks, {', '.join(names)})"
+    if len(args) > len(names):
+        raise TypeError(f"{signature} takes at most {len(names)} arguments after blocks "
+                        f"({len(args)} given)")
+    values = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names:
+            raise TypeError(f"{signature} got an unexpected keyword argument {name!r}")
+        if name in values:
+            raise TypeError(f"{signature} got multiple values for argument {name!r}")
+        values[name] = value
+    for name in ("blocks_to_swap", "device"):
+        if name not in values:
+            raise TypeError(f"{signature} is missing the argument {name!r}")
+    if older and values["num_blocks"] != len(blocks):
+        raise ValueError(f"{signature}: num_blocks is {values['num_blocks']} but {len(blocks)} "
+                         f"blocks were given")
+    return (values["blocks_to_swap"], torch.device(values["device"]),
+            bool(values.get("supports_backward", True)), bool(values.get("debug", False)))
+
+
+class ModelOffloader(ExchangeOrStream):
+    """The reference's `ModelOffloader` as the kohya trainers build it
+    directly, in either signature (`_model_offloader_arguments`): the same
+    choice as `create_offloader`'s default, at the first prepare. Frozen
+    weights stream through blockswapd (S + B blocks, no more device bytes than
+    the exchange), trainable ones are exchanged in this process. Every public
+    name of sd-scripts' and musubi-tuner's class: `submit_move_blocks` is
+    sd-scripts' name of `submit_move_blocks_forward`; the exchange's own
+    attributes (`create_backward_hook`, `thread_pool`, ...) are there once it
+    is chosen. blockswapd is found as `create_offloader` finds it
+    ($BLOCKSWAP_SOCKET, the system socket, else the user's own)."""
+
+    def __init__(self, blocks, *args, **kwargs):
+        blocks_to_swap, device, supports_backward, debug = _model_offloader_arguments(
+            blocks, args, kwargs)
+        super().__init__("blocks", blocks, blocks_to_swap, BlockSwapConfig(
+            device=device, supports_backward=supports_backward, debug=debug))
+
+    def submit_move_blocks(self, blocks, block_idx):
+        return self.submit_move_blocks_forward(blocks, block_idx)
 
 
 class LoRAStreamOffloader(StreamOffloader):

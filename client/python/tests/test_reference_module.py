@@ -23,7 +23,7 @@ def test_every_reference_name_is_there():
     assert sorted(cou.__all__) == REFERENCE_NAMES
     for name in REFERENCE_NAMES:
         assert getattr(cou, name) is not None, name
-    assert issubclass(cou.ModelOffloader, cou.Offloader)
+    assert issubclass(blockswap.exchange.ExchangeOffloader, cou.Offloader)
     assert issubclass(cou.LoRAStreamOffloader, blockswap.StreamOffloader)
 
 
