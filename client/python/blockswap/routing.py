@@ -3,12 +3,12 @@ reference's H2D-only offloader under its own name (`LoRAStreamOffloader`).
 
 - `model_id` / `model_file`, or `h2d_only`: stream exactly `blocks_to_swap`
   blocks through blockswapd (the reference's LoRAStreamOffloader: frozen
-  weights, checkpointing in training).
+  weights).
 - Otherwise the reference's default is an exchange of `blocks_to_swap` = S
-  blocks (ModelOffloader). Trainable weights (a full fine-tune: they are this
-  process's own) and training without gradient checkpointing (saved weights
-  must not be overwritten) get that exchange, in this process. Frozen weights
-  with checkpointing (or inference) stream through blockswapd instead, but a
+  blocks (its ModelOffloader, which the trainers also build directly).
+  Trainable weights (a full fine-tune: they are this process's own) get that
+  exchange, in this process. Frozen weights, with or without gradient
+  checkpointing, stream through blockswapd instead, but a
   stream needs B ring slots on the device besides its resident blocks where an
   exchange needs none, so it streams S + B blocks (more when the daemon's
   tensor alignment makes a slot larger than a block, at most N): the device
@@ -96,10 +96,6 @@ def _exchange_reason(blocks, config):
             if getattr(module, attr).requires_grad:
                 return ("trainable block weights (a full fine-tune): trained weights are this "
                         "process's own, so nothing is shared through blockswapd")
-    if config.supports_backward and not config.gradient_checkpointing:
-        return ("training without gradient checkpointing (BlockSwapConfig."
-                "gradient_checkpointing / --gradient_checkpointing): weights saved for backward "
-                "must stay where they are, which only the exchange guarantees")
     return None
 
 
@@ -129,7 +125,8 @@ def _choose(block_type, blocks, blocks_to_swap, config):
                          f"the device memory: streaming even all {num_blocks} blocks through "
                          f"{config.ring_size} ring slots would hold more than the exchange's "
                          f"{num_blocks - blocks_to_swap} resident blocks")
-    how = "with gradient checkpointing" if config.supports_backward else "for inference"
+    how = "for inference" if not config.supports_backward else \
+        "with gradient checkpointing" if config.gradient_checkpointing else "for training"
     _say_once("stream", f"{block_type}: frozen weights {how}: streaming {streamed} of "
                         f"{num_blocks} blocks through blockswapd (ring of "
                         f"{min(config.ring_size, streamed)}) instead of exchanging "
@@ -278,13 +275,12 @@ class ModelOffloader(ExchangeOrStream):
 class LoRAStreamOffloader(StreamOffloader):
     """The reference's H2D-only offloader (its signature): `blocks_to_swap`
     frozen blocks streamed through blockswapd ($BLOCKSWAP_SOCKET or the
-    default socket). As in the reference, training needs gradient
-    checkpointing: without it backward fails with autograd's "modified by an
-    inplace operation" error."""
+    default socket). Unlike the reference's, training needs no gradient
+    checkpointing (blockswap/saved_weights.py)."""
 
     def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, supports_backward, device,
                  ring_size=2, use_pinned_memory=True, debug=False, swap_tensor_selector=None):
         super().__init__(block_type, blocks, num_blocks, blocks_to_swap, BlockSwapConfig(
             device=device, supports_backward=supports_backward,
             use_pinned_memory=use_pinned_memory, h2d_only=True, ring_size=ring_size, debug=debug,
-            gradient_checkpointing=True, swap_tensor_selector=swap_tensor_selector))
+            swap_tensor_selector=swap_tensor_selector))

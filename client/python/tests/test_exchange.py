@@ -1,8 +1,8 @@
 """The exchange offloader (the reference's ModelOffloader, in-process), and
-which offloader `create_offloader` picks for the reference's default
-(`h2d_only=False`): exchange for trainable weights or training without
-checkpointing, blockswapd streaming for frozen checkpointed blocks, with no
-more device bytes than the exchange."""
+which offloader `create_offloader` and `ModelOffloader` pick for the
+reference's default (`h2d_only=False`): exchange for trainable weights,
+blockswapd streaming for frozen blocks (checkpointed or not), with no more
+device bytes than the exchange."""
 import pytest
 import torch
 import torch.nn as nn
@@ -153,7 +153,7 @@ def config(daemon, **fields):
                                         "socket": daemon.socket, **fields})
 
 
-def test_trainable_or_uncheckpointed_blocks_get_the_exchange_said_once(daemon, capfd):
+def test_trainable_blocks_get_the_exchange_said_once(daemon, capfd):
     from blockswap import routing
     routing._said.clear()
     trainable = TinyTransformer(N, lora=False).fine_tune()
@@ -163,15 +163,27 @@ def test_trainable_or_uncheckpointed_blocks_get_the_exchange_said_once(daemon, c
         assert offloader.chosen is None  # until the first prepare
         offloader.prepare_block_devices_before_forward(trainable.blocks)
         assert type(offloader.chosen) is ExchangeOffloader
-    frozen = TinyTransformer(N)
-    offloader = blockswap.create_offloader("blocks", frozen.blocks, N, S,
-                                           config(daemon, gradient_checkpointing=False))
-    offloader.prepare_block_devices_before_forward(frozen.blocks)
-    assert type(offloader.chosen) is ExchangeOffloader
     err = capfd.readouterr().err
     assert err.count("trainable block weights (a full fine-tune)") == 1, err
-    assert err.count("training without gradient checkpointing") == 1, err
     assert "exchanging 2 of 6 blocks" in err
+
+
+def test_frozen_blocks_without_checkpointing_stream_equal_to_resident(daemon, capfd):
+    from blockswap import routing
+    routing._said.clear()
+    data = batches(2)
+    reference = TinyTransformer(N)
+    reference.gradient_checkpointing = False
+    expected, _ = train(reference, data)
+    model = TinyTransformer(N)
+    model.gradient_checkpointing = False
+    model.offloader = blockswap.create_offloader("blocks", model.blocks, N, S,
+                                                 config(daemon, gradient_checkpointing=False))
+    losses, _ = train(model, data)
+    assert isinstance(model.offloader.chosen, blockswap.StreamOffloader)
+    assert all(torch.equal(a, b) for a, b in zip(losses, expected))
+    assert "frozen weights for training: streaming 5 of 6 blocks" in capfd.readouterr().err
+    model.offloader.close()
 
 
 class Aligned(nn.Module):
