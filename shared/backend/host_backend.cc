@@ -773,6 +773,12 @@ class HostDevice final : public Device {
     }
     return std::make_unique<HostStreamWords>(std::move(mapping));
   }
+
+  absl::Status stream_words_status() const override {
+    if (!without_stream_words_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(info_.uuid, " has no stream words (BLOCKSWAP_HOST_NO_STREAM_WORDS)"));
+  }
   absl::Status health() const override { return absl::OkStatus(); }
   absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space
 
