@@ -83,8 +83,11 @@ class ProcAddress {
     const char* why = status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                           ? "the driver has it only in a later version"
                           : "the driver does not have it";
+    // driver_version is 0 while the version itself is being looked up.
     return absl::FailedPreconditionError(absl::StrCat(
-        "the CUDA driver (CUDA ", CudaVersionString(driver_version), ") cannot provide ", symbol,
+        "the CUDA driver",
+        driver_version != 0 ? absl::StrCat(" (CUDA ", CudaVersionString(driver_version), ")") : "",
+        " cannot provide ", symbol,
         " as of CUDA ", CudaVersionString(version), ": ", why, " (CUresult ",
         static_cast<int>(result), "); blockswap needs a driver of CUDA ",
         CudaVersionString(kLowestCudaDriverVersion), " or later"));
