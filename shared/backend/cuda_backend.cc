@@ -363,7 +363,8 @@ class CudaClockAnchor {
     CUstream stream = nullptr;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     CUevent event = nullptr;
-    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cu.cuEventCreate(&event, CU_EVENT_DEFAULT));
+    absl::Status created =
+        BLOCKSWAP_CUDA_STATUS(&health, cu.cuEventCreate(&event, CU_EVENT_DEFAULT));
     if (!created.ok()) {
       (void)BLOCKSWAP_CUDA_STATUS(&health, cu.cuStreamDestroy(stream));
       return created;
@@ -569,8 +570,8 @@ class CudaStream final : public Stream {
     if (bytes == 0) return absl::OkStatus();
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     return BLOCKSWAP_CUDA_STATUS(
-        &health_, health_.cu().cuMemcpyDtoHAsync(host_dst, reinterpret_cast<CUdeviceptr>(device_src),
-                                                 bytes, stream_));
+        &health_, health_.cu().cuMemcpyDtoHAsync(
+                      host_dst, reinterpret_cast<CUdeviceptr>(device_src), bytes, stream_));
   }
 
   absl::Status Record(Event& event) override {
@@ -612,8 +613,9 @@ class CudaStream final : public Stream {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaStreamWords * cuda_words, AsCudaWords(words));
     BLOCKSWAP_ASSIGN_OR_RETURN(CUdeviceptr address, cuda_words->DeviceAddress(index));
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamWriteValue32(
-                                               stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    return BLOCKSWAP_CUDA_STATUS(
+        &health_,
+        health_.cu().cuStreamWriteValue32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
   }
 
   // CU_STREAM_WAIT_VALUE_GEQ compares as WordReached does (serial numbers).
@@ -632,8 +634,9 @@ class CudaStream final : public Stream {
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     auto wait = [&]() -> absl::Status {
-      return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamWaitValue32(
-                                                 stream_, address, target, CU_STREAM_WAIT_VALUE_GEQ));
+      return BLOCKSWAP_CUDA_STATUS(
+          &health_,
+          health_.cu().cuStreamWaitValue32(stream_, address, target, CU_STREAM_WAIT_VALUE_GEQ));
     };
     return cuda_timer != nullptr ? cuda_timer->RecordAround(stream_, wait) : wait();
   }
@@ -646,9 +649,8 @@ class CudaStream final : public Stream {
     if (!fn) return absl::InvalidArgumentError("LaunchHostFunc needs a function to run");
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     auto owned = std::make_unique<std::function<void()>>(std::move(fn));
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
-                                   health_.cu().cuLaunchHostFunc(stream_, &RunHostFunction,
-                                                                 owned.get()));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuLaunchHostFunc(stream_, &RunHostFunction, owned.get()));
     (void)owned.release();  // RunHostFunction owns it now
     return absl::OkStatus();
   }
@@ -686,9 +688,8 @@ class CudaHostRegistration final : public HostRegistration {
   // Pins one piece; it is unpinned when this registration dies, also when a
   // later piece fails.
   absl::Status Pin(void* chunk, size_t bytes) {
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
-                                   health_.cu().cuMemHostRegister(chunk, bytes,
-                                                                  CU_MEMHOSTREGISTER_PORTABLE));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE));
     chunks_.push_back(chunk);
     return absl::OkStatus();
   }
@@ -767,8 +768,8 @@ class CudaDevice final : public Device {
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     CUdeviceptr data = 0;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, health_.cu().cuIpcOpenMemHandle(&data, ipc_handle,
-                                                  CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        &health_,
+        health_.cu().cuIpcOpenMemHandle(&data, ipc_handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     // Owned from here on: closed again if the size check fails.
     auto memory = std::make_unique<CudaDeviceMemory>(health_, data, bytes,
                                                      CudaDeviceMemory::Origin::kImported);
@@ -780,7 +781,8 @@ class CudaDevice final : public Device {
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     CUevent event = nullptr;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, health_.cu().cuEventCreate(&event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        &health_,
+        health_.cu().cuEventCreate(&event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
     return std::make_unique<CudaEvent>(health_, event, /*exportable=*/true);
   }
 
@@ -891,10 +893,10 @@ class CudaDevice final : public Device {
     size_t size = 0;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuMemGetAddressRange(&base, &size, data));
     if (data - base > size || size - (data - base) < bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the imported device memory does not span the announced ", bytes, " bytes (its mapping has ",
-          size - std::min<size_t>(size, data - base), " bytes from the imported address, on ",
-          health_.label(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the imported device memory does not span the announced ", bytes,
+                       " bytes (its mapping has ", size - std::min<size_t>(size, data - base),
+                       " bytes from the imported address, on ", health_.label(), ")"));
     }
     return absl::OkStatus();
   }
@@ -923,7 +925,8 @@ class CudaDevice final : public Device {
     absl::MutexLock lock(&probe_mu_);
     if (!probed_.has_value()) {
       absl::Status probe = ProbeStreamWords();
-      BLOCKSWAP_RETURN_IF_ERROR(health_.status());  // a sticky error is the device's, not the probe's
+      BLOCKSWAP_RETURN_IF_ERROR(
+          health_.status());  // a sticky error is the device's, not the probe's
       probed_ = probe.ok() ? probe
                            : absl::FailedPreconditionError(absl::StrCat(
                                  health_.label(), " cannot use stream words: ", probe.message()));
@@ -947,18 +950,19 @@ class CudaDevice final : public Device {
     BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory memory,
                                SharedMemory::Create("stream-words-probe", 2 * sizeof(uint32_t)));
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, memory.Map(Access::kReadWrite));
-    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamWords> words, MapWords(std::move(mapping)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamWords> words,
+                               MapWords(std::move(mapping)));
     words->word(0).store(0);
     words->word(1).store(0);
     CUstream stream = nullptr;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     absl::Status issued = BLOCKSWAP_CUDA_STATUS(
-        &health_, cu.cuStreamWaitValue32(stream, *words->DeviceAddress(0), 1,
-                                         CU_STREAM_WAIT_VALUE_GEQ));
+        &health_,
+        cu.cuStreamWaitValue32(stream, *words->DeviceAddress(0), 1, CU_STREAM_WAIT_VALUE_GEQ));
     if (issued.ok()) {
-      issued = BLOCKSWAP_CUDA_STATUS(
-          &health_, cu.cuStreamWriteValue32(stream, *words->DeviceAddress(1), 1,
-                                            CU_STREAM_WRITE_VALUE_DEFAULT));
+      issued = BLOCKSWAP_CUDA_STATUS(&health_,
+                                     cu.cuStreamWriteValue32(stream, *words->DeviceAddress(1), 1,
+                                                             CU_STREAM_WRITE_VALUE_DEFAULT));
     }
     words->word(0).store(1, std::memory_order_release);
     const absl::Time deadline = absl::Now() + kStreamWordsProbeTimeout;
@@ -973,10 +977,10 @@ class CudaDevice final : public Device {
       // stream is released once its work ends and the page is leaked.
       (void)cu.cuStreamDestroy(stream);
       (void)words.release();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a stream memory operation round trip (cuStreamWaitValue32, then "
-          "cuStreamWriteValue32 on registered host memory) did not complete within ",
-          absl::FormatDuration(kStreamWordsProbeTimeout)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("a stream memory operation round trip (cuStreamWaitValue32, then "
+                       "cuStreamWriteValue32 on registered host memory) did not complete within ",
+                       absl::FormatDuration(kStreamWordsProbeTimeout)));
     }
     (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuStreamSynchronize(stream));
     (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuStreamDestroy(stream));
@@ -1004,11 +1008,10 @@ class CudaBackend final : public Backend {
   BackendKind kind() const override { return BackendKind::kCuda; }
   const std::vector<std::unique_ptr<Device>>& devices() const override { return devices_; }
   std::string driver() const override {
-    return absl::StrCat("CUDA driver ",
-                        cuda_internal::CudaVersionString(cuda_internal::LoadedCudaDriverVersion()),
-                        "; blockswap needs ",
-                        cuda_internal::CudaVersionString(cuda_internal::kLowestCudaDriverVersion),
-                        " or later");
+    return absl::StrCat(
+        "CUDA driver ", cuda_internal::CudaVersionString(cuda_internal::LoadedCudaDriverVersion()),
+        "; blockswap needs ",
+        cuda_internal::CudaVersionString(cuda_internal::kLowestCudaDriverVersion), " or later");
   }
 
  private:
@@ -1033,8 +1036,7 @@ absl::StatusOr<DeviceInfo> ReadDeviceInfo(const CudaDriverTable& cu, CUdevice de
 // cuInit's error as FAILED_PRECONDITION when this machine simply has no
 // usable GPU (the host backend may serve), else the error itself.
 absl::Status InitFailed(CUresult error) {
-  absl::Status status =
-      cuda_internal::CheckCuda(nullptr, error, "cuInit(0)", __FILE__, __LINE__);
+  absl::Status status = cuda_internal::CheckCuda(nullptr, error, "cuInit(0)", __FILE__, __LINE__);
   if (error == CUDA_ERROR_NO_DEVICE) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return absl::FailedPreconditionError(absl::StrCat(

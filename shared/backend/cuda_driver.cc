@@ -50,8 +50,8 @@ class ProcAddress {
  public:
   static absl::StatusOr<ProcAddress> Find(const DlHandle& library) {
     ProcAddress found;
-    found.v12_ = reinterpret_cast<PFN_cuGetProcAddress_v12000>(
-        library.Symbol("cuGetProcAddress_v2"));
+    found.v12_ =
+        reinterpret_cast<PFN_cuGetProcAddress_v12000>(library.Symbol("cuGetProcAddress_v2"));
     if (found.v12_ == nullptr) {
       found.v11_ =
           reinterpret_cast<PFN_cuGetProcAddress_v11030>(library.Symbol("cuGetProcAddress"));
@@ -87,9 +87,8 @@ class ProcAddress {
     return absl::FailedPreconditionError(absl::StrCat(
         "the CUDA driver",
         driver_version != 0 ? absl::StrCat(" (CUDA ", CudaVersionString(driver_version), ")") : "",
-        " cannot provide ", symbol,
-        " as of CUDA ", CudaVersionString(version), ": ", why, " (CUresult ",
-        static_cast<int>(result), "); blockswap needs a driver of CUDA ",
+        " cannot provide ", symbol, " as of CUDA ", CudaVersionString(version), ": ", why,
+        " (CUresult ", static_cast<int>(result), "); blockswap needs a driver of CUDA ",
         CudaVersionString(kLowestCudaDriverVersion), " or later"));
   }
 
@@ -115,9 +114,9 @@ absl::StatusOr<LoadedDriver> Load() {
       lookup.Resolve("cuDriverGetVersion", 2020, reinterpret_cast<void**>(&get_version), 0));
   int version = 0;
   if (CUresult result = get_version(&version); result != CUDA_SUCCESS) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the CUDA driver ", kDriverLibrary, " failed cuDriverGetVersion (CUresult ",
-        static_cast<int>(result), ")"));
+    return absl::FailedPreconditionError(absl::StrCat("the CUDA driver ", kDriverLibrary,
+                                                      " failed cuDriverGetVersion (CUresult ",
+                                                      static_cast<int>(result), ")"));
   }
   if (version < kLowestCudaDriverVersion) {
     return absl::FailedPreconditionError(absl::StrCat(

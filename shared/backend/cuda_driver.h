@@ -31,49 +31,49 @@
 // The legacy default stream is meant wherever a stream argument is null
 // (cuGetProcAddress is asked with CU_GET_PROC_ADDRESS_LEGACY_STREAM), as in a
 // trainer that wraps torch's default stream.
-#define BLOCKSWAP_CUDA_DRIVER_ENTRY_POINTS(X)                             \
-  X(cuInit, 2000, PFN_cuInit_v2000)                                       \
-  X(cuDriverGetVersion, 2020, PFN_cuDriverGetVersion_v2020)               \
-  X(cuGetErrorName, 6000, PFN_cuGetErrorName_v6000)                       \
-  X(cuGetErrorString, 6000, PFN_cuGetErrorString_v6000)                   \
-  X(cuDeviceGetCount, 2000, PFN_cuDeviceGetCount_v2000)                   \
-  X(cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                             \
-  X(cuDeviceGetName, 2000, PFN_cuDeviceGetName_v2000)                     \
-  X(cuDeviceGetUuid, 11040, PFN_cuDeviceGetUuid_v11040)                   \
-  X(cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                   \
-  X(cuDeviceGetAttribute, 2000, PFN_cuDeviceGetAttribute_v2000)           \
-  X(cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain_v7000)   \
+#define BLOCKSWAP_CUDA_DRIVER_ENTRY_POINTS(X)                               \
+  X(cuInit, 2000, PFN_cuInit_v2000)                                         \
+  X(cuDriverGetVersion, 2020, PFN_cuDriverGetVersion_v2020)                 \
+  X(cuGetErrorName, 6000, PFN_cuGetErrorName_v6000)                         \
+  X(cuGetErrorString, 6000, PFN_cuGetErrorString_v6000)                     \
+  X(cuDeviceGetCount, 2000, PFN_cuDeviceGetCount_v2000)                     \
+  X(cuDeviceGet, 2000, PFN_cuDeviceGet_v2000)                               \
+  X(cuDeviceGetName, 2000, PFN_cuDeviceGetName_v2000)                       \
+  X(cuDeviceGetUuid, 11040, PFN_cuDeviceGetUuid_v11040)                     \
+  X(cuDeviceTotalMem, 3020, PFN_cuDeviceTotalMem_v3020)                     \
+  X(cuDeviceGetAttribute, 2000, PFN_cuDeviceGetAttribute_v2000)             \
+  X(cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain_v7000)     \
   X(cuDevicePrimaryCtxRelease, 11000, PFN_cuDevicePrimaryCtxRelease_v11000) \
-  X(cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent_v4000)                     \
-  X(cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)                     \
-  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                               \
-  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                                 \
-  X(cuMemGetInfo, 3020, PFN_cuMemGetInfo_v3020)                           \
-  X(cuMemGetAddressRange, 3020, PFN_cuMemGetAddressRange_v3020)           \
-  X(cuMemAllocHost, 3020, PFN_cuMemAllocHost_v3020)                       \
-  X(cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                         \
-  X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)                 \
-  X(cuMemHostUnregister, 4000, PFN_cuMemHostUnregister_v4000)             \
-  X(cuMemHostGetDevicePointer, 3020, PFN_cuMemHostGetDevicePointer_v3020) \
-  X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)                 \
-  X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)             \
-  X(cuIpcCloseMemHandle, 4010, PFN_cuIpcCloseMemHandle_v4010)             \
-  X(cuIpcGetEventHandle, 4010, PFN_cuIpcGetEventHandle_v4010)             \
-  X(cuIpcOpenEventHandle, 4010, PFN_cuIpcOpenEventHandle_v4010)           \
-  X(cuEventCreate, 2000, PFN_cuEventCreate_v2000)                         \
-  X(cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                       \
-  X(cuEventRecord, 2000, PFN_cuEventRecord_v2000)                         \
-  X(cuEventQuery, 2000, PFN_cuEventQuery_v2000)                           \
-  X(cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)               \
-  X(cuEventElapsedTime, 2000, PFN_cuEventElapsedTime_v2000)               \
-  X(cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)                       \
-  X(cuStreamDestroy, 4000, PFN_cuStreamDestroy_v4000)                     \
-  X(cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)             \
-  X(cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                 \
-  X(cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)                 \
-  X(cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)                 \
-  X(cuLaunchHostFunc, 10000, PFN_cuLaunchHostFunc_v10000)                 \
-  X(cuStreamWaitValue32, 11070, PFN_cuStreamWaitValue32_v11070)           \
+  X(cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent_v4000)                       \
+  X(cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)                       \
+  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                                 \
+  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                                   \
+  X(cuMemGetInfo, 3020, PFN_cuMemGetInfo_v3020)                             \
+  X(cuMemGetAddressRange, 3020, PFN_cuMemGetAddressRange_v3020)             \
+  X(cuMemAllocHost, 3020, PFN_cuMemAllocHost_v3020)                         \
+  X(cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                           \
+  X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)                   \
+  X(cuMemHostUnregister, 4000, PFN_cuMemHostUnregister_v4000)               \
+  X(cuMemHostGetDevicePointer, 3020, PFN_cuMemHostGetDevicePointer_v3020)   \
+  X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)                   \
+  X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)               \
+  X(cuIpcCloseMemHandle, 4010, PFN_cuIpcCloseMemHandle_v4010)               \
+  X(cuIpcGetEventHandle, 4010, PFN_cuIpcGetEventHandle_v4010)               \
+  X(cuIpcOpenEventHandle, 4010, PFN_cuIpcOpenEventHandle_v4010)             \
+  X(cuEventCreate, 2000, PFN_cuEventCreate_v2000)                           \
+  X(cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                         \
+  X(cuEventRecord, 2000, PFN_cuEventRecord_v2000)                           \
+  X(cuEventQuery, 2000, PFN_cuEventQuery_v2000)                             \
+  X(cuEventSynchronize, 2000, PFN_cuEventSynchronize_v2000)                 \
+  X(cuEventElapsedTime, 2000, PFN_cuEventElapsedTime_v2000)                 \
+  X(cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)                         \
+  X(cuStreamDestroy, 4000, PFN_cuStreamDestroy_v4000)                       \
+  X(cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)               \
+  X(cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)                   \
+  X(cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)                   \
+  X(cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)                   \
+  X(cuLaunchHostFunc, 10000, PFN_cuLaunchHostFunc_v10000)                   \
+  X(cuStreamWaitValue32, 11070, PFN_cuStreamWaitValue32_v11070)             \
   X(cuStreamWriteValue32, 11070, PFN_cuStreamWriteValue32_v11070)
 
 namespace blockswap::cuda_internal {

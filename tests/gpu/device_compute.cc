@@ -25,8 +25,8 @@ absl::Status RuntimeStatus(cudaError_t error, const char* expr, const char* file
   if (error == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();
   return absl::InternalError(absl::StrCat(expr, " failed at ", file, ":", line, ": ",
-                                          cudaGetErrorName(error), " (",
-                                          cudaGetErrorString(error), ")"));
+                                          cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                                          ")"));
 }
 
 // --- cuda -------------------------------------------------------------------
@@ -36,8 +36,7 @@ absl::StatusOr<int> CudaOrdinal(absl::string_view uuid) {
   BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaGetDeviceCount(&count)));
   for (int ordinal = 0; ordinal < count; ++ordinal) {
     cudaDeviceProp prop{};
-    BLOCKSWAP_RETURN_IF_ERROR(
-        BLOCKSWAP_CUDART_STATUS(cudaGetDeviceProperties(&prop, ordinal)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaGetDeviceProperties(&prop, ordinal)));
     if (cuda_internal::FormatGpuUuid(prop.uuid) == uuid) return ordinal;
   }
   return absl::NotFoundError(absl::StrCat("no visible GPU has UUID ", uuid));
@@ -96,18 +95,17 @@ class CudaCompute final : public DeviceCompute {
   }
 
   absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
-    if (check >= checks_) return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", checks_));
+    if (check >= checks_)
+      return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", checks_));
     auto* flags = static_cast<unsigned int*>(flags_.get());
-    return BLOCKSWAP_CUDART_STATUS(
-                                 LaunchCompare(native_, slot, kept, bytes, flags + check));
+    return BLOCKSWAP_CUDART_STATUS(LaunchCompare(native_, slot, kept, bytes, flags + check));
   }
 
   absl::StatusOr<uint64_t> CountMismatches() override {
     BLOCKSWAP_RETURN_IF_ERROR(Synchronize());
     std::vector<unsigned int> flags(checks_);
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(
-        cudaMemcpy(flags.data(), flags_.get(), checks_ * sizeof(unsigned int),
-                            cudaMemcpyDeviceToHost)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaMemcpy(
+        flags.data(), flags_.get(), checks_ * sizeof(unsigned int), cudaMemcpyDeviceToHost)));
     uint64_t mismatches = 0;
     for (unsigned int flag : flags) mismatches += flag != 0;
     return mismatches;

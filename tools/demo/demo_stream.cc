@@ -128,11 +128,11 @@ class CudaStream final : public DemoStream {
   void Compute(uint32_t us) override {
     if (us == 0) return;
     computes_.push_back(us);
-    CheckCuda(cu_,
-              cu_.cuLaunchHostFunc(
-                  stream_, [](void* user) { Spin(*static_cast<uint32_t*>(user)); },
-                  &computes_.back()),
-              "cuLaunchHostFunc");
+    CheckCuda(
+        cu_,
+        cu_.cuLaunchHostFunc(
+            stream_, [](void* user) { Spin(*static_cast<uint32_t*>(user)); }, &computes_.back()),
+        "cuLaunchHostFunc");
   }
   void Synchronize() override {
     CheckCuda(cu_, cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
