@@ -171,6 +171,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   for (const auto& device : devices) uuids.push_back(device->info().uuid);
   daemon->Log(absl::StrCat(
       "ready on ", o.socket_path, ": backend ", BackendKindName(daemon->backend_->kind()),
+      daemon->backend_->driver().empty() ? "" : absl::StrCat(" (", daemon->backend_->driver(), ")"),
       ", devices ", absl::StrJoin(uuids, ", "), ", masters in ", o.shm_prefix, " (",
       daemon->store_->stats().adopted, " models adopted), access ",
       daemon->listener_->policy().Describe(), ", model_access ", ModelAccessName(o.model_access)));

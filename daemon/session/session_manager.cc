@@ -100,6 +100,7 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   reply.set_session_token(token);
   reply.set_backend(BackendToProto(backend_.kind()));
   reply.set_daemon_boot_id(boot_id_);
+  reply.set_driver(backend_.driver());
   for (const auto& device : backend_.devices()) {
     v1::Device* out = reply.add_devices();
     out->set_uuid(device->info().uuid);
@@ -107,6 +108,9 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     out->set_total_memory_bytes(device->info().total_memory_bytes);
     if (absl::Status health = device->health(); !health.ok()) {
       out->set_error(std::string(health.message()));
+    }
+    if (absl::Status words = device->stream_words_status(); !words.ok()) {
+      out->set_stream_words_unusable(std::string(words.message()));
     }
   }
   return reply;
