@@ -379,6 +379,42 @@ std::vector<FieldSpec> MakeFields() {
                        nullptr, [member](const O& o) { return absl::StrCat(o.*member); }},
                       Kind::kCount});
   };
+  // A count or bytes that may be "auto" (kAutoLimit, resolved at start).
+  auto with_auto = [&](const char* key, const char* flag, const char* help, uint64_t O::*member,
+                       bool is_bytes) {
+    fields.push_back(
+        {{key, flag, help, false,
+          [member, is_bytes](O& o, absl::string_view v) -> absl::Status {
+            if (v == "auto") {
+              o.*member = kAutoLimit;
+              return absl::OkStatus();
+            }
+            absl::StatusOr<uint64_t> n = is_bytes ? ParseByteCount(v) : ParseCount(v, kAutoLimit - 1);
+            if (!n.ok()) {
+              return absl::InvalidArgumentError(absl::StrCat(n.status().message(), ", or \"auto\""));
+            }
+            if (*n == kAutoLimit) return absl::InvalidArgumentError("too large");
+            o.*member = *n;
+            return absl::OkStatus();
+          },
+          nullptr,
+          [member](const O& o) {
+            return o.*member == kAutoLimit ? Quoted("auto") : absl::StrCat(o.*member);
+          }},
+         Kind::kBytes});  // an integer or a string, as bytes are
+  };
+  with_auto("max_master_blocks", "--max-master-blocks",
+            "distinct master blocks the node may hold, each one of the daemon's mappings (\"auto\": "
+            "half of vm.max_map_count; 0: unlimited)",
+            &O::max_master_blocks, /*is_bytes=*/false);
+  count("max_master_blocks_per_uid", "--max-master-blocks-per-uid",
+        "distinct master blocks the models registered by one uid may hold, each counted in full "
+        "for every uid whose models name it (0: unlimited)",
+        &O::max_master_blocks_per_uid);
+  with_auto("max_master_bytes_per_uid", "--max-master-bytes-per-uid",
+            "bytes of masters the models registered by one uid may hold, each block counted in full "
+            "for every uid whose models name it (\"auto\": half of max_memory_bytes; 0: unlimited)",
+            &O::max_master_bytes_per_uid, /*is_bytes=*/true);
   count("max_connections_per_uid", "--max-connections-per-uid",
         "connections one uid may have open at once (0: unlimited)", &O::max_connections_per_uid);
   count("max_pending_connections_per_uid", "--max-pending-connections-per-uid",

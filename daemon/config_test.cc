@@ -114,6 +114,25 @@ max_file_offers_per_client = 5
   EXPECT_EQ(o.quotas.per_client.file_offers, 5u);
 }
 
+TEST(Config, TheMasterLimitsTakeAutoOrANumber) {
+  DaemonOptions o;
+  EXPECT_EQ(o.max_master_blocks, kAutoLimit);
+  EXPECT_EQ(o.max_master_bytes_per_uid, kAutoLimit);
+  EXPECT_EQ(o.max_master_blocks_per_uid, 4096u);
+  ASSERT_TRUE(ApplyConfigText("max_master_blocks = 1000\nmax_master_bytes_per_uid = \"2GiB\"\n"
+                              "max_master_blocks_per_uid = 0\n",
+                              "t.toml", o)
+                  .ok());
+  EXPECT_EQ(o.max_master_blocks, 1000u);
+  EXPECT_EQ(o.max_master_bytes_per_uid, uint64_t{2} << 30);
+  EXPECT_EQ(o.max_master_blocks_per_uid, 0u);
+  ASSERT_TRUE(ApplyConfigText("max_master_blocks = \"auto\"\n", "t.toml", o).ok());
+  EXPECT_EQ(o.max_master_blocks, kAutoLimit);
+  absl::Status bad = ApplyConfigText("max_master_blocks = \"many\"\n", "t.toml", o);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "max_master_blocks")) << bad;
+  EXPECT_TRUE(absl::StrContains(bad.message(), "or \"auto\"")) << bad;
+}
+
 TEST(Config, PrintedConfigReadsBackToTheSameOptions) {
   DaemonOptions o;
   ASSERT_TRUE(

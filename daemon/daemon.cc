@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/budget/memory_limit.h"
 #include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
@@ -58,11 +59,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   }
   daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes);
 
+  ModelStoreOptions store_options{.directory = o.shm_prefix,
+                                  .max_pinned_bytes = o.max_pinned_bytes,
+                                  .pinning = o.pinning,
+                                  .memory_budget = daemon->memory_.get(),
+                                  .max_blocks = o.max_master_blocks,
+                                  .uid_limits = {.max_blocks = o.max_master_blocks_per_uid,
+                                                 .max_bytes = o.max_master_bytes_per_uid}};
+  if (store_options.max_blocks == kAutoLimit) {
+    const uint64_t map_count = ReadMaxMapCount();
+    store_options.max_blocks = AutoMaxMasterBlocks(map_count);
+    daemon->Log(absl::StrCat("max_master_blocks = \"auto\": ", store_options.max_blocks,
+                             " (half of vm.max_map_count = ", map_count, ")"));
+  }
+  if (store_options.uid_limits.max_bytes == kAutoLimit) {
+    store_options.uid_limits.max_bytes = AutoMaxMasterBytesPerUid(max_memory_bytes);
+    daemon->Log(absl::StrCat("max_master_bytes_per_uid = \"auto\": ",
+                             store_options.uid_limits.max_bytes, " (half of max_memory_bytes)"));
+  }
   // cudaHostRegisterPortable makes one pinning valid for every device.
   BLOCKSWAP_ASSIGN_OR_RETURN(daemon->store_,
-                             ModelStore::Open(ModelStoreOptions{o.shm_prefix, o.max_pinned_bytes,
-                                                                o.pinning, daemon->memory_.get()},
-                                              devices[0].get()));
+                             ModelStore::Open(std::move(store_options), devices[0].get()));
 
   // On the host backend a ring's "device memory" is the daemon's own memory.
   RingMemoryOptions ring_memory{
@@ -154,6 +171,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   for (const auto& device : devices) uuids.push_back(device->info().uuid);
   daemon->Log(absl::StrCat(
       "ready on ", o.socket_path, ": backend ", BackendKindName(daemon->backend_->kind()),
+      daemon->backend_->driver().empty() ? "" : absl::StrCat(" (", daemon->backend_->driver(), ")"),
       ", devices ", absl::StrJoin(uuids, ", "), ", masters in ", o.shm_prefix, " (",
       daemon->store_->stats().adopted, " models adopted), access ",
       daemon->listener_->policy().Describe(), ", model_access ", ModelAccessName(o.model_access)));

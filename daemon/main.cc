@@ -41,7 +41,11 @@ int ListDevices(blockswap::BackendChoice choice, const blockswap::HostBackendOpt
     std::cerr << "blockswapd: " << backend.status() << "\n";
     return 1;
   }
-  std::cout << "backend " << blockswap::BackendKindName((*backend)->kind()) << "\n";
+  std::cout << "backend " << blockswap::BackendKindName((*backend)->kind());
+  if (const std::string driver = (*backend)->driver(); !driver.empty()) {
+    std::cout << " (" << driver << ")";
+  }
+  std::cout << "\n";
   for (const auto& device : (*backend)->devices()) {
     const auto& info = device->info();
     std::cout << "device " << info.uuid << " \"" << info.name << "\" " << info.total_memory_bytes

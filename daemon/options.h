@@ -17,6 +17,7 @@
 #include "daemon/device/staging_pool.h"
 #include "daemon/os/logging.h"
 #include "daemon/session/model_visibility.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/session/quota.h"
 #include "daemon/store/master_pinning.h"
 #include "shared/backend/backend.h"
@@ -55,6 +56,14 @@ struct DaemonOptions {
   uint32_t max_verifies_per_uid = 4;
   // The node's memory budget (daemon/budget/memory_budget.h); 0: unlimited.
   uint64_t max_memory_bytes = kMaxMemoryBytesAuto;
+  // What the masters may hold (daemon/store/uid_holds.h,
+  // daemon/budget/master_limits.h): distinct blocks on the node ("auto",
+  // kAutoLimit: half of vm.max_map_count), and the blocks and bytes the
+  // models of one uid may hold ("auto": half of max_memory_bytes); 0:
+  // unlimited.
+  uint64_t max_master_blocks = kAutoLimit;
+  uint64_t max_master_blocks_per_uid = 4096;
+  uint64_t max_master_bytes_per_uid = kAutoLimit;
   // A ring must leave this much of its device's memory free.
   uint64_t device_memory_reserve_bytes = uint64_t{1} << 30;
   ClientQuotas quotas = DefaultClientQuotas();

@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/budget/master_limits.h"
+#include "daemon/budget/memory_limit.h"
 #include "daemon/store/masters_directory.h"
 #include "shared/base/status.h"
 
@@ -84,6 +87,27 @@ void CheckAccounts(const DaemonOptions& o, PreflightReport& report) {
   }
 }
 
+// What would limit the masters (or lock other users out) before
+// max_memory_bytes does: vm.max_map_count and RLIMIT_NOFILE.
+void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
+  MasterLimitsInput in;
+  in.max_memory_bytes = o.max_memory_bytes == kMaxMemoryBytesAuto
+                            ? AutoMaxMemoryBytes(ProcessMemoryLimit())
+                            : o.max_memory_bytes;
+  in.max_map_count = ReadMaxMapCount();
+  in.max_master_blocks = o.max_master_blocks == kAutoLimit ? AutoMaxMasterBlocks(in.max_map_count)
+                                                           : o.max_master_blocks;
+  struct rlimit files {};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) in.open_files = files.rlim_cur;
+  // Each connection is its socket and the duplicate kept until it closes;
+  // a session its pidfd and side channel; a ring its memory and control
+  // block; an offered file its descriptor.
+  const ClientAmounts& uid = o.quotas.per_uid;
+  in.descriptors_one_uid_may_hold = 2 * o.max_connections_per_uid + 2 * uid.sessions +
+                                    2 * uid.rings + uid.file_offers;
+  for (std::string& warning : MasterLimitWarnings(in)) report.warnings.push_back(std::move(warning));
+}
+
 }  // namespace
 
 absl::StatusOr<gid_t> ResolveSocketGroup(const std::string& group) {
@@ -117,6 +141,7 @@ PreflightReport Preflight(const DaemonOptions& options) {
   CheckSocketDirectory(options, report);
   CheckBudget(options, report);
   CheckAccounts(options, report);
+  CheckMasterLimits(options, report);
   return report;
 }
 

@@ -205,6 +205,12 @@ int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block) {
   return Guard([&] { return scheduler->scheduler->AfterBackward(block); });
 }
 
+int bs_scheduler_ensure_block(bs_scheduler* scheduler, uint32_t block) {
+  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_ensure_block: NULL scheduler");
+  if (int code = Inherited(scheduler, "bs_scheduler_ensure_block")) return code;
+  return Guard([&] { return scheduler->scheduler->EnsureBlock(block); });
+}
+
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only) {
   if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_forward_only: NULL scheduler");
   if (int code = Inherited(scheduler, "bs_scheduler_set_forward_only")) return code;

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -159,6 +160,20 @@ absl::StatusOr<UniqueFd> OpenPrivateDirectory(const std::string& path) {
           absl::StrCat("the private blockswapd's directory ", path,
                        " is not a directory (a symbolic link?); remove it, or name another with $",
                        kAutostartDirEnvironmentVariable));
+    }
+    if (errno == EACCES || errno == EPERM) {
+      // Pre-created by someone else, or with its owner's bits taken away.
+      const int error = errno;
+      struct stat st {};
+      std::string whose;
+      if (::lstat(path.c_str(), &st) == 0) {
+        whose = absl::StrCat(" (it belongs to uid ", st.st_uid, ", mode ", OctalMode(st.st_mode),
+                             ")");
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the private blockswapd's directory ", path, " cannot be opened by uid ", ::geteuid(),
+          ": ", std::strerror(error), whose, "; remove it, or name another with $",
+          kAutostartDirEnvironmentVariable));
     }
     return ErrnoStatus(errno, absl::StrCat("opening the private blockswapd's directory ", path));
   }

@@ -6,10 +6,12 @@
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -110,6 +112,45 @@ TEST_F(PrivateDaemonTest, ADirectoryOfAnotherOwnerIsRefusedNamingTheOwner) {
   EXPECT_THAT(opened.status().message(),
               HasSubstr(absl::StrCat(dir, " belongs to uid ", owner, ", not to this user (uid ",
                                      ::geteuid(), ")")));
+}
+
+// A directory pre-created where this user cannot open it: root gives the
+// test's directory to itself with mode 0700 and probes as nobody (65534) in
+// a child; a user takes its own directory's bits away.
+TEST_F(PrivateDaemonTest, AnUnreadablePreCreatedDirectoryIsRefusedNamingTheVariable) {
+  ASSERT_EQ(::chmod(scratch_.c_str(), 0755), 0);
+  const std::string dir = scratch_ + "/d";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    const bool root = ::geteuid() == 0;
+    if (root ? (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)
+             : ::chmod(dir.c_str(), 0) != 0) {
+      ::_exit(2);
+    }
+    auto opened = OpenPrivateDirectory(dir);
+    const std::string text =
+        absl::StrCat(static_cast<int>(opened.status().code()), " ", opened.status().message());
+    ssize_t written = ::write(pipe_fds[1], text.data(), text.size());
+    ::_exit(written == static_cast<ssize_t>(text.size()) ? 0 : 3);
+  }
+  ::close(pipe_fds[1]);
+  std::string text;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, n);
+  ::close(pipe_fds[0]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ::chmod(dir.c_str(), 0700);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "the probe could not run";
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(static_cast<int>(absl::StatusCode::kFailedPrecondition),
+                                           " the private blockswapd's directory ", dir,
+                                           " cannot be opened")));
+  EXPECT_THAT(text, HasSubstr("$BLOCKSWAP_AUTOSTART_DIR"));
 }
 
 TEST_F(PrivateDaemonTest, ASymbolicLinkIsNotFollowed) {

@@ -174,6 +174,14 @@ absl::Status StreamScheduler::AfterBackward(uint32_t block) {
   return absl::OkStatus();
 }
 
+absl::Status StreamScheduler::EnsureBlock(uint32_t block) {
+  BLOCKSWAP_RETURN_IF_ERROR(CheckBlock(block));
+  if (!placement_.is_streaming(block)) return absl::OkStatus();
+  // No pass boundary: the caller is inside a pass (a backward unpacking what
+  // b's forward saved), whose direction and order it does not change.
+  return Await(block, pass_.direction);
+}
+
 absl::Status StreamScheduler::Place(uint32_t rank, uint32_t slot, Phase phase, bool self_heal) {
   const uint32_t block = placement_.streaming[rank];
   Slot& state = slots_[slot];

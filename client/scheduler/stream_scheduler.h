@@ -18,6 +18,9 @@
 //                     preloads ranks 0..B-1 for the next pass.
 //   AfterBackward(b)  b's slot is free; prefetch the rank B behind, then wait
 //                     for block b-1 (the next to run backward).
+//   EnsureBlock(b)    b is in its slot and waited for, in the pass in progress
+//                     (a saved tensor of b's forward is needed in backward):
+//                     loads b on demand if its slot holds something else.
 // The `block` arguments are transformer block indices 0..N-1 (resident
 // blocks may be passed too; they are no-ops), the same numbers the driver
 // receives (client/scheduler/slot_driver.h).
@@ -180,6 +183,7 @@ class StreamScheduler {
   absl::Status WaitForBlock(uint32_t block);
   absl::Status AfterForward(uint32_t block);
   absl::Status AfterBackward(uint32_t block);
+  absl::Status EnsureBlock(uint32_t block);
 
   // Ends the current pass and starts counting afresh; its statistics are
   // reported (on_pass) if it did anything, at once when the stream has

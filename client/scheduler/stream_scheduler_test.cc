@@ -246,6 +246,27 @@ TEST(StreamScheduler, TellsTheCallerWhichBlockEachLoadEvicts) {
   EXPECT_EQ(trainer.scheduler().slot_state(1).bound, 8u);
 }
 
+// A backward that needs a block its hooks did not bring back (a prepare
+// between forward and backward evicted the forward's tail) loads it on
+// demand in the pass in progress, counted as a self-heal; a block already in
+// its slot is only waited for, and no pass begins either way.
+TEST(StreamScheduler, EnsureBlockLoadsAnEvictedBlockInThePassInProgress) {
+  Trainer trainer({.num_blocks = 10, .blocks_to_swap = 4, .ring_size = 2});
+  ASSERT_TRUE(trainer.scheduler().Prepare().ok());
+  ASSERT_TRUE(trainer.Forward().ok());
+  ASSERT_TRUE(trainer.scheduler().AfterBackward(9).ok());  // the backward pass begins
+  ASSERT_TRUE(trainer.scheduler().EnsureBlock(8).ok());    // still in its slot
+  ASSERT_TRUE(trainer.scheduler().Prepare().ok());         // evicts 6 and 8
+  trainer.TakeTrace();
+  ASSERT_TRUE(trainer.scheduler().EnsureBlock(8).ok());
+  trainer.ExpectReadable(8);
+  EXPECT_EQ(trainer.TakeTrace(), (std::vector<std::string>{"fwd load block=8 slot=1 self-heal"}));
+  ASSERT_TRUE(trainer.scheduler().EnsureBlock(0).ok());  // resident: nothing to do
+  EXPECT_TRUE(trainer.TakeTrace().empty());
+  EXPECT_EQ(trainer.scheduler().current_pass().self_heals, 1u);
+  EXPECT_EQ(trainer.scheduler().EnsureBlock(10).code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(StreamScheduler, ForwardOnlyWrapsAroundToTheFirstRanks) {
   Trainer trainer({.num_blocks = 9, .blocks_to_swap = 5, .ring_size = 3, .forward_only = true});
   ASSERT_TRUE(trainer.scheduler().Prepare().ok());

@@ -33,8 +33,10 @@ struct LoRALinearImpl : ::torch::nn::Module {
     for (at::Tensor& p : base->parameters()) p.requires_grad_(false);
     if (meta_weight) ::blockswap::torch::ReleaseToMeta(base->weight);
   }
+  // StreamedLinear: base(x), which also trains without checkpointing.
   at::Tensor forward(const at::Tensor& x) {
-    return base(x) + ::torch::linear(::torch::linear(x, down), up);
+    return ::blockswap::torch::StreamedLinear(*base, x) +
+           ::torch::linear(::torch::linear(x, down), up);
   }
   ::torch::nn::Linear base;
   at::Tensor down, up;

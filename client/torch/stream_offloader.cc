@@ -21,6 +21,7 @@
 #include "blockswap/blockswap.hpp"
 #include "blockswap/torch.h"
 #include "client/torch/block_checkpoint.h"
+#include "client/torch/streamed_linear.h"
 
 #if BLOCKSWAP_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -702,7 +703,33 @@ Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const
   if (!c10::GradMode::is_enabled() || !m.config.supports_backward || m.scheduler == nullptr) {
     return fn(inputs);
   }
+  if (!m.config.gradient_checkpointing) return RunWithSavedTokens(*this, block, fn, inputs);
   return RunAsCheckpoint(*this, block, fn, inputs, m.anchor, m.config.offload_activations);
+}
+
+std::optional<size_t> StreamOffloader::StreamedIndex(uint32_t block, const Tensor& tensor) const {
+  const Impl& m = *impl_;
+  if (!m.is_streaming(block)) return std::nullopt;
+  const std::vector<Impl::Streamed>& streamed = m.streamed[*m.rank_of[block]];
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    if (streamed[i].tensor.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) return i;
+  }
+  return std::nullopt;
+}
+
+Tensor StreamOffloader::StreamedForBackward(uint32_t block, size_t index) {
+  Impl& m = *impl_;
+  const uint32_t slot = *m.rank_of.at(block) % m.ring_slots;
+  if (m.slot_block.at(slot) != block) {
+    // Out of the expected order: the hooks did not bring the block back.
+    const c10::Stream current = CurrentStream(m.config.device);
+    Join(current, m.stream);
+    m.Check(bs_scheduler_ensure_block(m.scheduler.get(), block), "bs_scheduler_ensure_block");
+    Join(m.stream, current);
+  }
+  const Impl::Streamed& t = m.streamed[*m.rank_of[block]].at(index);
+  return at::from_blob(static_cast<char*>(m.ring->slot(slot)) + t.offset, t.sizes,
+                       at::TensorOptions().dtype(t.dtype).device(m.config.device));
 }
 
 void StreamOffloader::FinishPass() {

@@ -132,6 +132,13 @@ void ExpectSameTraining(const Trained& got, const Trained& expected) {
   }
 }
 
+// kSteps through an offloader of `config` over a fresh SmallStack().
+Trained TrainThrough(const BlockSwapConfig& config) {
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  return Train(blocks, &offloader);
+}
+
 class TorchLayerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -274,6 +281,57 @@ TEST_F(TorchLayerTest, StreamedWeightsSavedByAutogradFailLoudlyOnceTheirSlotIsRe
   }
 }
 
+// Without checkpointing each streamed Linear saves (block, tensor) instead of
+// its weight, and backward takes the weight from the slot: one slot that
+// every block overwrites (poisoned when released) still trains bit for bit
+// like the resident model.
+TEST_F(TorchLayerTest, WithoutCheckpointingSavedWeightsComeBackFromTheRing) {
+  BlockSwapConfig config = Config(4, 1);
+  config.gradient_checkpointing = false;
+  const Trained got = TrainThrough(config);
+  const Trained expected = Train(blockswap_lora::MakeStack(SmallStack()), nullptr);
+  ASSERT_NO_FATAL_FAILURE(ExpectSameTraining(got, expected));
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(got.backward[step].loads, 3u) << "step " << step;
+    EXPECT_EQ(got.forward[step].self_heals + got.backward[step].self_heals, 0u);
+  }
+}
+
+// Out of the expected order (a prepare between forward and backward evicts
+// the forward's last block), backward loads the block on demand.
+TEST_F(TorchLayerTest, WithoutCheckpointingAnEvictedBlockIsLoadedForItsBackward) {
+  auto step = [](const std::vector<blockswap_lora::Block>& blocks, StreamOffloader* offloader) {
+    ::torch::manual_seed(5);
+    at::Tensor x = ::torch::randn({2, 8, SmallStack().dim});
+    if (offloader != nullptr) offloader->PrepareBlockDevicesBeforeForward();
+    for (uint32_t i = 0; i < blocks.size(); ++i) {
+      auto fn = [block = blocks[i]](const at::Tensor& h) { return block.ptr()->forward(h); };
+      x = offloader != nullptr ? offloader->Forward(i, fn, x) : fn(x);
+    }
+    if (offloader != nullptr) offloader->PrepareBlockDevicesBeforeForward();
+    x.square().mean().backward();
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : blockswap_lora::LoraParameters(blocks)) grads.push_back(p.grad());
+    return grads;
+  };
+  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
+  const std::vector<at::Tensor> expected = step(resident, nullptr);
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(4, 2);
+  config.gradient_checkpointing = false;
+  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+  const std::vector<at::Tensor> got = step(blocks, &offloader);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t p = 0; p < expected.size(); ++p) {
+    EXPECT_TRUE(::torch::equal(got[p], expected[p])) << "adapter " << p;
+  }
+  offloader.FinishPass();
+  const std::optional<PassStats> backward = offloader.LastPass(Direction::kBackward);
+  ASSERT_TRUE(backward.has_value());
+  const std::optional<PassStats> forward = offloader.LastPass(Direction::kForward);
+  EXPECT_GT(backward->self_heals + (forward.has_value() ? forward->self_heals : 0), 0u);
+}
+
 TEST_F(TorchLayerTest, TrainableStreamedTensorIsRefused) {
   const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
   blocks[3]->fc1->base->weight.requires_grad_(true);
@@ -328,17 +386,11 @@ TEST_F(TorchLayerTest, TheSelectorMayStreamSeveralTensorsPerModule) {
 }
 
 TEST_F(TorchLayerTest, OffloadedActivationsTrainIdentically) {
-  const std::vector<blockswap_lora::Block> resident = blockswap_lora::MakeStack(SmallStack());
-  const Trained expected = Train(resident, nullptr);
-  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
   BlockSwapConfig config = Config(3, 2);
   config.offload_activations = true;
-  StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
-  const Trained got = Train(blocks, &offloader);
-  EXPECT_EQ(got.losses, expected.losses);
-  for (size_t p = 0; p < expected.grads.back().size(); ++p) {
-    EXPECT_TRUE(::torch::equal(got.grads.back()[p], expected.grads.back()[p])) << "adapter " << p;
-  }
+  const Trained got = TrainThrough(config);
+  const Trained expected = Train(blockswap_lora::MakeStack(SmallStack()), nullptr);
+  ASSERT_NO_FATAL_FAILURE(ExpectSameTraining(got, expected));
 }
 
 // --- models the daemon already holds (BlockSwapConfig.model_file / model_id)

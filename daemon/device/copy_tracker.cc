@@ -42,6 +42,17 @@ absl::Status CopyTracker::Track(std::vector<Copy> copies) {
   return absl::OkStatus();
 }
 
+absl::Status CopyTracker::TrackWordWrites(uint64_t ring_id) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Event> done, TakeEvent());
+  BLOCKSWAP_RETURN_IF_ERROR(copy_stream_.Record(*done));
+  Batch batch;
+  batch.done = std::move(done);
+  batch.issued = absl::Now();
+  batch.word_rings.push_back(ring_id);
+  batches_.push_back(std::move(batch));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Time> CopyTracker::Retire(
     absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns, absl::Duration stream_time)>
         completed) {
@@ -49,6 +60,12 @@ absl::StatusOr<absl::Time> CopyTracker::Retire(
     Batch& oldest = batches_.front();
     BLOCKSWAP_ASSIGN_OR_RETURN(bool done, oldest.done->Query());
     if (!done) break;
+    if (oldest.copies.empty()) {
+      // Word writes only: no copy to report or to time.
+      spare_.push_back(std::move(oldest.done));
+      batches_.pop_front();
+      continue;
+    }
     const absl::Time now = absl::Now();
     const absl::Duration batch_busy = now - std::max(oldest.issued, last_completed_);
     busy_ += batch_busy;
@@ -84,6 +101,10 @@ bool CopyTracker::InFlight(uint64_t ring_id) const {
   for (const Batch& batch : batches_) {
     for (const Copy& copy : batch.copies) {
       if (copy.ring_id == ring_id) return true;
+    }
+    if (std::find(batch.word_rings.begin(), batch.word_rings.end(), ring_id) !=
+        batch.word_rings.end()) {
+      return true;
     }
   }
   return false;

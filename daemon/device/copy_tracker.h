@@ -49,6 +49,11 @@ class CopyTracker {
   // keep-alives are kept until the tracker is destroyed (after the copy
   // stream was synchronised).
   absl::Status Track(std::vector<Copy> copies);
+  // Records a completion event behind writes to `ring_id`'s ready words that
+  // were just queued on the copy stream (RingProducer::TakeQueuedWordWrites),
+  // so that InFlight(ring_id) holds until they have run. Not a copy: no
+  // completion is reported for it and it adds nothing to busy().
+  absl::Status TrackWordWrites(uint64_t ring_id);
 
   // Retires every batch whose event has completed, oldest first (the copy
   // stream runs in order), calling `completed` for each of its copies with
@@ -61,7 +66,8 @@ class CopyTracker {
       absl::FunctionRef<void(const Copy& copy, uint64_t completed_ns, absl::Duration stream_time)>
           completed);
 
-  // Whether a copy into one of `ring_id`'s slots may still be running.
+  // Whether a copy into one of `ring_id`'s slots, or a write to its ready
+  // words, may still be queued or running.
   bool InFlight(uint64_t ring_id) const;
   bool empty() const { return batches_.empty(); }
   // How long the copy stream was busy, overlapping batches counted once, as
@@ -72,6 +78,7 @@ class CopyTracker {
   struct Batch {
     std::unique_ptr<Event> done;
     std::vector<Copy> copies;
+    std::vector<uint64_t> word_rings;  // rings whose ready words were written
     absl::Time issued;
     uint64_t bytes = 0;
   };

@@ -145,6 +145,14 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
     charged.Add(std::move(memory));
     BLOCKSWAP_ASSIGN_OR_RETURN(ring, DaemonRing::Create(device_, ring_id, shape, boot_id_));
   }
+  if (ring->ready_words() == nullptr && !stream_words_logged_.exchange(true)) {
+    const absl::Status why = device_.stream_words_status();
+    Log(LogLevel::kWarning,
+        absl::StrCat("device ", device_.info().uuid, " has no usable stream words (",
+                     why.ok() ? "no reason given" : why.message(),
+                     "): each client waits on the host for its slot's copy before its stream "
+                     "may use the slot, so its CPU no longer runs ahead of the copies"));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, ring->Export());
   auto state = std::make_unique<RingState>();
   state->charged = std::move(charged);
@@ -538,7 +546,19 @@ void DeviceWorker::Heartbeat() {
   for (auto& [id, state] : rings_) state->producer->Heartbeat();
 }
 
+void DeviceWorker::TrackWordWrites(RingState& ring) {
+  if (!ring.producer->TakeQueuedWordWrites()) return;
+  if (absl::Status tracked = copies_.TrackWordWrites(ring.ring_id); !tracked.ok()) {
+    // The device failed: nothing more runs on its copy stream.
+    LogDeviceFailure(tracked);
+  }
+}
+
 bool DeviceWorker::FreeRetiredRings() {
+  // A failed ring's abandon writes (RingProducer::Fail) are tracked first, so
+  // that no ring's word page is unregistered while a write to it is queued.
+  for (auto& [id, state] : rings_) TrackWordWrites(*state);
+  for (std::unique_ptr<RingState>& state : retired_) TrackWordWrites(*state);
   bool freeing = false;
   for (auto it = retired_.begin(); it != retired_.end();) {
     RingState& state = **it;

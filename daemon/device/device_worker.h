@@ -306,6 +306,9 @@ class DeviceWorker {
   // one still waits for the device (copies, `free` records), which the worker
   // polls for quickly, unlike a ring held for a live process.
   bool FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  // Tracks the writes to `ring`'s ready words that its producer's Fail
+  // queued on the copy stream, if any (CopyTracker::TrackWordWrites).
+  void TrackWordWrites(RingState& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
               const std::shared_ptr<LoadEventSink>& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Into trace_ (the worker thread's own ring).
@@ -343,6 +346,8 @@ class DeviceWorker {
   uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
   LatencyHistogram load_latency_ ABSL_GUARDED_BY(rings_mu_);
   bool device_failure_logged_ ABSL_GUARDED_BY(rings_mu_) = false;
+  // The device's lack of stream words is logged once, at its first ring.
+  std::atomic<bool> stream_words_logged_{false};
   absl::Time last_heartbeat_ ABSL_GUARDED_BY(rings_mu_) = absl::InfinitePast();
 
   // The copies issued and not yet seen complete, with their keep-alives.

@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "shared/backend/backend.h"
+#include "shared/backend/host_lifetime.h"
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/request_queue.h"
 #include "shared/protocol/ring.h"
@@ -90,14 +91,7 @@ struct TestRing {
 class DeviceWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backend_ = OpenHostBackend(HostBackendOptions{});
-    device_ = backend_->devices()[0].get();
-    auto started = DeviceWorker::Start(*device_, kBootId);
-    ASSERT_TRUE(started.ok()) << started.status();
-    worker_ = std::move(started).value();
-    auto compute = device_->CreateStream();
-    ASSERT_TRUE(compute.ok()) << compute.status();
-    compute_ = std::move(compute).value();
+    OpenDevice(HostBackendOptions{});
     for (size_t i = 0; i < block_a_.size(); ++i) {
       block_a_[i] = static_cast<std::byte>(i * 7 + 1);
       block_b_[i] = static_cast<std::byte>(i * 13 + 5);
@@ -123,6 +117,28 @@ class DeviceWorkerTest : public ::testing::Test {
         DeviceWorker::Start(*held_, kBootId, {}, std::nullopt, false, std::move(copy_weights));
     ASSERT_TRUE(started.ok()) << started.status();
     worker_ = std::move(started).value();
+  }
+
+  // Replaces the backend, worker and compute stream by ones on a device
+  // without stream words (as a GPU whose probe failed); before any ring is
+  // created.
+  void UseDeviceWithoutStreamWords() {
+    OpenDevice(HostBackendOptions{.without_stream_words = true});
+  }
+
+  // A host backend of `options`, its first device, a worker on it and the
+  // client's compute stream, replacing any before.
+  void OpenDevice(const HostBackendOptions& options) {
+    worker_.reset();
+    compute_.reset();
+    backend_ = OpenHostBackend(options);
+    device_ = backend_->devices()[0].get();
+    auto started = DeviceWorker::Start(*device_, kBootId);
+    ASSERT_TRUE(started.ok()) << started.status();
+    worker_ = std::move(started).value();
+    auto compute = device_->CreateStream();
+    ASSERT_TRUE(compute.ok()) << compute.status();
+    compute_ = std::move(compute).value();
   }
 
   void RestartWorker(RingMemoryOptions memory) {
@@ -767,6 +783,56 @@ TEST_F(DeviceWorkerTest, ARetiredRingIsFreedOnlyOnceItsClientHasReleasedItsSlots
   EXPECT_EQ(trace.rings[0].ring_id, 3u);
   EXPECT_TRUE(trace.rings[0].retired);
   EXPECT_EQ(trace.rings[0].owner.client_name, "test");
+}
+
+// A failed ring's producer queues writes to its ready words on the shared
+// copy stream (RingProducer::Fail); here they wait behind another ring's
+// held copy. The failed ring, closed by its client and with no copy of its
+// own in flight, must stay allocated until those writes have run: freeing it
+// unregisters the words' page, and a write to an unregistered page faults
+// the daemon's context on a GPU (the host backend reports it, which aborts
+// the test process).
+TEST_F(DeviceWorkerTest, AFailedRingIsFreedOnlyOnceTheWritesToItsReadyWordsHaveRun) {
+  HoldCopies();
+  TestRing& busy = CreateRing(1);
+  TestRing& failed = CreateRing(2);
+  ASSERT_NE(failed.client->ready_words(), nullptr) << "the host device has stream words";
+  RequestLoad(busy, 0, block_a_);
+  AwaitIssued(*worker_, 1);  // its copy holds the copy stream
+  worker_->Submit(Task(failed, 0, /*generation=*/5, block_b_));  // a protocol error
+  AwaitRingError(failed);
+  ASSERT_EQ(failed.error_code(), absl::StatusCode::kFailedPrecondition);
+  failed.Close();
+  worker_->RetireRing(failed.id, DeviceWorker::RetireReason::kClosedByClient);
+  AwaitWorkerPasses(5);
+  EXPECT_FALSE(worker_->idle()) << "freed with writes to its ready words still queued";
+
+  held_->ReleaseCopies();
+  EXPECT_TRUE(AwaitLoaded(busy, 0).ok());
+  EXPECT_TRUE(AwaitIdle()) << "not freed once the writes had run";
+  EXPECT_EQ(host_lifetime::LifetimeViolationCount(), 0u);
+}
+
+// Without stream words the client's stream may wait only on a ready[s]
+// record that has completed (a wait on a pending record of a daemon that then
+// dies could never be released): the client waits for the copy on the host
+// first, so a copy still queued keeps AwaitLoaded from returning.
+TEST_F(DeviceWorkerTest, WithoutStreamWordsTheClientWaitsOnTheHostUntilTheCopyHasCompleted) {
+  UseDeviceWithoutStreamWords();
+  HoldCopies();
+  TestRing& ring = CreateRing(1);
+  ASSERT_EQ(ring.client->ready_words(), nullptr);
+  EXPECT_THAT(device_->stream_words_status().message(), HasSubstr("no stream words"));
+  RequestLoad(ring, 0, block_a_);
+  AwaitIssued(*worker_, 1);  // filled_seq[0] is published; the copy is held
+  ASSERT_EQ(ring.filled_seq(0), 1u);
+  absl::Status early = ring.consumer->AwaitLoaded(0, *compute_, absl::Milliseconds(200));
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded)
+      << "the stream was let wait on a ready record still pending: " << early;
+
+  held_->ReleaseCopies();
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
 }
 
 // Issue 19 item 4: what a ring was charged (the client's quotas) is held by

@@ -74,7 +74,13 @@ class RingFilter {
 
 }  // namespace
 
-v1::StatusReply BuildStatus(const DaemonView& view) {
+bool ShowsStoreCounters(const DaemonView& view, const Peer* caller) {
+  const ModelVisibility& visibility = view.sessions->visibility();
+  if (visibility.access() == ModelAccess::kAllowedUsers) return true;
+  return caller != nullptr && visibility.Privileged(*caller);
+}
+
+v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   v1::StatusReply reply;
   reply.set_version(kVersion);
   reply.set_backend(view.backend->kind() == BackendKind::kCuda ? v1::BACKEND_CUDA
@@ -82,13 +88,14 @@ v1::StatusReply BuildStatus(const DaemonView& view) {
   for (const auto& device : view.backend->devices()) FillDevice(*device, reply.add_devices());
   reply.set_boot_id(view.boot_id);
   reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - view.started_at));
+  reply.set_pinning(std::string(PinningPolicyName(view.store->pinning())));
+  if (!ShowsStoreCounters(view, caller)) return reply;
   reply.set_pinned_bytes(view.store->pinned_bytes());
   FileIngestStats files = view.sessions->file_ingest().stats();
   reply.set_file_reads(files.reads);
   reply.set_file_bytes_read(files.bytes_read);
   reply.set_evictions(view.store->stats().evicted);
   reply.set_master_blocks(view.store->block_count());
-  reply.set_pinning(std::string(PinningPolicyName(view.store->pinning())));
   const StagedBlocks staged = view.store->staged_blocks();
   reply.set_staged_bytes(staged.bytes);
   reply.set_staged_blocks(static_cast<uint32_t>(staged.blocks));
@@ -125,19 +132,26 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
   // Page-locked for DMA: a model whose blocks the store pinned, on the cuda
   // backend (the host backend's "pinning" locks nothing).
   const bool cuda = view.backend->kind() == BackendKind::kCuda;
-  for (const auto& model : view.store->List()) {
+  std::vector<std::shared_ptr<const Model>> visible;
+  for (auto& model : view.store->List()) {
+    if (visibility.MaySee(caller, model->registrants().List())) visible.push_back(std::move(model));
+  }
+  // Shared among the models the caller sees only: a block it uploaded that
+  // only a model hidden from it names too shows as not shared.
+  const std::vector<uint64_t> shared = ModelStore::SharedBytes(visible);
+  for (size_t m = 0; m < visible.size(); ++m) {
+    const std::shared_ptr<const Model>& model = visible[m];
     const std::vector<Registrant> registrants = model->registrants().List();
-    if (!visibility.MaySee(caller, registrants)) continue;
     v1::ModelInfo* info = reply.add_models();
     info->set_source(visibility.Sources(caller, registrants, model->source()));
     info->set_pinned(cuda && model->pinned());
     info->set_staged_blocks(static_cast<uint32_t>(model->staged_blocks()));
-    info->set_references(ModelStore::References(model) - 1);  // less List()'s own copy
+    info->set_references(ModelStore::References(model) - 1);  // less `visible`'s own copy
     info->set_model_id(model->id());
     info->set_name(model->name());
     info->set_block_count(static_cast<uint32_t>(model->block_count()));
     info->set_bytes(model->masters_bytes());
-    info->set_shared_bytes(view.store->SharedBytes(*model));
+    info->set_shared_bytes(shared[m]);
     info->set_open_sessions(open_in[model->id()]);
   }
   return reply;
@@ -225,7 +239,7 @@ grpc::ServerUnaryReactor* AdminService::Answer(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* context,
                                                const v1::StatusRequest*, v1::StatusReply* reply) {
   return Answer(context, reply,
-                [](const DaemonView& view, const Peer&) { return BuildStatus(view); });
+                [](const DaemonView& view, const Peer& caller) { return BuildStatus(view, &caller); });
 }
 grpc::ServerUnaryReactor* AdminService::Clients(grpc::CallbackServerContext* context,
                                                 const v1::ClientsRequest*,

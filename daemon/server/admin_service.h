@@ -13,7 +13,13 @@
 namespace blockswap::daemon {
 
 // The replies, built without gRPC so that tests can call them directly.
-v1::StatusReply BuildStatus(const DaemonView& view);
+// The store's node-wide counters (master blocks and bytes, staged, evictions,
+// file reads) are set only where ShowsStoreCounters: under registrant-group a
+// before/after difference would tell a caller whether a model it cannot see
+// holds content it uploaded, so only root and the daemon's uid get them
+// there. `caller` null: the metrics endpoint, which has no caller.
+bool ShowsStoreCounters(const DaemonView& view, const Peer* caller);
+v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller);
 v1::ClientsReply BuildClients(const DaemonView& view);
 // Models, Residency and Trace show only what `caller` may see
 // (daemon/session/model_visibility.h).

@@ -63,7 +63,8 @@ std::string EscapeLabelValue(absl::string_view value) {
 
 MetricsSnapshot CollectMetrics(const DaemonView& view) {
   MetricsSnapshot snapshot;
-  const v1::StatusReply status = BuildStatus(view);
+  const v1::StatusReply status = BuildStatus(view, nullptr);
+  snapshot.store_counters = ShowsStoreCounters(view, nullptr);
   snapshot.version = status.version();
   snapshot.backend = status.backend() == v1::BACKEND_CUDA ? "cuda" : "host";
   snapshot.uptime_seconds = status.uptime_seconds();
@@ -134,6 +135,7 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
       .Sample("", s.uptime_seconds);
   Family(&out, "draining", "gauge", "1 while blockswapd shuts down and refuses new sessions")
       .Sample("", s.draining ? 1 : 0);
+  if (s.store_counters) {
   Family(&out, "pinned_bytes", "gauge",
          "bytes of masters held in pinned host memory, each distinct block once")
       .Sample("", s.pinned_bytes);
@@ -155,6 +157,7 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
       .Sample("", s.file_reads);
   Family(&out, "file_read_bytes_total", "counter", "bytes read from safetensors files")
       .Sample("", s.file_bytes_read);
+  }
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
   Family(&out, "refused_connections_total", "counter",
          "connections refused (a peer not allowed, over a per-uid cap) or closed before they were "
@@ -280,10 +283,12 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
     };
     process("process_cpu_seconds_total", "counter", "user and system CPU time of blockswapd",
             p.cpu_seconds);
-    process("process_resident_memory_bytes", "gauge", "resident memory of blockswapd",
-            p.resident_memory_bytes);
-    process("process_virtual_memory_bytes", "gauge", "virtual memory of blockswapd",
-            p.virtual_memory_bytes);
+    if (s.store_counters) {
+      process("process_resident_memory_bytes", "gauge", "resident memory of blockswapd",
+              p.resident_memory_bytes);
+      process("process_virtual_memory_bytes", "gauge", "virtual memory of blockswapd",
+              p.virtual_memory_bytes);
+    }
     process("process_open_fds", "gauge", "open file descriptors of blockswapd", p.open_fds);
     process("process_max_fds", "gauge", "blockswapd's descriptor limit (RLIMIT_NOFILE)", p.max_fds);
     process("process_start_time_seconds", "gauge", "when blockswapd started, since the epoch",

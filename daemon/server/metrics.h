@@ -48,6 +48,11 @@ struct MetricsSnapshot {
   std::string version;
   std::string backend;  // "host" or "cuda"
   double uptime_seconds = 0;
+  // False under model_access = "registrant-group": the families of the
+  // store's node-wide counters (and the process's memory, which grows with
+  // every new block) are left out, as Admin.Status leaves them out for all
+  // but root and the daemon's uid (ShowsStoreCounters).
+  bool store_counters = true;
   uint64_t pinned_bytes = 0;
   uint64_t max_pinned_bytes = 0;  // 0: no budget but the tmpfs
   uint64_t staged_bytes = 0;      // masters copied through the staging buffers

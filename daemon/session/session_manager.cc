@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/os/logging.h"
 #include "daemon/session/file_offers.h"
 #include "daemon/session/random_token.h"
@@ -99,6 +100,7 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   reply.set_session_token(token);
   reply.set_backend(BackendToProto(backend_.kind()));
   reply.set_daemon_boot_id(boot_id_);
+  reply.set_driver(backend_.driver());
   for (const auto& device : backend_.devices()) {
     v1::Device* out = reply.add_devices();
     out->set_uuid(device->info().uuid);
@@ -106,6 +108,9 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     out->set_total_memory_bytes(device->info().total_memory_bytes);
     if (absl::Status health = device->health(); !health.ok()) {
       out->set_error(std::string(health.message()));
+    }
+    if (absl::Status words = device->stream_words_status(); !words.ok()) {
+      out->set_stream_words_unusable(std::string(words.message()));
     }
   }
   return reply;
@@ -280,7 +285,7 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   // Every block held: a staging area of one page, never empty.
   placement.total_bytes = std::max<uint64_t>(placement.total_bytes, kBlockPlacementAlignment);
   // Refuse now what could never be registered, before the client uploads.
-  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes));
+  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes, uploaded.blocks.size()));
   // The staging area is charged before it exists: to the client's quotas,
   // then to the node's memory (the master will need its own charge too).
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -425,25 +430,30 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
                                                           const std::shared_ptr<const Model>& model,
                                                           bool already_present) {
   // One descriptor per distinct block; positions with equal blocks share it.
-  std::vector<UniqueFd> masters;
+  std::vector<const BlockMaster*> distinct;
   std::vector<uint32_t> descriptor_of(model->block_count());
   std::map<const BlockMaster*, uint32_t> opened;
   for (size_t b = 0; b < model->block_count(); ++b) {
     const BlockMaster* block = model->block_master(b).get();
-    auto [it, inserted] = opened.try_emplace(block, static_cast<uint32_t>(masters.size()));
-    if (inserted) {
-      BLOCKSWAP_ASSIGN_OR_RETURN(masters.emplace_back(), block->OpenReadOnly());
-    }
+    auto [it, inserted] = opened.try_emplace(block, static_cast<uint32_t>(distinct.size()));
+    if (inserted) distinct.push_back(block);
     descriptor_of[b] = it->second;
   }
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
-  // Batches of at most kMaxFdsPerMessage, sent in order.
+  // Batches of at most kMaxFdsPerMessage, sent in order, each opened just
+  // before it is sent (the masters keep no descriptor): opening a model of
+  // any size holds one message's descriptors at a time.
   std::vector<uint64_t> batches;
-  for (size_t first = 0; first < masters.size(); first += kMaxFdsPerMessage) {
+  for (size_t first = 0; first < distinct.size(); first += kMaxFdsPerMessage) {
+    std::vector<UniqueFd> batch;
     std::vector<int> fds;
-    for (size_t i = first; i < std::min(masters.size(), first + kMaxFdsPerMessage); ++i) {
-      fds.push_back(masters[i].get());
+    const size_t end = std::min(distinct.size(), first + kMaxFdsPerMessage);
+    BLOCKSWAP_RETURN_IF_ERROR(CheckDescriptorHeadroom(
+        end - first, absl::StrCat("sending the masters of model ", model->id().substr(0, 16))));
+    for (size_t i = first; i < end; ++i) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(batch.emplace_back(), distinct[i]->OpenReadOnly());
+      fds.push_back(batch.back().get());
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(batches.emplace_back(), SendFds(session, fds));
   }

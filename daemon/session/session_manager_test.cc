@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -28,11 +29,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/device/device_worker.h"
 #include "daemon/session/peer.h"
 #include "daemon/store/model_store.h"
@@ -702,6 +705,34 @@ TEST_F(SessionManagerTest, OpeningAModelByIdSendsItsLayoutAndMasters) {
     EXPECT_EQ(::fcntl(fd.get(), F_GETFL) & O_ACCMODE, O_RDONLY)
         << "a client may only read the masters";
   }
+}
+
+// The descriptor reserve: a model open that would leave fewer than
+// kDescriptorReserve of RLIMIT_NOFILE free is refused naming the limit, and
+// answered once the limit leaves room.
+TEST_F(SessionManagerTest, AModelOpenThatWouldEatTheDescriptorReserveIsRefusedNamingTheLimit) {
+  std::shared_ptr<const Model> model = Register(MakeModel(6));
+  ASSERT_NE(model, nullptr);
+  Client client = Attach();
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int open = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++open;
+  }
+  // Room for the reserve and one descriptor, not the model's two.
+  struct rlimit tight = saved;
+  tight.rlim_cur = open + kDescriptorReserve + 1;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  auto refused = OpenModel(client, model->id());
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                absl::StrCat("of its RLIMIT_NOFILE = ", tight.rlim_cur,
+                                             " open and keeps ", kDescriptorReserve)))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "LimitNOFILE="));
+  EXPECT_TRUE(OpenModel(client, model->id()).ok());
 }
 
 TEST_F(SessionManagerTest, OpeningAModelTwiceKeepsItsHandle) {

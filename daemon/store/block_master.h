@@ -4,6 +4,8 @@
 #ifndef BLOCKSWAP_DAEMON_STORE_BLOCK_MASTER_H_
 #define BLOCKSWAP_DAEMON_STORE_BLOCK_MASTER_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,9 +24,18 @@ namespace blockswap::daemon {
 // least one (a mapping is never empty).
 uint64_t BlockFileBytes(uint64_t block_bytes);
 
-// Immutable once sealed; thread-safe. Owns the file's descriptor, its
-// read-write shared mapping (for pinning), its residency and its charge to the
-// node's memory budget, released in reverse order of acquisition.
+// What one block costs the node besides its file's pages: its inode and
+// dentry on the tmpfs, the daemon's mapping of it (a VMA and its page
+// tables) and the store's records, rounded up to a page. Charged to
+// max_memory_bytes with every master, so that a flood of tiny blocks is
+// paid for like one of large blocks.
+inline constexpr uint64_t kBlockOverheadBytes = 4096;
+
+// Immutable once sealed; thread-safe. Owns the file's read-write shared
+// mapping (for pinning), its residency and its charge to the node's memory
+// budget, released in reverse order of acquisition. A sealed master keeps no
+// descriptor: the daemon's descriptors stay bounded however many blocks it
+// holds, and a client's descriptor is opened by name when it opens a model.
 class BlockMaster {
  public:
   BlockMaster(const BlockMaster&) = delete;
@@ -41,9 +52,12 @@ class BlockMaster {
   bool pinned() const { return residency_.pinned(); }
   bool staged() const { return residency_.staged(); }
 
-  // A NEW read-only descriptor of the block file for a client: a new open
-  // file description (through /proc/self/fd), so it cannot be mapped
-  // writable or turned writable with fcntl.
+  // A NEW read-only descriptor of the block file for a client, opened by
+  // name in the masters directory and checked to be this master's inode
+  // (mode 0400, the daemon's): a read-only open file description, so it
+  // cannot be mapped writable or turned writable with fcntl, and the 0400
+  // mode refuses a writable reopen through /proc/PID/fd to anyone but root.
+  // Block files are not memfds: F_SEAL_FUTURE_WRITE does not apply to them.
   absl::StatusOr<UniqueFd> OpenReadOnly() const;
 
  private:
@@ -56,9 +70,15 @@ class BlockMaster {
   // Declared in the order they are acquired, so that they are released in
   // reverse: unpin, unmap, close, and only then return the budget's charge.
   Reservation memory_;
+  // Open only while the block is written and sealed; closed once sealed.
   UniqueFd fd_;
   Mapping mapping_;
   MasterResidency residency_;  // pinned or staged (neither without a pin device)
+  // The masters directory (shared with the store: a master may outlive it)
+  // and the sealed file's identity, for OpenReadOnly.
+  std::shared_ptr<const UniqueFd> directory_;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
 };
 
 }  // namespace blockswap::daemon

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/os/logging.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/masters_directory.h"
@@ -133,6 +134,12 @@ BlockMasters DistinctBlocks(const BlockMasters& blocks) {
   return distinct;
 }
 
+std::vector<BlockRef> BlockRefs(const BlockMasters& blocks) {
+  std::vector<BlockRef> refs;
+  for (const auto& block : DistinctBlocks(blocks)) refs.push_back({block->id(), block->file_bytes()});
+  return refs;
+}
+
 uint64_t DistinctFileBytes(const BlockMasters& blocks) {
   uint64_t bytes = 0;
   for (const auto& block : DistinctBlocks(blocks)) bytes += block->file_bytes();
@@ -165,7 +172,7 @@ ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd d
                        UniqueFd lock_fd)
     : options_(std::move(options)),
       pin_device_(pin_device),
-      directory_fd_(std::move(directory_fd)),
+      directory_fd_(std::make_shared<const UniqueFd>(std::move(directory_fd))),
       lock_fd_(std::move(lock_fd)),
       pinning_(options_.pinning, options_.max_pinned_bytes, pin_device) {}
 
@@ -201,7 +208,7 @@ std::string ModelStore::PathOf(absl::string_view name) const {
 }
 
 void ModelStore::RemoveQuietly(const std::string& name) const {
-  ::unlinkat(directory_fd_.get(), name.c_str(), 0);
+  ::unlinkat(directory_fd_->get(), name.c_str(), 0);
 }
 
 absl::Status ModelStore::Pin(BlockMaster& block) const {
@@ -244,13 +251,26 @@ absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
 absl::StatusOr<Reservation> ModelStore::ChargeMemory(uint64_t bytes, absl::string_view name) const {
   if (options_.memory_budget == nullptr) return Reservation();
   return options_.memory_budget->Reserve(
-      MemoryUse::kMasters, bytes,
-      absl::StrCat("a block master of model '", name, "' (", bytes, " bytes)"));
+      MemoryUse::kMasters, bytes + kBlockOverheadBytes,
+      absl::StrCat("a block master of model '", name, "' (", bytes, " bytes + ", kBlockOverheadBytes,
+                   " of descriptor, mapping and inode)"));
+}
+
+absl::Status ModelStore::FinishSealed(BlockMaster& block) const {
+  struct stat st {};
+  if (::fstat(block.fd_.get(), &st) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("fstat of the master of block ", block.id_));
+  }
+  block.directory_ = directory_fd_;
+  block.device_ = st.st_dev;
+  block.inode_ = st.st_ino;
+  block.fd_.Reset();
+  return absl::OkStatus();
 }
 
 absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
   struct statvfs fs {};
-  if (::fstatvfs(directory_fd_.get(), &fs) != 0) {
+  if (::fstatvfs(directory_fd_->get(), &fs) != 0) {
     return ErrnoStatus(errno, absl::StrCat("statvfs of ", options_.directory));
   }
   uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
@@ -262,15 +282,15 @@ absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
   return absl::OkStatus();
 }
 
-absl::Status ModelStore::CheckCapacity(uint64_t bytes) {
+absl::Status ModelStore::CheckCapacity(uint64_t bytes, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
-  return MakeRoomLocked(bytes);
+  return MakeRoomLocked(bytes, blocks);
 }
 
 absl::StatusOr<UniqueFd> ModelStore::OpenOwnFile(const std::string& name, mode_t mode,
                                                  struct stat* st) const {
   int raw =
-      ::openat(directory_fd_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      ::openat(directory_fd_->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", PathOf(name)));
   UniqueFd fd(raw);
   BLOCKSWAP_RETURN_IF_ERROR(CheckOwnFile(fd.get(), PathOf(name), mode, st));
@@ -338,6 +358,7 @@ absl::StatusOr<std::unique_ptr<BlockMaster>> ModelStore::LoadBlock(const std::st
   BLOCKSWAP_ASSIGN_OR_RETURN(block->fd_, ReopenSealedMastersReadWrite(read_only, path));
   BLOCKSWAP_ASSIGN_OR_RETURN(block->mapping_, Mapping::Map(block->fd_, block->file_bytes(),
                                                            Access::kReadWrite, /*populate=*/true));
+  BLOCKSWAP_RETURN_IF_ERROR(FinishSealed(*block));
   return block;
 }
 
@@ -407,6 +428,11 @@ void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
     }
     ++it->second.models;
   }
+  // Charged without a check: a restarted daemon keeps what its uids held.
+  const std::vector<BlockRef> refs = BlockRefs(model->blocks_);
+  for (const Registrant& registrant : model->registrants_.List()) {
+    ChargeUidLocked(model->id_, registrant.uid, refs);
+  }
   ++stats_.adopted;
   std::string id = model->id_;
   models_.emplace(std::move(id), std::shared_ptr<const Model>(std::move(model)));
@@ -471,7 +497,7 @@ absl::Status ModelStore::ConvertPerModelMasters(const std::string& id, Manifest 
 
 absl::Status ModelStore::AdoptAll() {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                             ListDirectory(directory_fd_, options_.directory));
+                             ListDirectory(*directory_fd_, options_.directory));
   absl::MutexLock lock(&mu_);
   std::set<std::string, std::less<>> keep = {std::string(kLockName)};
   std::vector<Manifest> per_model;  // version 1: converted once the others are adopted
@@ -547,8 +573,8 @@ absl::Status ModelStore::AdoptAll() {
     // Any file may belong to a manifest of a newer format: only our
     // temporary files go while one is here.
     if (!unknown.empty() && !temporary) continue;
-    if (::unlinkat(directory_fd_.get(), name.c_str(), 0) != 0 &&
-        (errno != EISDIR || ::unlinkat(directory_fd_.get(), name.c_str(), AT_REMOVEDIR) != 0)) {
+    if (::unlinkat(directory_fd_->get(), name.c_str(), 0) != 0 &&
+        (errno != EISDIR || ::unlinkat(directory_fd_->get(), name.c_str(), AT_REMOVEDIR) != 0)) {
       return ErrnoStatus(errno, absl::StrCat("removing the stray entry ", PathOf(name)));
     }
     ++stats_.removed;
@@ -559,7 +585,7 @@ absl::Status ModelStore::AdoptAll() {
 absl::Status ModelStore::CreateBlockFile(BlockMaster& block, const std::string& temp,
                                          bool allocate) const {
   const uint64_t size = block.file_bytes();
-  int raw = ::openat(directory_fd_.get(), temp.c_str(),
+  int raw = ::openat(directory_fd_->get(), temp.c_str(),
                      O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(temp)));
   block.fd_ = UniqueFd(raw);
@@ -585,8 +611,13 @@ absl::Status ModelStore::CreateBlockFile(BlockMaster& block, const std::string& 
 
 absl::Status ModelStore::SealBlock(BlockMaster& block, const std::string& temp, bool pin) const {
   const std::string final_name = BlockFileName(block.id_);
-  const int dir = directory_fd_.get();
+  const int dir = directory_fd_->get();
   auto seal = [&]() -> absl::Status {
+    if (!block.fd_.valid()) {  // a draft's: it keeps no descriptor while written
+      int raw = ::openat(dir, temp.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", PathOf(temp)));
+      block.fd_ = UniqueFd(raw);
+    }
     if (block.mapping_.data() == nullptr) {
       // A draft's padding was left as holes: reserved now, before anyone
       // maps the master, so a full tmpfs is this error, never a SIGBUS.
@@ -611,6 +642,7 @@ absl::Status ModelStore::SealBlock(BlockMaster& block, const std::string& temp, 
     // Pinned before the rename, so that a block that cannot be pinned leaves
     // only a temporary file to remove.
     if (pin) BLOCKSWAP_RETURN_IF_ERROR(Pin(block));
+    BLOCKSWAP_RETURN_IF_ERROR(FinishSealed(block));  // the inode is the same after the rename
     if (::renameat(dir, temp.c_str(), dir, final_name.c_str()) != 0) {
       return ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(temp)));
     }
@@ -627,7 +659,7 @@ absl::Status ModelStore::SealBlock(BlockMaster& block, const std::string& temp, 
 absl::Status ModelStore::WriteManifestFile(const Model& model,
                                            const std::vector<Registrant>& registrants,
                                            const std::string& temp) const {
-  int raw = ::openat(directory_fd_.get(), temp.c_str(),
+  int raw = ::openat(directory_fd_->get(), temp.c_str(),
                      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, kManifestMode);
   if (raw < 0) return ErrnoStatus(errno, absl::StrCat("creating ", PathOf(temp)));
   UniqueFd manifest(raw);
@@ -659,6 +691,9 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   // Not CommitManifest's temporary name: a registration of the same id after an
   // eviction may be sealing meanwhile.
   const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
+  // Worded as Register's own refusal, never annotated with this model: a
+  // uid over its limit learns nothing of who holds the content.
+  absl::Status over_limit;
   auto record = [&]() -> absl::Status {
     BLOCKSWAP_RETURN_IF_ERROR(WriteManifestFile(*model, with, temp));
     // Under mu_, so that an eviction (which removes the manifest under it)
@@ -669,15 +704,26 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
       RemoveQuietly(temp);
       return absl::OkStatus();  // evicted: no manifest to keep it in
     }
-    if (::renameat(directory_fd_.get(), temp.c_str(), directory_fd_.get(), manifest_name.c_str()) !=
+    const bool new_uid = !charged_uids_[model->id_].contains(registrant.uid);
+    const std::vector<BlockRef> refs = BlockRefs(model->blocks_);
+    if (new_uid) {
+      over_limit = uid_holds_.Check(registrant.uid, refs, options_.uid_limits);
+      if (!over_limit.ok()) return over_limit;
+    }
+    if (::renameat(directory_fd_->get(), temp.c_str(), directory_fd_->get(), manifest_name.c_str()) !=
         0) {
       absl::Status error = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(temp)));
       RemoveQuietly(temp);
       return error;
     }
+    ChargeUidLocked(model->id_, registrant.uid, refs);
     return absl::OkStatus();
   };
   if (absl::Status recorded = record(); !recorded.ok()) {
+    if (!over_limit.ok()) {
+      RemoveQuietly(temp);
+      return over_limit;
+    }
     RemoveQuietly(temp);
     return Annotate(recorded, absl::StrCat("recording uid ", registrant.uid,
                                            " as a registrant of model ", model->id_));
@@ -689,7 +735,7 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
 absl::Status ModelStore::CommitManifest(const Model& model) const {
   const std::string manifest_name = absl::StrCat(model.id_, kManifestSuffix);
   const std::string manifest_temp = absl::StrCat(manifest_name, kTempSuffix);
-  const int dir = directory_fd_.get();
+  const int dir = directory_fd_->get();
   absl::Status written = WriteManifestFile(model, model.registrants_.List(), manifest_temp);
   if (written.ok() && ::renameat(dir, manifest_temp.c_str(), dir, manifest_name.c_str()) != 0) {
     written = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(manifest_temp)));
@@ -765,18 +811,35 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   }
   model->id_ = ModelId(model->layout_, model->block_hashes_);
   const std::string id = model->id_;
+  // A registration has one registrant; the uid is charged every distinct
+  // block, held or not.
+  const uid_t uid = model->registrants_.List().front().uid;
+  std::vector<BlockRef> refs;
+  {
+    std::set<absl::string_view> seen;
+    for (size_t b = 0; b < count; ++b) {
+      if (seen.insert(ids[b]).second) refs.push_back({ids[b], BlockFileBytes(bytes[b])});
+    }
+  }
 
   BlockClaim claim;
   std::vector<Reservation> memory;
   uint64_t reserved = 0;
+  uint64_t reserved_blocks = 0;
   std::shared_ptr<const Model> existing;
   {
     absl::MutexLock lock(&mu_);
+    // First, and from the uid's own holds alone: the same answer whether or
+    // not anyone holds this content.
+    BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(uid, refs, options_.uid_limits));
     existing = FindOrAwaitLocked(id);
     if (existing == nullptr) {
+      // Again: the wait may have let another registration of the uid in.
+      BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(uid, refs, options_.uid_limits));
       in_progress_.insert(id);
       claim = ClaimBlocksLocked(ids, bytes);
-      absl::Status room = charged ? absl::OkStatus() : MakeRoomLocked(claim.missing_bytes);
+      absl::Status room =
+          charged ? absl::OkStatus() : MakeRoomLocked(claim.missing_bytes, claim.claimed.size());
       for (size_t i = 0; room.ok() && !charged && i < claim.claimed.size(); ++i) {
         absl::StatusOr<Reservation> charge =
             ChargeMemory(BlockFileBytes(bytes[claim.claimed_positions[i]]), model->name_);
@@ -790,8 +853,12 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
         registration_done_.SignalAll();
         return room;
       }
-      if (!charged) reserved = claim.missing_bytes;
+      if (!charged) reserved = claim.missing_bytes, reserved_blocks = claim.claimed.size();
       reserved_bytes_ += reserved;
+      reserved_blocks_ += reserved_blocks;
+      // Charged before the blocks are written, so that concurrent
+      // registrations of one uid cannot together pass its limits.
+      uid_holds_.Add(uid, refs);
     }
   }
   if (existing != nullptr) {
@@ -802,9 +869,13 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   }
 
   // Each new block sealed under its final name, then the manifest (the
-  // commit point); on failure the blocks written go again.
+  // commit point); on failure the blocks written go again. ParallelFor's
+  // threads each hold one block file open, and the manifest one more.
   std::vector<std::unique_ptr<BlockMaster>> written(claim.claimed.size());
-  absl::Status status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
+  absl::Status status = CheckDescriptorHeadroom(
+      std::min<uint64_t>(claim.claimed.size(), kMaxWorkerThreads) + 1,
+      absl::StrCat("registering model ", id.substr(0, 16)));
+  if (status.ok()) status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
     BLOCKSWAP_ASSIGN_OR_RETURN(WrittenBlock block,
                                write(claim.claimed_positions[i], claim.claimed[i]));
     if (!charged) block.master->memory_ = std::move(memory[i]);
@@ -838,11 +909,14 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   absl::MutexLock lock(&mu_);
   in_progress_.erase(id);
   reserved_bytes_ -= reserved;
+  reserved_blocks_ -= reserved_blocks;
   registration_done_.SignalAll();
   if (!status.ok()) {
+    uid_holds_.Remove(uid, refs);
     EndClaimLocked(claim, /*published=*/false);
     return status;
   }
+  charged_uids_[id].insert(uid);
   for (const std::shared_ptr<const BlockMaster>& block : fresh) {
     blocks_[block->id()] = HeldBlock{.master = block, .models = 1, .claims = 0};
     block_bytes_ += block->file_bytes();
@@ -967,14 +1041,32 @@ size_t ModelStore::block_count() const {
   return blocks_.size();
 }
 
-uint64_t ModelStore::SharedBytes(const Model& model) const {
-  absl::MutexLock lock(&mu_);
-  uint64_t shared = 0;
-  for (const auto& block : DistinctBlocks(model.blocks_)) {
-    auto it = blocks_.find(block->id());
-    if (it != blocks_.end() && it->second.models > 1) shared += it->second.master->file_bytes();
+std::vector<uint64_t> ModelStore::SharedBytes(
+    const std::vector<std::shared_ptr<const Model>>& models) {
+  std::map<absl::string_view, uint64_t> naming;  // by block id: the models of `models` naming it
+  for (const auto& model : models) {
+    for (const auto& block : DistinctBlocks(model->blocks_)) ++naming[block->id()];
+  }
+  std::vector<uint64_t> shared;
+  shared.reserve(models.size());
+  for (const auto& model : models) {
+    uint64_t bytes = 0;
+    for (const auto& block : DistinctBlocks(model->blocks_)) {
+      if (naming[block->id()] > 1) bytes += block->file_bytes();
+    }
+    shared.push_back(bytes);
   }
   return shared;
+}
+
+uint64_t ModelStore::uid_blocks(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return uid_holds_.blocks(uid);
+}
+
+uint64_t ModelStore::uid_bytes(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return uid_holds_.bytes(uid);
 }
 
 ModelStoreStats ModelStore::stats() const {
@@ -988,6 +1080,11 @@ uint64_t ModelStore::References(const std::shared_ptr<const Model>& model) {
 }
 
 void ModelStore::TouchLocked(const std::string& id) const { last_use_[id] = ++use_clock_; }
+
+void ModelStore::ChargeUidLocked(const std::string& id, uid_t uid,
+                                 const std::vector<BlockRef>& blocks) {
+  if (charged_uids_[id].insert(uid).second) uid_holds_.Add(uid, blocks);
+}
 
 std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id) {
   while (true) {
@@ -1007,6 +1104,11 @@ void ModelStore::EvictLocked(const std::string& id) {
   if (it == models_.end()) return;
   // The manifest first: without it a restarted daemon adopts nothing.
   RemoveQuietly(absl::StrCat(id, kManifestSuffix));
+  if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
+    const std::vector<BlockRef> refs = BlockRefs(it->second->blocks_);
+    for (uid_t uid : charged->second) uid_holds_.Remove(uid, refs);
+    charged_uids_.erase(charged);
+  }
   // A block goes only with the last model that names it.
   for (const auto& block : DistinctBlocks(it->second->blocks_)) {
     ReleaseBlockLocked(block->id(), &HeldBlock::models);
@@ -1016,21 +1118,50 @@ void ModelStore::EvictLocked(const std::string& id) {
   models_.erase(it);  // unpins and unmaps what no other model holds
 }
 
-absl::Status ModelStore::MakeRoomLocked(uint64_t bytes) {
+absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks) const {
+  const uint64_t limit = options_.max_blocks;
+  const uint64_t held = blocks_.size() + reserved_blocks_;
+  if (limit == 0 || held + blocks <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (", held,
+      " held or being written; each block is one of blockswapd's mappings, bounded by "
+      "vm.max_map_count)"));
+}
+
+absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks) {
   while (true) {
+    bool short_of_blocks = false;
     absl::Status fits = CheckBudget(bytes);
     if (fits.ok() && options_.memory_budget != nullptr) {
-      fits = options_.memory_budget->CheckFits(bytes, absl::StrCat("a model of ", bytes, " bytes"));
+      const uint64_t charged = bytes + blocks * kBlockOverheadBytes;
+      fits = options_.memory_budget->CheckFits(charged,
+                                               absl::StrCat("a model of ", bytes, " bytes in ", blocks,
+                                                            " blocks (", charged, " with their overhead)"));
+    }
+    if (fits.ok()) {
+      fits = CheckBlockCountLocked(blocks);
+      short_of_blocks = !fits.ok();
     }
     if (fits.ok()) fits = CheckFreeSpace(bytes);
     if (fits.ok()) return fits;
+    // The unreferenced model of the uid that holds the most of what is
+    // short, least recently used first among equals.
     const std::string* victim = nullptr;
+    uint64_t heaviest = 0;
     uint64_t oldest = UINT64_MAX;
     for (const auto& [id, model] : models_) {
       if (References(model) != 0) continue;
+      uint64_t weight = 0;
+      if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
+        for (uid_t uid : charged->second) {
+          weight = std::max(weight, short_of_blocks ? uid_holds_.blocks(uid) : uid_holds_.bytes(uid));
+        }
+      }
       auto use = last_use_.find(id);
       uint64_t tick = use == last_use_.end() ? 0 : use->second;
-      if (victim == nullptr || tick < oldest) victim = &id, oldest = tick;
+      if (victim == nullptr || weight > heaviest || (weight == heaviest && tick < oldest)) {
+        victim = &id, heaviest = weight, oldest = tick;
+      }
     }
     if (victim == nullptr) return fits;
     std::string id = *victim;
@@ -1038,9 +1169,10 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes) {
   }
 }
 
-void ModelStore::ReleaseReservation(uint64_t bytes) {
+void ModelStore::ReleaseReservation(uint64_t bytes, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
   reserved_bytes_ -= bytes;
+  reserved_blocks_ -= blocks;
 }
 
 absl::Status NoSuchModelError(absl::string_view id) {
@@ -1089,14 +1221,17 @@ MasterDraft::~MasterDraft() {
   for (const std::string& temp : temp_names_) {
     if (!temp.empty()) store_->RemoveQuietly(temp);
   }
-  if (reserved_ != 0) store_->ReleaseReservation(reserved_);
+  if (reserved_ != 0 || reserved_blocks_ != 0) store_->ReleaseReservation(reserved_, reserved_blocks_);
 }
 
 const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
 
 absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data, size_t bytes) const {
-  return WriteFully(blocks_[b]->fd_.get(), offset, data, bytes,
-                    absl::StrCat("block ", b, " into ", store_->PathOf(temp_names_[b])));
+  const std::string& temp = temp_names_[b];
+  UniqueFd fd(::openat(store_->directory_fd_->get(), temp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("opening ", store_->PathOf(temp)));
+  return WriteFully(fd.get(), offset, data, bytes,
+                    absl::StrCat("block ", b, " into ", store_->PathOf(temp)));
 }
 
 absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
@@ -1112,14 +1247,16 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   uint64_t number = 0;
   {
     absl::MutexLock lock(&mu_);
-    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total));
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total, layout.blocks.size()));
     for (const BlockSpec& block : layout.blocks) {
       BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
                                  ChargeMemory(BlockFileBytes(block.bytes), name));
     }
     reserved_bytes_ += total;
+    reserved_blocks_ += layout.blocks.size();
     draft->store_ = this;
     draft->reserved_ = total;
+    draft->reserved_blocks_ = layout.blocks.size();
     number = next_draft_++;
   }
   draft->model_ = std::unique_ptr<Model>(new Model());
@@ -1135,6 +1272,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
     draft->temp_names_.push_back(absl::StrCat("draft-", number, "-", b, kBlockSuffix, kTempSuffix));
     BLOCKSWAP_RETURN_IF_ERROR(
         CreateBlockFile(*block, draft->temp_names_.back(), /*allocate=*/false));
+    block->fd_.Reset();  // reopened by name for each write and at the seal
     draft->blocks_.push_back(std::move(block));
   }
   return draft;

@@ -16,14 +16,22 @@
 //   *.tmp             a registration in progress (removed at Open)
 // Files are mode 0600 while written; block files are 0400 once sealed.
 // Clients never open them by name: they get read-only descriptors
-// (BlockMaster::OpenReadOnly) over SCM_RIGHTS.
+// (BlockMaster::OpenReadOnly: the daemon opens the sealed file by name, as
+// it keeps no descriptor of a sealed master) over SCM_RIGHTS.
 //
 // Sharing: a Model holds its blocks as std::shared_ptr<const BlockMaster>,
 // and the store counts, per block, the sealed models that name it and the
 // registrations that claimed it. A block's file goes when that count drops to
 // zero (the last model naming it is evicted); its mapping and pinning stay
-// until the last Model holding it is destroyed. Budgets count each distinct
-// block once.
+// until the last Model holding it is destroyed. The node's budgets count
+// each distinct block once; a uid's (UidHolds) count in full each block its
+// models name, whoever else names it too.
+//
+// Limits on what stays (issue 39): every block costs its file's pages plus
+// kBlockOverheadBytes of max_memory_bytes, and one mapping of the daemon's
+// (max_blocks, from vm.max_map_count); a uid holds at most
+// uid_limits.max_blocks blocks and max_bytes bytes through the models it
+// registered. Sealed masters keep no descriptor.
 //
 // Pinning: whether a block's master is pinned or staged (copied through the
 // device workers' staging buffers) is MasterPinning's decision per block file
@@ -65,6 +73,7 @@
 #include "daemon/store/manifest.h"
 #include "daemon/store/master_pinning.h"
 #include "daemon/store/registrants.h"
+#include "daemon/store/uid_holds.h"
 #include "shared/backend/backend.h"
 #include "shared/base/unique_fd.h"
 #include "shared/os/shared_memory.h"
@@ -82,6 +91,12 @@ struct ModelStoreOptions {
   // The node's max_memory_bytes, charged for every master (nullptr: only
   // max_pinned_bytes limits them). Must outlive the store.
   MemoryBudget* memory_budget = nullptr;
+  // Distinct blocks the store may hold (each is one mapping of the daemon's;
+  // max_master_blocks); 0: no limit.
+  uint64_t max_blocks = 0;
+  // What the models of one uid may hold (max_master_blocks_per_uid,
+  // max_master_bytes_per_uid).
+  UidMasterLimits uid_limits = {};
 };
 
 // One sealed model: immutable, shared by every session that opened it as
@@ -179,8 +194,9 @@ class MasterDraft {
   MasterDraft& operator=(const MasterDraft&) = delete;
 
   const ModelLayout& layout() const;
-  // Writes `bytes` at `offset` of block b (pwrite into its block file). A
-  // full tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
+  // Writes `bytes` at `offset` of block b (pwrite into its block file,
+  // opened for the write: a draft of any size keeps no descriptor). A full
+  // tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
   absl::Status Write(size_t b, uint64_t offset, const void* data, size_t bytes) const;
 
  private:
@@ -193,6 +209,7 @@ class MasterDraft {
   std::vector<std::unique_ptr<BlockMaster>> blocks_;
   std::vector<std::string> temp_names_;  // "" once renamed or removed
   uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
+  uint64_t reserved_blocks_ = 0;  // and blocks of max_blocks
 };
 
 // The distinct blocks held staged, and their file bytes.
@@ -247,8 +264,10 @@ class ModelStore {
   // blocks the store does not hold yet into new block files, pins them,
   // commits the manifest and publishes the model.
   // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes (under
-  // "always"), max_memory_bytes or the directory's free space. On failure
-  // nothing is left behind.
+  // "always"), max_memory_bytes, max_blocks or the directory's free space,
+  // or its registrant's uid_limits (checked first, from the uid's own holds
+  // alone, so the answer is the same whether anyone holds the content). On
+  // failure nothing is left behind.
   // `registrant` is recorded with the model, or added to the present one's.
   //
   // With `known`, the blocks it names (a master where the caller found the
@@ -266,12 +285,13 @@ class ModelStore {
   // free space, sealed models no session holds are evicted, least recently
   // used first, until it fits (or nothing more can go).
   //
-  // Whether a model whose masters take `bytes` could be registered now, so
-  // that an upload can be refused before the client fills a staging area:
+  // Whether a model whose masters take `bytes` in `blocks` blocks could be
+  // registered now, so that an upload can be refused before the client fills
+  // a staging area:
   // RESOURCE_EXHAUSTED with Register's messages otherwise. Advisory (a
   // concurrent registration may take the room meanwhile) and pessimistic for
   // content that turns out to be registered already, which needs no room.
-  absl::Status CheckCapacity(uint64_t bytes);
+  absl::Status CheckCapacity(uint64_t bytes, uint64_t blocks);
 
   // A master file for `layout` (see MasterDraft): checks the capacity (making
   // room as Register does), reserves the budget and creates the temporary
@@ -288,8 +308,10 @@ class ModelStore {
 
   // Records another registration of `model`'s content: persisted in its
   // manifest before it is visible in model->registrants(), so that a
-  // restarted daemon keeps it. Nothing changes for one recorded already (or
-  // over kMaxSourcesPerRegistrant); an error (a full tmpfs) records nothing.
+  // restarted daemon keeps it. A uid new to the model is charged its blocks
+  // (uid_limits: RESOURCE_EXHAUSTED, worded as Register's). Nothing changes
+  // for one recorded already (or over kMaxSourcesPerRegistrant); an error (a
+  // full tmpfs) records nothing.
   // Blocks on writing the manifest; rewrites are serialized.
   absl::Status AddRegistrant(const std::shared_ptr<const Model>& model,
                              const Registrant& registrant) ABSL_LOCKS_EXCLUDED(manifest_mu_, mu_);
@@ -317,10 +339,16 @@ class ModelStore {
   PinningPolicy pinning() const { return options_.pinning; }
   // Distinct blocks held.
   size_t block_count() const;
-  // Bytes of `model`'s distinct block files that other sealed models name too.
-  uint64_t SharedBytes(const Model& model) const;
+  // For each of `models`: the bytes of its distinct block files that another
+  // of `models` names too. Given the models a caller may see, it says
+  // nothing of the others.
+  static std::vector<uint64_t> SharedBytes(const std::vector<std::shared_ptr<const Model>>& models);
+  // What the models registered by `uid` hold (UidHolds).
+  uint64_t uid_blocks(uid_t uid) const;
+  uint64_t uid_bytes(uid_t uid) const;
   // The budget pinned_bytes is held to (0: only the tmpfs limits).
   uint64_t max_pinned_bytes() const { return options_.max_pinned_bytes; }
+  uint64_t max_blocks() const { return options_.max_blocks; }
   ModelStoreStats stats() const;
   const std::string& directory() const { return options_.directory; }
   // The node's memory budget the store charges (nullptr: none).
@@ -329,6 +357,13 @@ class ModelStore {
  private:
   ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
              UniqueFd lock_fd);
+
+  // A sealed block's file: its identity for OpenReadOnly, its descriptor
+  // closed (a sealed master keeps none).
+  absl::Status FinishSealed(BlockMaster& block) const;
+  // The uids charged for `id` (its registrants'), charged or released.
+  void ChargeUidLocked(const std::string& id, uid_t uid, const std::vector<BlockRef>& blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A block the store holds: its master, the sealed models that name it and
   // the registrations in progress that will (each counted once, however many
@@ -426,10 +461,14 @@ class ModelStore {
   // One log line for the `blocks` just added to `model` that the device
   // refused to pin (staged under "auto"), if any.
   void LogRefusedPins(const Model& model, const std::vector<const BlockMaster*>& blocks) const;
-  // Evicts unreferenced models, least recently used first, until `bytes` more
-  // fit max_pinned_bytes, the node's memory budget and the free space; the
-  // error of the check that still fails otherwise.
-  absl::Status MakeRoomLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts unreferenced models until `bytes` more in `blocks` more blocks
+  // fit max_pinned_bytes, the node's memory budget (with each block's
+  // overhead), max_blocks and the free space; the error of the check that
+  // still fails otherwise. The victims: the models of the uid holding the
+  // most of what is short (blocks or bytes) first, least recently used
+  // first among them, so a flood's unused models go before anyone else's.
+  absl::Status MakeRoomLocked(uint64_t bytes, uint64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckBlockCountLocked(uint64_t blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sealed model `id`, once no registration of it is in progress
@@ -437,9 +476,9 @@ class ModelStore {
   // in progress either: the caller may claim `id` in `in_progress_`.
   std::shared_ptr<const Model> FindOrAwaitLocked(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseReservation(uint64_t bytes);
-  // The node budget's charge for a block master of `bytes` (empty without a
-  // budget).
+  void ReleaseReservation(uint64_t bytes, uint64_t blocks);
+  // The node budget's charge for a block master of `bytes`, with its
+  // overhead (kBlockOverheadBytes; empty without a budget).
   absl::StatusOr<Reservation> ChargeMemory(uint64_t bytes, absl::string_view name) const;
   absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes) const;
@@ -448,7 +487,9 @@ class ModelStore {
 
   const ModelStoreOptions options_;
   Device* const pin_device_;
-  const UniqueFd directory_fd_;    // every file is opened relative to it
+  // Every file is opened relative to it; shared with the masters, which
+  // reopen their files by name (BlockMaster::OpenReadOnly).
+  const std::shared_ptr<const UniqueFd> directory_fd_;
   const UniqueFd lock_fd_;         // holds the flock for the store's lifetime
   mutable MasterPinning pinning_;  // thread-safe
 
@@ -465,6 +506,11 @@ class ModelStore {
   std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
   uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // file bytes of blocks_, pinned or staged
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
+  uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;  // blocks they will add at most
+  // What each uid's models hold, and the uids each model is charged to (its
+  // registrants', each once).
+  UidHolds uid_holds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<uid_t>, std::less<>> charged_uids_ ABSL_GUARDED_BY(mu_);
   uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
   // LRU order: the tick of each model's last use.
   mutable uint64_t use_clock_ ABSL_GUARDED_BY(mu_) = 0;

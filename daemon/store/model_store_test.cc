@@ -20,7 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "daemon/store/manifest.h"
 #include "shared/backend/backend.h"
 
@@ -392,7 +394,7 @@ TEST_F(ModelStoreTest, UnderAutoTheBlocksOverThePinnedBudgetAreStagedNotRefused)
   EXPECT_EQ((*store)->masters_bytes(), 4u * 4096);
   EXPECT_EQ((*store)->staged_blocks().blocks, 1u);
   EXPECT_EQ((*store)->staged_blocks().bytes, 4096u);
-  EXPECT_TRUE((*store)->CheckCapacity(1 << 20).ok()) << "the pin budget refuses nothing";
+  EXPECT_TRUE((*store)->CheckCapacity(1 << 20, 1).ok()) << "the pin budget refuses nothing";
 }
 
 // A device that refuses to pin (the host backend's pin limit standing in for
@@ -427,15 +429,15 @@ TEST_F(ModelStoreTest, ABlockTheDeviceRefusesIsStagedUnderAutoAndRefusedUnderAlw
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
   auto store = OpenStore(/*max_pinned_bytes=*/8192);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->CheckCapacity(8192).ok());
-  absl::Status refused = store->CheckCapacity(8193);
+  EXPECT_TRUE(store->CheckCapacity(8192, 2).ok());
+  absl::Status refused = store->CheckCapacity(8193, 3);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.message().find("would exceed --max-pinned-bytes=8192 (0 already pinned)"),
             absl::string_view::npos)
       << refused;
   auto unlimited = OpenStoreAt(directory_ + "-unlimited");
   ASSERT_NE(unlimited, nullptr);
-  absl::Status too_big = unlimited->CheckCapacity(uint64_t{1} << 60);
+  absl::Status too_big = unlimited->CheckCapacity(uint64_t{1} << 60, 1);
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(too_big.message().find("bytes free"), absl::string_view::npos) << too_big;
   unlimited.reset();
@@ -654,8 +656,9 @@ TEST_F(ModelStoreTest, ModelsThatShareBlocksHoldEachDistinctBlockOnce) {
   EXPECT_LT(store->masters_bytes(), a->model->masters_bytes() + b->model->masters_bytes());
   const uint64_t shared =
       a->model->block_master(2)->file_bytes() + a->model->block_master(3)->file_bytes();
-  EXPECT_EQ(store->SharedBytes(*a->model), shared);
-  EXPECT_EQ(store->SharedBytes(*b->model), shared);
+  EXPECT_EQ(ModelStore::SharedBytes({a->model, b->model}), (std::vector<uint64_t>{shared, shared}));
+  EXPECT_EQ(ModelStore::SharedBytes({a->model}), std::vector<uint64_t>{0})
+      << "shared only among the models given (those a caller may see)";
   EXPECT_EQ(Entries(directory_).size(), 1u + 2 + 6);  // .lock, 2 manifests, 6 blocks
 
   // Evicting the first model keeps the blocks the second names.
@@ -665,7 +668,7 @@ TEST_F(ModelStoreTest, ModelsThatShareBlocksHoldEachDistinctBlockOnce) {
   ASSERT_TRUE(store->Evict(front_id).ok());
   EXPECT_EQ(store->block_count(), 4u);
   EXPECT_EQ(store->masters_bytes(), b->model->masters_bytes());
-  EXPECT_EQ(store->SharedBytes(*b->model), 0u);
+  EXPECT_EQ(ModelStore::SharedBytes(store->List()), std::vector<uint64_t>{0});
   EXPECT_FALSE(Entries(directory_).contains(only_front));
   EXPECT_EQ(Entries(directory_).size(), 1u + 1 + 4);
   ExpectBlocksEqual(*b->model, back);
@@ -861,6 +864,133 @@ TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {
   store = OpenStore(0, backend->devices()[0].get());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->stats().adopted, 1u);
+}
+
+
+// Issue 39: what one uid's models may hold.
+absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& model, uid_t uid) {
+  return store.Register("uid model", model.layout, model.content.data(), model.content.size(),
+                        Registrant{.uid = uid, .gid = uid});
+}
+
+int OpenDescriptors() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+TEST_F(ModelStoreTest, AUidOverItsBlockLimitIsRefusedNamingTheLimitItsUseAndTheKey) {
+  ModelStoreOptions options = Options();
+  options.uid_limits.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
+  auto refused = RegisterAs(**store, MakeModel(2, 3), 1000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 6 blocks of masters (3 held + 3 of this model), over "
+                        "max_master_blocks_per_uid = 4")) << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "raise max_master_blocks_per_uid")) << refused.status().message();
+  EXPECT_EQ((*store)->block_count(), 3u) << "nothing of the refused model stays";
+  EXPECT_TRUE(RegisterAs(**store, MakeModel(2, 3), 1001).ok()) << "another uid has its own limit";
+}
+
+TEST_F(ModelStoreTest, AUidOverItsByteLimitIsRefusedNamingTheKey) {
+  ModelStoreOptions options = Options();
+  options.uid_limits.max_bytes = 3 * 4096;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
+  auto refused = RegisterAs(**store, MakeModel(2, 1), 1000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 16384 bytes of masters (12288 held + 4096 of this "
+                        "model), over max_master_bytes_per_uid = 12288")) << refused.status().message();
+}
+
+// A block counts in full for every uid whose models name it, and a uid over
+// its limit gets the same answer whether or not anyone holds the content.
+TEST_F(ModelStoreTest, EveryUidIsChargedInFullAndItsRefusalSaysNothingOfOthers) {
+  ModelStoreOptions options = Options();
+  options.uid_limits.max_blocks = 5;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const TestModel shared = MakeModel(1, 3);
+  auto first = RegisterAs(**store, shared, 1000);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = RegisterAs(**store, shared, 1001);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->already_present);
+  EXPECT_EQ((*store)->uid_blocks(1000), 3u);
+  EXPECT_EQ((*store)->uid_blocks(1001), 3u) << "sharing halves nobody's charge";
+  EXPECT_EQ((*store)->uid_bytes(1001), 3u * 4096);
+
+  // uids 1002 and 1003 hold 3 blocks each; then 1002 registers the held
+  // content and 1003 content nobody holds, 3 blocks each.
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(7, 3), 1002).ok());
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(8, 3), 1003).ok());
+  auto held = RegisterAs(**store, shared, 1002);
+  auto novel = RegisterAs(**store, MakeModel(9, 3), 1003);
+  ASSERT_EQ(held.status().code(), absl::StatusCode::kResourceExhausted) << held.status();
+  ASSERT_EQ(novel.status().code(), absl::StatusCode::kResourceExhausted) << novel.status();
+  EXPECT_EQ(absl::StrReplaceAll(held.status().message(), {{"uid 1002", "uid N"}}),
+            absl::StrReplaceAll(novel.status().message(), {{"uid 1003", "uid N"}}));
+  EXPECT_EQ((*store)->uid_blocks(1002), 3u);
+
+  // Evicting the shared model releases both uids' charges.
+  const std::string id = first->model->id();
+  first = absl::UnknownError("released");
+  second = absl::UnknownError("released");
+  ASSERT_TRUE((*store)->Evict(id).ok());
+  EXPECT_EQ((*store)->uid_blocks(1000), 0u);
+  EXPECT_EQ((*store)->uid_blocks(1001), 0u);
+}
+
+TEST_F(ModelStoreTest, TheNodesBlockLimitRefusesNamingTheKeyAndTheMappings) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto kept = RegisterAs(**store, MakeModel(1, 3), 1000);  // held: it cannot be evicted
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto refused = RegisterAs(**store, MakeModel(2, 2), 1001);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "would exceed max_master_blocks = 4 (3 held")) << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "vm.max_map_count")) << refused.status().message();
+}
+
+// Room for a new model is made from the unused models of the uid holding
+// the most of what is short, even when another uid's unused model is older.
+TEST_F(ModelStoreTest, UnderPressureTheUnusedModelsOfTheHeaviestUidGoFirst) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 6;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto modest = RegisterAs(**store, MakeModel(1, 1), 1000);  // the least recently used
+  auto flood_a = RegisterAs(**store, MakeModel(2, 2), 2000);
+  auto flood_b = RegisterAs(**store, MakeModel(3, 2), 2000);
+  ASSERT_TRUE(modest.ok() && flood_a.ok() && flood_b.ok());
+  const std::string modest_id = modest->model->id();
+  const std::string flood_a_id = flood_a->model->id();
+  modest = flood_a = flood_b = absl::UnknownError("released");  // none in use
+  auto fresh = RegisterAs(**store, MakeModel(4, 2), 3000);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE((*store)->Find(modest_id), nullptr) << "the modest uid's model was evicted";
+  EXPECT_EQ((*store)->Find(flood_a_id), nullptr);
+  EXPECT_EQ((*store)->uid_blocks(2000), 2u);
+}
+
+// Sealed masters keep no descriptor (OpenReadOnly opens the file by name),
+// so a model of many blocks costs the daemon none once registered.
+TEST_F(ModelStoreTest, ASealedModelOfManyBlocksKeepsNoDescriptor) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const int before = OpenDescriptors();
+  TestModel content = MakeModel(30, 200, 1);
+  auto registered = Register(*store, content);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_LE(OpenDescriptors(), before + 1);
+  auto fd = registered->model->block_master(199)->OpenReadOnly();
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_EQ(::fcntl(fd->get(), F_GETFL) & O_ACCMODE, O_RDONLY);
 }
 
 }  // namespace

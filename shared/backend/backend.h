@@ -201,8 +201,14 @@ class Device {
   // Makes the words of `mapping` (a read-write shared mapping, typically of
   // a memfd that another process maps too) usable by this device's streams
   // (WriteWord, WaitWord). FAILED_PRECONDITION, saying why, where the device
-  // has no stream memory operations: the caller falls back to events.
+  // has no working stream memory operations (cuda: a real write-and-wait
+  // round trip, probed at the first call on the device, failed): the caller
+  // falls back to events, and the client gates each wait on the host.
   virtual absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) = 0;
+  // What MapStreamWords has found out so far: OK while stream words work or
+  // have not been tried on this device yet; otherwise its
+  // FAILED_PRECONDITION. Thread-safe.
+  virtual absl::Status stream_words_status() const = 0;
   // Pins [data, data + bytes) for copies to every device of the backend.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;
@@ -223,6 +229,10 @@ class Backend {
   virtual BackendKind kind() const = 0;
   // In a stable order; owned by the backend.
   virtual const std::vector<std::unique_ptr<Device>>& devices() const = 0;
+  // The driver this backend runs on and the lowest it needs, for the daemon's
+  // start line and Attach ("CUDA driver 12.4; blockswap needs 11.7 or
+  // later"); empty for the host backend.
+  virtual std::string driver() const { return ""; }
 
   // The device with this UUID, or FAILED_PRECONDITION naming the devices this
   // backend drives (no silent fallback to another device).

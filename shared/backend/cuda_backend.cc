@@ -1,12 +1,15 @@
-// The cuda backend: the Backend interface (backend.h) over the CUDA runtime
-// API, and the plumbing of cuda_check.h.
+// The cuda backend: the Backend interface (backend.h) over the CUDA driver
+// API, reached through the table of cuda_driver.h, and the plumbing of
+// cuda_check.h.
 //
-// Only the runtime is used, linked statically (CUDA::cudart_static), which
-// dlopen()s libcuda.so.1 on first use: a binary built with CUDA still starts on
-// a machine without a driver, where OpenCudaBackend says so and the host
-// backend serves. Nothing links libcuda: the two driver functions used (the
-// stream memory operations of StreamWords) are looked up at run time through
-// cudaGetDriverEntryPointByVersion.
+// No CUDA runtime is linked: a binary built with CUDA starts on a machine
+// without a driver (OpenCudaBackend says so and the host backend serves) and
+// runs on any driver from kLowestCudaDriverVersion on, whatever runtime the
+// trainer's torch brings.
+//
+// Contexts: every device is driven in its primary context, retained once per
+// process (PrimaryContext) and made current only inside a ScopedContext,
+// which restores what the thread had before, including no context at all.
 //
 // Ownership: each class below owns one CUDA handle (or, for a host
 // registration, one set of pinned ranges) and releases it in its destructor.
@@ -15,9 +18,9 @@
 // device's DeviceHealth, which the CudaDevice owns: that is why every object
 // must be destroyed before its Device (backend.h). Every operation fails first
 // with the device's sticky error, if any, and reports its own errors through
-// it; every runtime call that acts on a device runs inside a ScopedDevice.
+// it; every driver call that acts on a device runs inside a ScopedContext.
 
-#include <cuda.h>  // the driver API's types and flags only: libcuda is never linked
+#include <cuda.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "shared/backend/backend.h"
 #include "shared/backend/cuda_check.h"
+#include "shared/backend/cuda_driver.h"
 #include "shared/base/monotonic_clock.h"
 #include "shared/base/status.h"
 #include "shared/os/shared_memory.h"
@@ -44,27 +49,27 @@
 namespace blockswap {
 namespace cuda_internal {
 
-bool IsStickyCudaError(cudaError_t error) {
+bool IsStickyCudaError(CUresult error) {
   switch (error) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorNvlinkUncorrectable:
-    case cudaErrorUnknown:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_UNKNOWN:
       return true;
     default:
       break;
   }
   // Also sticky, named by number because older toolkits lack the names:
-  // cudaErrorContained, cudaErrorTensorMemoryLeak, cudaErrorMpsClientTerminated,
-  // cudaErrorExternalDevice.
+  // CUDA_ERROR_CONTAINED, CUDA_ERROR_TENSOR_MEMORY_LEAK,
+  // CUDA_ERROR_MPS_CLIENT_TERMINATED, CUDA_ERROR_EXTERNAL_DEVICE.
   switch (static_cast<int>(error)) {
     case 226:
     case 721:
@@ -78,39 +83,38 @@ bool IsStickyCudaError(cudaError_t error) {
 
 namespace {
 
-absl::StatusCode CodeFor(cudaError_t error) {
+absl::StatusCode CodeFor(CUresult error) {
   if (IsStickyCudaError(error)) return absl::StatusCode::kInternal;
   switch (error) {
-    case cudaErrorMemoryAllocation:
-    case cudaErrorTooManyPeers:
+    case CUDA_ERROR_OUT_OF_MEMORY:
+    case CUDA_ERROR_TOO_MANY_PEERS:
       return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidHostPointer:
-    case cudaErrorInvalidMemcpyDirection:
-    case cudaErrorInvalidResourceHandle:
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_INVALID_CONTEXT:
       return absl::StatusCode::kInvalidArgument;
-    case cudaErrorHostMemoryAlreadyRegistered:
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
       return absl::StatusCode::kAlreadyExists;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorStubLibrary:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorSystemNotReady:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInitializationError:
-    case cudaErrorHostMemoryNotRegistered:
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_STUB_LIBRARY:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
       return absl::StatusCode::kFailedPrecondition;
-    case cudaErrorNotSupported:
+    case CUDA_ERROR_NOT_SUPPORTED:
       return absl::StatusCode::kUnimplemented;
-    case cudaErrorNotPermitted:
+    case CUDA_ERROR_NOT_PERMITTED:
       return absl::StatusCode::kPermissionDenied;
-    case cudaErrorTimeout:
+    case CUDA_ERROR_TIMEOUT:
       return absl::StatusCode::kDeadlineExceeded;
-    case cudaErrorNotReady:
-    case cudaErrorCudartUnloading:
+    case CUDA_ERROR_NOT_READY:
       return absl::StatusCode::kUnavailable;
     default:
       return absl::StatusCode::kInternal;
@@ -119,23 +123,46 @@ absl::StatusCode CodeFor(cudaError_t error) {
 
 }  // namespace
 
-absl::Status CudaErrorStatus(cudaError_t error, const char* expr, const char* file, int line) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::Status(CodeFor(error),
-                      absl::StrCat(expr, " failed at ", file, ":", line, ": ",
-                                   cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
+absl::Status CudaErrorStatus(CUresult error, const char* expr, const char* file, int line) {
+  if (error == CUDA_SUCCESS) return absl::OkStatus();
+  // The names come from the driver that raised the error; only a call made
+  // through a loaded table can raise one.
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (absl::StatusOr<const CudaDriverTable*> cu = LoadCudaDriver(); cu.ok()) {
+    if ((*cu)->cuGetErrorName(error, &name) != CUDA_SUCCESS) name = nullptr;
+    if ((*cu)->cuGetErrorString(error, &text) != CUDA_SUCCESS) text = nullptr;
+  }
+  return absl::Status(
+      CodeFor(error),
+      absl::StrCat(expr, " failed at ", file, ":", line, ": ",
+                   name != nullptr ? name : absl::StrCat("CUresult ", static_cast<int>(error)),
+                   " (", text != nullptr ? text : "no description from the driver", ")"));
 }
 
-std::string FormatGpuUuid(const cudaUUID_t& uuid) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
-    auto byte = static_cast<unsigned char>(uuid.bytes[i]);
-    out.push_back(kHex[byte >> 4]);
-    out.push_back(kHex[byte & 0xf]);
+absl::StatusOr<std::shared_ptr<const PrimaryContext>> PrimaryContext::Acquire(CUdevice device,
+                                                                              int ordinal) {
+  // Weak: the registry does not keep a context retained; its holders do.
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static auto* const retained = new std::map<CUdevice, std::weak_ptr<const PrimaryContext>>;
+  BLOCKSWAP_ASSIGN_OR_RETURN(const CudaDriverTable* cu, LoadCudaDriver());
+  absl::MutexLock lock(&mu);
+  if (std::shared_ptr<const PrimaryContext> held = (*retained)[device].lock()) return held;
+  CUcontext context = nullptr;
+  absl::Status status =
+      BLOCKSWAP_CUDA_STATUS(nullptr, cu->cuDevicePrimaryCtxRetain(&context, device));
+  if (!status.ok()) {
+    return Annotate(status, absl::StrCat("retaining the primary context of cuda:", ordinal));
   }
-  return out;
+  std::shared_ptr<const PrimaryContext> held(new PrimaryContext(device, context));
+  (*retained)[device] = held;
+  return held;
+}
+
+PrimaryContext::~PrimaryContext() {
+  // Loaded: this context was retained through it.
+  const CudaDriverTable* cu = *LoadCudaDriver();
+  (void)BLOCKSWAP_CUDA_STATUS(nullptr, cu->cuDevicePrimaryCtxRelease(device_));
 }
 
 absl::Status DeviceHealth::status() const {
@@ -143,13 +170,10 @@ absl::Status DeviceHealth::status() const {
   return sticky_;
 }
 
-absl::Status DeviceHealth::Check(cudaError_t error, const char* expr, const char* file, int line) {
-  if (error == cudaSuccess) return absl::OkStatus();
+absl::Status DeviceHealth::Check(CUresult error, const char* expr, const char* file, int line) {
+  if (error == CUDA_SUCCESS) return absl::OkStatus();
   absl::Status status = CudaErrorStatus(error, expr, file, line);
-  if (!IsStickyCudaError(error)) {
-    (void)cudaGetLastError();
-    return Annotate(status, absl::StrCat("on ", label_));
-  }
+  if (!IsStickyCudaError(error)) return Annotate(status, absl::StrCat("on ", label_));
   absl::MutexLock lock(&mu_);
   // The first sticky error is the cause; later ones are its echoes.
   if (sticky_.ok()) {
@@ -160,51 +184,49 @@ absl::Status DeviceHealth::Check(cudaError_t error, const char* expr, const char
   return sticky_;
 }
 
-absl::Status CheckCuda(DeviceHealth* health, cudaError_t error, const char* expr, const char* file,
+absl::Status CheckCuda(DeviceHealth* health, CUresult error, const char* expr, const char* file,
                        int line) {
   if (health != nullptr) return health->Check(error, expr, file, line);
-  if (error != cudaSuccess && !IsStickyCudaError(error)) (void)cudaGetLastError();
   return CudaErrorStatus(error, expr, file, line);
 }
 
-absl::StatusOr<ScopedDevice> ScopedDevice::Enter(DeviceHealth& health) {
+absl::StatusOr<ScopedContext> ScopedContext::Enter(DeviceHealth& health) {
   BLOCKSWAP_RETURN_IF_ERROR(health.status());
-  int previous = 0;
-  BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cudaGetDevice(&previous));
-  if (previous == health.ordinal()) return ScopedDevice(kNothingToRestore);
-  BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cudaSetDevice(health.ordinal()));
-  return ScopedDevice(previous);
+  const CudaDriverTable& cu = health.cu();
+  CUcontext previous = nullptr;
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuCtxGetCurrent(&previous));
+  if (previous == health.context()) return ScopedContext(nullptr, nullptr);
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuCtxSetCurrent(health.context()));
+  return ScopedContext(&cu, previous);
 }
 
-ScopedDevice ScopedDevice::EnterForCleanup(DeviceHealth& health) {
-  int previous = 0;
-  if (cudaGetDevice(&previous) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ScopedDevice(kNothingToRestore);
+ScopedContext ScopedContext::EnterForCleanup(DeviceHealth& health) {
+  const CudaDriverTable& cu = health.cu();
+  CUcontext previous = nullptr;
+  if (cu.cuCtxGetCurrent(&previous) != CUDA_SUCCESS || previous == health.context() ||
+      cu.cuCtxSetCurrent(health.context()) != CUDA_SUCCESS) {
+    return ScopedContext(nullptr, nullptr);
   }
-  if (previous == health.ordinal()) return ScopedDevice(kNothingToRestore);
-  if (cudaSetDevice(health.ordinal()) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ScopedDevice(kNothingToRestore);
-  }
-  return ScopedDevice(previous);
+  return ScopedContext(&cu, previous);
 }
 
-ScopedDevice::ScopedDevice(ScopedDevice&& other) noexcept
-    : restore_(std::exchange(other.restore_, kNothingToRestore)) {}
+ScopedContext::ScopedContext(ScopedContext&& other) noexcept
+    : cu_(std::exchange(other.cu_, nullptr)), previous_(std::exchange(other.previous_, nullptr)) {}
 
-ScopedDevice::~ScopedDevice() {
-  if (restore_ == kNothingToRestore) return;
-  // Nothing to report to: the caller's own next call on that device will.
-  if (cudaSetDevice(restore_) != cudaSuccess) (void)cudaGetLastError();
+ScopedContext::~ScopedContext() {
+  if (cu_ == nullptr) return;
+  // Restores exactly what was current, a null context included (the thread
+  // had none). Nothing to report to: the caller's own next call will.
+  (void)cu_->cuCtxSetCurrent(previous_);
 }
 
 }  // namespace cuda_internal
 
 namespace {
 
+using cuda_internal::CudaDriverTable;
 using cuda_internal::DeviceHealth;
-using cuda_internal::ScopedDevice;
+using cuda_internal::ScopedContext;
 
 // Pointers in messages, as printf's %p would print them.
 std::string AddressString(const void* address) {
@@ -236,24 +258,24 @@ class CudaDeviceMemory final : public DeviceMemory {
  public:
   enum class Origin { kAllocated, kImported };
 
-  CudaDeviceMemory(DeviceHealth& health, void* data, size_t size, Origin origin)
-      : health_(health), data_(static_cast<std::byte*>(data)), size_(size), origin_(origin) {}
+  CudaDeviceMemory(DeviceHealth& health, CUdeviceptr data, size_t size, Origin origin)
+      : health_(health), data_(data), size_(size), origin_(origin) {}
   CudaDeviceMemory(const CudaDeviceMemory&) = delete;
   CudaDeviceMemory& operator=(const CudaDeviceMemory&) = delete;
 
   // Freeing memory that another process still has mapped is undefined
-  // (cudaIpcOpenMemHandle); the owner of a ring destroys it only once every
+  // (cuIpcOpenMemHandle); the owner of a ring destroys it only once every
   // importer has closed it or died.
   ~CudaDeviceMemory() override {
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
     if (origin_ == Origin::kAllocated) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaFree(data_));
+      (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemFree(data_));
     } else {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaIpcCloseMemHandle(data_));
+      (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuIpcCloseMemHandle(data_));
     }
   }
 
-  std::byte* data() const override { return data_; }
+  std::byte* data() const override { return reinterpret_cast<std::byte*>(data_); }
   size_t size() const override { return size_; }
 
   absl::StatusOr<ExportedHandle> Export() const override {
@@ -262,15 +284,15 @@ class CudaDeviceMemory final : public DeviceMemory {
           absl::StrCat("device memory imported from another process cannot be exported again (on ",
                        health_.label(), ")"));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaIpcMemHandle_t handle;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaIpcGetMemHandle(&handle, data_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUipcMemHandle handle;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcGetMemHandle(&handle, data_));
     return ExportBytes(handle);
   }
 
  private:
   DeviceHealth& health_;
-  std::byte* const data_;
+  const CUdeviceptr data_;
   const size_t size_;
   const Origin origin_;
 };
@@ -278,26 +300,21 @@ class CudaDeviceMemory final : public DeviceMemory {
 // An interprocess event created here (exportable) or imported.
 class CudaEvent final : public Event {
  public:
-  CudaEvent(DeviceHealth& health, cudaEvent_t event, bool exportable)
+  CudaEvent(DeviceHealth& health, CUevent event, bool exportable)
       : health_(health), event_(event), exportable_(exportable) {}
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   ~CudaEvent() override {
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(event_));
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuEventDestroy(event_));
   }
 
   absl::StatusOr<bool> Query() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaError_t error = cudaEventQuery(event_);
-    if (error == cudaErrorNotReady) {
-      // "Not yet" is an answer, not an error; keep it out of the thread's
-      // last-error slot, where PyTorch would find it.
-      (void)cudaGetLastError();
-      return false;
-    }
-    BLOCKSWAP_RETURN_IF_ERROR(health_.Check(error, "cudaEventQuery(event_)", __FILE__, __LINE__));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUresult error = health_.cu().cuEventQuery(event_);
+    if (error == CUDA_ERROR_NOT_READY) return false;  // "not yet" is an answer, not an error
+    BLOCKSWAP_RETURN_IF_ERROR(health_.Check(error, "cuEventQuery(event_)", __FILE__, __LINE__));
     return true;
   }
 
@@ -307,18 +324,18 @@ class CudaEvent final : public Event {
           absl::StrCat("an event imported from another process cannot be exported again (on ",
                        health_.label(), ")"));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaIpcEventHandle_t handle;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaIpcGetEventHandle(&handle, event_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUipcEventHandle handle;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcGetEventHandle(&handle, event_));
     return ExportBytes(handle);
   }
 
-  cudaEvent_t get() const { return event_; }
+  CUevent get() const { return event_; }
   const DeviceHealth& health() const { return health_; }
 
  private:
   DeviceHealth& health_;
-  const cudaEvent_t event_;
+  const CUevent event_;
   const bool exportable_;
 };
 
@@ -335,20 +352,21 @@ absl::StatusOr<CudaEvent*> AsCudaEvent(Event& event) {
 // Places a completed timing event of one device on CLOCK_MONOTONIC: an
 // anchor event, recorded on a private idle stream and synchronised, is read
 // against the host clock right after; an event's host time is the anchor's
-// plus cudaEventElapsedTime between them. Re-anchored every few seconds, as
+// plus cuEventElapsedTime between them. Re-anchored every few seconds, as
 // the elapsed time is a float of milliseconds (its resolution coarsens with
 // distance) and the two clocks drift. Thread-safe; owned by its CudaDevice.
 class CudaClockAnchor {
  public:
   static absl::StatusOr<std::unique_ptr<CudaClockAnchor>> Create(DeviceHealth& health) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health));
-    cudaStream_t stream = nullptr;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health,
-                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaEvent_t event = nullptr;
-    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cudaEventCreate(&event));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health));
+    const CudaDriverTable& cu = health.cu();
+    CUstream stream = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUevent event = nullptr;
+    absl::Status created =
+        BLOCKSWAP_CUDA_STATUS(&health, cu.cuEventCreate(&event, CU_EVENT_DEFAULT));
     if (!created.ok()) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health, cudaStreamDestroy(stream));
+      (void)BLOCKSWAP_CUDA_STATUS(&health, cu.cuStreamDestroy(stream));
       return created;
     }
     return std::unique_ptr<CudaClockAnchor>(new CudaClockAnchor(health, stream, event));
@@ -357,22 +375,23 @@ class CudaClockAnchor {
   CudaClockAnchor& operator=(const CudaClockAnchor&) = delete;
 
   ~CudaClockAnchor() {
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(event_));
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamDestroy(stream_));
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuEventDestroy(event_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamDestroy(stream_));
   }
 
   // CLOCK_MONOTONIC when `completed` (a completed timing event of this
-  // device) completed. The caller is inside a ScopedDevice of the device.
-  absl::StatusOr<uint64_t> HostNanosOf(cudaEvent_t completed) ABSL_LOCKS_EXCLUDED(mu_) {
+  // device) completed. The caller is inside a ScopedContext of the device.
+  absl::StatusOr<uint64_t> HostNanosOf(CUevent completed) ABSL_LOCKS_EXCLUDED(mu_) {
+    const CudaDriverTable& cu = health_.cu();
     absl::MutexLock lock(&mu_);
     if (anchored_ns_ == 0 || MonotonicNanos() - anchored_ns_ > kReanchorNanos) {
-      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(event_, stream_));
-      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventSynchronize(event_));
+      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cu.cuEventRecord(event_, stream_));
+      BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cu.cuEventSynchronize(event_));
       anchored_ns_ = MonotonicNanos();
     }
     float ms = 0;  // negative for an event that completed before the anchor
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventElapsedTime(&ms, event_, completed));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cu.cuEventElapsedTime(&ms, event_, completed));
     return static_cast<uint64_t>(static_cast<int64_t>(anchored_ns_) +
                                  static_cast<int64_t>(static_cast<double>(ms) * 1e6));
   }
@@ -380,17 +399,17 @@ class CudaClockAnchor {
  private:
   static constexpr uint64_t kReanchorNanos = uint64_t{5} * 1000000000u;
 
-  CudaClockAnchor(DeviceHealth& health, cudaStream_t stream, cudaEvent_t event)
+  CudaClockAnchor(DeviceHealth& health, CUstream stream, CUevent event)
       : health_(health), stream_(stream), event_(event) {}
 
   DeviceHealth& health_;
-  const cudaStream_t stream_;
-  const cudaEvent_t event_;
+  const CUstream stream_;
+  const CUevent event_;
   absl::Mutex mu_;
   uint64_t anchored_ns_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Two timing events (cudaEventCreate's default flags: timing on) recorded
+// Two timing events (CU_EVENT_DEFAULT: timing on) recorded
 // just before and just after the stream's wait: the time between their
 // completions is how long the stream sat at the wait, exactly as the
 // reference offloader measures its compute stream's stall.
@@ -398,13 +417,14 @@ class CudaWaitTimer final : public WaitTimer {
  public:
   static absl::StatusOr<std::unique_ptr<CudaWaitTimer>> Create(DeviceHealth& health,
                                                                CudaClockAnchor& anchor) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health));
-    cudaEvent_t start = nullptr;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cudaEventCreate(&start));
-    cudaEvent_t end = nullptr;
-    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cudaEventCreate(&end));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health));
+    const CudaDriverTable& cu = health.cu();
+    CUevent start = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuEventCreate(&start, CU_EVENT_DEFAULT));
+    CUevent end = nullptr;
+    absl::Status created = BLOCKSWAP_CUDA_STATUS(&health, cu.cuEventCreate(&end, CU_EVENT_DEFAULT));
     if (!created.ok()) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health, cudaEventDestroy(start));
+      (void)BLOCKSWAP_CUDA_STATUS(&health, cu.cuEventDestroy(start));
       return created;
     }
     return std::unique_ptr<CudaWaitTimer>(new CudaWaitTimer(health, anchor, start, end));
@@ -414,42 +434,39 @@ class CudaWaitTimer final : public WaitTimer {
 
   // CUDA releases an event whose record is pending once the record is done.
   ~CudaWaitTimer() override {
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(start_));
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaEventDestroy(end_));
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuEventDestroy(start_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuEventDestroy(end_));
   }
 
   absl::StatusOr<std::optional<WaitIdle>> Poll() override {
     if (!issued_) return std::nullopt;
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaError_t error = cudaEventQuery(end_);
-    if (error == cudaErrorNotReady) {
-      (void)cudaGetLastError();  // "not yet" is an answer (as in CudaEvent::Query)
-      return std::nullopt;
-    }
-    BLOCKSWAP_RETURN_IF_ERROR(health_.Check(error, "cudaEventQuery(end_)", __FILE__, __LINE__));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUresult error = health_.cu().cuEventQuery(end_);
+    if (error == CUDA_ERROR_NOT_READY) return std::nullopt;  // "not yet" is an answer
+    BLOCKSWAP_RETURN_IF_ERROR(health_.Check(error, "cuEventQuery(end_)", __FILE__, __LINE__));
     return Measured();
   }
 
   absl::StatusOr<std::optional<WaitIdle>> Await() override {
     if (!issued_) return std::nullopt;
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventSynchronize(end_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuEventSynchronize(end_));
     return Measured();
   }
 
   // The wait itself, between the two records (on the stream's device, as
-  // the caller's ScopedDevice has it).
-  absl::Status RecordAround(cudaStream_t stream, cudaEvent_t awaited) {
+  // the caller's ScopedContext has it).
+  absl::Status RecordAround(CUstream stream, CUevent awaited) {
     return RecordAround(stream, [&] {
-      return BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamWaitEvent(stream, awaited, 0));
+      return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamWaitEvent(stream, awaited, 0));
     });
   }
   // The same around any wait that `issue_wait` puts on `stream`.
-  absl::Status RecordAround(cudaStream_t stream, const std::function<absl::Status()>& issue_wait) {
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(start_, stream));
+  absl::Status RecordAround(CUstream stream, const std::function<absl::Status()>& issue_wait) {
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuEventRecord(start_, stream));
     BLOCKSWAP_RETURN_IF_ERROR(issue_wait());
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventRecord(end_, stream));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuEventRecord(end_, stream));
     issued_ = true;
     return absl::OkStatus();
   }
@@ -457,74 +474,29 @@ class CudaWaitTimer final : public WaitTimer {
   const DeviceHealth& health() const { return health_; }
 
  private:
-  CudaWaitTimer(DeviceHealth& health, CudaClockAnchor& anchor, cudaEvent_t start, cudaEvent_t end)
+  CudaWaitTimer(DeviceHealth& health, CudaClockAnchor& anchor, CUevent start, CUevent end)
       : health_(health), anchor_(anchor), start_(start), end_(end) {}
 
   // Both events have completed (the stream runs in order).
   absl::StatusOr<std::optional<WaitIdle>> Measured() {
     float ms = 0;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaEventElapsedTime(&ms, start_, end_));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuEventElapsedTime(&ms, start_, end_));
     BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t began_ns, anchor_.HostNanosOf(start_));
     return WaitIdle{began_ns, absl::Nanoseconds(static_cast<int64_t>(ms * 1e6))};
   }
 
   DeviceHealth& health_;
   CudaClockAnchor& anchor_;
-  const cudaEvent_t start_;
-  const cudaEvent_t end_;
+  const CUevent start_;
+  const CUevent end_;
   bool issued_ = false;  // a wait was timed: the events have records
 };
 
-// Runs on a CUDA runtime thread. noexcept: an exception must not unwind into
-// the runtime's C frames; it terminates here instead.
-void CUDART_CB RunHostFunction(void* user_data) noexcept {
+// Runs on a driver thread. noexcept: an exception must not unwind into the
+// driver's C frames; it terminates here instead.
+void CUDA_CB RunHostFunction(void* user_data) noexcept {
   std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(user_data));
   (*fn)();
-}
-
-// The driver's stream memory operations (the V2 ones of CUDA 11.7, which
-// need no module parameter), found at run time so that nothing links libcuda.
-// Both null where the driver lacks them; `why_missing` then says why.
-struct StreamMemOps {
-  CUresult(CUDAAPI* wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
-  CUresult(CUDAAPI* write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
-  std::string why_missing;
-};
-
-const StreamMemOps& GetStreamMemOps() {
-  static const StreamMemOps ops = [] {
-    StreamMemOps found;
-    auto find = [&found](const char* symbol, void** fn) {
-      cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
-      // 11070: the version that introduced the V2 operations; the
-      // unversioned lookup is deprecated in CUDA 13.
-      cudaError_t error =
-          cudaGetDriverEntryPointByVersion(symbol, fn, 11070, cudaEnableDefault, &result);
-      if (error != cudaSuccess || result != cudaDriverEntryPointSuccess || *fn == nullptr) {
-        *fn = nullptr;
-        if (found.why_missing.empty()) {
-          found.why_missing = absl::StrCat(
-              "the driver has no ", symbol, " (", cudaGetErrorName(error),
-              result == cudaDriverEntryPointVersionNotSufficent ? ", driver older than 11.7" : "",
-              ")");
-        }
-      }
-    };
-    find("cuStreamWaitValue32", reinterpret_cast<void**>(&found.wait_value32));
-    find("cuStreamWriteValue32", reinterpret_cast<void**>(&found.write_value32));
-    if (found.wait_value32 == nullptr || found.write_value32 == nullptr) {
-      found.wait_value32 = nullptr;
-      found.write_value32 = nullptr;
-    }
-    return found;
-  }();
-  return ops;
-}
-
-absl::Status DriverStatus(DeviceHealth& health, CUresult result, absl::string_view call) {
-  if (result == CUDA_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(call, " failed on ", health.label(), ": CUresult ", static_cast<int>(result)));
 }
 
 // A shared mapping registered (mapped, portable) for the device, so that the
@@ -538,8 +510,8 @@ class CudaStreamWords final : public StreamWords {
   CudaStreamWords(const CudaStreamWords&) = delete;
   CudaStreamWords& operator=(const CudaStreamWords&) = delete;
   ~CudaStreamWords() override {
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaHostUnregister(mapping_.data()));
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemHostUnregister(mapping_.data()));
   }
 
   size_t count() const override { return mapping_.size() / sizeof(uint32_t); }
@@ -571,7 +543,7 @@ class CudaStream final : public Stream {
   // `owned`: this object created the stream and destroys it; a wrapped
   // caller's stream (Device::WrapStream) is neither synchronized nor
   // destroyed here.
-  CudaStream(DeviceHealth& health, cudaStream_t stream, bool owned = true)
+  CudaStream(DeviceHealth& health, CUstream stream, bool owned = true)
       : health_(health), stream_(stream), owned_(owned) {}
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
@@ -581,43 +553,46 @@ class CudaStream final : public Stream {
   // On a poisoned device both calls return at once with the sticky error.
   ~CudaStream() override {
     if (!owned_) return;
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamSynchronize(stream_));
-    (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamDestroy(stream_));
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamSynchronize(stream_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamDestroy(stream_));
   }
 
   absl::Status CopyHostToDevice(void* device_dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     return BLOCKSWAP_CUDA_STATUS(
-        &health_, cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+        &health_, health_.cu().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(device_dst),
+                                                 host_src, bytes, stream_));
   }
 
   absl::Status CopyDeviceToHost(void* host_dst, const void* device_src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     return BLOCKSWAP_CUDA_STATUS(
-        &health_, cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
+        &health_, health_.cu().cuMemcpyDtoHAsync(
+                      host_dst, reinterpret_cast<CUdeviceptr>(device_src), bytes, stream_));
   }
 
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaEvent * cuda_event, AsCudaEvent(event));
-    // cudaEventRecord needs the event and the stream in one context; say so
-    // instead of passing on cudaErrorInvalidResourceHandle.
+    // cuEventRecord needs the event and the stream in one context; say so
+    // instead of passing on CUDA_ERROR_INVALID_HANDLE.
     if (&cuda_event->health() != &health_) {
       return absl::InvalidArgumentError(absl::StrCat("cannot record an event of ",
                                                      cuda_event->health().label(),
                                                      " on a stream of ", health_.label()));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    return BLOCKSWAP_CUDA_STATUS(&health_, cudaEventRecord(cuda_event->get(), stream_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuEventRecord(cuda_event->get(), stream_));
   }
 
-  // The event may belong to another device: cudaStreamWaitEvent allows it.
+  // The event may belong to another device: cuStreamWaitEvent allows it.
   absl::Status Wait(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaEvent * cuda_event, AsCudaEvent(event));
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    return BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamWaitEvent(stream_, cuda_event->get(), 0));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    return BLOCKSWAP_CUDA_STATUS(&health_,
+                                 health_.cu().cuStreamWaitEvent(stream_, cuda_event->get(), 0));
   }
 
   absl::Status WaitTimed(Event& event, WaitTimer& timer) override {
@@ -628,7 +603,7 @@ class CudaStream final : public Stream {
                                                      " can only be timed by a timer of ",
                                                      health_.label()));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     return cuda_timer->RecordAround(stream_, cuda_event->get());
   }
 
@@ -637,12 +612,10 @@ class CudaStream final : public Stream {
   absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaStreamWords * cuda_words, AsCudaWords(words));
     BLOCKSWAP_ASSIGN_OR_RETURN(CUdeviceptr address, cuda_words->DeviceAddress(index));
-    const StreamMemOps& ops = GetStreamMemOps();
-    if (ops.write_value32 == nullptr) return absl::FailedPreconditionError(ops.why_missing);
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    return DriverStatus(health_,
-                        ops.write_value32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT),
-                        "cuStreamWriteValue32");
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    return BLOCKSWAP_CUDA_STATUS(
+        &health_,
+        health_.cu().cuStreamWriteValue32(stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT));
   }
 
   // CU_STREAM_WAIT_VALUE_GEQ compares as WordReached does (serial numbers).
@@ -650,8 +623,6 @@ class CudaStream final : public Stream {
                         WaitTimer* timer) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(CudaStreamWords * cuda_words, AsCudaWords(words));
     BLOCKSWAP_ASSIGN_OR_RETURN(CUdeviceptr address, cuda_words->DeviceAddress(index));
-    const StreamMemOps& ops = GetStreamMemOps();
-    if (ops.wait_value32 == nullptr) return absl::FailedPreconditionError(ops.why_missing);
     CudaWaitTimer* cuda_timer = nullptr;
     if (timer != nullptr) {
       cuda_timer = dynamic_cast<CudaWaitTimer*>(timer);
@@ -661,37 +632,37 @@ class CudaStream final : public Stream {
                                                        health_.label()));
       }
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     auto wait = [&]() -> absl::Status {
-      return DriverStatus(health_,
-                          ops.wait_value32(stream_, address, target, CU_STREAM_WAIT_VALUE_GEQ),
-                          "cuStreamWaitValue32");
+      return BLOCKSWAP_CUDA_STATUS(
+          &health_,
+          health_.cu().cuStreamWaitValue32(stream_, address, target, CU_STREAM_WAIT_VALUE_GEQ));
     };
     return cuda_timer != nullptr ? cuda_timer->RecordAround(stream_, wait) : wait();
   }
 
-  // The function is owned by the runtime from a successful launch on and
-  // freed after it ran. The runtime does not call host functions once the
+  // The function is owned by the driver from a successful launch on and
+  // freed after it ran. The driver does not call host functions once the
   // device's context has failed, so on a poisoned device a pending function
   // (and what it captured) is leaked rather than run.
   absl::Status LaunchHostFunc(std::function<void()> fn) override {
     if (!fn) return absl::InvalidArgumentError("LaunchHostFunc needs a function to run");
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     auto owned = std::make_unique<std::function<void()>>(std::move(fn));
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
-                                   cudaLaunchHostFunc(stream_, &RunHostFunction, owned.get()));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuLaunchHostFunc(stream_, &RunHostFunction, owned.get()));
     (void)owned.release();  // RunHostFunction owns it now
     return absl::OkStatus();
   }
 
   absl::Status Synchronize() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    return BLOCKSWAP_CUDA_STATUS(&health_, cudaStreamSynchronize(stream_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuStreamSynchronize(stream_));
   }
 
  private:
   DeviceHealth& health_;
-  const cudaStream_t stream_;
+  const CUstream stream_;
   const bool owned_;
 };
 
@@ -708,17 +679,17 @@ class CudaHostRegistration final : public HostRegistration {
 
   ~CudaHostRegistration() override {
     if (chunks_.empty()) return;
-    ScopedDevice guard = ScopedDevice::EnterForCleanup(health_);
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
     for (auto it = chunks_.rbegin(); it != chunks_.rend(); ++it) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaHostUnregister(*it));
+      (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemHostUnregister(*it));
     }
   }
 
   // Pins one piece; it is unpinned when this registration dies, also when a
   // later piece fails.
   absl::Status Pin(void* chunk, size_t bytes) {
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
-                                   cudaHostRegister(chunk, bytes, cudaHostRegisterPortable));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE));
     chunks_.push_back(chunk);
     return absl::OkStatus();
   }
@@ -730,25 +701,28 @@ class CudaHostRegistration final : public HostRegistration {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, DeviceInfo info)
+  CudaDevice(int ordinal, CUdevice device, DeviceInfo info,
+             std::shared_ptr<const cuda_internal::PrimaryContext> context)
       : info_(std::move(info)),
-        health_(ordinal, absl::StrCat("cuda:", ordinal, " (", info_.uuid, ")")) {}
+        device_(device),
+        context_(std::move(context)),
+        health_(ordinal, absl::StrCat("cuda:", ordinal, " (", info_.uuid, ")"),
+                **cuda_internal::LoadCudaDriver(), context_->get()) {}
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   const DeviceInfo& info() const override { return info_; }
   absl::Status health() const override { return health_.status(); }
 
-  // Not a ScopedDevice: the thread keeps the device, so that every guard on
-  // it finds the device current and switches nothing (nor creates a context
-  // on GPU 0 by restoring the device 0 a fresh thread reports).
+  // Not a ScopedContext: the thread keeps the context, so that every guard on
+  // it finds the context current and switches nothing.
   absl::Status UseOnThisThread() override {
     BLOCKSWAP_RETURN_IF_ERROR(health_.status());
-    return BLOCKSWAP_CUDA_STATUS(&health_, cudaSetDevice(health_.ordinal()));
+    return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuCtxSetCurrent(health_.context()));
   }
 
-  // A plain cudaMalloc per ring: memory from a pool or a sub-allocator could
-  // not be exported on its own (cudaIpcGetMemHandle takes an allocation's
+  // A plain cuMemAlloc per ring: memory from a pool or a sub-allocator could
+  // not be exported on its own (cuIpcGetMemHandle takes an allocation's
   // base).
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
     constexpr size_t kGranularity = cuda_internal::kAllocationGranularityBytes;
@@ -762,9 +736,9 @@ class CudaDevice final : public Device {
                        ": the size overflows when rounded up to ", kGranularity));
     }
     size_t rounded = RoundUp(bytes, kGranularity);
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    void* data = nullptr;
-    absl::Status status = BLOCKSWAP_CUDA_STATUS(&health_, cudaMalloc(&data, rounded));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUdeviceptr data = 0;
+    absl::Status status = BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemAlloc(&data, rounded));
     if (!status.ok()) {
       return Annotate(status, absl::StrCat("allocating ", rounded, " bytes (", bytes,
                                            " rounded up to ", kGranularity, ")"));
@@ -774,27 +748,28 @@ class CudaDevice final : public Device {
   }
 
   absl::StatusOr<uint64_t> FreeMemoryBytes() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     size_t free_bytes = 0, total_bytes = 0;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaMemGetInfo(&free_bytes, &total_bytes));
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuMemGetInfo(&free_bytes, &total_bytes));
     return static_cast<uint64_t>(free_bytes);
   }
 
   // Mapped on this device; memory of another device is reached through peer
-  // access, enabled on demand (cudaIpcMemLazyEnablePeerAccess). The handle
+  // access, enabled on demand (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS). The handle
   // cannot be opened in the process that exported it.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
                                                              size_t bytes) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle,
-                               ParseHandle<cudaIpcMemHandle_t>(handle, "device memory"));
+                               ParseHandle<CUipcMemHandle>(handle, "device memory"));
     if (bytes == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot import 0 bytes of device memory on ", health_.label()));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    void* data = nullptr;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUdeviceptr data = 0;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, cudaIpcOpenMemHandle(&data, ipc_handle, cudaIpcMemLazyEnablePeerAccess));
+        &health_,
+        health_.cu().cuIpcOpenMemHandle(&data, ipc_handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     // Owned from here on: closed again if the size check fails.
     auto memory = std::make_unique<CudaDeviceMemory>(health_, data, bytes,
                                                      CudaDeviceMemory::Origin::kImported);
@@ -803,10 +778,11 @@ class CudaDevice final : public Device {
   }
 
   absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaEvent_t event = nullptr;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUevent event = nullptr;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming));
+        &health_,
+        health_.cu().cuEventCreate(&event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
     return std::make_unique<CudaEvent>(health_, event, /*exportable=*/true);
   }
 
@@ -814,20 +790,20 @@ class CudaDevice final : public Device {
   // (or dies): that is undefined in CUDA. Hence the daemon creates every
   // event and never imports one (DESIGN §2).
   absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle, ParseHandle<cudaIpcEventHandle_t>(handle, "event"));
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaEvent_t event = nullptr;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cudaIpcOpenEventHandle(&event, ipc_handle));
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle, ParseHandle<CUipcEventHandle>(handle, "event"));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUevent event = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcOpenEventHandle(&event, ipc_handle));
     return std::make_unique<CudaEvent>(health_, event, /*exportable=*/false);
   }
 
   // Non-blocking: the legacy default stream, which PyTorch and others use,
   // must not serialise with the backend's copies.
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    cudaStream_t stream = nullptr;
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUstream stream = nullptr;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
-                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                                   health_.cu().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     return std::make_unique<CudaStream>(health_, stream);
   }
 
@@ -844,53 +820,39 @@ class CudaDevice final : public Device {
     return std::unique_ptr<WaitTimer>(std::move(timer));
   }
 
+  // `native` is a CUstream (a cudaStream_t of the trainer's runtime is the
+  // same handle) of this device's primary context.
   absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native, absl::Duration) override {
     BLOCKSWAP_RETURN_IF_ERROR(health_.status());
-    return std::make_unique<CudaStream>(health_, static_cast<cudaStream_t>(native),
+    return std::make_unique<CudaStream>(health_, static_cast<CUstream>(native),
                                         /*owned=*/false);
   }
 
-  // cudaHostRegisterPortable pins the range for every device of the process,
-  // so one registration through any device serves them all; registering the
-  // same range again (through another device) fails with ALREADY_EXISTS. The
-  // range is pinned in pieces of kHostRegisterChunkBytes, and one copy must
-  // not span two pieces (cuda_check.h). A range of more than one piece must
-  // start on a page boundary, so that no page belongs to two pieces.
-  // Where the driver has the stream memory operations and the device can
-  // register host memory; otherwise FAILED_PRECONDITION (the ring keeps to
-  // its events).
+  // Where the device can register host memory and its stream memory
+  // operations pass the probe (ProbeStreamWords, once per device and
+  // process); otherwise FAILED_PRECONDITION saying why (the ring keeps to its
+  // events, gated on the host).
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     if (mapping.data() == nullptr || mapping.size() < sizeof(uint32_t)) {
       return absl::InvalidArgumentError("stream words need a mapping of at least one word");
     }
-    const StreamMemOps& ops = GetStreamMemOps();
-    if (ops.wait_value32 == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(health_.label(), " cannot use stream words: ", ops.why_missing));
-    }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
-    int host_register = 0;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, cudaDeviceGetAttribute(&host_register, cudaDevAttrHostRegisterSupported,
-                                         health_.ordinal()));
-    if (host_register == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          health_.label(), " cannot use stream words: it cannot register host memory"));
-    }
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_, cudaHostRegister(mapping.data(), mapping.size(),
-                                   cudaHostRegisterMapped | cudaHostRegisterPortable));
-    void* device_address = nullptr;
-    absl::Status mapped = BLOCKSWAP_CUDA_STATUS(
-        &health_, cudaHostGetDevicePointer(&device_address, mapping.data(), 0));
-    if (!mapped.ok()) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, cudaHostUnregister(mapping.data()));
-      return mapped;
-    }
-    return std::make_unique<CudaStreamWords>(health_, std::move(mapping),
-                                             reinterpret_cast<CUdeviceptr>(device_address));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    BLOCKSWAP_RETURN_IF_ERROR(StreamWordsUsable());
+    return MapWords(std::move(mapping));
   }
 
+  absl::Status stream_words_status() const override ABSL_LOCKS_EXCLUDED(probe_mu_) {
+    absl::MutexLock lock(&probe_mu_);
+    return probed_.value_or(absl::OkStatus());
+  }
+
+  // CU_MEMHOSTREGISTER_PORTABLE pins the range for every context of the
+  // process, so one registration through any device serves them all;
+  // registering the same range again (through another device) fails with
+  // ALREADY_EXISTS. The range is pinned in pieces of kHostRegisterChunkBytes,
+  // and one copy must not span two pieces (backend.h). A range of more than
+  // one piece must start on a page boundary, so that no page belongs to two
+  // pieces.
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                        size_t bytes) override {
     constexpr size_t kChunk = cuda_internal::kHostRegisterChunkBytes;
@@ -908,7 +870,7 @@ class CudaDevice final : public Device {
       }
     }
     size_t chunk_count = (bytes - 1) / kChunk + 1;
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedDevice guard, ScopedDevice::Enter(health_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     auto registration = std::make_unique<CudaHostRegistration>(health_, chunk_count);
     auto* base = static_cast<std::byte*>(data);
     for (size_t offset = 0; offset < bytes; offset += kChunk) {
@@ -923,33 +885,119 @@ class CudaDevice final : public Device {
   }
 
  private:
-  // The runtime API cannot tell how much an IPC mapping spans, so this checks
-  // what it can: that the last announced byte lies in device memory. It
-  // catches an announcement longer than the exporter's allocation unless
-  // another device mapping happens to follow it directly.
-  absl::Status CheckBacked(void* data, size_t bytes) {
-    const void* last = static_cast<const std::byte*>(data) + (bytes - 1);
-    cudaPointerAttributes attributes{};
-    cudaError_t error = cudaPointerGetAttributes(&attributes, last);
-    if (error == cudaErrorInvalidValue) {
-      (void)cudaGetLastError();  // an address CUDA does not know: not backed
-    } else {
-      BLOCKSWAP_RETURN_IF_ERROR(
-          health_.Check(error, "cudaPointerGetAttributes(&attributes, last)", __FILE__, __LINE__));
-    }
-    if (error != cudaSuccess || attributes.type != cudaMemoryTypeDevice) {
+  // The imported mapping must span the announced bytes: the driver tells the
+  // allocation an address lies in (cuMemGetAddressRange), so an announcement
+  // longer than the exporter's allocation is refused.
+  absl::Status CheckBacked(CUdeviceptr data, size_t bytes) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuMemGetAddressRange(&base, &size, data));
+    if (data - base > size || size - (data - base) < bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("the imported device memory does not span the announced ", bytes,
-                       " bytes (on ", health_.label(), ")"));
+                       " bytes (its mapping has ", size - std::min<size_t>(size, data - base),
+                       " bytes from the imported address, on ", health_.label(), ")"));
     }
     return absl::OkStatus();
   }
 
+  // Registers `mapping` (mapped, portable) and finds its device address.
+  // Inside a ScopedContext of the device.
+  absl::StatusOr<std::unique_ptr<CudaStreamWords>> MapWords(Mapping mapping) {
+    const CudaDriverTable& cu = health_.cu();
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, cu.cuMemHostRegister(mapping.data(), mapping.size(),
+                                       CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+    CUdeviceptr device_address = 0;
+    absl::Status mapped = BLOCKSWAP_CUDA_STATUS(
+        &health_, cu.cuMemHostGetDevicePointer(&device_address, mapping.data(), 0));
+    if (!mapped.ok()) {
+      (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuMemHostUnregister(mapping.data()));
+      return mapped;
+    }
+    return std::make_unique<CudaStreamWords>(health_, std::move(mapping), device_address);
+  }
+
+  // OK where this device's streams can use stream words, else
+  // FAILED_PRECONDITION saying why; probed at the first call, then
+  // remembered. Inside a ScopedContext of the device.
+  absl::Status StreamWordsUsable() ABSL_LOCKS_EXCLUDED(probe_mu_) {
+    absl::MutexLock lock(&probe_mu_);
+    if (!probed_.has_value()) {
+      absl::Status probe = ProbeStreamWords();
+      BLOCKSWAP_RETURN_IF_ERROR(
+          health_.status());  // a sticky error is the device's, not the probe's
+      probed_ = probe.ok() ? probe
+                           : absl::FailedPreconditionError(absl::StrCat(
+                                 health_.label(), " cannot use stream words: ", probe.message()));
+    }
+    return *probed_;
+  }
+
+  // One real round trip, since the device attribute may deny what works or
+  // claim what fails: a stream waits (cuStreamWaitValue32) on a word of
+  // registered host memory that the CPU then writes, and writes a second
+  // word (cuStreamWriteValue32) that the CPU then sees, within
+  // kStreamWordsProbeTimeout.
+  absl::Status ProbeStreamWords() ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_) {
+    constexpr absl::Duration kStreamWordsProbeTimeout = absl::Seconds(5);
+    const CudaDriverTable& cu = health_.cu();
+    int host_register = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, cu.cuDeviceGetAttribute(&host_register,
+                                          CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, device_));
+    if (host_register == 0) return absl::FailedPreconditionError("it cannot register host memory");
+    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory memory,
+                               SharedMemory::Create("stream-words-probe", 2 * sizeof(uint32_t)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, memory.Map(Access::kReadWrite));
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<CudaStreamWords> words,
+                               MapWords(std::move(mapping)));
+    words->word(0).store(0);
+    words->word(1).store(0);
+    CUstream stream = nullptr;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    absl::Status issued = BLOCKSWAP_CUDA_STATUS(
+        &health_,
+        cu.cuStreamWaitValue32(stream, *words->DeviceAddress(0), 1, CU_STREAM_WAIT_VALUE_GEQ));
+    if (issued.ok()) {
+      issued = BLOCKSWAP_CUDA_STATUS(&health_,
+                                     cu.cuStreamWriteValue32(stream, *words->DeviceAddress(1), 1,
+                                                             CU_STREAM_WRITE_VALUE_DEFAULT));
+    }
+    words->word(0).store(1, std::memory_order_release);
+    const absl::Time deadline = absl::Now() + kStreamWordsProbeTimeout;
+    bool seen = false;
+    while (issued.ok() && !(seen = words->word(1).load(std::memory_order_acquire) == 1) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    if (issued.ok() && !seen) {
+      // The stream may still be waiting on the page: it is neither
+      // synchronized nor unregistered (both could hang or fault); the
+      // stream is released once its work ends and the page is leaked.
+      (void)cu.cuStreamDestroy(stream);
+      (void)words.release();
+      return absl::FailedPreconditionError(
+          absl::StrCat("a stream memory operation round trip (cuStreamWaitValue32, then "
+                       "cuStreamWriteValue32 on registered host memory) did not complete within ",
+                       absl::FormatDuration(kStreamWordsProbeTimeout)));
+    }
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuStreamSynchronize(stream));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuStreamDestroy(stream));
+    return issued;
+  }
+
   const DeviceInfo info_;
+  const CUdevice device_;
+  // Retained for as long as this device lives; everything the device makes
+  // lives in it.
+  const std::shared_ptr<const cuda_internal::PrimaryContext> context_;
   DeviceHealth health_;
   // Shared by the device's wait timers, created with the first of them.
   absl::Mutex anchor_mu_;
   std::unique_ptr<CudaClockAnchor> clock_anchor_ ABSL_GUARDED_BY(anchor_mu_);
+  mutable absl::Mutex probe_mu_;
+  std::optional<absl::Status> probed_ ABSL_GUARDED_BY(probe_mu_);
 };
 
 class CudaBackend final : public Backend {
@@ -959,42 +1007,42 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   const std::vector<std::unique_ptr<Device>>& devices() const override { return devices_; }
+  std::string driver() const override {
+    return absl::StrCat(
+        "CUDA driver ", cuda_internal::CudaVersionString(cuda_internal::LoadedCudaDriverVersion()),
+        "; blockswap needs ",
+        cuda_internal::CudaVersionString(cuda_internal::kLowestCudaDriverVersion), " or later");
+  }
 
  private:
   const std::vector<std::unique_ptr<Device>> devices_;
 };
 
-// "13.0" for 13000.
-std::string CudaVersionString(int version) {
-  return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+// What this process sees of one device: its UUID, name and memory.
+absl::StatusOr<DeviceInfo> ReadDeviceInfo(const CudaDriverTable& cu, CUdevice device) {
+  DeviceInfo info;
+  CUuuid uuid{};
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(nullptr, cu.cuDeviceGetUuid(&uuid, device));
+  info.uuid = cuda_internal::FormatGpuUuid(uuid);
+  char name[256] = {};
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(nullptr, cu.cuDeviceGetName(name, sizeof(name) - 1, device));
+  info.name = name;
+  size_t total = 0;
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(nullptr, cu.cuDeviceTotalMem(&total, device));
+  info.total_memory_bytes = total;
+  return info;
 }
 
-// Why cudaGetDeviceCount found nothing to drive, as FAILED_PRECONDITION when
-// this machine simply has no usable GPU (the host backend may serve), else the
-// error itself.
-absl::Status NoDeviceStatus(cudaError_t error) {
-  absl::Status status =
-      cuda_internal::CheckCuda(nullptr, error, "cudaGetDeviceCount(&count)", __FILE__, __LINE__);
-  if (error == cudaErrorNoDevice) {
+// cuInit's error as FAILED_PRECONDITION when this machine simply has no
+// usable GPU (the host backend may serve), else the error itself.
+absl::Status InitFailed(CUresult error) {
+  absl::Status status = cuda_internal::CheckCuda(nullptr, error, "cuInit(0)", __FILE__, __LINE__);
+  if (error == CUDA_ERROR_NO_DEVICE) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return absl::FailedPreconditionError(absl::StrCat(
         "no CUDA device visible",
         visible != nullptr ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=\"", visible, "\")") : "", ": ",
         status.message()));
-  }
-  if (error == cudaErrorInsufficientDriver) {
-    int driver = 0;
-    if (cudaDriverGetVersion(&driver) != cudaSuccess) (void)cudaGetLastError();
-    if (driver == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no CUDA driver (libcuda.so.1 could not be loaded): ", status.message()));
-    }
-    int runtime = 0;
-    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) (void)cudaGetLastError();
-    return absl::FailedPreconditionError(
-        absl::StrCat("the CUDA driver supports CUDA ", CudaVersionString(driver),
-                     ", older than the runtime blockswap was built with (",
-                     CudaVersionString(runtime), "): ", status.message()));
   }
   return status;
 }
@@ -1002,34 +1050,35 @@ absl::Status NoDeviceStatus(cudaError_t error) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> OpenCudaBackend() {
-  // Left untouched when the call fails, hence initialised (DESIGN §6).
+  BLOCKSWAP_ASSIGN_OR_RETURN(const CudaDriverTable* cu, cuda_internal::LoadCudaDriver());
+  if (CUresult error = cu->cuInit(0); error != CUDA_SUCCESS) return InitFailed(error);
+  // Left untouched when the call fails, hence initialised.
   int count = 0;
-  cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) return NoDeviceStatus(error);
-  if (count == 0) return absl::FailedPreconditionError("CUDA reports 0 devices");
+  BLOCKSWAP_CUDA_RETURN_IF_ERROR(nullptr, cu->cuDeviceGetCount(&count));
+  if (count == 0) return absl::FailedPreconditionError("the CUDA driver reports 0 devices");
 
   std::vector<std::unique_ptr<Device>> devices;
   devices.reserve(static_cast<size_t>(count));
   for (int ordinal = 0; ordinal < count; ++ordinal) {
-    cudaDeviceProp prop{};
-    absl::Status status = BLOCKSWAP_CUDA_STATUS(nullptr, cudaGetDeviceProperties(&prop, ordinal));
-    if (!status.ok()) {
-      return Annotate(status, absl::StrCat("reading the properties of cuda:", ordinal));
+    CUdevice device = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(nullptr, cu->cuDeviceGet(&device, ordinal));
+    absl::StatusOr<DeviceInfo> info = ReadDeviceInfo(*cu, device);
+    if (!info.ok()) {
+      return Annotate(info.status(), absl::StrCat("reading the properties of cuda:", ordinal));
     }
-    DeviceInfo info;
-    info.uuid = cuda_internal::FormatGpuUuid(prop.uuid);
-    info.name = std::string(prop.name, strnlen(prop.name, sizeof(prop.name)));
-    info.total_memory_bytes = prop.totalGlobalMem;
     // Devices are found by UUID on the wire; two with one UUID would make
     // that ambiguous.
     for (const auto& other : devices) {
-      if (other->info().uuid == info.uuid) {
+      if (other->info().uuid == info->uuid) {
         return absl::FailedPreconditionError(
-            absl::StrCat("cuda:", ordinal, " reports the UUID ", info.uuid,
+            absl::StrCat("cuda:", ordinal, " reports the UUID ", info->uuid,
                          " of an earlier device; devices could not be told apart"));
       }
     }
-    devices.push_back(std::make_unique<CudaDevice>(ordinal, std::move(info)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::shared_ptr<const cuda_internal::PrimaryContext> context,
+                               cuda_internal::PrimaryContext::Acquire(device, ordinal));
+    devices.push_back(
+        std::make_unique<CudaDevice>(ordinal, device, *std::move(info), std::move(context)));
   }
   return std::make_unique<CudaBackend>(std::move(devices));
 }

@@ -275,18 +275,28 @@ static_assert(sizeof(HostMemoryHeader) <= kMemoryHeaderBytes);
 // futex wake on its worker; a wait blocks the worker until the word reaches
 // its target. Unlike a wait on an event, it never watches the writer's
 // process: as on a GPU, only a write releases it.
+//
+// Destroying the words is CUDA's cuMemHostUnregister of their page: a stream
+// write that runs after it would write an unregistered page, which faults the
+// context on a GPU. The mapping stays alive for the queued work, but such a
+// write is reported (ReportLifetimeViolation) and not made.
 class HostStreamWords final : public StreamWords {
  public:
   explicit HostStreamWords(Mapping mapping)
-      : mapping_(std::make_shared<Mapping>(std::move(mapping))) {}
+      : mapping_(std::make_shared<Mapping>(std::move(mapping))),
+        unregistered_(std::make_shared<std::atomic<bool>>(false)) {}
+  ~HostStreamWords() override { unregistered_->store(true, std::memory_order_release); }
   size_t count() const override { return mapping_->size() / sizeof(uint32_t); }
   std::atomic<uint32_t>& word(size_t index) const override {
     return static_cast<std::atomic<uint32_t>*>(mapping_->data())[index];
   }
   const std::shared_ptr<Mapping>& mapping() const { return mapping_; }
+  // True once these words were destroyed ("unregistered").
+  std::shared_ptr<const std::atomic<bool>> unregistered() const { return unregistered_; }
 
  private:
   std::shared_ptr<Mapping> mapping_;
+  std::shared_ptr<std::atomic<bool>> unregistered_;
 };
 
 absl::StatusOr<HostStreamWords*> AsHostWords(StreamWords& words, size_t index) {
@@ -373,7 +383,15 @@ class HostStream final : public Stream {
 
   absl::Status WriteWord(StreamWords& words, size_t index, uint32_t value) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostStreamWords * host_words, AsHostWords(words, index));
-    return Enqueue([word = &words.word(index), value, keep = host_words->mapping()] {
+    return Enqueue([word = &words.word(index), index, value, keep = host_words->mapping(),
+                    unregistered = host_words->unregistered()] {
+      if (unregistered->load(std::memory_order_acquire)) {
+        host_lifetime::ReportLifetimeViolation(absl::FailedPreconditionError(absl::StrCat(
+            "a stream wrote stream word ", index,
+            " after its words were unregistered (destroyed) with the write still queued (the "
+            "owner must wait for the writes queued on its words before destroying them)")));
+        return;
+      }
       word->store(value, std::memory_order_release);
       FutexWakeAll(word);
     });
@@ -772,6 +790,12 @@ class HostDevice final : public Device {
       return absl::InvalidArgumentError("stream words need a mapping of at least one word");
     }
     return std::make_unique<HostStreamWords>(std::move(mapping));
+  }
+
+  absl::Status stream_words_status() const override {
+    if (!without_stream_words_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(info_.uuid, " has no stream words (BLOCKSWAP_HOST_NO_STREAM_WORDS)"));
   }
   absl::Status health() const override { return absl::OkStatus(); }
   absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space

@@ -1,8 +1,13 @@
 #include "shared/base/status.h"
 
+#include <sys/resource.h>
+
 #include <cerrno>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace blockswap {
 namespace {
@@ -40,6 +45,24 @@ TEST(ErrnoStatus, MapsErrnoToCodeAndNamesTheContext) {
   EXPECT_EQ(status.message(), "opening /x: No such file or directory");
   EXPECT_EQ(ErrnoStatus(ENOSPC, "x").code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ErrnoStatus(EACCES, "x").code(), absl::StatusCode::kPermissionDenied);
+}
+
+// Out of descriptors names the limit reached and its value, so the message
+// says what to raise (issue 39).
+TEST(ErrnoStatus, OutOfDescriptorsNamesTheLimitAndItsValue) {
+  struct rlimit limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+  absl::Status process = ErrnoStatus(EMFILE, "opening x");
+  EXPECT_EQ(process.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(process.message(),
+                                absl::StrCat("opening x: Too many open files (this process's "
+                                             "descriptor limit, RLIMIT_NOFILE, is ",
+                                             limit.rlim_cur)))
+      << process;
+  EXPECT_TRUE(absl::StrContains(process.message(), "LimitNOFILE=")) << process;
+  absl::Status system = ErrnoStatus(ENFILE, "opening x");
+  EXPECT_EQ(system.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(system.message(), "sysctl fs.file-max is ")) << system;
 }
 
 TEST(Annotate, PrefixesTheMessageAndKeepsTheCode) {

@@ -24,7 +24,7 @@ const BuildInfo& ThisBuild() {
       .version = BLOCKSWAP_BUILD_VERSION,
       .git_revision = BLOCKSWAP_BUILD_GIT_REVISION,
       .abi_version = BLOCKSWAP_BUILD_ABI_VERSION,
-      .cuda_runtime = BLOCKSWAP_BUILD_CUDA_RUNTIME,
+      .cuda_toolkit = BLOCKSWAP_BUILD_CUDA_TOOLKIT,
       .backends = SplitCommas(BLOCKSWAP_BUILD_BACKENDS),
   };
   return *info;
@@ -36,7 +36,7 @@ std::string VersionText(std::string_view program, const BuildInfo& info) {
   text += "git revision: " + info.git_revision + "\n";
   text += "C ABI version: " + std::to_string(info.abi_version) + "\n";
   text +=
-      "CUDA runtime: " + (info.cuda_runtime.empty() ? "built without CUDA" : info.cuda_runtime) +
+      "CUDA toolkit (headers): " + (info.cuda_toolkit.empty() ? "built without CUDA" : info.cuda_toolkit) +
       "\n";
   text += "backends: ";
   for (size_t i = 0; i < info.backends.size(); ++i) {

@@ -15,7 +15,7 @@ struct BuildInfo {
   std::string version;       // the project version (CMake's project())
   std::string git_revision;  // `git describe --always --dirty` at build time, or "unknown"
   unsigned abi_version = 0;  // BS_ABI_VERSION of client/include/blockswap/blockswap.h
-  std::string cuda_runtime;  // the CUDA toolkit it was built with; empty: built without CUDA
+  std::string cuda_toolkit;  // the CUDA toolkit it was built with; empty: built without CUDA
   std::vector<std::string> backends;  // the backends this build can run ("host", "cuda")
 };
 
@@ -27,7 +27,7 @@ const BuildInfo& ThisBuild();
 //   blockswapd 0.1.0
 //   git revision: 4a5b215c0d1e
 //   C ABI version: 4
-//   CUDA runtime: 12.4            (or "CUDA runtime: built without CUDA")
+//   CUDA toolkit (headers): 12.4  (or "... built without CUDA")
 //   backends: host, cuda
 std::string VersionText(std::string_view program, const BuildInfo& info);
 

@@ -11,13 +11,13 @@ TEST(VersionTextTest, PrintsEveryFieldOnItsOwnLine) {
   BuildInfo info{.version = "1.2.3",
                  .git_revision = "abc123def456-dirty",
                  .abi_version = 7,
-                 .cuda_runtime = "12.4.131",
+                 .cuda_toolkit = "12.4.131",
                  .backends = {"host", "cuda"}};
   EXPECT_EQ(VersionText("blockswapd", info),
             "blockswapd 1.2.3\n"
             "git revision: abc123def456-dirty\n"
             "C ABI version: 7\n"
-            "CUDA runtime: 12.4.131\n"
+            "CUDA toolkit (headers): 12.4.131\n"
             "backends: host, cuda");
 }
 
@@ -25,13 +25,13 @@ TEST(VersionTextTest, SaysWhenBuiltWithoutCuda) {
   BuildInfo info{.version = "1.2.3",
                  .git_revision = "unknown",
                  .abi_version = 4,
-                 .cuda_runtime = "",
+                 .cuda_toolkit = "",
                  .backends = {"host"}};
   EXPECT_EQ(VersionText("blockswapctl", info),
             "blockswapctl 1.2.3\n"
             "git revision: unknown\n"
             "C ABI version: 4\n"
-            "CUDA runtime: built without CUDA\n"
+            "CUDA toolkit (headers): built without CUDA\n"
             "backends: host");
 }
 
@@ -47,7 +47,7 @@ TEST(ThisBuildTest, HasAVersionARevisionAndTheHostBackend) {
   ASSERT_FALSE(ThisBuild().backends.empty());
   EXPECT_EQ(ThisBuild().backends.front(), "host");
   const bool has_cuda_backend = ThisBuild().backends.size() > 1;
-  EXPECT_EQ(has_cuda_backend, !ThisBuild().cuda_runtime.empty());
+  EXPECT_EQ(has_cuda_backend, !ThisBuild().cuda_toolkit.empty());
 }
 
 }  // namespace

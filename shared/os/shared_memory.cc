@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -26,6 +27,20 @@ Mapping& Mapping::operator=(Mapping&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+// mmap says ENOMEM both for memory and for a process at its mappings'
+// limit: the note that names the limit and its value.
+std::string MapCountNote() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::string value;
+  if (!(in >> value)) value = "unknown";
+  return absl::StrCat(" (out of memory, or at the process's mappings limit: vm.max_map_count is ",
+                      value, ")");
+}
+
+}  // namespace
+
 absl::StatusOr<Mapping> Mapping::Map(const UniqueFd& fd, size_t size, Access access,
                                      bool populate) {
   if (size == 0) return absl::InvalidArgumentError("cannot map 0 bytes");
@@ -33,9 +48,11 @@ absl::StatusOr<Mapping> Mapping::Map(const UniqueFd& fd, size_t size, Access acc
   int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
   void* data = ::mmap(nullptr, size, prot, flags, fd.get(), 0);
   if (data == MAP_FAILED) {
-    return ErrnoStatus(errno, absl::StrCat("mapping ", size, " bytes of fd ", fd.get(),
+    const int error = errno;
+    return ErrnoStatus(error, absl::StrCat("mapping ", size, " bytes of fd ", fd.get(),
                                            access == Access::kReadWrite ? " read-write"
-                                                                        : " read-only"));
+                                                                        : " read-only",
+                                           error == ENOMEM ? MapCountNote() : ""));
   }
   return Mapping(data, size);
 }

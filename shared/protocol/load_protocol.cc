@@ -44,6 +44,8 @@ absl::string_view ProtocolStepName(ProtocolStep step) {
       return "daemon-await-staging";
     case ProtocolStep::kDaemonAwaitStagingReuse:
       return "daemon-await-staging-reuse";
+    case ProtocolStep::kClientGateReadyOnHost:
+      return "client-gate-ready-on-host";
   }
   return "unknown";
 }
@@ -62,6 +64,9 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
     if (ProtocolStepName(step) == name) return step;
   }
   for (ProtocolStep step : kStagingProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
+  for (ProtocolStep step : kHostGatedProtocolSteps) {
     if (ProtocolStepName(step) == name) return step;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
@@ -323,6 +328,7 @@ void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
       // its earlier writes will not run either.
       (void)copy_stream_.WriteWord(*words, s, issued + kReadyWordAbandonStep);
     }
+    word_writes_queued_ = true;
   }
 }
 
@@ -453,11 +459,36 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
             ": the daemon was lost before its copy was known to be done"));
       }
     } else {
+      // Without ready words the stream may wait only on a record that has
+      // already completed: a wait on the daemon's pending record could never
+      // be released if the daemon died (DESIGN §3). So the copy's completion
+      // is awaited here, on the host, first.
+      if (!Skipped(ProtocolStep::kClientGateReadyOnHost)) {
+        BLOCKSWAP_RETURN_IF_ERROR(AwaitReadyOnHost(slot, timeout));
+      }
       BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
                                                  : stream.Wait(ring_.ready(slot)));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RingConsumer::AwaitReadyOnHost(uint32_t slot, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration pause = absl::Microseconds(10);
+  while (true) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(bool done, ring_.ready(slot).Query());
+    if (done) return absl::OkStatus();
+    BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "slot ", slot, " generation ", requested_[slot], ": its copy had not completed ",
+          absl::FormatDuration(timeout),
+          " after the request (the device has no stream words, so the wait is on the host)"));
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(1));
+  }
 }
 
 void RingConsumer::RecordStall(uint32_t slot, uint32_t generation, const WaitIdle& idle) {

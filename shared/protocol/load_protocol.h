@@ -30,6 +30,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,6 +62,9 @@ enum class ProtocolStep : uint32_t {
   // completed.
   kDaemonAwaitStaging,
   kDaemonAwaitStagingReuse,
+  // On a device without stream words (its probe failed): the client's wait
+  // on the host until ready[s] has completed, before its stream waits on it.
+  kClientGateReadyOnHost,
 };
 // The steps whose loss is a correctness bug: skipping any one of them must
 // make a test see wrong bytes or an error.
@@ -75,6 +79,9 @@ inline constexpr ProtocolStep kSpeedProtocolSteps[] = {ProtocolStep::kClientNoti
 // that stages its masters (pinning = "never").
 inline constexpr ProtocolStep kStagingProtocolSteps[] = {ProtocolStep::kDaemonAwaitStaging,
                                                          ProtocolStep::kDaemonAwaitStagingReuse};
+// The safety step of a device without stream words only: its loss must show
+// where the device has none (BLOCKSWAP_HOST_NO_STREAM_WORDS=1).
+inline constexpr ProtocolStep kHostGatedProtocolSteps[] = {ProtocolStep::kClientGateReadyOnHost};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
@@ -182,8 +189,14 @@ class RingProducer {
   // Whether a queued copy still waits for its slot's release (not ready).
   bool awaits_release() const;
   // Publishes `error` in the status word (the first error sticks) and wakes
-  // every waiter of the ring.
+  // every waiter of the ring. Where the ring has ready words, queues writes
+  // to them on the copy stream (see TakeQueuedWordWrites).
   void Fail(const absl::Status& error, uint32_t slot = UINT32_MAX);
+  // Whether Fail queued writes to the ring's ready words on the copy stream
+  // since the last call. The caller must track them as it tracks copies: the
+  // words' page may be unregistered only once those writes have run (a write
+  // to an unregistered page faults the daemon's context on a GPU).
+  bool TakeQueuedWordWrites() { return std::exchange(word_writes_queued_, false); }
   // Marks the daemon alive for the client's staleness check.
   void Heartbeat();
   // Publishes that one more copy into the ring completed, having taken
@@ -227,6 +240,7 @@ class RingProducer {
   std::vector<PendingLoad> pending_;
   uint64_t next_request_seq_ = 0;
   absl::Status status_;
+  bool word_writes_queued_ = false;  // see TakeQueuedWordWrites
 };
 
 struct ConsumerOptions {
@@ -295,6 +309,9 @@ class RingConsumer {
 
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
+  // Waits (timeout, status word) until ready[s]'s record has completed: the
+  // ring's ready wait where it has no ready words.
+  absl::Status AwaitReadyOnHost(uint32_t slot, absl::Duration timeout);
   // CheckHealth's verdict, without its consequence.
   absl::Status RingHealth() const;
   // Queues the notification that generation `releasable` may be copied into

@@ -8,23 +8,36 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "shared/backend/cuda_check.h"
+#include "shared/backend/cuda_driver.h"
 #include "shared/base/status.h"
 #include "tests/gpu/gpu_kernels.h"
 #include "tests/standin_driver/standin_hooks.h"
 
+// The status of the CUDA runtime call `expr`: the test clients' compute
+// (kernels, their buffers and streams) uses the runtime, as a trainer's torch
+// does; the product itself reaches CUDA only through the driver table.
+#define BLOCKSWAP_CUDART_STATUS(expr) \
+  ::blockswap::gpu_testing::RuntimeStatus((expr), #expr, __FILE__, __LINE__)
+
 namespace blockswap::gpu_testing {
 namespace {
+
+absl::Status RuntimeStatus(cudaError_t error, const char* expr, const char* file, int line) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::InternalError(absl::StrCat(expr, " failed at ", file, ":", line, ": ",
+                                          cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                                          ")"));
+}
 
 // --- cuda -------------------------------------------------------------------
 
 absl::StatusOr<int> CudaOrdinal(absl::string_view uuid) {
   int count = 0;
-  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaGetDeviceCount(&count)));
+  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaGetDeviceCount(&count)));
   for (int ordinal = 0; ordinal < count; ++ordinal) {
     cudaDeviceProp prop{};
-    BLOCKSWAP_RETURN_IF_ERROR(
-        BLOCKSWAP_CUDA_STATUS(nullptr, cudaGetDeviceProperties(&prop, ordinal)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaGetDeviceProperties(&prop, ordinal)));
     if (cuda_internal::FormatGpuUuid(prop.uuid) == uuid) return ordinal;
   }
   return absl::NotFoundError(absl::StrCat("no visible GPU has UUID ", uuid));
@@ -38,7 +51,7 @@ using DeviceBuffer = std::unique_ptr<void, CudaFree>;
 
 absl::StatusOr<DeviceBuffer> DeviceAlloc(size_t bytes) {
   void* p = nullptr;
-  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaMalloc(&p, bytes)));
+  BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaMalloc(&p, bytes)));
   return DeviceBuffer(p);
 }
 
@@ -47,15 +60,15 @@ class CudaCompute final : public DeviceCompute {
   static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(Device& device, size_t checks) {
     BLOCKSWAP_ASSIGN_OR_RETURN(int ordinal, CudaOrdinal(device.info().uuid));
     // A test client drives one device: make it this thread's for good.
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(nullptr, cudaSetDevice(ordinal)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaSetDevice(ordinal)));
     auto compute = std::unique_ptr<CudaCompute>(new CudaCompute());
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
-        nullptr, cudaStreamCreateWithFlags(&compute->native_, cudaStreamNonBlocking)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(
+        cudaStreamCreateWithFlags(&compute->native_, cudaStreamNonBlocking)));
     BLOCKSWAP_ASSIGN_OR_RETURN(compute->stream_, device.WrapStream(compute->native_));
     const size_t flag_bytes = std::max<size_t>(checks, 1) * sizeof(unsigned int);
     BLOCKSWAP_ASSIGN_OR_RETURN(compute->flags_, DeviceAlloc(flag_bytes));
     BLOCKSWAP_RETURN_IF_ERROR(
-        BLOCKSWAP_CUDA_STATUS(nullptr, cudaMemset(compute->flags_.get(), 0, flag_bytes)));
+        BLOCKSWAP_CUDART_STATUS(cudaMemset(compute->flags_.get(), 0, flag_bytes)));
     compute->checks_ = checks;
     return compute;
   }
@@ -71,37 +84,36 @@ class CudaCompute final : public DeviceCompute {
 
   absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(DeviceBuffer copy, DeviceAlloc(std::max<size_t>(bytes.size(), 1)));
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
-        nullptr, cudaMemcpy(copy.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(
+        cudaMemcpy(copy.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice)));
     kept_.push_back(std::move(copy));
     return kept_.back().get();
   }
 
   absl::Status Spin(absl::Duration duration) override {
-    return BLOCKSWAP_CUDA_STATUS(
-        nullptr, LaunchSpin(native_, static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration))));
+    return BLOCKSWAP_CUDART_STATUS(
+        LaunchSpin(native_, static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration))));
   }
 
   absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
-    if (check >= checks_) return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", checks_));
+    if (check >= checks_)
+      return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", checks_));
     auto* flags = static_cast<unsigned int*>(flags_.get());
-    return BLOCKSWAP_CUDA_STATUS(nullptr,
-                                 LaunchCompare(native_, slot, kept, bytes, flags + check));
+    return BLOCKSWAP_CUDART_STATUS(LaunchCompare(native_, slot, kept, bytes, flags + check));
   }
 
   absl::StatusOr<uint64_t> CountMismatches() override {
     BLOCKSWAP_RETURN_IF_ERROR(Synchronize());
     std::vector<unsigned int> flags(checks_);
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDA_STATUS(
-        nullptr, cudaMemcpy(flags.data(), flags_.get(), checks_ * sizeof(unsigned int),
-                            cudaMemcpyDeviceToHost)));
+    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_CUDART_STATUS(cudaMemcpy(
+        flags.data(), flags_.get(), checks_ * sizeof(unsigned int), cudaMemcpyDeviceToHost)));
     uint64_t mismatches = 0;
     for (unsigned int flag : flags) mismatches += flag != 0;
     return mismatches;
   }
 
   absl::Status Synchronize() override {
-    return BLOCKSWAP_CUDA_STATUS(nullptr, cudaStreamSynchronize(native_));
+    return BLOCKSWAP_CUDART_STATUS(cudaStreamSynchronize(native_));
   }
 
  private:

@@ -5,7 +5,7 @@
 // --block-pattern: a safetensors file), then probes the model --probe=ID
 // (OpenModel, Admin.VerifyModel, Admin.EvictModel, each beside the same call
 // for an id nobody registered) and reports what Admin.Models,
-// Admin.Residency and Admin.Trace show it. It only observes: the test
+// Admin.Residency, Admin.Trace and Admin.Status show it. It only observes: the test
 // decides what should have been seen. Exit 0 once everything is reported.
 #include <iostream>
 #include <memory>
@@ -52,7 +52,21 @@ void ReportAdminViews(v1::Admin::Stub& admin, const RoleReport& report) {
     for (const v1::ModelInfo& model : models.models()) {
       report.Add("listed", model.model_id());
       report.Add("source_" + model.model_id(), model.source());
+      report.Add("shared_" + model.model_id(), absl::StrCat(model.shared_bytes()));
     }
+  }
+  {
+    // The node-wide counters this caller is given.
+    v1::StatusReply status;
+    grpc::ClientContext context;
+    if (grpc::Status s = admin.Status(&context, v1::StatusRequest(), &status); !s.ok()) {
+      report.Add("status_error", CodeAndMessage(s));
+    }
+    report.Add("counters", absl::StrCat("master_blocks=", status.master_blocks(),
+                                        " pinned_bytes=", status.pinned_bytes(),
+                                        " staged_bytes=", status.staged_bytes(),
+                                        " evictions=", status.evictions(),
+                                        " file_reads=", status.file_reads()));
   }
   {
     v1::ResidencyReply residency;

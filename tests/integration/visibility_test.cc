@@ -177,9 +177,14 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
   // The streamer's only model is now 65534's too.
   EXPECT_TRUE(Has(shared, "trace_session", session));
 
-  // The metrics name no model and no path, whoever scrapes them.
+  // The metrics name no model and no path, whoever scrapes them; under this
+  // policy they leave out the store's node-wide counters (ShowsStoreCounters).
   const std::string metrics = ScrapeMetrics();
-  EXPECT_TRUE(absl::StrContains(metrics, "\nblockswap_models 3\n")) << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "\nblockswap_sessions ")) << metrics;
+  for (const char* family : {"\nblockswap_models ", "\nblockswap_master_blocks ",
+                             "\nblockswap_pinned_bytes ", "\nprocess_virtual_memory_bytes "}) {
+    EXPECT_FALSE(absl::StrContains(metrics, family)) << family << " in the metrics";
+  }
   for (const std::string& id : {model, extras, upload}) {
     EXPECT_FALSE(absl::StrContains(metrics, id.substr(0, 12))) << "a model id in the metrics";
   }
@@ -199,6 +204,37 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
   ReportLines other = View("other-after-restart", 65533, model);
   ExpectAnsweredAsUnknown(other, model);
   EXPECT_FALSE(Has(other, "listed", model) || Has(other, "listed", upload));
+}
+
+// Issue 39: uid 65534 uploads two blocks it guessed, which only root's model
+// (hidden from it) holds; uid 65533 uploads two blocks nobody holds. Both
+// see their model as sharing nothing, and the counters each can read are the
+// same before and after, and the same as the other's: nothing they read
+// tells whether a model they cannot see holds their content.
+TEST_F(ModelVisibilityTest, GuessedBlocksHeldByAnInvisibleModelShowAsUnsharedAndMoveNoCounter) {
+  StartSharedDaemon({"--model-access=registrant-group"});
+  ReportLines owner = View("owner", -1, kUnregisteredModelId, {"--upload-seed=5", "--blocks=6"});
+  ASSERT_FALSE(FirstValue(owner, "uploaded").empty()) << Describe("owner");
+  ReportLines before = View("before", 65534, kUnregisteredModelId);
+  ReportLines guess =
+      View("guess", 65534, kUnregisteredModelId, {"--upload-seed=5", "--blocks=2"});
+  ReportLines control =
+      View("control", 65533, kUnregisteredModelId, {"--upload-seed=6", "--blocks=2"});
+  const std::string guessed = FirstValue(guess, "uploaded");
+  const std::string novel = FirstValue(control, "uploaded");
+  ASSERT_EQ(guessed.size(), 64u) << Describe("guess");
+  ASSERT_EQ(novel.size(), 64u) << Describe("control");
+  EXPECT_EQ(FirstValue(guess, "shared_" + guessed), "0")
+      << "SHARED tells 65534 that a model it cannot see holds its blocks";
+  EXPECT_EQ(FirstValue(control, "shared_" + novel), "0");
+  EXPECT_EQ(FirstValue(before, "counters"), FirstValue(guess, "counters"));
+  EXPECT_EQ(FirstValue(guess, "counters"), FirstValue(control, "counters"));
+  // Root is given them: the equality above is the policy's, not a dead counter.
+  ReportLines admin = View("admin", -1, kUnregisteredModelId);
+  EXPECT_TRUE(absl::StrContains(FirstValue(admin, "counters"), "master_blocks=8"))
+      << FirstValue(admin, "counters") << " (6 of root's model and 2 of the control's)";
+  EXPECT_NE(FirstValue(admin, "shared_" + guessed), "0")
+      << "root, who sees both models, sees them share the two blocks";
 }
 
 TEST_F(ModelVisibilityTest, ByDefaultEveryAllowedUserOpensEveryModelButNotAnotherUsersPaths) {

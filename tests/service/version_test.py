@@ -33,7 +33,7 @@ class VersionTest(unittest.TestCase):
                 self.assertEqual(lines[0], f"{name} {PROJECT_VERSION}", run.stdout)
                 self.assertRegex(lines[1], r"^git revision: ([0-9a-f]{7,}(-dirty)?|unknown)$")
                 self.assertEqual(lines[2], f"C ABI version: {abi_version()}")
-                self.assertRegex(lines[3], r"^CUDA runtime: (built without CUDA|\d+\.\d+.*)$")
+                self.assertRegex(lines[3], r"^CUDA toolkit \(headers\): (built without CUDA|\d+\.\d+.*)$")
                 self.assertRegex(lines[4], r"^backends: host(, cuda)?$")
                 # A build with CUDA says so on both lines; one without, on neither.
                 self.assertEqual("without" in lines[3], "cuda" not in lines[4], run.stdout)

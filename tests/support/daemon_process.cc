@@ -88,10 +88,14 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
                                program});
     program = "/usr/bin/setpriv";
   }
-  if (!flags.cgroup_procs.empty()) {
-    // sh's pid is blockswapd's after the exec.
-    args.insert(args.begin(),
-                {"-c", "echo $$ > \"$0\" && exec \"$@\"", flags.cgroup_procs, program});
+  if (!flags.cgroup_procs.empty() || flags.max_open_files != 0) {
+    // sh's pid is blockswapd's after the exec; an empty $0 joins no cgroup.
+    const std::string nofile =
+        flags.max_open_files == 0 ? "" : absl::StrCat("ulimit -n ", flags.max_open_files, " && ");
+    args.insert(args.begin(), {"-c",
+                               absl::StrCat("{ [ -z \"$0\" ] || echo $$ > \"$0\"; } && ", nofile,
+                                            "exec \"$@\""),
+                               flags.cgroup_procs, program});
     program = "/bin/sh";
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(ChildProcess process, ChildProcess::SpawnProgramEndingWithTest(

@@ -53,6 +53,9 @@ struct DaemonFlags {
   // under its umask, those behind CUDA's IPC events included, are that
   // group's, so that clients in it can open them. Needs root.
   std::optional<gid_t> group = std::nullopt;
+  // When set, the daemon's descriptor limit (RLIMIT_NOFILE, soft and hard),
+  // as a unit's LimitNOFILE= sets it.
+  uint64_t max_open_files = 0;
 };
 
 class DaemonProcess {

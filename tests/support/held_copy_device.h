@@ -57,6 +57,7 @@ class HeldCopyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     return device_.MapStreamWords(std::move(mapping));
   }
+  absl::Status stream_words_status() const override { return device_.stream_words_status(); }
   absl::Status health() const override { return device_.health(); }
   absl::Status UseOnThisThread() override { return device_.UseOnThisThread(); }
 

@@ -111,9 +111,9 @@ class Demo {
     for (uint32_t rank = 0; rank < model.block_count(); ++rank) {
       slot_bytes = std::max(slot_bytes, model.block_bytes(rank));
     }
-    Ring ring = client.CreateRing(devices[flags_.device % devices.size()], placement_.ring_slots,
-                                  slot_bytes);
-    std::unique_ptr<DemoStream> stream = DemoStream::Open(client.backend());
+    const std::string& device = devices[flags_.device % devices.size()];
+    Ring ring = client.CreateRing(device, placement_.ring_slots, slot_bytes);
+    std::unique_ptr<DemoStream> stream = DemoStream::Open(client.backend(), device);
     int code = Stream(client, model, ring, *stream, slot_bytes);
     // The ring is closed after the stream's last use of its slots, and freed
     // while the session is still attached.

@@ -9,7 +9,7 @@
 #include "blockswap/blockswap.hpp"
 
 #if BLOCKSWAP_DEMO_CUDA
-#include <cuda_runtime_api.h>
+#include "shared/backend/cuda_driver.h"
 #endif
 
 namespace blockswap::demo {
@@ -35,21 +35,67 @@ class HostStream final : public DemoStream {
 };
 
 #if BLOCKSWAP_DEMO_CUDA
-void CheckCuda(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    throw Error(BS_INTERNAL, std::string(what) + ": " + cudaGetErrorString(error));
-  }
+using cuda_internal::CudaDriverTable;
+
+void CheckCuda(const CudaDriverTable& cu, CUresult error, const char* what) {
+  if (error == CUDA_SUCCESS) return;
+  const char* text = nullptr;
+  if (cu.cuGetErrorString(error, &text) != CUDA_SUCCESS || text == nullptr) text = "?";
+  throw Error(BS_INTERNAL, std::string(what) + ": " + text);
 }
 
+const CudaDriverTable& Driver() {
+  absl::StatusOr<const CudaDriverTable*> cu = cuda_internal::LoadCudaDriver();
+  if (!cu.ok()) throw Error(BS_FAILED_PRECONDITION, std::string(cu.status().message()));
+  return **cu;
+}
+
+// The primary context of the device named `uuid` (the one the client library
+// maps the ring in), retained for the stream's lifetime and made current on
+// this thread, the demo's only CUDA thread, as a trainer's torch does.
+class PrimaryContext {
+ public:
+  explicit PrimaryContext(const CudaDriverTable& cu, const std::string& uuid) : cu_(cu) {
+    CheckCuda(cu_, cu_.cuInit(0), "cuInit");
+    int count = 0;
+    CheckCuda(cu_, cu_.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      CUdevice device = 0;
+      CUuuid id{};
+      CheckCuda(cu_, cu_.cuDeviceGet(&device, ordinal), "cuDeviceGet");
+      CheckCuda(cu_, cu_.cuDeviceGetUuid(&id, device), "cuDeviceGetUuid");
+      if (cuda_internal::FormatGpuUuid(id) != uuid) continue;
+      CheckCuda(cu_, cu_.cuDevicePrimaryCtxRetain(&context_, device), "cuDevicePrimaryCtxRetain");
+      device_ = device;
+      CheckCuda(cu_, cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+      return;
+    }
+    throw Error(BS_FAILED_PRECONDITION, "no visible GPU has the ring's UUID " + uuid);
+  }
+  PrimaryContext(const PrimaryContext&) = delete;
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+  ~PrimaryContext() {
+    (void)cu_.cuCtxSetCurrent(nullptr);
+    (void)cu_.cuDevicePrimaryCtxRelease(device_);
+  }
+
+ private:
+  const CudaDriverTable& cu_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+};
+
+// No kernel: the compute stand-in is a host function that holds the stream,
+// and the check a copy back to pinned memory compared on the host.
 class CudaStream final : public DemoStream {
  public:
-  CudaStream() {
-    CheckCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  explicit CudaStream(const std::string& uuid) : cu_(Driver()), context_(cu_, uuid) {
+    CheckCuda(cu_, cu_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   }
   ~CudaStream() override {
-    (void)cudaStreamSynchronize(stream_);
-    for (void* buffer : readback_) (void)cudaFreeHost(buffer);
-    (void)cudaStreamDestroy(stream_);
+    (void)cu_.cuStreamSynchronize(stream_);
+    for (void* buffer : readback_) (void)cu_.cuMemFreeHost(buffer);
+    (void)cu_.cuStreamDestroy(stream_);
   }
   void* native() const override { return stream_; }
   void PrepareChecks(uint32_t slots, uint64_t slot_bytes) override {
@@ -57,17 +103,19 @@ class CudaStream final : public DemoStream {
     // previous comparison before the next copy into it.
     for (uint32_t s = 0; s < slots; ++s) {
       void* buffer = nullptr;
-      CheckCuda(cudaMallocHost(&buffer, slot_bytes), "cudaMallocHost");
+      CheckCuda(cu_, cu_.cuMemAllocHost(&buffer, slot_bytes), "cuMemAllocHost");
       readback_.push_back(buffer);
     }
   }
   void Check(const void* slot_memory, uint32_t slot, const std::vector<std::byte>& want,
              uint32_t block) override {
-    CheckCuda(
-        cudaMemcpyAsync(readback_[slot], slot_memory, want.size(), cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync");
+    CheckCuda(cu_,
+              cu_.cuMemcpyDtoHAsync(readback_[slot], reinterpret_cast<CUdeviceptr>(slot_memory),
+                                    want.size(), stream_),
+              "cuMemcpyDtoHAsync");
     pending_.push_back(PendingCheck{this, readback_[slot], &want, block, slot});
-    CheckCuda(cudaLaunchHostFunc(
+    CheckCuda(cu_,
+              cu_.cuLaunchHostFunc(
                   stream_,
                   [](void* user) {
                     auto* c = static_cast<PendingCheck*>(user);
@@ -75,18 +123,19 @@ class CudaStream final : public DemoStream {
                                    c->block, c->slot);
                   },
                   &pending_.back()),
-              "cudaLaunchHostFunc");
+              "cuLaunchHostFunc");
   }
   void Compute(uint32_t us) override {
     if (us == 0) return;
     computes_.push_back(us);
     CheckCuda(
-        cudaLaunchHostFunc(
+        cu_,
+        cu_.cuLaunchHostFunc(
             stream_, [](void* user) { Spin(*static_cast<uint32_t*>(user)); }, &computes_.back()),
-        "cudaLaunchHostFunc");
+        "cuLaunchHostFunc");
   }
   void Synchronize() override {
-    CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    CheckCuda(cu_, cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     pending_.clear();
     computes_.clear();
   }
@@ -99,7 +148,9 @@ class CudaStream final : public DemoStream {
     uint32_t block = 0;
     uint32_t slot = 0;
   };
-  cudaStream_t stream_ = nullptr;
+  const CudaDriverTable& cu_;
+  PrimaryContext context_;
+  CUstream stream_ = nullptr;
   std::vector<void*> readback_;
   // Arguments of the host functions queued since the last Synchronize; deques
   // so that their addresses stay put.
@@ -110,10 +161,10 @@ class CudaStream final : public DemoStream {
 
 }  // namespace
 
-std::unique_ptr<DemoStream> DemoStream::Open(int backend) {
+std::unique_ptr<DemoStream> DemoStream::Open(int backend, const std::string& device_uuid) {
   if (backend == BS_BACKEND_HOST) return std::make_unique<HostStream>();
 #if BLOCKSWAP_DEMO_CUDA
-  if (backend == BS_BACKEND_CUDA) return std::make_unique<CudaStream>();
+  if (backend == BS_BACKEND_CUDA) return std::make_unique<CudaStream>(device_uuid);
 #endif
   throw Error(BS_FAILED_PRECONDITION,
               "blockswapd serves backend " + std::to_string(backend) +

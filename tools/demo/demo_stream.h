@@ -19,9 +19,10 @@ namespace blockswap::demo {
 
 class DemoStream {
  public:
-  // For the daemon's backend (enum bs_backend); throws blockswap::Error when
-  // it cannot drive it (cuda without this build's CUDA support).
-  static std::unique_ptr<DemoStream> Open(int backend);
+  // For the daemon's backend (enum bs_backend) and the ring's device (its
+  // UUID); throws blockswap::Error when it cannot drive it (cuda without this
+  // build's CUDA support, or no visible GPU with that UUID).
+  static std::unique_ptr<DemoStream> Open(int backend, const std::string& device_uuid);
   // Waits for everything queued.
   virtual ~DemoStream() = default;
 

@@ -46,8 +46,9 @@
 extern "C" {
 #endif
 
-/* 6: fork() handling (above); copy_seconds measured by the daemon. */
-#define BS_ABI_VERSION 6u
+/* 6: fork() handling (above); copy_seconds measured by the daemon.
+ * 7: bs_scheduler_ensure_block. */
+#define BS_ABI_VERSION 7u
 
 enum bs_code {
   BS_OK = 0,
@@ -263,6 +264,12 @@ int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only);
+/* ABI 7. Block `block` is in its slot and the stream waits for it, within
+ * the pass in progress (no pass boundary, unlike wait_for_block): for a
+ * backward that needs what the block's forward saved (a view of its slot)
+ * when the hooks did not bring it back (out of the expected order). A load
+ * on demand counts as a self-heal. A resident block is a no-op. */
+int bs_scheduler_ensure_block(bs_scheduler* scheduler, uint32_t block);
 /* ABI 3. `fn` is told, inside after_forward / after_backward, each slot that
  * hook is about to hand back for another block's load, before the slot is
  * released: work the caller queues on the slot then, on the scheduler's

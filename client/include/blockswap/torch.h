@@ -25,6 +25,17 @@
 // checkpoint is where they live. It also makes backward reach every block
 // (the reference's hooks need a block input that requires grad).
 //
+// Without checkpointing (BlockSwapConfig.gradient_checkpointing = false) the
+// block runs once, keeping its activations; an identity autograd function
+// over its inputs does the backward-side scheduling once the block's
+// backward is done. A streamed weight must then not be saved by autograd
+// (its slot is overwritten long before backward): the block computes its
+// streamed Linears through StreamedLinear(), whose autograd function saves
+// (block, tensor) instead, and takes the weight in backward from the slot
+// that holds the block then (loaded on demand, a self-heal, if it does not).
+// A Linear that computes on a streamed weight otherwise fails backward
+// loudly ("modified by an inplace operation": every load bumps the version).
+//
 // Models the daemon already holds (BlockSwapConfig.model_id / model_file):
 // the trainer builds its blocks with the streamed tensors never
 // materialised (meta tensors, e.g. ReleaseToMeta below, or real ones: their
@@ -50,6 +61,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 
 #include <cstdint>
 #include <functional>
@@ -109,6 +121,9 @@ struct BlockSwapConfig {
   // input (the hidden states) on the host, copied asynchronously (pinned
   // memory on cuda), and brings it back for the recompute.
   bool offload_activations = false;
+  // false: Forward() runs blocks without checkpointing (see the top of this
+  // file; streamed Linears compute through StreamedLinear).
+  bool gradient_checkpointing = true;
   // A model already in the daemon instead of one packed from the blocks'
   // tensors (see "Models the daemon already holds" below): its id, or a
   // safetensors file (or sharded *.index.json) the offloader registers
@@ -148,6 +163,13 @@ c10::IValue ToCpu(const c10::IValue& value);
 // The reference's create_cpu_offloading_wrapper: `fn` with its inputs moved
 // to `device` before it runs and its outputs moved to the CPU after.
 BlockFnList CpuOffloadingWrapper(BlockFnList fn, const c10::Device& device);
+
+class StreamOffloader;
+
+// linear->forward(x), except inside StreamOffloader::Forward() of a block
+// run without checkpointing when `linear`'s weight streams: then an autograd
+// function that saves (block, tensor) in place of the weight.
+at::Tensor StreamedLinear(::torch::nn::LinearImpl& linear, const at::Tensor& x);
 
 class StreamOffloader {
  public:
@@ -204,6 +226,11 @@ class StreamOffloader {
 
   // Used by the checkpoint's backward; not for trainers.
   void AfterBackward(uint32_t block);
+  // Used by StreamedLinear; not for trainers. The index of `tensor` (a
+  // module's handle) among `block`'s streamed tensors, if it is one; that
+  // tensor over the slot holding `block`, loaded on demand if it does not.
+  std::optional<size_t> StreamedIndex(uint32_t block, const at::Tensor& tensor) const;
+  at::Tensor StreamedForBackward(uint32_t block, size_t index);
 
  private:
   struct Impl;

@@ -11,9 +11,8 @@ Trainers that import their own `custom_offloading_utils` run unmodified with
 `python -m blockswap.kohya SCRIPT ARGS...`. See README.md, "Use from a PyTorch trainer".
 """
 from ._abi import BlockSwapError, library_path
-from .exchange import ModelOffloader
 from .offloader import BlockSwapConfig, StreamOffloader, default_swap_tensor_selector
-from .routing import LoRAStreamOffloader, create_offloader
+from .routing import LoRAStreamOffloader, ModelOffloader, create_offloader
 
 __all__ = ["BlockSwapConfig", "BlockSwapError", "LoRAStreamOffloader", "ModelOffloader",
            "StreamOffloader", "create_offloader", "default_swap_tensor_selector",

@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 5  # bs_ring_close
+ABI_VERSION = 7  # bs_scheduler_ensure_block
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -130,6 +130,7 @@ _PROTOTYPES = {
     "bs_scheduler_wait_for_block": (_INT, [_P, _U32]),
     "bs_scheduler_after_forward": (_INT, [_P, _U32]),
     "bs_scheduler_after_backward": (_INT, [_P, _U32]),
+    "bs_scheduler_ensure_block": (_INT, [_P, _U32]),
     "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
     "bs_scheduler_set_reconnect_timeout": (_INT, [_P, _U32]),
     "bs_scheduler_finish_pass": (_INT, [_P]),

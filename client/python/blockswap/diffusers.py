@@ -16,11 +16,9 @@ checkpointing recomputes in backward is left to the offloader's backward
 hooks.
 
 Inference needs nothing more (no backward, keyword calls are fine). Training
-streams only with gradient checkpointing (`model.enable_gradient_checkpointing()`
-and `BlockSwapConfig(gradient_checkpointing=True)`), under which diffusers
-passes each block its activation input positionally, as the backward hooks
-need; a keyword-only call in training is refused by the offloader's guard.
-A pass with grad disabled (sampling between training steps) runs forward-only.
+is tested with gradient checkpointing (`model.enable_gradient_checkpointing()`);
+the offloader itself needs none (blockswap/saved_weights.py). A pass with grad
+disabled (sampling between training steps) runs forward-only.
 """
 import torch.nn as nn
 

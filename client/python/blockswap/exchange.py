@@ -1,4 +1,4 @@
-"""The reference's exchange offloader (`Offloader`, `ModelOffloader`) and its
+"""The reference's exchange offloader (`Offloader`, `ExchangeOffloader`) and its
 weight-moving helpers, in the trainer's process.
 
 An exchange keeps N - S blocks' weights on the device. After block i of the
@@ -11,8 +11,8 @@ where prepare put them when the next step starts. Nothing goes through
 blockswapd: trained weights change every step and are this process's own.
 
 Works with or without gradient checkpointing and for any weight that has a
-`.data` (what `create_offloader` routes here when streaming does not fit:
-trainable weights, or training without checkpointing).
+`.data` (what `create_offloader` and the trainers' `ModelOffloader` route here
+when streaming does not fit: trainable weights, or too little device memory).
 """
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -178,25 +178,18 @@ class Offloader:
                 "backward": dict(self._counts["backward"])}
 
 
-class ModelOffloader(Offloader):
-    """The reference's exchange offloader over a list of blocks.
+class ExchangeOffloader(Offloader):
+    """The reference's exchange offloader (its ModelOffloader) over a list of blocks.
 
     Training (`supports_backward`): in forward, blocks 0..S-1 leave after they
     ran and blocks N-S..N-1 come in; full backward hooks bring them back in
     reverse. Inference (`set_forward_only(True)`): every block leaves after it
     ran and the one N-S ahead (cyclically) comes in, so each pass leaves the
-    layout as prepare made it.
+    layout as prepare made it. The trainers' `ModelOffloader` (routing.py)
+    becomes this where streaming cannot serve.
     """
 
     def __init__(self, blocks, blocks_to_swap, device, supports_backward=True, debug=False):
-        if isinstance(supports_backward, (torch.device, str)) and isinstance(device, int):
-            # The older signature (blocks, num_blocks, blocks_to_swap, device) that
-            # earlier trainer versions call.
-            if blocks_to_swap != len(blocks):
-                raise ValueError(f"ModelOffloader(blocks, num_blocks, blocks_to_swap, device): "
-                                 f"num_blocks is {blocks_to_swap} but {len(blocks)} blocks "
-                                 f"were given")
-            blocks_to_swap, device, supports_backward = device, supports_backward, True
         super().__init__(len(blocks), blocks_to_swap, device, debug)
         self.supports_backward = supports_backward
         self.forward_only = not supports_backward

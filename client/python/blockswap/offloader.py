@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from . import _abi, _fork
 from ._memory import device_bytes, host_bytes, safetensors_dtype, typed_view
+from .saved_weights import SavedWeightHooks, through_block_backward
 from .selection import checkpoint_tensor_name, default_swap_tensor_selector, trainable_linears
 
 __all__ = ["BlockSwapConfig", "StreamOffloader", "default_swap_tensor_selector"]
@@ -30,11 +31,12 @@ class BlockSwapConfig:
     """The reference's construction policy plus where blockswapd listens.
 
     `h2d_only=True` streams exactly `blocks_to_swap` frozen blocks through
-    blockswapd (the reference's LoRAStreamOffloader; training then needs
-    `gradient_checkpointing=True`). The default, `h2d_only=False`, is the
-    reference's exchange of `blocks_to_swap` blocks: `create_offloader`
-    streams frozen, checkpointed (or inference) blocks instead, with no more
-    device memory, and exchanges the others in-process (blockswap/routing.py).
+    blockswapd (the reference's LoRAStreamOffloader), with or without gradient
+    checkpointing. The default, `h2d_only=False`, is the reference's exchange
+    of `blocks_to_swap` blocks: `create_offloader` streams frozen blocks
+    instead, with no more device memory, and exchanges trainable ones
+    in-process (blockswap/routing.py). `gradient_checkpointing` only says
+    whether the trainer checkpoints (in messages).
     `use_pinned_memory` is accepted for compatibility only: blockswapd keeps
     one pinned master per node.
     """
@@ -71,17 +73,9 @@ class BlockSwapConfig:
     @classmethod
     def from_args(cls, args, device, supports_backward):
         """From a parsed-args namespace, tolerating parsers without the optional
-        knobs; refuses what the reference refuses: H2D-only training without
-        --gradient_checkpointing, a ring smaller than one slot."""
+        knobs; refuses a ring smaller than one slot."""
         h2d_only = getattr(args, "block_swap_h2d_only", False)
         checkpointing = getattr(args, "gradient_checkpointing", False)
-        if h2d_only and supports_backward and not checkpointing:
-            raise ValueError(
-                "--block_swap_h2d_only requires --gradient_checkpointing for training: the "
-                "streamed frozen weights share a few ring slots that are overwritten while "
-                "autograd may still hold them, and checkpointing re-reads them at recompute "
-                "time. Add --gradient_checkpointing, or leave out --block_swap_h2d_only to "
-                "exchange blocks instead.")
         ring_size = getattr(args, "block_swap_ring_size", 2)
         if ring_size < 1:
             raise ValueError(f"--block_swap_ring_size must be >= 1 (got {ring_size})")
@@ -128,21 +122,6 @@ def _place_blocks(num_blocks, blocks_to_swap, ring_size):
     return list(streaming[:count.value]), slots.value
 
 
-def _quiet_backward_hook_warning():
-    """torch warns, every backward, when a full backward hook fires on a
-    module none of whose inputs requires grad (the first block of a LoRA
-    model: its input comes from frozen layers). Our hook expects exactly that
-    case (it then has nothing to do), so the warning says nothing to the user.
-    Python's filters cannot tell hooks apart (nor torch's modules: the
-    warning is attributed to the caller of backward()): this silences the
-    message for every full backward hook of the process, from the first
-    streaming offloader that trains on."""
-    warnings.filterwarnings(
-        "ignore", category=UserWarning,
-        message=r"Full backward hook is firing when gradients are computed with respect to "
-                r"module outputs since no inputs require gradients")
-
-
 class _Job:
     """One streamed tensor: module attribute, its name relative to the block."""
     __slots__ = ("module", "attr", "is_param", "name")
@@ -158,8 +137,9 @@ class StreamOffloader:
     before a forward pass (once, and again after anything that ran the blocks
     differently, e.g. sampling during training), then per block i of the forward
     loop `wait_for_block(i)`, the block, `submit_move_blocks_forward(blocks, i)`.
-    Backward needs nothing: full backward hooks on the blocks drive it. Blocks must
-    receive their activation input positionally (`block(x, ...)`).
+    Backward needs nothing: hooks on the blocks drive it, and training needs no
+    gradient checkpointing (blockswap/saved_weights.py). Blocks may take their
+    inputs positionally or as keywords.
 
     With `model_id` or `model_file` the streamed tensors come from that model
     and may be meta tensors: per block, the selector's tensors are matched by
@@ -180,16 +160,6 @@ class StreamOffloader:
                              f"(got {config.reconnect_timeout_s})")
         if blocks_to_swap < 0:
             raise ValueError(f"blocks_to_swap must be >= 0 (got {blocks_to_swap})")
-        if config.supports_backward and blocks_to_swap > 0 and not config.gradient_checkpointing:
-            raise ValueError(
-                "blockswap: streaming for training (supports_backward=True) requires gradient "
-                "checkpointing. "
-                "Streamed weights share a few ring slots that are overwritten while autograd may "
-                "still hold them; checkpointing re-reads them at recompute time. Enable gradient "
-                "checkpointing in the trainer (e.g. --gradient_checkpointing) and pass "
-                "BlockSwapConfig(..., gradient_checkpointing=True), or use h2d_only=False to "
-                "exchange blocks in this process instead (no checkpointing needed), or "
-                "supports_backward=False for inference.")
         self.block_type = block_type
         self.num_blocks = num_blocks
         self.blocks_to_swap = blocks_to_swap
@@ -227,19 +197,23 @@ class StreamOffloader:
         self._slot_views = {}    # block -> the same over its ring slot
         self._slot_flat = []     # slot -> uint8 tensor over the slot
         self._slot_owner = []    # slot -> block bound to it (or None)
+        self._slot_of_pointer = {}  # slot memory's address -> slot
+        self._in_block = []      # (block, its SavedWeightHooks or None), innermost last
         self.remove_handles = []
         if self.S == 0:
             return
         self._lib = _abi.library()
         self._connect()
         if self.supports_backward:
-            _quiet_backward_hook_warning()
+            # A block's backward work frees its slot (streaming) or makes the
+            # streaming block before it ready (the one after a streaming block).
             for i, block in enumerate(blocks):
                 if self.is_stream[i] or (i > 0 and self.is_stream[i - 1]):
-                    self.remove_handles.append(
-                        block.register_full_backward_hook(self._backward_hook(i)))
                     self.remove_handles.append(block.register_forward_pre_hook(
-                        self._positional_input_guard(i), with_kwargs=True))
+                        self._before_block(i), with_kwargs=True))
+                if self.is_stream[i]:
+                    self.remove_handles.append(block.register_forward_hook(
+                        self._after_block(i), always_call=True))
         if self.debug:
             print(f"blockswap[{block_type}]: {self.S} streaming / {num_blocks} blocks, "
                   f"ring={self.B}, streaming indices: {self.stream_idx}")
@@ -490,6 +464,8 @@ class StreamOffloader:
         re-created after a daemon restart has new memory)."""
         self._slot_flat = [device_bytes(self._lib.bs_ring_slot(self._ring, s), self._slot_bytes,
                                         self.device) for s in range(self.B)]
+        self._slot_of_pointer = {flat.untyped_storage().data_ptr(): s
+                                 for s, flat in enumerate(self._slot_flat)}
         for rank, block in enumerate(self.stream_idx):
             self._slot_views[block] = self._views(self._model_block[block], block,
                                                   self._slot_flat[rank % self.B])
@@ -623,32 +599,57 @@ class StreamOffloader:
                                f"call offloader.prepare_block_devices_before_forward(blocks) "
                                f"before the first forward pass")
 
-    def _backward_hook(self, block_idx):
-        def hook(module, grad_input, grad_output):
-            if not any(g is not None for g in grad_input):
-                # No positional input requires grad: PyTorch fired the hook before the
-                # block's own backward (the first block of the backward pass with LoRA
-                # on later blocks only); nothing ran after it to free or prefetch for.
+    def _before_block(self, block_idx):
+        def hook(module, args, kwargs):
+            if self.forward_only or not torch.is_grad_enabled() or self._scheduler is None:
+                if self.is_stream[block_idx]:
+                    self._in_block.append((block_idx, None))
                 return None
-            if self._scheduler is not None:
-                self._call(self._lib.bs_scheduler_after_backward, block_idx,
-                           what=f"the backward hook of block {block_idx}")
+            args, kwargs = through_block_backward(lambda: self._after_backward(block_idx),
+                                                  args, kwargs)
+            if self.is_stream[block_idx]:
+                saving = SavedWeightHooks(self, block_idx, self.device)
+                saving.__enter__()
+                self._in_block.append((block_idx, saving))
+            return args, kwargs
+        return hook
+
+    def _after_block(self, block_idx):
+        # Registered with always_call: also when the block's forward raised,
+        # so that no hooks of ours outlive the call.
+        def hook(module, args, output):
+            if self._in_block and self._in_block[-1][0] == block_idx:
+                _, saving = self._in_block.pop()
+                if saving is not None:
+                    saving.__exit__(None, None, None)
             return None
         return hook
 
-    def _positional_input_guard(self, block_idx):
-        def hook(module, args, kwargs):
-            if self.forward_only or not torch.is_grad_enabled():
-                return None
-            if not any(isinstance(a, torch.Tensor) for a in args) and \
-                    any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-                raise ValueError(
-                    f"blockswap: {self.block_type} block {block_idx} was called with its tensor "
-                    f"inputs as keyword arguments only ({', '.join(kwargs)}). Its backward hook "
-                    f"fires at the right time only when the activation input is positional: "
-                    f"call block(x, ...) instead of block(x=x, ...).")
-            return None
-        return hook
+    def _after_backward(self, block_idx):
+        if self._scheduler is not None:
+            self._call(self._lib.bs_scheduler_after_backward, block_idx,
+                       what=f"the backward of block {block_idx}")
+
+    # ------------------------------------------------------------------ saved weights
+    # What SavedWeightHooks asks of the ring.
+
+    def slot_of_storage(self, pointer):
+        return self._slot_of_pointer.get(pointer)
+
+    def slot_owner(self, slot):
+        return self._slot_owner[slot]
+
+    def streamed_tensors(self, block_idx):
+        return [getattr(job.module, job.attr) for job in self._jobs[block_idx]]
+
+    def slot_memory(self, block_idx):
+        """The uint8 tensor over the slot of `block_idx`, which holds it (loaded
+        on demand, a self-heal, when it does not)."""
+        slot = self.rank[block_idx] % self.B
+        if self._slot_owner[slot] != block_idx:
+            self._call(self._lib.bs_scheduler_ensure_block, block_idx,
+                       what=f"bringing block {block_idx} back for its backward")
+        return self._slot_flat[slot]
 
     # ------------------------------------------------------------------ introspection
 

@@ -3,12 +3,12 @@ reference's H2D-only offloader under its own name (`LoRAStreamOffloader`).
 
 - `model_id` / `model_file`, or `h2d_only`: stream exactly `blocks_to_swap`
   blocks through blockswapd (the reference's LoRAStreamOffloader: frozen
-  weights, checkpointing in training).
+  weights).
 - Otherwise the reference's default is an exchange of `blocks_to_swap` = S
-  blocks (ModelOffloader). Trainable weights (a full fine-tune: they are this
-  process's own) and training without gradient checkpointing (saved weights
-  must not be overwritten) get that exchange, in this process. Frozen weights
-  with checkpointing (or inference) stream through blockswapd instead, but a
+  blocks (its ModelOffloader, which the trainers also build directly).
+  Trainable weights (a full fine-tune: they are this process's own) get that
+  exchange, in this process. Frozen weights, with or without gradient
+  checkpointing, stream through blockswapd instead, but a
   stream needs B ring slots on the device besides its resident blocks where an
   exchange needs none, so it streams S + B blocks (more when the daemon's
   tensor alignment makes a slot larger than a block, at most N): the device
@@ -20,7 +20,9 @@ has frozen what it does not train, and said once per process on stderr.
 import dataclasses
 import sys
 
-from .exchange import ModelOffloader
+import torch
+
+from .exchange import ExchangeOffloader
 from .offloader import BlockSwapConfig, StreamOffloader, _place_blocks
 from .selection import base_modules
 
@@ -94,10 +96,6 @@ def _exchange_reason(blocks, config):
             if getattr(module, attr).requires_grad:
                 return ("trainable block weights (a full fine-tune): trained weights are this "
                         "process's own, so nothing is shared through blockswapd")
-    if config.supports_backward and not config.gradient_checkpointing:
-        return ("training without gradient checkpointing (BlockSwapConfig."
-                "gradient_checkpointing / --gradient_checkpointing): weights saved for backward "
-                "must stay where they are, which only the exchange guarantees")
     return None
 
 
@@ -107,13 +105,15 @@ def _exchange(block_type, blocks, blocks_to_swap, config, reason):
                   f"{block_type}: exchanging {blocks_to_swap} of {len(blocks)} blocks between "
                   f"host and device in this process, as the reference's ModelOffloader does, "
                   f"because of {reason}")
-    return ModelOffloader(blocks, blocks_to_swap, config.device,
-                          supports_backward=config.supports_backward, debug=config.debug)
+    return ExchangeOffloader(blocks, blocks_to_swap, config.device,
+                             supports_backward=config.supports_backward, debug=config.debug)
 
 
 def _choose(block_type, blocks, blocks_to_swap, config):
     """The exchange or the stream for the reference's default, as the blocks are now."""
     num_blocks = len(blocks)
+    if blocks_to_swap <= 0:
+        return _exchange(block_type, blocks, blocks_to_swap, config, "nothing to swap")
     reason = _exchange_reason(blocks, config)
     if reason is not None:
         return _exchange(block_type, blocks, blocks_to_swap, config, reason)
@@ -125,7 +125,8 @@ def _choose(block_type, blocks, blocks_to_swap, config):
                          f"the device memory: streaming even all {num_blocks} blocks through "
                          f"{config.ring_size} ring slots would hold more than the exchange's "
                          f"{num_blocks - blocks_to_swap} resident blocks")
-    how = "with gradient checkpointing" if config.supports_backward else "for inference"
+    how = "for inference" if not config.supports_backward else \
+        "with gradient checkpointing" if config.gradient_checkpointing else "for training"
     _say_once("stream", f"{block_type}: frozen weights {how}: streaming {streamed} of "
                         f"{num_blocks} blocks through blockswapd (ring of "
                         f"{min(config.ring_size, streamed)}) instead of exchanging "
@@ -208,23 +209,78 @@ def create_offloader(block_type, blocks, num_blocks, blocks_to_swap, config):
     if config.h2d_only or config.model_id or config.model_file:
         return StreamOffloader(block_type, blocks, num_blocks, blocks_to_swap, config)
     if blocks_to_swap <= 0:
-        return ModelOffloader(blocks, blocks_to_swap, config.device,
-                              supports_backward=config.supports_backward, debug=config.debug)
+        return _exchange(block_type, blocks, blocks_to_swap, config, "nothing to swap")
     if config.ring_size < 1:
         raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
     return ExchangeOrStream(block_type, blocks, blocks_to_swap, config)
 
 
+def _model_offloader_arguments(blocks, args, kwargs):
+    """(blocks_to_swap, device, supports_backward, debug) from either of the
+    signatures the trainers call, positional or keyword:
+    sd-scripts' Flux and SD3 `(blocks, num_blocks, blocks_to_swap, device,
+    debug=False)`, and `(blocks, blocks_to_swap, device, supports_backward=True,
+    debug=False)`."""
+    # The older one's third positional argument is the device, the newer
+    # one's is supports_backward (a bool).
+    older = ("num_blocks" in kwargs or
+             (len(args) >= 3 and isinstance(args[1], int) and not isinstance(args[2], bool)) or
+             (len(args) == 2 and "device" in kwargs and "blocks_to_swap" not in kwargs and
+              isinstance(args[1], int)))
+    names = (("num_blocks", "blocks_to_swap", "device", "debug") if older else
+             ("blocks_to_swap", "device", "supports_backward", "debug"))
+    signature = f"ModelOffloader(blocks, {', '.join(names)})"
+    if len(args) > len(names):
+        raise TypeError(f"{signature} takes at most {len(names)} arguments after blocks "
+                        f"({len(args)} given)")
+    values = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names:
+            raise TypeError(f"{signature} got an unexpected keyword argument {name!r}")
+        if name in values:
+            raise TypeError(f"{signature} got multiple values for argument {name!r}")
+        values[name] = value
+    for name in ("blocks_to_swap", "device"):
+        if name not in values:
+            raise TypeError(f"{signature} is missing the argument {name!r}")
+    if older and values["num_blocks"] != len(blocks):
+        raise ValueError(f"{signature}: num_blocks is {values['num_blocks']} but {len(blocks)} "
+                         f"blocks were given")
+    return (values["blocks_to_swap"], torch.device(values["device"]),
+            bool(values.get("supports_backward", True)), bool(values.get("debug", False)))
+
+
+class ModelOffloader(ExchangeOrStream):
+    """The reference's `ModelOffloader` as the kohya trainers build it
+    directly, in either signature (`_model_offloader_arguments`): the same
+    choice as `create_offloader`'s default, at the first prepare. Frozen
+    weights stream through blockswapd (S + B blocks, no more device bytes than
+    the exchange), trainable ones are exchanged in this process. Every public
+    name of sd-scripts' and musubi-tuner's class: `submit_move_blocks` is
+    sd-scripts' name of `submit_move_blocks_forward`; the exchange's own
+    attributes (`create_backward_hook`, `thread_pool`, ...) are there once it
+    is chosen. blockswapd is found as `create_offloader` finds it
+    ($BLOCKSWAP_SOCKET, the system socket, else the user's own)."""
+
+    def __init__(self, blocks, *args, **kwargs):
+        blocks_to_swap, device, supports_backward, debug = _model_offloader_arguments(
+            blocks, args, kwargs)
+        super().__init__("blocks", blocks, blocks_to_swap, BlockSwapConfig(
+            device=device, supports_backward=supports_backward, debug=debug))
+
+    def submit_move_blocks(self, blocks, block_idx):
+        return self.submit_move_blocks_forward(blocks, block_idx)
+
+
 class LoRAStreamOffloader(StreamOffloader):
     """The reference's H2D-only offloader (its signature): `blocks_to_swap`
     frozen blocks streamed through blockswapd ($BLOCKSWAP_SOCKET or the
-    default socket). As in the reference, training needs gradient
-    checkpointing: without it backward fails with autograd's "modified by an
-    inplace operation" error."""
+    default socket). Unlike the reference's, training needs no gradient
+    checkpointing (blockswap/saved_weights.py)."""
 
     def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, supports_backward, device,
                  ring_size=2, use_pinned_memory=True, debug=False, swap_tensor_selector=None):
         super().__init__(block_type, blocks, num_blocks, blocks_to_swap, BlockSwapConfig(
             device=device, supports_backward=supports_backward,
             use_pinned_memory=use_pinned_memory, h2d_only=True, ring_size=ring_size, debug=debug,
-            gradient_checkpointing=True, swap_tensor_selector=swap_tensor_selector))
+            swap_tensor_selector=swap_tensor_selector))

@@ -1,14 +1,14 @@
 """The exchange offloader (the reference's ModelOffloader, in-process), and
-which offloader `create_offloader` picks for the reference's default
-(`h2d_only=False`): exchange for trainable weights or training without
-checkpointing, blockswapd streaming for frozen checkpointed blocks, with no
-more device bytes than the exchange."""
+which offloader `create_offloader` and `ModelOffloader` pick for the
+reference's default (`h2d_only=False`): exchange for trainable weights,
+blockswapd streaming for frozen blocks (checkpointed or not), with no more
+device bytes than the exchange."""
 import pytest
 import torch
 import torch.nn as nn
 
 import blockswap
-from blockswap.exchange import ModelOffloader
+from blockswap.exchange import ExchangeOffloader
 from device_bytes import device_bytes, reference_device_bytes
 from tiny_transformer import TinyTransformer, batches, train
 
@@ -16,8 +16,8 @@ N, S = 6, 2
 
 
 def exchange(model, swap=S, supports_backward=True):
-    model.offloader = ModelOffloader(model.blocks, swap, torch.device("cpu"),
-                                     supports_backward=supports_backward)
+    model.offloader = ExchangeOffloader(model.blocks, swap, torch.device("cpu"),
+                                        supports_backward=supports_backward)
     return model.offloader
 
 
@@ -102,13 +102,28 @@ def test_forward_only_cycles_every_block_and_set_forward_only_switches():
     assert moves == [("forward", 0, 4), ("forward", 1, 5)]
 
 
-def test_the_older_signature_with_num_blocks_is_accepted():
+@pytest.mark.parametrize("args,kwargs", [
+    ((N, S, "cpu"), {}), ((N, S), {"device": "cpu"}),
+    ((), {"num_blocks": N, "blocks_to_swap": S, "device": "cpu", "debug": False}),
+    ((S, "cpu"), {"supports_backward": False}), ((S, "cpu", False), {}),
+    ((), {"blocks_to_swap": S, "device": "cpu", "supports_backward": False})])
+def test_model_offloader_takes_both_signatures_the_trainers_call(args, kwargs):
+    offloader = blockswap.ModelOffloader(TinyTransformer(N).blocks, *args, **kwargs)
+    older = len(args) >= 2 and args[0] == N or "num_blocks" in kwargs
+    assert (offloader.num_blocks, offloader.blocks_to_swap, offloader.supports_backward,
+            offloader.device) == (N, S, older, torch.device("cpu"))
+    assert offloader.chosen is None  # until the first prepare
+
+
+def test_model_offloader_refuses_arguments_precisely():
     blocks = TinyTransformer(N).blocks
-    offloader = ModelOffloader(blocks, N, S, torch.device("cpu"))
-    assert (offloader.num_blocks, offloader.blocks_to_swap, offloader.supports_backward) == \
-        (N, S, True)
-    with pytest.raises(ValueError, match="num_blocks is 5 but 6 blocks"):
-        ModelOffloader(blocks, 5, S, "cpu")
+    with pytest.raises(ValueError, match=r"num_blocks, blocks_to_swap, device, debug\): "
+                                         r"num_blocks is 5 but 6 blocks"):
+        blockswap.ModelOffloader(blocks, 5, S, "cpu")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'swap'"):
+        blockswap.ModelOffloader(blocks, swap=S, device="cpu")
+    with pytest.raises(TypeError, match="missing the argument 'device'"):
+        blockswap.ModelOffloader(blocks, S)
 
 
 def test_swap_helpers_exchange_weights_by_module_name():
@@ -138,7 +153,7 @@ def config(daemon, **fields):
                                         "socket": daemon.socket, **fields})
 
 
-def test_trainable_or_uncheckpointed_blocks_get_the_exchange_said_once(daemon, capfd):
+def test_trainable_blocks_get_the_exchange_said_once(daemon, capfd):
     from blockswap import routing
     routing._said.clear()
     trainable = TinyTransformer(N, lora=False).fine_tune()
@@ -147,16 +162,28 @@ def test_trainable_or_uncheckpointed_blocks_get_the_exchange_said_once(daemon, c
                                                config(daemon, gradient_checkpointing=True))
         assert offloader.chosen is None  # until the first prepare
         offloader.prepare_block_devices_before_forward(trainable.blocks)
-        assert type(offloader.chosen) is ModelOffloader
-    frozen = TinyTransformer(N)
-    offloader = blockswap.create_offloader("blocks", frozen.blocks, N, S,
-                                           config(daemon, gradient_checkpointing=False))
-    offloader.prepare_block_devices_before_forward(frozen.blocks)
-    assert type(offloader.chosen) is ModelOffloader
+        assert type(offloader.chosen) is ExchangeOffloader
     err = capfd.readouterr().err
     assert err.count("trainable block weights (a full fine-tune)") == 1, err
-    assert err.count("training without gradient checkpointing") == 1, err
     assert "exchanging 2 of 6 blocks" in err
+
+
+def test_frozen_blocks_without_checkpointing_stream_equal_to_resident(daemon, capfd):
+    from blockswap import routing
+    routing._said.clear()
+    data = batches(2)
+    reference = TinyTransformer(N)
+    reference.gradient_checkpointing = False
+    expected, _ = train(reference, data)
+    model = TinyTransformer(N)
+    model.gradient_checkpointing = False
+    model.offloader = blockswap.create_offloader("blocks", model.blocks, N, S,
+                                                 config(daemon, gradient_checkpointing=False))
+    losses, _ = train(model, data)
+    assert isinstance(model.offloader.chosen, blockswap.StreamOffloader)
+    assert all(torch.equal(a, b) for a, b in zip(losses, expected))
+    assert "frozen weights for training: streaming 5 of 6 blocks" in capfd.readouterr().err
+    model.offloader.close()
 
 
 class Aligned(nn.Module):
@@ -197,7 +224,7 @@ def test_streaming_that_cannot_fit_exchanges(daemon, capfd):
     offloader = blockswap.create_offloader("blocks", model.blocks, 4, 2,
                                            config(daemon, gradient_checkpointing=True))
     offloader.prepare_block_devices_before_forward(model.blocks)
-    assert type(offloader.chosen) is ModelOffloader
+    assert type(offloader.chosen) is ExchangeOffloader
     assert "streaming even all 4 blocks" in capfd.readouterr().err
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HERE, REPO
+from conftest import BIN_DIR, HERE, REPO
 from tiny_transformer import TinyTransformer, batches, train
 
 STANDIN = os.path.join(HERE, "kohya_standin")
@@ -101,3 +101,60 @@ def test_launcher_usage_errors(tmp_path, capsys):
     assert "no script" in capsys.readouterr().err
     assert kohya.main([]) == 2 and kohya.main(["-m"]) == 2
     assert "usage: python -m blockswap.kohya" in capsys.readouterr().err
+
+
+def assert_flux_equal(results, checkpointing):
+    resident, streamed = results[checkpointing, "resident"], results[checkpointing, "streamed"]
+    assert all(torch.equal(a, b) for a, b in zip(streamed["losses"], resident["losses"]))
+    assert all(torch.equal(a, b) for a, b in zip(streamed["samples"], resident["samples"]))
+    assert streamed["lora"].keys() == resident["lora"].keys()
+    for name, value in resident["lora"].items():
+        assert torch.equal(streamed["lora"][name], value), (checkpointing, name)
+    assert streamed["offloaders"] == ["ModelOffloader", "ModelOffloader"]
+    for stats in streamed["stats"]:  # the double blocks', the single blocks'
+        assert stats["mode"] == "stream", stats
+        assert stats["backward"]["loads"] > 0 and stats["backward"]["self_heals"] == 0
+
+
+@pytest.mark.parametrize("lora", ["kohya", "peft"])
+def test_sd_scripts_flux_model_offloaders_stream_with_and_without_checkpointing(
+        daemon, tmp_path, lora):
+    """sd-scripts' Flux layout: two ModelOffloaders built directly in the older
+    signature, keyword-activation double blocks, LoRA patched into the Linears
+    from outside (kohya) or wrapping them (peft), a sampling pass between
+    steps: both lists stream, equal to the resident model bit for bit."""
+    root = os.path.join(STANDIN, "sd_scripts")
+    results, err = launch(daemon, tmp_path, root, "flux_train_tiny.py", "--lora", lora,
+                          "--checkpointing", "off,on", "--sample")
+    for checkpointing in ("off", "on"):
+        assert_flux_equal(results, checkpointing)
+    assert err.count("blockswap: blocks: frozen weights for training: streaming") == 1, err
+
+
+def test_sd_scripts_flux_under_torchrun_shares_each_block_once(daemon, tmp_path):
+    """Two DDP ranks (gloo, DDP over the LoRA) at once, without checkpointing:
+    each trains like its resident run, and the daemon holds each of the two
+    lists' streamed blocks once for both."""
+    out = tmp_path / "rankRANK.pt"
+    env = dict(os.environ, BLOCKSWAP_SOCKET=daemon.socket, PYTHONPATH=os.pathsep.join(
+        [HERE, os.path.join(REPO, "client", "python")]),
+        BLOCKSWAPCTL=os.path.join(BIN_DIR, "blockswapctl"))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node=2", "-m", "blockswap.kohya", "flux_train_tiny.py",
+                          "--ddp", "--steps", "2", "--out", str(out)],
+                         cwd=os.path.join(STANDIN, "sd_scripts"), env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    ranks = [torch.load(str(out).replace("RANK", str(rank))) for rank in range(2)]
+    for result in ranks:
+        assert_flux_equal(result, "off")
+    assert not torch.equal(ranks[0]["off", "resident"]["losses"][0],
+                           ranks[1]["off", "resident"]["losses"][0])  # their own data
+    for name, value in ranks[0]["off", "streamed"]["lora"].items():
+        assert torch.equal(ranks[1]["off", "streamed"]["lora"][name], value), name
+    admin = ranks[0]["off", "streamed"]["admin"]
+    models = admin["models"]["models"]
+    streamed = [len(stats["streaming_blocks"]) for stats in ranks[0]["off", "streamed"]["stats"]]
+    assert sorted(m["block_count"] for m in models) == sorted(streamed)
+    assert all(m["open_sessions"] == 2 for m in models), models
+    assert admin["status"]["master_blocks"] == sum(streamed), admin["status"]

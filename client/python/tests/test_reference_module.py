@@ -23,7 +23,7 @@ def test_every_reference_name_is_there():
     assert sorted(cou.__all__) == REFERENCE_NAMES
     for name in REFERENCE_NAMES:
         assert getattr(cou, name) is not None, name
-    assert issubclass(cou.ModelOffloader, cou.Offloader)
+    assert issubclass(blockswap.exchange.ExchangeOffloader, cou.Offloader)
     assert issubclass(cou.LoRAStreamOffloader, blockswap.StreamOffloader)
 
 
@@ -98,12 +98,14 @@ def test_default_selector_streams_the_frozen_weight_of_every_linear():
     assert cou.default_swap_tensor_selector(block) == [(block[2], "weight")]
 
 
-def test_from_args_refuses_what_the_reference_refuses():
+def test_from_args_takes_h2d_only_training_without_checkpointing():
+    """The reference refuses --block_swap_h2d_only training without
+    --gradient_checkpointing; blockswap streams it (test_saved_weights.py)."""
     config = cou.BlockSwapConfig.from_args(argparse.Namespace(), torch.device("cpu"), True)
     assert (config.h2d_only, config.ring_size, config.use_pinned_memory) == (False, 2, False)
-    with pytest.raises(ValueError, match="--block_swap_h2d_only requires --gradient_checkpointing"):
-        cou.BlockSwapConfig.from_args(argparse.Namespace(block_swap_h2d_only=True),
-                                      torch.device("cpu"), True)
+    training = cou.BlockSwapConfig.from_args(argparse.Namespace(block_swap_h2d_only=True),
+                                             torch.device("cpu"), True)
+    assert training.h2d_only and not training.gradient_checkpointing
     inference = cou.BlockSwapConfig.from_args(argparse.Namespace(block_swap_h2d_only=True),
                                               torch.device("cpu"), False)
     assert inference.h2d_only

@@ -1,0 +1,83 @@
+#include "daemon/budget/master_limits.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace blockswap::daemon {
+namespace {
+
+// The cost of the smallest block (one page and its overhead: BlockFileBytes
+// and kBlockOverheadBytes in daemon/store/block_master.h).
+constexpr uint64_t kSmallestBlockCost = 4096 + 4096;
+
+}  // namespace
+
+absl::Status CheckDescriptorHeadroom(uint64_t wanted, absl::string_view what) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return absl::OkStatus();
+  }
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return absl::OkStatus();  // no /proc: nothing to measure by
+  uint64_t open = 0;
+  while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
+  ::closedir(dir);
+  if (open + wanted + kDescriptorReserve <= limit.rlim_cur) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " needs ", wanted, " descriptors: blockswapd has ", open, " of its RLIMIT_NOFILE = ",
+      limit.rlim_cur, " open and keeps ", kDescriptorReserve,
+      " for attach, rings and connections; retry, or raise LimitNOFILE= in blockswapd.service"));
+}
+
+uint64_t ReadMaxMapCount(absl::string_view path) {
+  std::ifstream in{std::string(path)};
+  std::string text;
+  uint64_t value = 0;
+  if (!(in >> text) || !absl::SimpleAtoi(text, &value)) return 0;
+  return value;
+}
+
+uint64_t AutoMaxMasterBlocks(uint64_t max_map_count) {
+  return max_map_count == 0 ? 32768 : max_map_count / 2;
+}
+
+std::vector<std::string> MasterLimitWarnings(const MasterLimitsInput& in) {
+  std::vector<std::string> warnings;
+  if (in.max_map_count != 0 &&
+      (in.max_master_blocks == 0 || in.max_master_blocks > in.max_map_count - in.max_map_count / 4)) {
+    warnings.push_back(absl::StrCat(
+        "max_master_blocks = ", in.max_master_blocks == 0 ? "0 (unlimited)" : absl::StrCat(in.max_master_blocks),
+        " leaves less than a quarter of vm.max_map_count = ", in.max_map_count,
+        " to the daemon's other mappings (each master block is one): lower it, or raise "
+        "vm.max_map_count (sysctl -w vm.max_map_count=N, and in /etc/sysctl.d)"));
+  }
+  if (in.max_memory_bytes != 0 && in.max_master_blocks != 0 &&
+      in.max_memory_bytes / kSmallestBlockCost > in.max_master_blocks) {
+    const uint64_t blocks = in.max_memory_bytes / kSmallestBlockCost;
+    warnings.push_back(absl::StrCat(
+        "max_memory_bytes = ", in.max_memory_bytes, " allows up to ", blocks,
+        " master blocks of one page, max_master_blocks = ", in.max_master_blocks,
+        " (vm.max_map_count = ", in.max_map_count,
+        ") fewer: models of many small blocks are refused before the budget is full; raise "
+        "vm.max_map_count to at least ", blocks * 2, " and max_master_blocks with it if they are "
+        "expected"));
+  }
+  const uint64_t wanted = in.descriptors_one_uid_may_hold + kDescriptorReserve;
+  if (in.open_files != 0 && in.open_files < wanted) {
+    warnings.push_back(absl::StrCat(
+        "RLIMIT_NOFILE = ", in.open_files, " is less than the ", in.descriptors_one_uid_may_hold,
+        " descriptors one uid may hold through its quotas plus a reserve of ", kDescriptorReserve,
+        " for everyone else's attach, model opens and rings (master blocks keep none): raise "
+        "LimitNOFILE= in blockswapd.service to at least ",
+        wanted, ", or lower the per-uid quotas"));
+  }
+  return warnings;
+}
+
+}  // namespace blockswap::daemon

@@ -1,0 +1,96 @@
+// Issue 39 with real processes: one allowed user registering models of tiny
+// distinct blocks until the daemon refuses (store_flood_roles.cc), against a
+// daemon limited to 4096 descriptors as a unit's LimitNOFILE= would; then
+// another user's new model registers and streams byte-exact, and a model it
+// registered before the flood opens and streams.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/integration/daemon_client_fixture.h"
+
+namespace blockswap::testing {
+namespace {
+
+constexpr int kResourceExhausted = 8;  // grpc::StatusCode::RESOURCE_EXHAUSTED
+constexpr uint64_t kDaemonMaxOpenFiles = 4096;
+
+int OpenDescriptors(pid_t pid) {
+  DIR* dir = ::opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (const dirent* entry = ::readdir(dir)) count += entry->d_name[0] != '.';
+  ::closedir(dir);
+  return count;
+}
+
+class StoreFloodTest : public DaemonClientTest {
+ protected:
+  // A daemon that uids 65534 and 65533 may reach, with the report files of
+  // `roles` writable by them.
+  void StartSharedDaemon(std::vector<std::string> args, const std::vector<std::string>& roles) {
+    args.insert(args.end(), {"--allow-uid=65534", "--allow-uid=65533"});
+    StartDaemon({.extra_args = std::move(args),
+                 .output_path = dirs_->temp_dir() + "/daemon.log",
+                 .max_open_files = kDaemonMaxOpenFiles});
+    ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
+    for (const std::string& role : roles) {
+      std::ofstream(ReportPath(role)).close();
+      ASSERT_EQ(::chmod(ReportPath(role).c_str(), 0666), 0);
+    }
+  }
+  int DaemonDescriptors() { return OpenDescriptors(daemon_->pid()); }
+};
+
+TEST_F(StoreFloodTest, AUidFloodingTinyBlocksIsRefusedAndOtherUsersKeepRegisteringAndOpening) {
+  StartSharedDaemon({}, {"before", "flood", "fresh", "reopen"});
+  // uid 65533's model, registered (and streamed) before the flood.
+  ASSERT_EQ(Run("stream", "before", {"--as-uid=65533", "--seed=2", "--passes=1"}), kClientOk)
+      << Describe("before");
+  const std::string registered_before = FirstValue(Report("before"), "model");
+  const int descriptors_before = DaemonDescriptors();
+
+  const absl::Time flood_start = absl::Now();
+  ASSERT_EQ(Run("block-flood", "flood", {"--uid=65534", "--blocks=1000", "--models=40"}),
+            kClientOk)
+      << Describe("flood");
+  const double flood_seconds = absl::ToDoubleSeconds(absl::Now() - flood_start);
+  const int descriptors_after = DaemonDescriptors();
+  const ReportLines flood = Report("flood");
+  std::cout << "daemon descriptors: " << descriptors_before << " before the flood, "
+            << descriptors_after << " after it (limit " << kDaemonMaxOpenFiles << "); flood: "
+            << Describe("flood") << " in " << flood_seconds << " s\n";
+
+  // The other user, after the flooder's session ended.
+  const int fresh = Run("stream", "fresh", {"--as-uid=65533", "--seed=3", "--passes=2"});
+  const int reopen = Run("stream", "reopen",
+                         {"--as-uid=65533", "--seed=2", "--passes=2",
+                          "--model-id=" + registered_before});
+  std::cout << "other uid: new model exit " << fresh << " (" << Describe("fresh")
+            << "); registered before the flood exit " << reopen << " (" << Describe("reopen")
+            << ")\n";
+  EXPECT_EQ(fresh, kClientOk) << Describe("fresh");
+  EXPECT_EQ(reopen, kClientOk) << Describe("reopen");
+
+  // The flood was refused by its own uid's limit, by name, not by a
+  // descriptor the daemon ran out of.
+  ASSERT_TRUE(flood.contains("refused")) << Describe("flood");
+  const std::string refusal = FirstValue(flood, "refused");
+  EXPECT_TRUE(absl::StartsWith(refusal, absl::StrCat(kResourceExhausted, " "))) << refusal;
+  EXPECT_TRUE(absl::StrContains(refusal, "max_master_blocks_per_uid")) << refusal;
+  EXPECT_TRUE(absl::StrContains(refusal, "uid 65534")) << refusal;
+  // Masters keep no descriptor: what the flood leaves is a handful.
+  EXPECT_LT(descriptors_after, descriptors_before + 64);
+  EXPECT_GT(Stats().devices_size(), 0) << "the daemon no longer answers";
+}
+
+}  // namespace
+}  // namespace blockswap::testing
