@@ -6,8 +6,9 @@
 //
 // On cuda these are real kernels (gpu_kernels.cu) on a cudaStream_t; on the
 // host backend (BLOCKSWAP_GPU_TEST_BACKEND=host, a dry run of the GPU suite
-// on a machine without one) the same calls are host functions on a backend
-// stream. One thread uses an object.
+// on a machine without one) and over the stand-in CUDA driver
+// (tests/standin_driver/, which runs no kernels) the same calls are host
+// functions on a backend stream. One thread uses an object.
 #ifndef BLOCKSWAP_TESTS_GPU_DEVICE_COMPUTE_H_
 #define BLOCKSWAP_TESTS_GPU_DEVICE_COMPUTE_H_
 

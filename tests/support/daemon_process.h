@@ -48,6 +48,11 @@ struct DaemonFlags {
   // launcher writes its own pid there, then execs blockswapd), so that what
   // it allocates from its first instruction on is charged to the cgroup.
   std::string cgroup_procs = {};
+  // When set, the daemon's group (real and effective gid, no supplementary
+  // groups), as the systemd unit's Group= gives it: the files it creates
+  // under its umask, those behind CUDA's IPC events included, are that
+  // group's, so that clients in it can open them. Needs root.
+  std::optional<gid_t> group = std::nullopt;
   // When set, the daemon's descriptor limit (RLIMIT_NOFILE, soft and hard),
   // as a unit's LimitNOFILE= sets it.
   uint64_t max_open_files = 0;
