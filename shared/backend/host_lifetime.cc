@@ -54,16 +54,14 @@ uint64_t KeyOf(uint32_t pid, uint64_t start_ticks) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(start_ticks)) << 32) | pid;
 }
 
-// The importer named by `key` is still running (not exited, not a zombie,
-// and its pid not reused by a later process).
+}  // namespace
+
 bool Alive(uint64_t key) {
   const auto pid = static_cast<uint32_t>(key);
   std::optional<ProcessState> state = ReadProcessState(pid);
   if (!state.has_value() || state->state == 'Z' || state->state == 'X') return false;
   return KeyOf(pid, state->start_ticks) == key;
 }
-
-}  // namespace
 
 uint64_t ProcessKey() {
   const auto pid = static_cast<uint32_t>(::getpid());

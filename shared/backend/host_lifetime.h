@@ -48,6 +48,10 @@ struct ImportLedger {
 // of its start time (clock ticks since boot) in the high ones.
 uint64_t ProcessKey();
 
+// Whether the process named by `key` (a ProcessKey) still runs: not exited,
+// not a zombie, and its pid not reused by a later process.
+bool Alive(uint64_t key);
+
 // The exporter's side, when it creates the object.
 void InitializeLedger(ImportLedger& ledger);
 

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -51,7 +52,10 @@ absl::StatusOr<PeerResult> RunPeers(const std::string& backend,
     return absl::InternalError("socketpair failed");
   }
   UniqueFd producer_end(fds[0]), consumer_end(fds[1]);
-  std::map<std::string, std::string> env = {{"BLOCKSWAP_HOST_JITTER_US", kHostJitterUs}};
+  // The stand-in CUDA driver (tests/standin_driver/) jitters as the host
+  // backend does; a real driver ignores the variable.
+  std::map<std::string, std::string> env = {{"BLOCKSWAP_HOST_JITTER_US", kHostJitterUs},
+                                            {"BLOCKSWAP_STANDIN_JITTER_US", kHostJitterUs}};
   producer_args.push_back("--backend=" + backend);
   consumer_args.push_back("--backend=" + backend);
   auto producer = ChildProcess::Spawn(
@@ -109,17 +113,20 @@ INSTANTIATE_TEST_SUITE_P(
 // Mutation tests: with any single record, wait or publish of the protocol
 // switched off — in the protocol code itself — the run must fail visibly.
 
-class MutationTest : public ::testing::TestWithParam<ProtocolStep> {};
+class MutationTest
+    : public ::testing::TestWithParam<std::tuple<std::string, ProtocolStep>> {};
 
 TEST_P(MutationTest, SkippingTheStepIsDetected) {
-  const ProtocolStep step = GetParam();
+  const auto& [backend, step] = GetParam();
+  std::string why;
+  if (!BackendAvailable(backend, &why)) GTEST_SKIP() << why;
   std::string skip = absl::StrCat("--skip=", ProtocolStepName(step));
   bool daemon_step = ProtocolStepName(step).rfind("daemon", 0) == 0;
   std::vector<std::string> producer_args = {"--slots=2", "--blocks=5", "--seed=3"};
   std::vector<std::string> consumer_args = {"--blocks=5", "--seed=3", "--generations=500",
                                             "--timeout-ms=2000"};
   (daemon_step ? producer_args : consumer_args).push_back(skip);
-  auto result = RunPeers("host", producer_args, consumer_args);
+  auto result = RunPeers(backend, producer_args, consumer_args);
   ASSERT_TRUE(result.ok()) << result.status();
   bool detected = result->consumer == testing::kPeerWrongBytes ||
                   result->consumer == testing::kPeerRingFailed ||
@@ -129,8 +136,20 @@ TEST_P(MutationTest, SkippingTheStepIsDetected) {
                         << " went unnoticed: " << result->Describe();
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStep, MutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),
-                         [](const auto& info) { return ProtocolStepIdentifier(info.param); });
+// On cuda too where the build has it: each step must be needed on a GPU (or
+// the stand-in driver, tests/standin_driver/) as much as on the host backend.
+#if BLOCKSWAP_HAVE_CUDA
+#define BLOCKSWAP_MUTATION_BACKENDS "host", "cuda"
+#else
+#define BLOCKSWAP_MUTATION_BACKENDS "host"
+#endif
+INSTANTIATE_TEST_SUITE_P(EveryStep, MutationTest,
+                         ::testing::Combine(::testing::Values(BLOCKSWAP_MUTATION_BACKENDS),
+                                            ::testing::ValuesIn(kSafetyProtocolSteps)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_",
+                                               ProtocolStepIdentifier(std::get<1>(info.param)));
+                         });
 
 // ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo_survives_daemon_restart.sh BIN_DIR [DEMO_ARGS...]
 #
-# Starts blockswapd (host or cuda backend, as `auto` finds) on a temporary
+# Starts blockswapd (host or cuda backend, as `auto` finds, or
+# BLOCKSWAP_DEMO_BACKEND) on a temporary
 # socket and master directory, runs blockswap-demo against it, SIGKILLs the
 # daemon once the demo has finished a step, starts a new daemon on the same
 # socket and masters 0.5 s later, and expects the demo to ride it out: its
@@ -29,7 +30,7 @@ trap cleanup EXIT
 
 ctl() { "${bin}/blockswapctl" --socket "${socket}" --timeout 5 "$@"; }
 start_daemon() {
-  "${bin}/blockswapd" --config=/dev/null --backend auto --socket "${socket}" \
+  "${bin}/blockswapd" --config=/dev/null --backend "${BLOCKSWAP_DEMO_BACKEND:-auto}" --socket "${socket}" \
     --shm-prefix "${shm}" >>"${scratch}/blockswapd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do

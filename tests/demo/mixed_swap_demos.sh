@@ -3,7 +3,7 @@
 #
 # Issue 22: three blockswap-demo runs of the same weights (12 blocks, one
 # seed) with different blocks_to_swap against one blockswapd (host backend
-# where there is no GPU): --swap 6 --ring 2, --swap 3 --ring 1, --swap 12
+# where there is no GPU; BLOCKSWAP_DEMO_BACKEND overrides it): --swap 6 --ring 2, --swap 3 --ring 1, --swap 12
 # --ring 4. Each uploads only its streaming blocks, so the daemon has three
 # models; it must hold each distinct block once: its unique master bytes
 # (`blockswapctl status` pinned_bytes) equal the bytes of the union of the
@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 ctl() { "${bin}/blockswapctl" --socket "${socket}" --timeout 5 "$@"; }
 
-"${bin}/blockswapd" --config=/dev/null --backend auto --socket "${socket}" --shm-prefix "${shm}" \
+"${bin}/blockswapd" --config=/dev/null --backend "${BLOCKSWAP_DEMO_BACKEND:-auto}" --socket "${socket}" --shm-prefix "${shm}" \
   >"${scratch}/blockswapd.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do

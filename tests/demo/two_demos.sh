@@ -2,7 +2,7 @@
 # [BLOCKSWAP_DEMO=PROGRAM] two_demos.sh BIN_DIR [DEMO_ARGS...]
 #
 # Starts blockswapd (BIN_DIR/blockswapd, --backend auto: the host backend
-# where there is no GPU) on a temporary socket and master directory, runs two
+# where there is no GPU; BLOCKSWAP_DEMO_BACKEND overrides it) on a temporary socket and master directory, runs two
 # demo processes (BIN_DIR/$BLOCKSWAP_DEMO, default blockswap-demo; also
 # blockswap-torch-demo) at once with the same arguments (so they share one
 # model), shows `blockswapctl residency`, `stats` and `models` while they run
@@ -68,7 +68,7 @@ show() {
 }
 
 # --config=/dev/null: not the machine's installed service config.
-"${bin}/blockswapd" --config=/dev/null --backend auto --socket "${socket}" --shm-prefix "${shm}" \
+"${bin}/blockswapd" --config=/dev/null --backend "${BLOCKSWAP_DEMO_BACKEND:-auto}" --socket "${socket}" --shm-prefix "${shm}" \
   >"${scratch}/blockswapd.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do

@@ -11,6 +11,7 @@
 #include "shared/backend/cuda_driver.h"
 #include "shared/base/status.h"
 #include "tests/gpu/gpu_kernels.h"
+#include "tests/standin_driver/standin_hooks.h"
 
 // The status of the CUDA runtime call `expr`: the test clients' compute
 // (kernels, their buffers and streams) uses the runtime, as a trainer's torch
@@ -124,12 +125,18 @@ class CudaCompute final : public DeviceCompute {
   std::vector<DeviceBuffer> kept_;
 };
 
-// --- host (dry run) ---------------------------------------------------------
+// --- host functions: the host backend (dry run), the stand-in driver -------
 
+// The compute as host functions on a backend stream. On the host backend a
+// device pointer is a host address. Over the stand-in CUDA driver
+// (tests/standin_driver/), which runs no kernels, it is the cuda backend's
+// device memory, read where the stand-in keeps its bytes (`host_address`,
+// looked up before any host function runs: they must not call the driver).
 class HostCompute final : public DeviceCompute {
  public:
-  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(Device& device, size_t checks) {
-    auto compute = std::unique_ptr<HostCompute>(new HostCompute(checks));
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(
+      Device& device, size_t checks, BlockswapStandinHostAddressFn host_address = nullptr) {
+    auto compute = std::unique_ptr<HostCompute>(new HostCompute(device, checks, host_address));
     BLOCKSWAP_ASSIGN_OR_RETURN(compute->stream_, device.CreateStream());
     return compute;
   }
@@ -137,8 +144,16 @@ class HostCompute final : public DeviceCompute {
   Stream& stream() override { return *stream_; }
 
   absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
-    kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
-    return kept_.back()->data();
+    if (host_address_ == nullptr) {
+      kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
+      return kept_.back()->data();
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> copy,
+                               device_.Allocate(std::max<size_t>(bytes.size(), 1)));
+    BLOCKSWAP_RETURN_IF_ERROR(stream_->CopyHostToDevice(copy->data(), bytes.data(), bytes.size()));
+    BLOCKSWAP_RETURN_IF_ERROR(stream_->Synchronize());
+    kept_on_device_.push_back(std::move(copy));
+    return kept_on_device_.back()->data();
   }
 
   absl::Status Spin(absl::Duration duration) override {
@@ -150,8 +165,10 @@ class HostCompute final : public DeviceCompute {
       return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", flags_.size()));
     }
     // Read through the stream, as a device kernel would: after its waits.
-    return stream_->LaunchHostFunc([this, slot, kept, bytes, check] {
-      if (std::memcmp(slot, kept, bytes) != 0) flags_[check] = 1;
+    const void* a = HostView(slot);
+    const void* b = HostView(kept);
+    return stream_->LaunchHostFunc([this, a, b, bytes, check] {
+      if (std::memcmp(a, b, bytes) != 0) flags_[check] = 1;
     });
   }
 
@@ -165,9 +182,19 @@ class HostCompute final : public DeviceCompute {
   absl::Status Synchronize() override { return stream_->Synchronize(); }
 
  private:
-  explicit HostCompute(size_t checks) : flags_(checks, 0) {}
+  HostCompute(Device& device, size_t checks, BlockswapStandinHostAddressFn host_address)
+      : device_(device), host_address_(host_address), flags_(checks, 0) {}
+
+  const void* HostView(const void* device_pointer) const {
+    if (host_address_ == nullptr) return device_pointer;
+    return host_address_(reinterpret_cast<CUdeviceptr>(device_pointer));
+  }
+
+  Device& device_;
+  const BlockswapStandinHostAddressFn host_address_;  // null on the host backend
   std::vector<uint8_t> flags_;  // written by the stream's thread, read after Synchronize
   std::vector<std::unique_ptr<std::vector<std::byte>>> kept_;
+  std::vector<std::unique_ptr<DeviceMemory>> kept_on_device_;
   // Declared last, so destroyed first: its host functions use the above.
   std::unique_ptr<Stream> stream_;
 };
@@ -188,7 +215,13 @@ absl::Status DeviceCompute::SynchronizeWithin(absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<DeviceCompute>> DeviceCompute::Create(BackendKind kind,
                                                                      Device& device,
                                                                      size_t checks) {
-  if (kind == BackendKind::kCuda) return CudaCompute::Create(device, checks);
+  if (kind == BackendKind::kCuda) {
+    if (BlockswapStandinHostAddressFn host_address = LoadedStandinHostAddress();
+        host_address != nullptr) {
+      return HostCompute::Create(device, checks, host_address);
+    }
+    return CudaCompute::Create(device, checks);
+  }
   return HostCompute::Create(device, checks);
 }
 

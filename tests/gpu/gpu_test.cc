@@ -97,18 +97,23 @@ class GpuTest : public testing::DaemonRolesTest {
   }
 
   void StartDaemon(std::map<std::string, std::string> env = {},
-                   std::vector<std::string> extra_args = {}) {
-    DaemonRolesTest::StartDaemon(DaemonFlags{
-        .extra_args = std::move(extra_args), .env = std::move(env), .backend = TestBackend()});
+                   std::vector<std::string> extra_args = {},
+                   std::optional<gid_t> group = std::nullopt) {
+    DaemonRolesTest::StartDaemon(DaemonFlags{.extra_args = std::move(extra_args),
+                                             .env = std::move(env),
+                                             .backend = TestBackend(),
+                                             .group = group});
   }
 
-  // For clients of `uid`, as beside the system service: the daemon under the
-  // unit's UMask=0007 with the clients' group as the socket's, so that the
-  // files CUDA's IPC creates reach them; the way to the socket and the
-  // clients' report files open to them. The args that make a role that user.
+  // For clients of `uid` (whose group is gid `uid`, BecomeUser), as beside
+  // the system service: the daemon under the unit's UMask=0007 and in the
+  // clients' group, as its Group= puts it, which is also the socket's, so
+  // that the files CUDA's IPC creates (owned by the daemon's group) reach
+  // them; the way to the socket and the clients' report files open to them.
+  // The args that make a role that user.
   std::vector<std::string> StartDaemonForUser(uid_t uid, const std::vector<std::string>& names) {
     const mode_t previous = ::umask(0007);
-    StartDaemon({}, {absl::StrCat("--socket-group=", uid)});
+    StartDaemon({}, {absl::StrCat("--socket-group=", uid)}, static_cast<gid_t>(uid));
     ::umask(previous);
     EXPECT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
     for (const std::string& name : names) {

@@ -83,6 +83,11 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
     inherit = {{output.get(), 1}, {output.get(), 2}};
   }
   std::string program = BinaryDirectory() + "/blockswapd";
+  if (flags.group.has_value()) {
+    args.insert(args.begin(), {absl::StrCat("--regid=", *flags.group), "--clear-groups", "--",
+                               program});
+    program = "/usr/bin/setpriv";
+  }
   if (!flags.cgroup_procs.empty() || flags.max_open_files != 0) {
     // sh's pid is blockswapd's after the exec; an empty $0 joins no cgroup.
     const std::string nofile =

@@ -51,6 +51,11 @@ struct DaemonFlags {
   // When set, the daemon's descriptor limit (RLIMIT_NOFILE, soft and hard),
   // as a unit's LimitNOFILE= sets it.
   uint64_t max_open_files = 0;
+  // When set, the daemon's group (real and effective gid, no supplementary
+  // groups), as the systemd unit's Group= gives it: the files it creates
+  // under its umask, those behind CUDA's IPC events included, are that
+  // group's, so that clients in it can open them. Needs root.
+  std::optional<gid_t> group = std::nullopt;
 };
 
 class DaemonProcess {
