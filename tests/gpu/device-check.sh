@@ -153,7 +153,11 @@ run_core() {
   local out=$1
   part core
   check libraries 5 probe_libraries
-  check probe 45 primitives_probe
+  if [[ ${backend} == host ]]; then
+    skip probe "host backend dry run: the probe's CUDA lines need a driver"
+  else
+    check probe 45 primitives_probe
+  fi
   info environment 10 probe_environment
   # Without the driver, a context or IPC memory, nothing below can work.
   if grep -Eq '^FAIL (cuda\.driver|cuda\.init|cuda\.ipc-memory)' "${summary}"; then
@@ -282,11 +286,6 @@ cut_short() {
 # The primitives probe's lines (tests/gpu/primitives_probe.cc), each into
 # the summary as it is printed. Its process B runs as the client user.
 primitives_probe() {
-  if [[ ${backend} == host ]]; then
-    echo "SKIP probe (host backend dry run: the probe's CUDA lines need a driver)" |
-      tee -a "${summary}"
-    return 0
-  fi
   local code
   blockswap-primitives-probe --client-user="${client_user}" --shm-needed-mib=4096 |
     tee -a "${summary}"
@@ -436,7 +435,7 @@ start_torch_build() {
   pid=$(cat "${state}/torch-build.pid" 2>/dev/null)
   [[ -n ${pid} ]] && kill -0 "${pid}" 2>/dev/null && return 0
   rm -f "${state}/torch-build.rc"
-  setsid nohup "${BASH_SOURCE[0]}" torch-build >"${state}/torch-build.log" 2>&1 </dev/null &
+  setsid nohup "${root}/tests/gpu/device-check.sh" torch-build >"${state}/torch-build.log" 2>&1 </dev/null &
   echo $! >"${state}/torch-build.pid"
   echo "INFO torch-build: started in the background for call 2 (${state}/torch-build.log)" \
     >>"${summary}"
