@@ -628,9 +628,9 @@ void RunCudaPrimitives(Report& report, std::optional<PeerUser> peer_user) {
     // behind CUDA's IPC events, created with A's gid and umask, are then
     // B's group's to open (cuda-rules.md, "IPC event handles").
     if (::setregid(peer_user->gid, peer_user->gid) != 0) {
-      report.Fail("cuda.init", ErrnoStatus(errno, absl::StrCat("setregid(", peer_user->gid,
-                                                               ") for A, the daemon's side"))
-                                   .message());
+      report.Fail("env.daemon-group", ErrnoStatus(errno, absl::StrCat("setregid(", peer_user->gid,
+                                                                      ") for A, the daemon's side"))
+                                          .message());
     }
     ::umask(0007);
   }
