@@ -623,7 +623,7 @@ void RunCudaPrimitives(Report& report, std::optional<PeerUser> peer_user) {
     ::_exit(0);
   }
   theirs.Reset();
-  if (peer_user.has_value() && ::geteuid() == 0) {
+  if (peer_user.has_value() && peer_user->a_in_user_group && ::geteuid() == 0) {
     // As the system unit's Group= and UMask=0007 give the daemon: the files
     // behind CUDA's IPC events, created with A's gid and umask, are then
     // B's group's to open (cuda-rules.md, "IPC event handles").

@@ -19,6 +19,10 @@ namespace blockswap::probe {
 struct PeerUser {
   uid_t uid = 0;
   gid_t gid = 0;
+  // A (root) joins the user's group with umask 0007, as the system unit's
+  // Group= and UMask= run the daemon; false keeps A's own group and umask,
+  // to show what a daemon without them meets (B cannot open A's events).
+  bool a_in_user_group = true;
 };
 
 // Forks the peer (which becomes `peer_user` when set), runs every CUDA check

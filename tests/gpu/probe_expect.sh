@@ -2,7 +2,11 @@
 # Runs blockswap-primitives-probe (over the stand-in CUDA driver, as ctest's
 # standin.primitives_probe* entries call it) and checks its lines:
 #
-#   probe_expect.sh PROBE [FAIL_REGEX...]
+#   [PROBE_EXPECT_ARGS="--flag ..."] [PROBE_EXPECT_ROOT=1] probe_expect.sh PROBE [FAIL_REGEX...]
+#
+# PROBE_EXPECT_ARGS are the probe's arguments; PROBE_EXPECT_ROOT=1 says the
+# expectation holds only as root (process B as another user): exit 77
+# (ctest's SKIP_RETURN_CODE) otherwise.
 #
 # Every CUDA line must run (no "SKIP cuda." line), and the FAIL lines must be
 # exactly the expected ones: each FAIL line matches one FAIL_REGEX and each
@@ -12,7 +16,12 @@
 set -uo pipefail
 probe=${1:?usage: probe_expect.sh PROBE [FAIL_REGEX...]}
 shift
-output=$("${probe}" 2>&1)
+if [[ ${PROBE_EXPECT_ROOT:-} == 1 && $(id -u) != 0 ]]; then
+  echo "probe_expect: not root, so process B cannot be another user: not run"
+  exit 77
+fi
+# shellcheck disable=SC2086  # the arguments, split on purpose
+output=$("${probe}" ${PROBE_EXPECT_ARGS:-} 2>&1)
 code=$?
 printf '%s\n' "${output}"
 verdict=0
