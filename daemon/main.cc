@@ -111,6 +111,7 @@ int CheckConfig(const CommandLine& line, const DaemonOptions& options) {
   if (!report.masters_directory.empty()) {
     std::cout << "# masters directory: " << report.masters_directory << "\n";
   }
+  for (const std::string& note : report.notes) std::cout << "# note: " << note << "\n";
   for (const absl::Status& error : report.errors) {
     std::cerr << "blockswapd: error: " << error.message() << "\n";
   }

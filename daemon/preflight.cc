@@ -87,8 +87,8 @@ void CheckAccounts(const DaemonOptions& o, PreflightReport& report) {
   }
 }
 
-// What would limit the masters (or lock other users out) before
-// max_memory_bytes does: vm.max_map_count and RLIMIT_NOFILE.
+// Whether the masters' limits fit vm.max_map_count and RLIMIT_NOFILE, and
+// which limit decides for small blocks.
 void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
   MasterLimitsInput in;
   in.max_memory_bytes = o.max_memory_bytes == kMaxMemoryBytesAuto
@@ -97,6 +97,7 @@ void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
   in.max_map_count = ReadMaxMapCount();
   in.max_master_blocks = o.max_master_blocks == kAutoLimit ? AutoMaxMasterBlocks(in.max_map_count)
                                                            : o.max_master_blocks;
+  in.max_master_blocks_per_uid = o.max_master_blocks_per_uid;
   struct rlimit files {};
   if (::getrlimit(RLIMIT_NOFILE, &files) == 0) in.open_files = files.rlim_cur;
   // Each connection is its socket and the duplicate kept until it closes;
@@ -105,7 +106,9 @@ void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
   const ClientAmounts& uid = o.quotas.per_uid;
   in.descriptors_one_uid_may_hold = 2 * o.max_connections_per_uid + 2 * uid.sessions +
                                     2 * uid.rings + uid.file_offers;
-  for (std::string& warning : MasterLimitWarnings(in)) report.warnings.push_back(std::move(warning));
+  MasterLimitsReport masters = AssessMasterLimits(in);
+  for (std::string& warning : masters.warnings) report.warnings.push_back(std::move(warning));
+  for (std::string& note : masters.notes) report.notes.push_back(std::move(note));
 }
 
 }  // namespace

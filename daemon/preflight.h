@@ -19,6 +19,7 @@ namespace blockswap::daemon {
 struct PreflightReport {
   std::vector<absl::Status> errors;   // the daemon would not start, or could not serve
   std::vector<std::string> warnings;  // allowed, but probably not what was meant
+  std::vector<std::string> notes;     // as meant, and worth knowing
   // What the masters directory is (daemon/store/masters_directory.h), when it
   // passes; otherwise its error is among `errors`.
   std::string masters_directory;
@@ -29,10 +30,13 @@ absl::StatusOr<gid_t> ResolveSocketGroup(const std::string& group);
 
 // Errors: the socket group does not exist; the masters directory is one the
 // daemon would refuse (checked as the calling uid: run it as the service's
-// user); max_pinned_bytes is more than the filesystem of shm_prefix holds. Warnings: the socket's directory is missing
-// or not writable by the caller (the unit creates it; the service user, not
-// the operator, must write it); allow_uids/allow_gids name no account here
-// (a container may use bare numbers).
+// user); max_pinned_bytes is more than the filesystem of shm_prefix holds.
+// Warnings: the socket's directory is missing or not writable by the caller
+// (the unit creates it; the service user, not the operator, must write it);
+// allow_uids/allow_gids name no account here (a container may use bare
+// numbers); a masters' limit that could exceed what vm.max_map_count or
+// RLIMIT_NOFILE allow (AssessMasterLimits). Notes: which limit bounds models
+// of small blocks.
 PreflightReport Preflight(const DaemonOptions& options);
 
 }  // namespace blockswap::daemon

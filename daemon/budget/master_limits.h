@@ -4,9 +4,10 @@
 // RLIMIT_NOFILE bounds the connections, sessions, rings and transfers in
 // flight instead. max_master_blocks = "auto" leaves half of vm.max_map_count
 // to everything else the daemon maps (rings, staging areas, libraries,
-// thread stacks), and the start check (daemon start, --check-config) says
-// what to raise when these, not max_memory_bytes, decide how many masters
-// fit.
+// thread stacks). The start check (blockswapd --check-config) warns when a
+// configured limit could exceed what these allow, saying what to raise, and
+// notes when max_master_blocks rather than max_memory_bytes bounds models of
+// small blocks, which is by design.
 #ifndef BLOCKSWAP_DAEMON_BUDGET_MASTER_LIMITS_H_
 #define BLOCKSWAP_DAEMON_BUDGET_MASTER_LIMITS_H_
 
@@ -45,18 +46,29 @@ uint64_t AutoMaxMasterBlocks(uint64_t max_map_count);
 inline uint64_t AutoMaxMasterBytesPerUid(uint64_t max_memory_bytes) { return max_memory_bytes / 2; }
 
 struct MasterLimitsInput {
-  uint64_t max_memory_bytes = 0;   // resolved; 0: unlimited
-  uint64_t max_master_blocks = 0;  // resolved; 0: unlimited
-  uint64_t max_map_count = 0;      // 0: unknown
-  uint64_t open_files = 0;         // RLIMIT_NOFILE's soft limit
+  uint64_t max_memory_bytes = 0;           // resolved; 0: unlimited
+  uint64_t max_master_blocks = 0;          // resolved; 0: unlimited
+  uint64_t max_master_blocks_per_uid = 0;  // 0: unlimited
+  uint64_t max_map_count = 0;              // 0: unknown
+  uint64_t open_files = 0;                 // RLIMIT_NOFILE's soft limit
   // What one uid may hold in descriptors through its quotas (connections,
   // file offers, sessions, rings): the reserve comes on top.
   uint64_t descriptors_one_uid_may_hold = 0;
 };
 
-// The start check: what would stop the masters (or another user) before
-// max_memory_bytes does, each saying what to raise. Empty when nothing.
-std::vector<std::string> MasterLimitWarnings(const MasterLimitsInput& in);
+// The start check's verdict on the masters' limits.
+struct MasterLimitsReport {
+  // A configured limit that the kernel's (vm.max_map_count, RLIMIT_NOFILE)
+  // would break first, or one that lets a single uid take what the node
+  // holds for everyone; each says what to raise or lower.
+  std::vector<std::string> warnings;
+  // True of a sound configuration and worth knowing: which limit decides
+  // for models of small blocks. Not a problem: max_master_blocks bounds
+  // the mappings on purpose.
+  std::vector<std::string> notes;
+};
+
+MasterLimitsReport AssessMasterLimits(const MasterLimitsInput& in);
 
 }  // namespace blockswap::daemon
 

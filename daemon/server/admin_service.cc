@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/os/logging.h"
+#include "daemon/session/model_visibility.h"
 #include "shared/protocol/grpc_status.h"
 
 namespace blockswap::daemon {
@@ -89,7 +90,12 @@ v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   reply.set_boot_id(view.boot_id);
   reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - view.started_at));
   reply.set_pinning(std::string(PinningPolicyName(view.store->pinning())));
-  if (!ShowsStoreCounters(view, caller)) return reply;
+  if (!ShowsStoreCounters(view, caller)) {
+    // Said, so that a client does not print the unset counters as zeros.
+    reply.set_store_counters_withheld(
+        absl::StrCat("model_access = ", ModelAccessName(view.sessions->visibility().access())));
+    return reply;
+  }
   reply.set_pinned_bytes(view.store->pinned_bytes());
   FileIngestStats files = view.sessions->file_ingest().stats();
   reply.set_file_reads(files.reads);

@@ -17,7 +17,9 @@ namespace blockswap::daemon {
 // file reads) are set only where ShowsStoreCounters: under registrant-group a
 // before/after difference would tell a caller whether a model it cannot see
 // holds content it uploaded, so only root and the daemon's uid get them
-// there. `caller` null: the metrics endpoint, which has no caller.
+// there; otherwise BuildStatus sets store_counters_withheld to the policy
+// that withheld them. `caller` null: the metrics endpoint, which has no
+// caller.
 bool ShowsStoreCounters(const DaemonView& view, const Peer* caller);
 v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller);
 v1::ClientsReply BuildClients(const DaemonView& view);

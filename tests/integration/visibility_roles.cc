@@ -67,6 +67,7 @@ void ReportAdminViews(v1::Admin::Stub& admin, const RoleReport& report) {
                                         " staged_bytes=", status.staged_bytes(),
                                         " evictions=", status.evictions(),
                                         " file_reads=", status.file_reads()));
+    report.Add("counters_withheld", status.store_counters_withheld());
   }
   {
     v1::ResidencyReply residency;

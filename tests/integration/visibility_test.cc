@@ -229,10 +229,13 @@ TEST_F(ModelVisibilityTest, GuessedBlocksHeldByAnInvisibleModelShowAsUnsharedAnd
   EXPECT_EQ(FirstValue(control, "shared_" + novel), "0");
   EXPECT_EQ(FirstValue(before, "counters"), FirstValue(guess, "counters"));
   EXPECT_EQ(FirstValue(guess, "counters"), FirstValue(control, "counters"));
+  EXPECT_EQ(FirstValue(guess, "counters_withheld"), "model_access = registrant-group")
+      << "the reply must say its zeros are withheld, not zero";
   // Root is given them: the equality above is the policy's, not a dead counter.
   ReportLines admin = View("admin", -1, kUnregisteredModelId);
   EXPECT_TRUE(absl::StrContains(FirstValue(admin, "counters"), "master_blocks=8"))
       << FirstValue(admin, "counters") << " (6 of root's model and 2 of the control's)";
+  EXPECT_EQ(FirstValue(admin, "counters_withheld"), "");
   EXPECT_NE(FirstValue(admin, "shared_" + guessed), "0")
       << "root, who sees both models, sees them share the two blocks";
 }

@@ -237,14 +237,22 @@ std::string TextTable::Render(size_t max_width) const {
 // --- status ------------------------------------------------------------------------
 
 std::string StatusText(const v1::StatusReply& reply) {
+  // Withheld counters are unset, and an unset counter reads 0: say so
+  // instead of printing a 0 that is not true.
+  const std::string withheld =
+      reply.store_counters_withheld().empty()
+          ? ""
+          : absl::StrCat("withheld (", reply.store_counters_withheld(), ")");
+  auto counter = [&withheld](std::string value) { return withheld.empty() ? value : withheld; };
   std::string out = KeyValues(
       {{"version", reply.version()},
        {"backend", BackendName(reply.backend())},
        {"boot id", BootIdHex(reply.boot_id())},
        {"uptime", HumanDuration(reply.uptime_seconds())},
-       {"pinned", HumanBytes(reply.pinned_bytes())},
-       {"blocks", absl::StrCat(reply.master_blocks())},
-       {"staged", StagedText(reply.staged_blocks(), reply.master_blocks(), reply.staged_bytes())},
+       {"pinned", counter(HumanBytes(reply.pinned_bytes()))},
+       {"blocks", counter(absl::StrCat(reply.master_blocks()))},
+       {"staged",
+        counter(StagedText(reply.staged_blocks(), reply.master_blocks(), reply.staged_bytes()))},
        {"pinning", OrDash(reply.pinning())}});
   out += "\n";
   if (reply.devices().empty()) return out + "no devices\n";
@@ -259,19 +267,24 @@ std::string StatusText(const v1::StatusReply& reply) {
 json StatusJson(const v1::StatusReply& reply) {
   json devices = json::array();
   for (const v1::Device& device : reply.devices()) devices.push_back(DeviceJson(device));
-  return {{"version", reply.version()},
-          {"backend", BackendName(reply.backend())},
-          {"boot_id", BootIdHex(reply.boot_id())},
-          {"uptime_seconds", reply.uptime_seconds()},
-          {"pinned_bytes", reply.pinned_bytes()},
-          {"master_blocks", reply.master_blocks()},
-          {"staged_bytes", reply.staged_bytes()},
-          {"staged_blocks", reply.staged_blocks()},
-          {"pinning", reply.pinning()},
-          {"file_reads", reply.file_reads()},
-          {"file_bytes_read", reply.file_bytes_read()},
-          {"evictions", reply.evictions()},
-          {"devices", std::move(devices)}};
+  // Withheld counters are null, never a 0 that a script would believe.
+  const bool withheld = !reply.store_counters_withheld().empty();
+  auto counter = [withheld](uint64_t value) { return withheld ? json(nullptr) : json(value); };
+  return {
+      {"version", reply.version()},
+      {"backend", BackendName(reply.backend())},
+      {"boot_id", BootIdHex(reply.boot_id())},
+      {"uptime_seconds", reply.uptime_seconds()},
+      {"pinned_bytes", counter(reply.pinned_bytes())},
+      {"master_blocks", counter(reply.master_blocks())},
+      {"staged_bytes", counter(reply.staged_bytes())},
+      {"staged_blocks", counter(reply.staged_blocks())},
+      {"pinning", reply.pinning()},
+      {"file_reads", counter(reply.file_reads())},
+      {"file_bytes_read", counter(reply.file_bytes_read())},
+      {"evictions", counter(reply.evictions())},
+      {"store_counters_withheld", withheld ? json(reply.store_counters_withheld()) : json(nullptr)},
+      {"devices", std::move(devices)}};
 }
 
 // --- clients -----------------------------------------------------------------------

@@ -236,6 +236,38 @@ TEST(StatusJson, HasStableKeysAndNumbersAsNumbers) {
   EXPECT_EQ(nlohmann::json::parse(DumpJson(json)), json);
 }
 
+// What a caller that may not see the store's counters gets: the daemon leaves
+// them unset (reading 0) and says why.
+v1::StatusReply WithheldStatus() {
+  v1::StatusReply reply = SampleStatus();
+  for (const char* field : {"pinned_bytes", "file_reads", "file_bytes_read", "evictions",
+                            "master_blocks", "staged_bytes", "staged_blocks"}) {
+    reply.GetReflection()->ClearField(&reply, reply.GetDescriptor()->FindFieldByName(field));
+  }
+  reply.set_store_counters_withheld("model_access = registrant-group");
+  return reply;
+}
+
+TEST(StatusText, SaysWithheldCountersAreWithheldNotZero) {
+  std::string text = StatusText(WithheldStatus());
+  EXPECT_TRUE(Contains(text, "pinned   withheld (model_access = registrant-group)\n")) << text;
+  EXPECT_TRUE(Contains(text, "blocks   withheld (model_access = registrant-group)\n")) << text;
+  EXPECT_TRUE(Contains(text, "staged   withheld (model_access = registrant-group)\n")) << text;
+  EXPECT_FALSE(Contains(text, "0 B")) << text;
+  EXPECT_TRUE(Contains(text, "pinning  auto\n")) << "what is not withheld is still shown";
+}
+
+TEST(StatusJson, WithheldCountersAreNullAndSayWhy) {
+  nlohmann::json json = StatusJson(WithheldStatus());
+  for (const char* key : {"pinned_bytes", "master_blocks", "staged_bytes", "staged_blocks",
+                          "file_reads", "file_bytes_read", "evictions"}) {
+    EXPECT_TRUE(json[key].is_null()) << key << ": " << json[key];
+  }
+  EXPECT_EQ(json["store_counters_withheld"], "model_access = registrant-group");
+  EXPECT_TRUE(StatusJson(SampleStatus())["store_counters_withheld"].is_null());
+  EXPECT_EQ(StatusJson(SampleStatus())["master_blocks"], 12u);
+}
+
 // --- health ------------------------------------------------------------------------
 
 TEST(JudgeHealth, HealthyWhenNoDeviceReportsAnError) {
