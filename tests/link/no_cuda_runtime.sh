@@ -20,8 +20,9 @@ failed=0
 link_statement() {
   local output=$1 target
   if [[ -f ${build}/build.ninja ]]; then
+    # Order-only inputs (after " || ") are built first but not linked.
     awk -v out="build ${output}:" '
-      index($0, out) == 1 { inside = 1; print; next }
+      index($0, out) == 1 { inside = 1; sub(/ \|\| .*/, ""); print; next }
       inside && /^  / { print; next }
       inside { exit }' "${build}/build.ninja"
   else
