@@ -222,6 +222,10 @@ class Device {
   // FAILED_PRECONDITION. Thread-safe.
   virtual absl::Status stream_words_status() const = 0;
   // Pins [data, data + bytes) for copies to every device of the backend.
+  // cuda: UNIMPLEMENTED, saying the device cannot register host memory, where
+  // the driver refuses registration itself (CUDA_ERROR_NOT_SUPPORTED: the
+  // device or platform has no host registration, whatever the locked-memory
+  // limit); AllocatePinnedHostBuffer still works there.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;
   // `bytes` (> 0) of host memory pinned by the driver for this device's

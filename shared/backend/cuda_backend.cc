@@ -688,8 +688,18 @@ class CudaHostRegistration final : public HostRegistration {
   // Pins one piece; it is unpinned when this registration dies, also when a
   // later piece fails.
   absl::Status Pin(void* chunk, size_t bytes) {
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+    absl::Status status = BLOCKSWAP_CUDA_STATUS(
         &health_, health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+    if (status.code() == absl::StatusCode::kUnimplemented) {
+      // CUDA_ERROR_NOT_SUPPORTED: the device or platform refuses registration
+      // itself (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0); no
+      // locked-memory limit would help.
+      return Annotate(status, absl::StrCat(health_.label(),
+                                           " cannot register host memory (the device or "
+                                           "platform does not support it, whatever the "
+                                           "locked-memory limit)"));
+    }
+    BLOCKSWAP_RETURN_IF_ERROR(status);
     chunks_.push_back(chunk);
     return absl::OkStatus();
   }
