@@ -34,20 +34,15 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
   const std::string what = PoolName(uuid, options);
   auto pool = std::unique_ptr<StagingPool>(new StagingPool());
   BLOCKSWAP_ASSIGN_OR_RETURN(pool->charge_, ChargeStagingPool(device, options));
-  BLOCKSWAP_ASSIGN_OR_RETURN(pool->memory_,
-                             SharedMemory::Create(absl::StrCat(uuid, "-staging"), total));
-  // Populated: the first staged copy must not pay the page faults.
-  BLOCKSWAP_ASSIGN_OR_RETURN(pool->mapping_,
-                             pool->memory_.Map(Access::kReadWrite, /*populate=*/true));
-  absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
-      device.RegisterHostMemory(pool->mapping_.data(), total);
-  if (!registration.ok()) {
-    return Annotate(registration.status(),
-                    absl::StrCat("pinning ", what,
-                                 " (lower staging_buffer_bytes or staging_buffers, or raise the "
-                                 "daemon's locked-memory limit)"));
+  // One allocation the driver pins itself: no host registration, which some
+  // devices refuse (CUDA_ERROR_NOT_SUPPORTED) while they stage every master.
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> memory = device.AllocatePinnedHostBuffer(total);
+  if (!memory.ok()) {
+    return Annotate(memory.status(),
+                    absl::StrCat("allocating ", what,
+                                 " pinned (lower staging_buffer_bytes or staging_buffers)"));
   }
-  pool->registration_ = *std::move(registration);
+  pool->memory_ = *std::move(memory);
   pool->buffer_bytes_ = options.buffer_bytes;
   pool->buffers_.resize(options.buffers);
   for (Buffer& buffer : pool->buffers_) {
@@ -57,7 +52,7 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
 }
 
 std::byte* StagingPool::data(size_t buffer) const {
-  return static_cast<std::byte*>(mapping_.data()) + buffer * buffer_bytes_;
+  return memory_->data() + buffer * buffer_bytes_;
 }
 
 }  // namespace blockswap::daemon

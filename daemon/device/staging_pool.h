@@ -1,7 +1,9 @@
 // StagingPool: one device's pinned staging buffers, through which the masters
 // that are not pinned are copied (staged_copier.h). Each buffer is host memory
-// registered with the device (so its device copy is a real asynchronous DMA)
-// and carries `consumed`, the event the copy stream records after the device
+// the driver allocates pinned (Device::AllocatePinnedHostBuffer: its device
+// copy is a real asynchronous DMA, and it needs no host registration, so the
+// pool also works on a device that refuses registration and stages every
+// master) and carries `consumed`, the event the copy stream records after the device
 // copy that read the buffer: the buffer may be refilled once that record has
 // completed. The buffers are charged to max_memory_bytes (MemoryUse::kCopyStaging)
 // for as long as the pool exists.
@@ -18,7 +20,6 @@
 #include "daemon/budget/ledger.h"
 #include "daemon/budget/memory_budget.h"
 #include "shared/backend/backend.h"
-#include "shared/os/shared_memory.h"
 
 namespace blockswap::daemon {
 
@@ -54,7 +55,7 @@ absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const Stagin
 class StagingPool {
  public:
   // RESOURCE_EXHAUSTED when the buffers do not fit max_memory_bytes; the
-  // device's error when it refuses to pin them (a staged copy needs pinned
+  // device's error when it cannot allocate them pinned (a staged copy needs pinned
   // buffers: a pageable one would make every device copy synchronous).
   static absl::StatusOr<std::unique_ptr<StagingPool>> Create(Device& device,
                                                              const StagingOptions& options);
@@ -72,11 +73,9 @@ class StagingPool {
   StagingPool() = default;
 
   // Declared in the order they are acquired, so that they are released in
-  // reverse: unpin, unmap, close, and only then return the budget's charge.
+  // reverse: free the memory, and only then return the budget's charge.
   Reservation charge_;
-  SharedMemory memory_;
-  Mapping mapping_;
-  std::unique_ptr<HostRegistration> registration_;
+  std::unique_ptr<PinnedHostBuffer> memory_;
   size_t buffer_bytes_ = 0;
   std::vector<Buffer> buffers_;
 };

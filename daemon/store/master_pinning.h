@@ -7,8 +7,9 @@
 //           device refused), with the reason;
 //   auto    pinned while max_pinned_bytes and the device allow it, staged
 //           otherwise; a device's refusal (a small RLIMIT_MEMLOCK, a mapping
-//           the driver cannot register) is kept in the residency, so that
-//           the store logs one line per model, not one per block;
+//           the driver cannot register, a device that cannot register host
+//           memory at all) is kept in the residency, so that the store
+//           logs one line per model, not one per block;
 //   never   staged.
 // A region is one block's file (daemon/store/block_master.h).
 #ifndef BLOCKSWAP_DAEMON_STORE_MASTER_PINNING_H_

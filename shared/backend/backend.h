@@ -89,6 +89,18 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
+// Host memory that the device's driver allocates already pinned (cuda:
+// cuMemAllocHost), so that it needs no host registration (RegisterHostMemory),
+// which some devices and platforms refuse. Private to this process; freed on
+// destruction, which must come after every copy issued from or to it has
+// completed. Made by Device::AllocatePinnedHostBuffer.
+class PinnedHostBuffer {
+ public:
+  virtual ~PinnedHostBuffer() = default;
+  virtual std::byte* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
 // 32-bit words in host memory, shared between processes, that a stream can
 // write once its earlier work is done (Stream::WriteWord) and wait on
 // (Stream::WaitWord), and that any thread can write with a plain store: on
@@ -210,8 +222,18 @@ class Device {
   // FAILED_PRECONDITION. Thread-safe.
   virtual absl::Status stream_words_status() const = 0;
   // Pins [data, data + bytes) for copies to every device of the backend.
+  // cuda: UNIMPLEMENTED, saying the device cannot register host memory, where
+  // the driver refuses registration itself (CUDA_ERROR_NOT_SUPPORTED: the
+  // device or platform has no host registration, whatever the locked-memory
+  // limit); AllocatePinnedHostBuffer still works there.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;
+  // `bytes` (> 0) of host memory pinned by the driver for this device's
+  // copies (cuda: cuMemAllocHost in this device's context; host: plain memory,
+  // counted against pin_limit_bytes like a registration), touched so that the
+  // first copy pays no page faults.
+  virtual absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
+      size_t bytes) = 0;
   // The sticky error that poisoned this device (OK while healthy): once a
   // device has failed, every later request for it fails with this error.
   virtual absl::Status health() const = 0;
@@ -256,9 +278,9 @@ struct HostBackendOptions {
   // (MapStreamWords fails), as some GPUs and drivers do.
   bool without_stream_words = false;
   // A test switch: each device pins at most this many bytes at once
-  // (RegisterHostMemory beyond it fails, as cudaHostRegister does under a
-  // small RLIMIT_MEMLOCK or on a mapping the driver refuses), so that the
-  // daemon's fallback to staged copies runs in CI. 0: no limit.
+  // (RegisterHostMemory and AllocatePinnedHostBuffer beyond it fail, as cudaHostRegister does under
+  // a small RLIMIT_MEMLOCK or on a mapping the driver refuses), so that the daemon's fallback to
+  // staged copies runs in CI. 0: no limit.
   uint64_t pin_limit_bytes = 0;
   // device_count from BLOCKSWAP_HOST_DEVICES, jitter_us from
   // BLOCKSWAP_HOST_JITTER_US, copy_delay_us from BLOCKSWAP_HOST_COPY_DELAY_US,

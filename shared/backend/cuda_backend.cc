@@ -688,8 +688,18 @@ class CudaHostRegistration final : public HostRegistration {
   // Pins one piece; it is unpinned when this registration dies, also when a
   // later piece fails.
   absl::Status Pin(void* chunk, size_t bytes) {
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+    absl::Status status = BLOCKSWAP_CUDA_STATUS(
         &health_, health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+    if (status.code() == absl::StatusCode::kUnimplemented) {
+      // CUDA_ERROR_NOT_SUPPORTED: the device or platform refuses registration
+      // itself (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0); no
+      // locked-memory limit would help.
+      return Annotate(status, absl::StrCat(health_.label(),
+                                           " cannot register host memory (the device or "
+                                           "platform does not support it, whatever the "
+                                           "locked-memory limit)"));
+    }
+    BLOCKSWAP_RETURN_IF_ERROR(status);
     chunks_.push_back(chunk);
     return absl::OkStatus();
   }
@@ -697,6 +707,28 @@ class CudaHostRegistration final : public HostRegistration {
  private:
   DeviceHealth& health_;
   std::vector<void*> chunks_;
+};
+
+// Host memory from cuMemAllocHost: pinned by the driver, no registration.
+class CudaPinnedHostBuffer final : public PinnedHostBuffer {
+ public:
+  CudaPinnedHostBuffer(DeviceHealth& health, void* data, size_t bytes)
+      : health_(health), data_(static_cast<std::byte*>(data)), size_(bytes) {}
+  CudaPinnedHostBuffer(const CudaPinnedHostBuffer&) = delete;
+  CudaPinnedHostBuffer& operator=(const CudaPinnedHostBuffer&) = delete;
+
+  ~CudaPinnedHostBuffer() override {
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemFreeHost(data_));
+  }
+
+  std::byte* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  DeviceHealth& health_;
+  std::byte* const data_;
+  const size_t size_;
 };
 
 class CudaDevice final : public Device {
@@ -882,6 +914,25 @@ class CudaDevice final : public Device {
       }
     }
     return registration;
+  }
+
+  // cuMemAllocHost in this device's context: it needs no host registration,
+  // so it works where cuMemHostRegister is refused.
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
+      size_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes of pinned memory");
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    void* data = nullptr;
+    absl::Status allocated =
+        BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemAllocHost(&data, bytes));
+    if (!allocated.ok()) {
+      return Annotate(allocated,
+                      absl::StrCat("allocating ", bytes, " bytes of pinned host memory"));
+    }
+    auto buffer = std::make_unique<CudaPinnedHostBuffer>(health_, data, bytes);
+    // Touched now: the first copy from it must not pay the page faults.
+    std::memset(buffer->data(), 0, bytes);
+    return buffer;
   }
 
  private:

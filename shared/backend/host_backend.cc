@@ -3,10 +3,12 @@
 // shared memory — with CUDA's semantics (backend.h), so that every hazard of
 // the load protocol exists here too and CI can catch it without a GPU.
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -687,6 +689,26 @@ class CountedRegistration final : public HostRegistration {
   const uint64_t bytes_;
 };
 
+// Plain memory standing in for the driver's pinned memory, charged to the
+// device's pin limit as a registration of its size is. The memory is freed
+// before the charge is returned.
+class HostPinnedBuffer final : public PinnedHostBuffer {
+ public:
+  HostPinnedBuffer(std::unique_ptr<HostRegistration> charge, void* data, size_t bytes)
+      : charge_(std::move(charge)), data_(static_cast<std::byte*>(data)), size_(bytes) {}
+  HostPinnedBuffer(const HostPinnedBuffer&) = delete;
+  HostPinnedBuffer& operator=(const HostPinnedBuffer&) = delete;
+  ~HostPinnedBuffer() override { ::munmap(data_, size_); }
+
+  std::byte* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  const std::unique_ptr<HostRegistration> charge_;
+  std::byte* const data_;
+  const size_t size_;
+};
+
 class HostDevice final : public Device {
  public:
   HostDevice(int index, const HostBackendOptions& options)
@@ -780,6 +802,19 @@ class HostDevice final : public Device {
       }
     } while (!pinned_->compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
     return std::make_unique<CountedRegistration>(pinned_, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
+      size_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes of pinned memory");
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<HostRegistration> charge,
+                               RegisterHostMemory(nullptr, bytes));
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (data == MAP_FAILED) {
+      return ErrnoStatus(
+          errno, absl::StrCat("allocating ", bytes, " bytes of pinned memory on ", info_.uuid));
+    }
+    return std::make_unique<HostPinnedBuffer>(std::move(charge), data, bytes);
   }
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     if (without_stream_words_) {

@@ -329,5 +329,20 @@ TEST(HostPinLimitSwitch, RegistrationsBeyondTheLimitFailAndFreedOnesMakeRoom) {
   EXPECT_TRUE(device.RegisterHostMemory(memory.data() + 600, 600).ok()) << "room once unpinned";
 }
 
+TEST(HostPinLimitSwitch, PinnedHostBuffersCountAgainstTheLimitUntilFreed) {
+  auto backend = OpenHostBackend({.pin_limit_bytes = 1000});
+  Device& device = *backend->devices()[0];
+  auto buffer = device.AllocatePinnedHostBuffer(600);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ((*buffer)->size(), 600u);
+  (*buffer)->data()[599] = std::byte{1};  // writable to its end
+  std::vector<std::byte> memory(600);
+  auto over = device.RegisterHostMemory(memory.data(), 600);
+  EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
+  EXPECT_FALSE(device.AllocatePinnedHostBuffer(600).ok()) << "over the limit with the first";
+  buffer->reset();
+  EXPECT_TRUE(device.AllocatePinnedHostBuffer(600).ok()) << "room once freed";
+}
+
 }  // namespace
 }  // namespace blockswap

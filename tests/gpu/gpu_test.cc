@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -58,6 +59,14 @@ absl::StatusOr<std::optional<uid_t>> ClientUser() {
         absl::StrCat("BLOCKSWAP_GPU_TEST_CLIENT_USER: no user named '", user, "'"));
   }
   return entry->pw_uid;
+}
+
+// BLOCKSWAP_GPU_TEST_NO_HOST_REGISTER=1: the devices are known to refuse host
+// registration (the stand-in's BLOCKSWAP_STANDIN_HOST_REGISTER=0), so every
+// master is staged, and the tests check that they are.
+bool DevicesRefuseHostRegistration() {
+  const char* refuse = std::getenv("BLOCKSWAP_GPU_TEST_NO_HOST_REGISTER");
+  return refuse != nullptr && std::string(refuse) == "1";
 }
 
 // How many devices the suite may spread clients over; 0 with the reason
@@ -167,7 +176,12 @@ TEST_P(GpuStreamingTest, TwoClientsStreamRandomBlocksByteExact) {
     std::cerr << name << " on " << FirstValue(report, "device") << ": "
               << FirstValue(report, "gbps") << " GB/s\n";
   }
-  EXPECT_EQ(ModelCount(), 1);
+  const v1::ModelsReply models = Models();
+  ASSERT_EQ(models.models_size(), 1);
+  if (DevicesRefuseHostRegistration()) {
+    EXPECT_EQ(models.models(0).staged_blocks(), models.models(0).block_count())
+        << "every block staged: the device cannot pin any";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Slots, GpuStreamingTest, ::testing::Values(2, 4),
@@ -204,6 +218,42 @@ TEST(GpuWaitTimer, AStreamBehindAnotherStreamsWorkMeasuresItsIdleTimeOnTheHostCl
   ASSERT_TRUE(busy->Synchronize().ok());
   ASSERT_TRUE(waiter->WaitTimed(*event, *timer).ok());
   EXPECT_LT(timer->Await().value()->idle, absl::Milliseconds(5)) << "the record had completed";
+}
+
+// The staging buffers' memory is allocated pinned by the driver, so it comes
+// also where the device refuses to register host memory; that refusal says
+// the device cannot register host memory, not that a limit is too small. In
+// process: no daemon needed.
+TEST(GpuPinnedMemory, PinnedBuffersNeedNoHostRegistrationAndARefusalSaysTheDeviceCannot) {
+  if (AvailableDevices().count == 0) GTEST_SKIP() << AvailableDevices().why_none;
+  std::unique_ptr<Backend> backend = OpenBackend(ParseBackendChoice(TestBackend()).value()).value();
+  Device& device = *backend->devices()[0];
+  constexpr size_t kBytes = size_t{1} << 20;
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> buffer =
+      device.AllocatePinnedHostBuffer(kBytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  for (size_t i = 0; i < kBytes; ++i) (*buffer)->data()[i] = static_cast<std::byte>(i * 7);
+  std::unique_ptr<DeviceMemory> memory = device.Allocate(kBytes).value();
+  std::unique_ptr<Stream> stream = device.CreateStream().value();
+  std::vector<std::byte> back(kBytes);
+  ASSERT_TRUE(stream->CopyHostToDevice(memory->data(), (*buffer)->data(), kBytes).ok());
+  ASSERT_TRUE(stream->CopyDeviceToHost(back.data(), memory->data(), kBytes).ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  EXPECT_EQ(std::memcmp(back.data(), (*buffer)->data(), kBytes), 0);
+
+  std::vector<std::byte> pageable(kBytes);
+  absl::StatusOr<std::unique_ptr<HostRegistration>> registration =
+      device.RegisterHostMemory(pageable.data(), kBytes);
+  if (!DevicesRefuseHostRegistration()) {
+    EXPECT_TRUE(registration.ok()) << registration.status();
+    return;
+  }
+  EXPECT_TRUE(absl::IsUnimplemented(registration.status())) << registration.status();
+  EXPECT_TRUE(absl::StrContains(registration.status().message(),
+                                absl::StrCat(device.info().uuid, ") cannot register host memory")))
+      << registration.status();
+  EXPECT_TRUE(absl::StrContains(registration.status().message(), "CUDA_ERROR_NOT_SUPPORTED"))
+      << registration.status();
 }
 
 TEST_F(GpuTest, SlowKernelConsumerNeverReadsAStaleSlot) {

@@ -44,6 +44,8 @@ namespace {
   X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)           \
   X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                       \
   X(cuMemFree, 3020, PFN_cuMemFree_v3020)                         \
+  X(cuMemAllocHost, 3020, PFN_cuMemAllocHost_v3020)               \
+  X(cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                 \
   X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)         \
   X(cuMemHostUnregister, 4000, PFN_cuMemHostUnregister_v4000)     \
   X(cuMemHostGetDevicePointer, 3020, PFN_cuMemHostGetDevicePointer_v3020) \
@@ -432,6 +434,38 @@ TEST_F(StandinDriverTest, OpeningAMemoryHandleTwiceInOneContextCountsOneMapping)
   EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
 }
 
+// Opens the handle of argv[0] with flags 0, then with the one flag the
+// reference allows.
+int RunUnflaggedImporter(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const Channel channel = ChildChannel();
+  auto handle = Decode<CUipcMemHandle>(channel.Receive());
+  CUdeviceptr opened = 0;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      cu.cuIpcOpenMemHandle(&opened, handle, 0) == CUDA_ERROR_INVALID_VALUE, 3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      cu.cuIpcOpenMemHandle(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS,
+      4);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuIpcCloseMemHandle(opened) == CUDA_SUCCESS, 5);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-unflagged-importer", RunUnflaggedImporter);
+
+// cuIpcOpenMemHandle: "Flags for this operation. Must be specified as
+// CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS".
+TEST_F(StandinDriverTest, OpeningAMemoryHandleWithoutTheLazyPeerAccessFlagIsInvalidValue) {
+  CUdeviceptr device = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemAlloc(&device, 4096));
+  CUipcMemHandle handle;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuIpcGetMemHandle(&handle, device));
+  Peer peer = SpawnPeer("standin-unflagged-importer");
+  peer.channel().Send(Encode(handle));
+  EXPECT_EQ(ExitCode(peer), 0);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemFree(device));
+  EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
+}
+
 // Imports a memory handle, says so, and on "use" copies from it.
 int RunMemoryImporter(const std::vector<std::string>& args) {
   BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
@@ -771,13 +805,18 @@ int RunWithoutHostRegistration(const std::vector<std::string>& args) {
   BLOCKSWAP_STANDIN_ROLE_CHECK(
       cu.cuMemHostRegister(words.data(), 4096, CU_MEMHOSTREGISTER_PORTABLE) ==
           CUDA_ERROR_NOT_SUPPORTED, 5);
+  // Memory the driver allocates pinned needs no registration.
+  void* pinned = nullptr;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemAllocHost(&pinned, 4096) == CUDA_SUCCESS, 6);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemFreeHost(pinned) == CUDA_SUCCESS, 7);
   return 0;
 }
 BLOCKSWAP_CHILD_ROLE("standin-without-host-registration", RunWithoutHostRegistration);
 
 // cuMemHostRegister: "a current context associated with a device that does
 // not have this attribute set will cause cuMemHostRegister to error with
-// CUDA_ERROR_NOT_SUPPORTED".
+// CUDA_ERROR_NOT_SUPPORTED". cuMemAllocHost is not a registration and still
+// works (the staging buffers rely on it).
 TEST_F(StandinDriverTest, ADeviceThatCannotRegisterHostMemoryRefusesItWithNotSupported) {
   int supported = -1;
   ASSERT_CU(CUDA_SUCCESS, cu.cuDeviceGetAttribute(&supported,

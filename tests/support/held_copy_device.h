@@ -54,6 +54,10 @@ class HeldCopyDevice final : public Device {
                                                                        size_t bytes) override {
     return device_.RegisterHostMemory(data, bytes);
   }
+  absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
+      size_t bytes) override {
+    return device_.AllocatePinnedHostBuffer(bytes);
+  }
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     return device_.MapStreamWords(std::move(mapping));
   }
