@@ -255,21 +255,24 @@ class DeviceWorkerTest : public ::testing::Test {
   }
 
   // Loads slot 0 of `ring` twice: the second load is requested while the
-  // held compute still uses the slot, so its copy waits for the release.
-  // Returns the statistics from between the two loads.
+  // client's compute still uses the slot (held by a host function of its
+  // own, so that the helper can run more than once in a test), so its copy
+  // waits for the release. Returns the statistics from between the two loads.
   DeviceStats LoadAgainBehindHeldCompute(TestRing& ring) {
     RequestLoad(ring, 0, block_a_);
     EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
+    const uint32_t filled = ring.filled_seq(0);
     // filled_seq is published inside the worker's pass, the counters after
     // it: a later whole pass has counted the load.
     AwaitWorkerPasses(1);
     const DeviceStats before = worker_->stats();
-    HoldCompute();
+    absl::Notification release;
+    EXPECT_TRUE(compute_->LaunchHostFunc([&release] { release.WaitForNotification(); }).ok());
     RequestLoad(ring, 0, block_b_);
     AwaitWorkerPasses(2);
-    EXPECT_EQ(ring.filled_seq(0), 1u) << "copied into a slot the client still uses";
-    release_compute_.Notify();
-    EXPECT_TRUE(AwaitLoaded(ring, 0).ok());
+    EXPECT_EQ(ring.filled_seq(0), filled) << "copied into a slot the client still uses";
+    release.Notify();
+    EXPECT_TRUE(AwaitLoaded(ring, 0).ok());  // synchronizes the compute stream
     EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
     AwaitWorkerPasses(1);
     return before;
@@ -340,13 +343,26 @@ TEST_F(DeviceWorkerTest, ALoadIsCopiedOnlyAfterTheSlotsFreeEventHasCompleted) {
 
 // The second load waits for the held compute; its release is then seen by
 // the notification.
+// A fallback poll that runs between free[s] completing and the client's host
+// function publishing the release finds it first: both are correct, the poll
+// is only slower. So the load is tried on up to three rings, each release is
+// counted exactly once, and at least one must be seen through its
+// notification alone (a client whose notifications never arrive fails).
 TEST_F(DeviceWorkerTest, AReleaseTheClientNotifiesIsSeenByTheNotification) {
-  TestRing& ring = CreateRing(1, 2, nullptr, /*notify=*/true);
-  const DeviceStats before = LoadAgainBehindHeldCompute(ring);
-  const DeviceStats after = worker_->stats();
-  EXPECT_EQ(after.releases_at_request, before.releases_at_request);
-  EXPECT_EQ(after.releases_notified - before.releases_notified, 1u);
-  EXPECT_EQ(after.releases_polled - before.releases_polled, 0u);
+  constexpr uint64_t kAttempts = 3;
+  bool seen_notified = false;
+  for (uint64_t id = 1; id <= kAttempts && !seen_notified; ++id) {
+    TestRing& ring = CreateRing(id, 2, nullptr, /*notify=*/true);
+    const DeviceStats before = LoadAgainBehindHeldCompute(ring);
+    const DeviceStats after = worker_->stats();
+    EXPECT_EQ(after.releases_at_request, before.releases_at_request);
+    const uint64_t notified = after.releases_notified - before.releases_notified;
+    const uint64_t polled = after.releases_polled - before.releases_polled;
+    EXPECT_EQ(notified + polled, 1u) << "attempt " << id;
+    seen_notified = notified == 1 && polled == 0;
+  }
+  EXPECT_TRUE(seen_notified) << "no release of " << kAttempts
+                             << " notifying rings was seen through its notification";
   std::vector<TraceEvent> notified;
   for (const TraceEvent& event : worker_->ReadTrace(0).events) {
     if (event.kind == TraceKind::kReleaseNotified) notified.push_back(event);
