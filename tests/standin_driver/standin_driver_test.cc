@@ -18,11 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "shared/backend/cuda_driver.h"
 #include "shared/base/unique_fd.h"
 #include "tests/standin_driver/standin_hooks.h"
 #include "tests/support/become_user.h"
@@ -31,45 +33,13 @@
 namespace blockswap::testing {
 namespace {
 
-// The entry points the tests use, at the versions the product asks for.
-#define BLOCKSWAP_STANDIN_TEST_ENTRY_POINTS(X)                    \
-  X(cuInit, 2000, PFN_cuInit_v2000)                               \
-  X(cuGetErrorName, 6000, PFN_cuGetErrorName_v6000)               \
-  X(cuDeviceGetCount, 2000, PFN_cuDeviceGetCount_v2000)           \
-  X(cuDeviceGetName, 2000, PFN_cuDeviceGetName_v2000)             \
-  X(cuDeviceGetUuid, 11040, PFN_cuDeviceGetUuid_v11040)           \
-  X(cuDeviceGetAttribute, 2000, PFN_cuDeviceGetAttribute_v2000)   \
-  X(cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain_v7000) \
-  X(cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)             \
-  X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)           \
-  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                       \
-  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                         \
-  X(cuMemAllocHost, 3020, PFN_cuMemAllocHost_v3020)               \
-  X(cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                 \
-  X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)         \
-  X(cuMemHostUnregister, 4000, PFN_cuMemHostUnregister_v4000)     \
-  X(cuMemHostGetDevicePointer, 3020, PFN_cuMemHostGetDevicePointer_v3020) \
-  X(cuMemcpyHtoDAsync, 3020, PFN_cuMemcpyHtoDAsync_v3020)         \
-  X(cuMemcpyDtoHAsync, 3020, PFN_cuMemcpyDtoHAsync_v3020)         \
-  X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)         \
-  X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)     \
-  X(cuIpcCloseMemHandle, 4010, PFN_cuIpcCloseMemHandle_v4010)     \
-  X(cuIpcGetEventHandle, 4010, PFN_cuIpcGetEventHandle_v4010)     \
-  X(cuIpcOpenEventHandle, 4010, PFN_cuIpcOpenEventHandle_v4010)   \
-  X(cuEventCreate, 2000, PFN_cuEventCreate_v2000)                 \
-  X(cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)               \
-  X(cuEventRecord, 2000, PFN_cuEventRecord_v2000)                 \
-  X(cuEventQuery, 2000, PFN_cuEventQuery_v2000)                   \
-  X(cuStreamCreate, 2000, PFN_cuStreamCreate_v2000)               \
-  X(cuStreamDestroy, 4000, PFN_cuStreamDestroy_v4000)             \
-  X(cuStreamSynchronize, 2000, PFN_cuStreamSynchronize_v2000)     \
-  X(cuStreamQuery, 2000, PFN_cuStreamQuery_v2000)                 \
-  X(cuStreamWaitEvent, 3020, PFN_cuStreamWaitEvent_v3020)         \
-  X(cuLaunchHostFunc, 10000, PFN_cuLaunchHostFunc_v10000)         \
-  X(cuStreamWaitValue32, 11070, PFN_cuStreamWaitValue32_v11070)   \
-  X(cuStreamWriteValue32, 11070, PFN_cuStreamWriteValue32_v11070)
+// The entry points the tests use beyond the product's table
+// (shared/backend/cuda_driver.h), which the tests reach as the product does.
+#define BLOCKSWAP_STANDIN_TEST_ENTRY_POINTS(X)          \
+  X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000) \
+  X(cuStreamQuery, 2000, PFN_cuStreamQuery_v2000)
 
-struct Driver {
+struct Driver : cuda_internal::CudaDriverTable {
   void* library = nullptr;
   PFN_cuGetProcAddress_v12000 cuGetProcAddress = nullptr;
   BlockswapStandinViolationCountFn violation_count = nullptr;
@@ -96,6 +66,12 @@ const Driver& LoadDriver() {
                  "build/standin_driver first (ctest does)";
       return d;
     }
+    absl::StatusOr<const cuda_internal::CudaDriverTable*> table = cuda_internal::LoadCudaDriver();
+    if (!table.ok()) {
+      d->error = absl::StrCat("the product's driver table: ", table.status().ToString());
+      return d;
+    }
+    static_cast<cuda_internal::CudaDriverTable&>(*d) = **table;
     d->cuGetProcAddress =
         reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(d->library, "cuGetProcAddress_v2"));
     d->violation_count = reinterpret_cast<BlockswapStandinViolationCountFn>(
