@@ -25,7 +25,20 @@ run_config() {
   echo "=== configuration ${name}: ${dir}"
   cmake -S "${root}" -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
   cmake --build "${dir}" -j "${jobs}"
-  (cd "${dir}" && ctest --output-on-failure -j "${jobs}")
+  if ! (cd "${dir}" && ctest --output-on-failure -j "${jobs}"); then
+    report_failures "${dir}"
+    return 1
+  fi
+}
+
+# The failed assertions again, last: a CI log that keeps only its tail still
+# names what failed and why, however long the failing tests' output was.
+report_failures() {
+  local log=$1/Testing/Temporary/LastTest.log
+  [[ -f ${log} ]] || return 0
+  echo "=== failed assertions (from ${log#"${root}/"})"
+  grep -E -A6 ': Failure$|went unnoticed|^\[  FAILED  \]|^FAILED |\*\*\*Timeout' "${log}" \
+    | grep -v '^\[  FAILED  \] [0-9]* tests\?, listed below' | tail -n 80 || true
 }
 
 for config in ${configs}; do
