@@ -316,6 +316,36 @@ def test_an_fp8_base_dequantized_in_forward_saves_no_dequantized_weight(daemon, 
     offloader.close()
 
 
+def test_each_dequantization_form_is_recognised_and_rebuilt_bit_for_bit():
+    """Per-tensor, per-row and block-wise scales (musubi-tuner's three), in
+    the scale's dtype and cast again; a tensor that is no such product, or a
+    product with another scale, is left alone."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    g = torch.Generator().manual_seed(0)
+    module = nn.Module()
+    module.weight = nn.Parameter(torch.randn(8, 16, generator=g).to(torch.float8_e4m3fn),
+                                 requires_grad=False)
+    weight = module.weight
+    for scale in (torch.rand(1, generator=g), torch.rand(8, 1, generator=g),
+                  torch.rand(8, 2, 1, generator=g), torch.rand(8, 1, generator=g).bfloat16()):
+        module.register_buffer("scale_weight", scale)
+        cast = weight.to(scale.dtype)
+        product = (cast.view(8, 2, -1) * scale).view(8, 16) if scale.dim() == 3 else \
+            cast * scale
+        for saved in (product, product.t(), product.to(torch.float16)):
+            recipe = saved_weights.recipe_of(saved, weight, module)
+            assert recipe is not None, (scale.shape, saved.dtype)
+            rebuilt = saved_weights.rebuild(weight, getattr(module, recipe[0]), recipe[1],
+                                            saved.dtype).as_strided(
+                saved.size(), saved.stride(), saved.storage_offset())
+            assert torch.equal(rebuilt, saved)
+        assert saved_weights.recipe_of(product + 1, weight, module) is None
+        other = nn.Module()
+        other.scale_weight = scale * 2
+        assert saved_weights.recipe_of(product, weight, other) is None
+
+
 def test_a_block_evicted_before_backward_is_loaded_again_and_counted(daemon, socket):
     """Out of the expected order (here: a prepare between forward and
     backward evicts the forward's last blocks), unpacking loads on demand."""
