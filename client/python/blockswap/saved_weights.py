@@ -165,12 +165,32 @@ def recipe_of(tensor, weight, module):
     for name, compute in candidates:
         scale = None if name is None else getattr(module, name)
         try:
+            if not _first_row_may_match(tensor, weight, scale, compute):
+                continue
             value = rebuild(weight, scale, compute, dtype)
         except RuntimeError:  # a scale whose shape does not fit the weight
             continue
         if _same_bits(tensor, value):
             return name, compute
     return None
+
+
+def _first_row_may_match(tensor, weight, scale, compute):
+    """A cheap rejection before the full candidate is computed: the candidate
+    built from the weight's first row against the first elements of
+    `tensor`'s storage (a cast keeps the weight's contiguous layout). True
+    where the first row says nothing (a scale not laid out by rows)."""
+    if weight.dim() < 2 or not weight.is_contiguous():
+        return True
+    if scale is not None and scale.numel() != 1:
+        if scale.dim() < 2 or scale.shape[0] != weight.shape[0]:
+            return True
+        scale = scale[:1]
+    row = rebuild(weight[:1], scale, compute, tensor.dtype).reshape(-1)
+    storage = tensor.untyped_storage()
+    start = tensor.new_empty(0).set_(storage, 0, (row.numel(),))
+    bits = _BITS[tensor.element_size()]
+    return torch.equal(row.view(bits), start.view(bits))
 
 
 class SavedWeightHooks:

@@ -4,11 +4,11 @@ for bit equal to the resident model."""
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import blockswap
 from blockswap import saved_weights
-from tiny_transformer import TinyTransformer, batches, train
+from tiny_transformer import (FP8ScaledLinear, TinyTransformer, batches,
+                              fp8_weights_and_scales, to_fp8, train)
 
 N, SWAP = 6, 4
 
@@ -222,49 +222,13 @@ def test_bf16_autocast_saves_no_streamed_weight_nor_cast(daemon, socket):
     offloader.close()
 
 
-class FP8ScaledLinear(nn.Module):
-    """A frozen float8_e4m3fn weight and its scale buffer (one per output row,
-    or one for the tensor), dequantized in forward as musubi-tuner's and
-    sd-scripts' fp8 optimization do: `weight.to(scale.dtype) * scale_weight`."""
-
-    def __init__(self, linear, per_row):
-        super().__init__()
-        weight = linear.weight.detach()
-        amax = weight.abs().amax(dim=1, keepdim=True) if per_row else weight.abs().amax()
-        scale = (amax / 448.0).reshape(-1, 1) if per_row else (amax / 448.0).reshape(1)
-        self.weight = nn.Parameter((weight / scale).to(torch.float8_e4m3fn), requires_grad=False)
-        self.register_buffer("scale_weight", scale)
-        self.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-
-    def dequantized(self):
-        return self.weight.to(self.scale_weight.dtype) * self.scale_weight
-
-    def forward(self, x):
-        return F.linear(x, self.dequantized(), self.bias)
-
-
-def fp8_model(per_row):
-    model = uncheckpointed()
-    for block in model.blocks:
-        for name in ("qkv", "proj", "fc1", "fc2"):
-            holder = getattr(block, name)
-            holder, name = (holder, "base") if hasattr(holder, "lora_up") else (block, name)
-            setattr(holder, name, FP8ScaledLinear(getattr(holder, name), per_row))
-    return model
-
-
-def weights_and_scales(block):
-    return [(m, attr) for m in block.modules() if isinstance(m, FP8ScaledLinear)
-            for attr in ("weight", "scale_weight")]
-
-
 FP8_CASES = {
     # The scale resident beside the streamed weight (the default selector,
     # as musubi-tuner's offloader moves weights only); fp32 forward.
     "row scales resident": dict(per_row=True, selector=None, autocast=False),
     # The scale streamed with the weight; under bf16 autocast the linear
     # saves a bf16 cast of the fp32 dequantization.
-    "tensor scales streamed, bf16 autocast": dict(per_row=False, selector=weights_and_scales,
+    "tensor scales streamed, bf16 autocast": dict(per_row=False, selector=fp8_weights_and_scales,
                                                   autocast=True),
 }
 
@@ -281,9 +245,9 @@ def test_an_fp8_base_dequantized_in_forward_saves_no_dequantized_weight(daemon, 
     per_row, selector, autocast = (FP8_CASES[case][k] for k in ("per_row", "selector",
                                                                  "autocast"))
     data = batches(2)
-    reference = fp8_model(per_row)
+    reference = to_fp8(uncheckpointed(), per_row)
     expected = train_recording(reference, data, autocast)
-    model = fp8_model(per_row)
+    model = to_fp8(uncheckpointed(), per_row)
     model.offloader = offloader = blockswap.LoRAStreamOffloader(
         "blocks", model.blocks, N, SWAP, True, torch.device("cpu"), ring_size=2,
         swap_tensor_selector=selector)
