@@ -2,6 +2,8 @@
 # Runs every benchmark of issue 8 against a built configuration A (build/,
 # or BLOCKSWAP_BUILD_DIR) and ends with one summary table, one line per
 # metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
+# P9 (saved_weights_bench.py) needs a Python with torch: $BLOCKSWAP_PYTHON,
+# default the venv of deploy/install-deps.sh.
 # Each program measures blockswap beside its ceiling in the same run; the
 # full output is kept in ${BLOCKSWAP_BENCH_LOG:-<build>/bench-run.log}.
 # About 3-4 minutes on 2 cores; docs/BENCHMARKS.md records a run.
@@ -12,6 +14,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
 bin=${build}/bin
 log=${BLOCKSWAP_BENCH_LOG:-${build}/bench-run.log}
+python=${BLOCKSWAP_PYTHON:-${BLOCKSWAP_VENV:-${HOME}/.cache/blockswap/venv}/bin/python}
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
@@ -23,6 +26,10 @@ for program in blockswapd blockswap-bench-h2d blockswap-bench-staged blockswap-b
     exit 2
   fi
 done
+if ! "${python}" -c 'import torch' 2>/dev/null; then
+  echo "run-all.sh: ${python} cannot import torch (deploy/install-deps.sh, or BLOCKSWAP_PYTHON)" >&2
+  exit 2
+fi
 
 : > "${log}"
 summary=()
@@ -78,6 +85,10 @@ if (( quick )); then
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=8 --block-mib=8
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --loads=100 --repeat=1
+  run saved-weights P9 "${python}" "${root}/tests/bench/saved_weights_bench.py" --dim=128 \
+    --steps=3
+  run saved-weights-fp8 P9 "${python}" "${root}/tests/bench/saved_weights_bench.py" --dim=128 \
+    --steps=3 --fp8
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
     --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
@@ -90,6 +101,11 @@ else
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
   # Issue 27: a streamer beside a prefetch flooder on one device ÷ alone.
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
+  # Issue 38: LoRA steps through streamed blocks without checkpointing ÷
+  # with it, and the saved-tensor pack hook's share of the step (fp32, and
+  # an fp8 base dequantized in forward).
+  run saved-weights P9 "${python}" "${root}/tests/bench/saved_weights_bench.py"
+  run saved-weights-fp8 P9 "${python}" "${root}/tests/bench/saved_weights_bench.py" --fp8
 fi
 
 # P7 (64 clients x 10k verified loads) is its own script, from the

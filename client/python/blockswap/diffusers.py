@@ -16,9 +16,10 @@ checkpointing recomputes in backward is left to the offloader's backward
 hooks.
 
 Inference needs nothing more (no backward, keyword calls are fine). Training
-is tested with gradient checkpointing (`model.enable_gradient_checkpointing()`);
-the offloader itself needs none (blockswap/saved_weights.py). A pass with grad
-disabled (sampling between training steps) runs forward-only.
+is tested with gradient checkpointing (`model.enable_gradient_checkpointing()`)
+and without it, where weights saved for backward come back from the ring
+(blockswap/saved_weights.py). A pass with grad disabled (sampling between
+training steps) runs forward-only.
 """
 import torch.nn as nn
 

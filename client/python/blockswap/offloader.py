@@ -642,6 +642,9 @@ class StreamOffloader:
     def streamed_tensors(self, block_idx):
         return [getattr(job.module, job.attr) for job in self._jobs[block_idx]]
 
+    def streamed_modules(self, block_idx):
+        return [job.module for job in self._jobs[block_idx]]
+
     def slot_memory(self, block_idx):
         """The uint8 tensor over the slot of `block_idx`, which holds it (loaded
         on demand, a self-heal, when it does not)."""

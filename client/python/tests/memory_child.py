@@ -60,7 +60,7 @@ def main(mode, out):
             start <= w.untyped_storage().data_ptr() < end for start, end in ranges)]
         saved = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held
                  if any(start <= t.untyped_storage().data_ptr() < end for start, end in ranges)
-                 or any(saved_weights._is_cast_of(t, w) for w in weights)}
+                 or any(saved_weights.recipe_of(t, w, None) is not None for w in weights)}
         result["weights_outside"] = sum(w.numel() * w.element_size() for w in outside)
         result["saved_weight_bytes"] = sum(saved.values())
         offloader.close()

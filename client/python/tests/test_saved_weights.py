@@ -7,7 +7,8 @@ import torch.nn as nn
 
 import blockswap
 from blockswap import saved_weights
-from tiny_transformer import TinyTransformer, batches, train
+from tiny_transformer import (FP8ScaledLinear, TinyTransformer, batches,
+                              fp8_weights_and_scales, to_fp8, train)
 
 N, SWAP = 6, 4
 
@@ -162,58 +163,151 @@ def test_a_trainers_save_on_cpu_composes_with_the_saved_weights(daemon, socket):
     offloader.close()
 
 
+def train_recording(model, data, autocast=False):
+    """Steps of `train` (optionally under bf16 autocast) whose tensors
+    autograd saves, as they reach the outermost saved-tensor hooks (ours,
+    innermost, let through what they do not keep as tokens), are kept in
+    `model.held` (the last step's)."""
+    losses, grads = [], []
+    for x, target in data:
+        if model.offloader is not None:
+            model.offloader.prepare_block_devices_before_forward(model.blocks)
+        held = []
+
+        def pack(tensor):
+            held.append(tensor)
+            return tensor
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = torch.nn.functional.mse_loss(model(x).float(), target)
+        model.held = held
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n: p.grad.clone() for n, p in model.lora_parameters()})
+        for _, p in model.lora_parameters():
+            p.grad = None
+    return losses, grads
+
+
+def storage_bytes(tensors):
+    """Bytes of the distinct storages under `tensors`."""
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors}.values())
+
+
 def test_bf16_autocast_saves_no_streamed_weight_nor_cast(daemon, socket):
     """Autocast's bf16 copies of the fp32 streamed weights would keep every
     block's weights until backward: they are saved as (block, tensor, dtype)
     and cast again at unpack. What autograd holds of streamed weights and
     their casts stays within one block's bytes (measured: nothing)."""
     data = batches(2)
-
-    def run(model):
-        losses, grads = [], []
-        for x, target in data:
-            if model.offloader is not None:
-                model.offloader.prepare_block_devices_before_forward(model.blocks)
-            held = []
-
-            def pack(tensor):
-                held.append(tensor)
-                return tensor
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = torch.nn.functional.mse_loss(model(x).float(), target)
-            model.held = held
-            loss.backward()
-            losses.append(loss.detach())
-            grads.append({n: p.grad.clone() for n, p in model.lora_parameters()})
-            for _, p in model.lora_parameters():
-                p.grad = None
-        return losses, grads
-
     reference = uncheckpointed()
-    expected = run(reference)
+    expected = train_recording(reference, data, autocast=True)
     model = uncheckpointed()
     offloader = stream(model, daemon)
-    assert_same(run(model), expected)
+    assert_same(train_recording(model, data, autocast=True), expected)
     weights = [w for b in offloader.stream_idx for w in offloader.streamed_tensors(b)]
     block_bytes = sum(w.numel() * w.element_size() for w in offloader.streamed_tensors(
         offloader.stream_idx[0]))
-    storages = {}
-    for tensor in model.held:
-        if slot_or_master(offloader, tensor) or any(
-                saved_weights._is_cast_of(tensor, w) for w in weights):
-            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-    held = sum(storages.values())
+    held = storage_bytes(t for t in model.held if slot_or_master(offloader, t) or any(
+        saved_weights.recipe_of(t, w, None) is not None for w in weights))
     # The resident model's autograd holds its streamed-to-be blocks' casts.
-    resident_casts = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                          for t in reference.held if t.dtype == torch.bfloat16 and
-                          t.untyped_storage().nbytes() in
-                          {w.numel() * 2 for w in weights}}.values())
+    resident_casts = storage_bytes(t for t in reference.held if t.dtype == torch.bfloat16 and
+                                   t.untyped_storage().nbytes() in
+                                   {w.numel() * 2 for w in weights})
     print(f"\nbf16 autocast: streamed weights and casts held for backward: {held} bytes "
           f"(one block: {block_bytes} bytes; the resident run holds {resident_casts} bytes of "
           f"weight casts)")
     assert held <= block_bytes
     offloader.close()
+
+
+FP8_CASES = {
+    # The scale resident beside the streamed weight (the default selector,
+    # as musubi-tuner's offloader moves weights only); fp32 forward.
+    "row scales resident": dict(per_row=True, selector=None, autocast=False),
+    # The scale streamed with the weight; under bf16 autocast the linear
+    # saves a bf16 cast of the fp32 dequantization.
+    "tensor scales streamed, bf16 autocast": dict(per_row=False, selector=fp8_weights_and_scales,
+                                                  autocast=True),
+}
+
+
+@pytest.mark.parametrize("case", FP8_CASES)
+def test_an_fp8_base_dequantized_in_forward_saves_no_dequantized_weight(daemon, socket, case):
+    """Each streaming block's dequantized weights would stay on the device
+    until backward: they are saved as (block, tensor, dtype, scale) and
+    computed again from the slot at unpack. Gradients equal the resident
+    model's; the bytes autograd holds of streamed weights, their casts and
+    dequantizations stay within one block's (measured: nothing)."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    per_row, selector, autocast = (FP8_CASES[case][k] for k in ("per_row", "selector",
+                                                                 "autocast"))
+    data = batches(2)
+    reference = to_fp8(uncheckpointed(), per_row)
+    expected = train_recording(reference, data, autocast)
+    model = to_fp8(uncheckpointed(), per_row)
+    model.offloader = offloader = blockswap.LoRAStreamOffloader(
+        "blocks", model.blocks, N, SWAP, True, torch.device("cpu"), ring_size=2,
+        swap_tensor_selector=selector)
+    assert_same(train_recording(model, data, autocast), expected)
+    assert model.blocks[offloader.stream_idx[0]].fc1.weight.dtype == torch.float8_e4m3fn
+    # What a forward makes of the streamed weights, computed here from the
+    # resident model's equal ones, whatever blockswap recognises.
+    derived = []
+    for b in offloader.stream_idx:
+        for module in reference.blocks[b].modules():
+            if isinstance(module, FP8ScaledLinear):
+                dequantized = module.dequantized()
+                derived += [dequantized, dequantized.to(torch.bfloat16)]
+
+    def weight_derived(t):  # autograd may save a view (the transposed weight)
+        storage = t.untyped_storage()
+        values = t.new_empty(0).set_(storage, 0, (storage.nbytes() // t.element_size(),))
+        return slot_or_master(offloader, t) or any(
+            values.dtype == d.dtype and torch.equal(values, d.reshape(-1)) for d in derived)
+    block_bytes = sum(w.numel() * w.element_size() for w in offloader.streamed_tensors(
+        offloader.stream_idx[0]))
+    held = storage_bytes(t for t in model.held if weight_derived(t))
+    resident = storage_bytes(t for t in reference.held if weight_derived(t))
+    print(f"\nfp8 base ({case}): streamed weights, casts and dequantizations held for "
+          f"backward: {held} bytes (one block: {block_bytes} bytes; the resident run holds "
+          f"{resident} bytes of dequantized weights)")
+    assert resident > block_bytes  # what there is to hold
+    assert held <= block_bytes
+    assert offloader.stats()["backward"]["self_heals"] == 0
+    offloader.close()
+
+
+def test_each_dequantization_form_is_recognised_and_rebuilt_bit_for_bit():
+    """Per-tensor, per-row and block-wise scales (musubi-tuner's three), in
+    the scale's dtype and cast again; a tensor that is no such product, or a
+    product with another scale, is left alone."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    g = torch.Generator().manual_seed(0)
+    module = nn.Module()
+    module.weight = nn.Parameter(torch.randn(8, 16, generator=g).to(torch.float8_e4m3fn),
+                                 requires_grad=False)
+    weight = module.weight
+    for scale in (torch.rand(1, generator=g), torch.rand(8, 1, generator=g),
+                  torch.rand(8, 2, 1, generator=g), torch.rand(8, 1, generator=g).bfloat16()):
+        module.register_buffer("scale_weight", scale)
+        cast = weight.to(scale.dtype)
+        product = (cast.view(8, 2, -1) * scale).view(8, 16) if scale.dim() == 3 else \
+            cast * scale
+        for saved in (product, product.t(), product.to(torch.float16)):
+            recipe = saved_weights.recipe_of(saved, weight, module)
+            assert recipe is not None, (scale.shape, saved.dtype)
+            rebuilt = saved_weights.rebuild(weight, getattr(module, recipe[0]), recipe[1],
+                                            saved.dtype).as_strided(
+                saved.size(), saved.stride(), saved.storage_offset())
+            assert torch.equal(rebuilt, saved)
+        assert saved_weights.recipe_of(product + 1, weight, module) is None
+        other = nn.Module()
+        other.scale_weight = scale * 2
+        assert saved_weights.recipe_of(product, weight, other) is None
 
 
 def test_a_block_evicted_before_backward_is_loaded_again_and_counted(daemon, socket):

@@ -40,6 +40,46 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
+class FP8ScaledLinear(nn.Module):
+    """A frozen float8_e4m3fn weight and its float32 scale buffer (one per
+    output row, or one for the tensor), dequantized in forward as
+    musubi-tuner's and sd-scripts' fp8 optimization do:
+    `weight.to(scale.dtype) * scale_weight`."""
+
+    def __init__(self, linear, per_row=True):
+        super().__init__()
+        weight = linear.weight.detach()
+        amax = weight.abs().amax(dim=1, keepdim=True) if per_row else weight.abs().amax()
+        scale = (amax / 448.0).reshape(-1, 1) if per_row else (amax / 448.0).reshape(1)
+        self.weight = nn.Parameter((weight / scale).to(torch.float8_e4m3fn), requires_grad=False)
+        self.register_buffer("scale_weight", scale)
+        self.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+
+    def dequantized(self):
+        return self.weight.to(self.scale_weight.dtype) * self.scale_weight
+
+    def forward(self, x):
+        return F.linear(x, self.dequantized(), self.bias)
+
+
+def to_fp8(model, per_row=True):
+    """`model` (a TinyTransformer) with every Linear of its blocks, LoRA bases
+    included, made an FP8ScaledLinear (e4m3fn's largest value, 448, at each
+    scale's largest weight)."""
+    for block in model.blocks:
+        for name in ("qkv", "proj", "fc1", "fc2"):
+            holder = getattr(block, name)
+            holder, name = (holder, "base") if isinstance(holder, LoRALinear) else (block, name)
+            setattr(holder, name, FP8ScaledLinear(getattr(holder, name), per_row))
+    return model
+
+
+def fp8_weights_and_scales(block):
+    """A selector: each fp8 Linear's weight and its scale."""
+    return [(m, attr) for m in block.modules() if isinstance(m, FP8ScaledLinear)
+            for attr in ("weight", "scale_weight")]
+
+
 class ReentrantCheckpoint(torch.autograd.Function):
     """Gradient checkpointing in the reentrant style of the reference trainers'
     own checkpointers: forward without a graph, recompute in backward. (Also

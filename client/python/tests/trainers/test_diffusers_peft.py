@@ -1,6 +1,7 @@
 """Real trainers' models: a peft LoRA on a diffusers Flux transformer trains
-through blockswap with the default selector and the model's own forward, bit
-for bit like the resident model; its inference too."""
+through blockswap with the default selector and the model's own forward, with
+and without gradient checkpointing, bit for bit like the resident model; its
+inference too."""
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import torch
 
 import blockswap
 import blockswap.diffusers
+from blockswap import saved_weights
 from conftest import reaped
 from tiny_flux import DOUBLE, inputs, sd3_inputs, tiny_flux, tiny_sd3, train_steps
 
@@ -62,6 +64,58 @@ def test_peft_lora_on_flux_trains_like_resident(daemon):
     train_steps(reference, 2)
     with torch.no_grad():
         assert torch.equal(sample, reference(**inputs(seed=7)).sample)
+
+
+# Flux's RMSNorm gets bf16 activations and its fp32 weight under autocast.
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+def test_peft_lora_on_flux_trains_without_checkpointing_like_resident(daemon):
+    """Under bf16 autocast, without checkpointing: weights saved for
+    backward, and their casts, come back from the ring (one slot per list,
+    overwritten before every block) through diffusers' keyword calls, so
+    autograd holds none of the streamed blocks' bytes."""
+    def run(model):
+        held = []
+
+        def pack(tensor):
+            held.append(tensor)
+            return tensor
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
+            result = train_steps(model, 2)
+        return result, held
+
+    def uncheckpointed():
+        model = tiny_flux()
+        model.disable_gradient_checkpointing()
+        return model
+    expected, resident_held = run(uncheckpointed())
+    model = uncheckpointed()
+    swap = blockswap.diffusers.attach(model, {"transformer_blocks": 2,
+                                              "single_transformer_blocks": 3},
+                                      config(daemon, gradient_checkpointing=False))
+    assert not model.gradient_checkpointing
+    got, held = run(model)
+    assert_same(got, expected)
+    offloaders = swap.offloaders.values()
+    weights = [w for o in offloaders for b in o.stream_idx for w in o.streamed_tensors(b)]
+    ranges = [r for o in offloaders for r in o.slot_address_ranges() +
+              o.master_address_ranges()]
+
+    def weight_held(tensors):
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in tensors if any(s <= t.untyped_storage().data_ptr() < e
+                                            for s, e in ranges) or
+                    any(saved_weights.recipe_of(t, w, None) is not None for w in weights)}
+        return sum(storages.values())
+    block_bytes = max(sum(w.numel() * w.element_size() for w in o.streamed_tensors(b))
+                      for o in offloaders for b in o.stream_idx)
+    held_bytes = weight_held(held)
+    print(f"\nflux, bf16 autocast, no checkpointing: streamed weights and casts held for "
+          f"backward: {held_bytes} bytes (largest block: {block_bytes} bytes)")
+    assert held_bytes <= block_bytes
+    for name, stats in swap.stats().items():
+        assert stats["backward"]["loads"] > 0 and stats["backward"]["self_heals"] == 0, name
+    swap.close()
 
 
 def test_the_reference_default_streams_a_peft_model(daemon):

@@ -8,13 +8,12 @@ import warnings
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 import blockswap
 from conftest import BIN_DIR
-from tiny_transformer import LoRALinear, TinyTransformer, batches, train
+from tiny_transformer import (TinyTransformer, batches, fp8_weights_and_scales, to_fp8,
+                              train)
 
 NUM_BLOCKS, SWAP = 6, 4
 
@@ -25,38 +24,8 @@ def config(daemon, **overrides):
                                      gradient_checkpointing=True, **overrides)
 
 
-class FP8ScaledLinear(nn.Module):
-    """A frozen float8_e4m3fn weight and its float32 scale (one per output
-    row), dequantised in forward, as fp8-scaled checkpoints are used."""
-
-    def __init__(self, linear):
-        super().__init__()
-        weight = linear.weight.detach()
-        scale = weight.abs().amax(dim=1, keepdim=True) / 448.0  # e4m3fn's largest value
-        self.weight = nn.Parameter((weight / scale).to(torch.float8_e4m3fn), requires_grad=False)
-        self.register_buffer("scale_weight", scale.to(torch.float32))
-        self.bias = nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-
-    def forward(self, x):
-        return F.linear(x, self.weight.to(x.dtype) * self.scale_weight.to(x.dtype), self.bias)
-
-
 def fp8_model():
-    model = TinyTransformer(NUM_BLOCKS)
-    for block in model.blocks:
-        for name in ("qkv", "proj", "fc1", "fc2"):
-            module = getattr(block, name)
-            if isinstance(module, LoRALinear):
-                module.base = FP8ScaledLinear(module.base)
-            else:
-                setattr(block, name, FP8ScaledLinear(module))
-    return model
-
-
-def fp8_selector(block):
-    """Each fp8 Linear's weight and its scale."""
-    return [(m, attr) for m in block.modules() if isinstance(m, FP8ScaledLinear)
-            for attr in ("weight", "scale_weight")]
+    return to_fp8(TinyTransformer(NUM_BLOCKS))
 
 
 def test_fp8_weights_and_scales_stream_and_train_like_resident(daemon):
@@ -67,7 +36,7 @@ def test_fp8_weights_and_scales_stream_and_train_like_resident(daemon):
         warnings.simplefilter("always")  # each occurrence, whatever was shown before
         model.offloader = blockswap.create_offloader(
             "blocks", model.blocks, NUM_BLOCKS, SWAP,
-            config(daemon, swap_tensor_selector=fp8_selector))
+            config(daemon, swap_tensor_selector=fp8_weights_and_scales))
         got = train(model, data)
     # Block 0's input requires no grad: torch's warning about its hook is ours, and quiet.
     assert not [w for w in seen if "Full backward hook is firing" in str(w.message)]
