@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 8 against a built configuration A (build/,
+# Runs every benchmark of docs/BENCHMARKS.md against a built configuration A (build/,
 # or BLOCKSWAP_BUILD_DIR) and ends with one summary table, one line per
 # metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
 # Each program measures blockswap beside its ceiling in the same run; the
@@ -88,7 +88,7 @@ else
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=64 \
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
-  # Issue 27: a streamer beside a prefetch flooder on one device ÷ alone.
+  # P8: a streamer beside a prefetch flooder on one device ÷ alone.
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
 fi
 
