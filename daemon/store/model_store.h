@@ -1,5 +1,5 @@
 // The daemon's masters: one pinned host copy of every distinct block of the
-// registered models, as files on a tmpfs (DESIGN §2, §6).
+// registered models, as files on a tmpfs (docs/store.md).
 //
 // Directory (default /dev/shm/blockswap, mode 0700, owned by the daemon's
 // euid, never loose in world-writable /dev/shm):
