@@ -282,7 +282,7 @@ std::vector<FieldSpec> MakeFields() {
   text("metrics_listen", "--metrics-listen",
        "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
        &O::metrics_listen, ValidateListenAddress);
-  // Limits against hostile local users (issue 19; docs/reliability.md, "Limits").
+  // Limits against hostile local users (docs/reliability.md, "Limits").
   fields.push_back(
       {{"max_verifies_per_uid", "--max-verifies-per-uid",
         "Admin.VerifyModel calls one uid may have waiting or running (0: unlimited)", false,

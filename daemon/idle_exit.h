@@ -1,6 +1,7 @@
-// IdleExit: when a blockswapd started on demand (DESIGN §8, the private
-// daemon a client library starts for its user) has served no session for
-// `idle_exit`, it exits, so that nothing stays behind after the job.
+// IdleExit: when a blockswapd started on demand (the private daemon a client
+// library starts for its user, docs/architecture.md, "The private daemon") has
+// served no session for `idle_exit`, it exits, so that nothing stays behind
+// after the job.
 //
 // The race it closes: a client that has just found the daemon answering is
 // about to attach while the daemon decides it is idle. Clients hold the start

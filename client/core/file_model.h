@@ -1,5 +1,5 @@
 // Registering a model from safetensors files the daemon reads itself
-// (docs/architecture.md, "Models from files"): this process opens the file
+// (docs/store.md, "Models from files"): this process opens the file
 // (or every shard listed by a "*.index.json"), offers the descriptors to the
 // daemon on the side channel, and gets back the model and its extras, opened.
 #ifndef BLOCKSWAP_CLIENT_CORE_FILE_MODEL_H_

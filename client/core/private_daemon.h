@@ -1,4 +1,4 @@
-// The embedded default (DESIGN §8): with no socket configured and no system
+// The private daemon (docs/architecture.md): with no socket configured and no system
 // daemon answering, the client library attaches to a private blockswapd of
 // its own user, starting it when none runs.
 //

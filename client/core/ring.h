@@ -41,7 +41,7 @@ class Ring {
   // Close(default stream) unless the ring was closed.
   ~Ring();
 
-  // Ends the ring in the order CUDA's IPC rules need (DESIGN §3, teardown):
+  // Ends the ring in the order CUDA's IPC rules need (docs/protocol.md, "Teardown"):
   // waits for the loads still outstanding, records `free` of every slot on
   // `stream` (which must follow the caller's last use of every slot), then
   // synchronises it and the release notifier, closes the imported memory and

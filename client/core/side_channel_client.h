@@ -1,5 +1,6 @@
-// The client's half of the descriptor side channel (DESIGN §6; the wire
-// format is shared/protocol/side_channel_wire.h).
+// The client's half of the descriptor side channel (docs/rules.md,
+// "Descriptors over a side channel"; the wire format is
+// shared/protocol/side_channel_wire.h).
 //
 // After Attach, the client connects a second time to the daemon's socket and
 // introduces itself with its session token; the daemon then sends the

@@ -5,7 +5,7 @@
 //
 // When neither is configured and the system socket does not answer
 // (SocketAnswers), the client library attaches to a private per-user daemon
-// instead, starting it when needed (client/core/private_daemon.h, DESIGN §8):
+// instead, starting it when needed (client/core/private_daemon.h):
 // SocketSource::kPrivateDaemon. A configured socket never leads there.
 #ifndef BLOCKSWAP_CLIENT_CORE_SOCKET_PATH_H_
 #define BLOCKSWAP_CLIENT_CORE_SOCKET_PATH_H_

@@ -7,7 +7,7 @@
 # system daemon answers, client/core/private_daemon.h) and the
 # shared libraries both need that a trainer's machine may lack (gRPC, protobuf,
 # abseil, OpenSSL, c-ares, re2, ...; Debian ships no PIC static builds of
-# them, DESIGN §6), debug info stripped, each with the rpath $ORIGIN so that
+# them: docs/rules.md, "A small C ABI"), debug info stripped, each with the rpath $ORIGIN so that
 # they find one another there. Not bundled: the C runtime, libstdc++/libgcc
 # and the GPU driver, which the target provides (glibc and libstdc++ at least
 # as new as the build machine's). Then: pip install OUT_DIR.

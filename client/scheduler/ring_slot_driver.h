@@ -1,7 +1,7 @@
 // RingSlotDriver: the SlotDriver (client/scheduler/slot_driver.h) that carries a
 // StreamScheduler's decisions out on a real ring: the daemon copies a block
 // of a registered model into a slot, ordered against the caller's compute
-// stream by the load protocol (DESIGN §3).
+// stream by the load protocol (docs/protocol.md).
 #ifndef BLOCKSWAP_CLIENT_SCHEDULER_RING_SLOT_DRIVER_H_
 #define BLOCKSWAP_CLIENT_SCHEDULER_RING_SLOT_DRIVER_H_
 

@@ -10,7 +10,7 @@
 // number: a model registered with only the streaming blocks numbers them by
 // rank, so the driver maps (Placement::StreamingRank does that).
 //
-// Slot life cycle, as the scheduler drives it (generation g of DESIGN §3):
+// Slot life cycle, as the scheduler drives it (generation g of docs/protocol.md):
 //   Load(s, b)    compute is done with whatever the slot held before: release
 //                 the slot if it is not released yet, then request b into it.
 //   Wait(s)       before compute reads the slot: make the compute wait until

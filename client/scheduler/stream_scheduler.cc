@@ -449,7 +449,7 @@ absl::Status RecordingSlotDriver::Release(uint32_t slot) {
   BLOCKSWAP_RETURN_IF_ERROR(CheckSlot(slot));
   calls_.push_back({CallKind::kRelease, slot});
   if (std::optional<absl::Status> error = Injected(CallKind::kRelease)) return *error;
-  // Releasing awaits the slot's outstanding load (DESIGN §3).
+  // Releasing awaits the slot's outstanding load (docs/protocol.md, "What must hold").
   slots_[slot].in_flight = false;
   return absl::OkStatus();
 }

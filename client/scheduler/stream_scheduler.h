@@ -1,4 +1,4 @@
-// StreamScheduler: the trainer-side residency logic of DESIGN §5 (the
+// StreamScheduler: the trainer-side residency logic of docs/client.md (the
 // reference's LoRAStreamOffloader), without torch and without gRPC. It decides
 // which streaming block goes into which ring slot and when, drives a
 // SlotDriver (client/scheduler/slot_driver.h) to carry that out, tells its caller which
@@ -29,7 +29,7 @@
 // issued and not yet seen complete, a load seen complete (a Wait or a Drain
 // returned OK), or unknown (a driver call on the slot failed). An exception
 // anywhere between two hooks leaves it consistent: the next Prepare() drains
-// outstanding loads first (DESIGN §3: no slot is reused while a generation
+// outstanding loads first (docs/protocol.md: no slot is reused while a generation
 // is in flight) and rebinds only slots whose content it trusts.
 #ifndef BLOCKSWAP_CLIENT_SCHEDULER_STREAM_SCHEDULER_H_
 #define BLOCKSWAP_CLIENT_SCHEDULER_STREAM_SCHEDULER_H_
@@ -103,7 +103,7 @@ struct SlotEvent {
 // "fwd load block=1 slot=0 self-heal", "prepare rebind block=1 slot=0".
 std::string TraceLine(const SlotEvent& event);
 
-// Statistics of one pass in one direction (DESIGN §5), as reported to the
+// Statistics of one pass in one direction (docs/client.md), as reported to the
 // daemon (v1::PassStats). Two different waits:
 //   stall      how long the compute stream sat idle at the pass's waits (the
 //              reference's "GPU stall"; time the trainer really lost), as

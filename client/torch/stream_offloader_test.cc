@@ -197,7 +197,7 @@ TEST_P(OffloadedTrainingTest, LossesAndAdapterGradientsEqualTheResidentModels) {
   EXPECT_EQ(check.forward_checks, kSteps * 6);
   EXPECT_EQ(check.backward_checks, kSteps * 6);
 
-  // The loads the scheduler plans (DESIGN §5): the first forward pass loads
+  // The loads the scheduler plans (docs/client.md): the first forward pass loads
   // every streaming block; afterwards backward leaves ranks 0..B-1 in the
   // ring, so prepare rebinds them and forward loads the other S-B; backward
   // reloads S-B. No self-heal anywhere.

@@ -1,5 +1,5 @@
 // CopyScheduler: the order in which a device worker issues the ready copies
-// of the rings that share its copy stream (issue 27).
+// of the rings that share its copy stream.
 //
 // Within a ring the worker issues in request order (RingProducer::
 // OldestReady: a client's request order is its wait order). Between rings

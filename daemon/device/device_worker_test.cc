@@ -851,7 +851,7 @@ TEST_F(DeviceWorkerTest, WithoutStreamWordsTheClientWaitsOnTheHostUntilTheCopyHa
   EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
 }
 
-// Issue 19 item 4: what a ring was charged (the client's quotas) is held by
+// What a ring was charged (the client's quotas) is held by
 // the ring itself, retired or not, until the worker frees it.
 TEST_F(DeviceWorkerTest, ARetiredRingKeepsItsChargeUntilItIsFreed) {
   Ledger rings("process 1", "rings");

@@ -19,15 +19,14 @@
 // queued, so the ready word or record the producer queues next covers them
 // all: same load protocol, same client code.
 //
-// Staging threads: 4 by default. One thread's memcpy from pageable memory
-// into a pinned buffer moves about 8-12 GB/s on current servers (one core's
-// load/store bandwidth; docs/BENCHMARKS.md has this machine's), below a PCIe
-// 4 x16 host-to-device copy (about 25 GB/s) and half of PCIe 5 (about 50
-// GB/s); four together keep either fed, with the buffers the copy stream is
-// not reading (buffers - 1) as their work queue. More gain nothing once
-// memory bandwidth is the limit (a staged byte is read from the master,
-// written to the buffer and read again by the DMA) and take cores from the
-// trainers.
+// Staging threads: 4 by default. One thread's memcpy from pageable memory into
+// a pinned buffer moves about 8-12 GB/s on current servers (one core's
+// load/store bandwidth), below a PCIe 4 x16 host-to-device copy (about 25 GB/s)
+// and half of PCIe 5 (about 50 GB/s); four together keep either fed, with the
+// buffers the copy stream is not reading (buffers - 1) as their work queue.
+// More gain nothing once memory bandwidth is the limit (a staged byte is read
+// from the master, written to the buffer and read again by the DMA) and take
+// cores from the trainers.
 //
 // The device worker's thread blocks in Copy until the block's last chunk is
 // staged (the DMA of the chunks before runs meanwhile): the copies of every

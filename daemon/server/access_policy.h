@@ -1,4 +1,4 @@
-// Which local users may use blockswapd (DESIGN §6).
+// Which local users may use blockswapd (docs/rules.md, "Peer credentials").
 //
 // The socket file's mode keeps most users from connecting at all; the policy
 // is checked on every accepted connection with the kernel's credentials, so

@@ -1,5 +1,5 @@
 // blockswapd's socket: one filesystem unix socket serves both gRPC and the
-// descriptor side channel (DESIGN §6).
+// descriptor side channel (docs/rules.md, "Peer credentials").
 //
 // The listener accepts every connection itself, reads the peer's credentials
 // from the kernel (SO_PEERCRED, SO_PEERGROUPS, a pidfd) and checks them

@@ -1,5 +1,6 @@
-// Which models a peer may see (DESIGN §2: models are shared by content among
-// the users allowed to see them), under the `model_access` policy:
+// Which models a peer may see (models are shared by content among the users
+// allowed to see them: docs/store.md, "Registrants and visibility"), under the
+// `model_access` policy:
 //
 //   "allowed-users" (the default): every peer the access policy admits may
 //     open and list every model; that is the point of a node daemon.

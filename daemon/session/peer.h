@@ -1,7 +1,8 @@
 // Who is on the other end of a connection to blockswapd, as the kernel says.
 //
 // The listener reads the credentials once, on its own accepted connection,
-// before the connection reaches gRPC or the session layer (DESIGN §6).
+// before the connection reaches gRPC or the session layer (docs/rules.md,
+// "Peer credentials").
 #ifndef BLOCKSWAP_DAEMON_SESSION_PEER_H_
 #define BLOCKSWAP_DAEMON_SESSION_PEER_H_
 

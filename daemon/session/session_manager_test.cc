@@ -850,7 +850,7 @@ TEST_F(SessionManagerTest, ARingOverTheRingQuotaIsRefusedAndNothingIsAllocated) 
   EXPECT_TRUE(ChannelIsEmpty(client));
 }
 
-// Issue 19 item 4: ten sessions of one process do not get ten quotas.
+// Quotas count per process: ten sessions of one process do not get ten.
 TEST_F(SessionManagerTest, TheRingQuotaIsPerProcessNotPerSession) {
   manager_->quotas().Set(ClientQuotas{.per_client = {.rings = 1}});
   Client first = Attach();

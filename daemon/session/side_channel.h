@@ -1,5 +1,6 @@
-// The daemon's half of the descriptor side channel (DESIGN §6; the wire
-// format is shared/protocol/side_channel_wire.h).
+// The daemon's half of the descriptor side channel (docs/rules.md,
+// "Descriptors over a side channel"; the wire format is
+// shared/protocol/side_channel_wire.h).
 //
 // A client opens the side channel by connecting to the daemon's socket and
 // sending a hello with its session token; the listener reads it, checks the

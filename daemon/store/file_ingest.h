@@ -1,12 +1,14 @@
-// Registering a model straight from a safetensors file (or a sharded set):
-// one sequential pass over the file into the master, with the id of
-// DESIGN §2, so the same blocks give the same model whether uploaded or read.
+// Registering a model straight from a safetensors file (or a sharded set): one
+// sequential pass over the file into the master, with the id of
+// docs/protocol.md ("Objects"), so the same blocks give the same model whether
+// uploaded or read.
 //
-// Access (DESIGN §6): the daemon reads only descriptors the client opened and
-// passed over its side channel (SCM_RIGHTS, daemon/session/file_offers.h), never a
-// path: the kernel checked the client's own permissions when it opened the
-// file, so the daemon reads exactly what the client could. A descriptor must
-// be a regular file opened for reading (not O_PATH, not write-only).
+// Access (docs/store.md, "Models from files"): the daemon reads only
+// descriptors the client opened and passed over its side channel (SCM_RIGHTS,
+// daemon/session/file_offers.h), never a path: the kernel checked the client's
+// own permissions when it opened the file, so the daemon reads exactly what the
+// client could. A descriptor must be a regular file opened for reading (not
+// O_PATH, not write-only).
 //
 // Reading: the header with two preads, then per block runs of up to 1 MiB
 // (and 1024 tensors) adjacent in the file: one preadv lays a run out in a

@@ -1,5 +1,5 @@
 // The daemon's masters: one pinned host copy of every distinct block of the
-// registered models, as files on a tmpfs (DESIGN §2, §6).
+// registered models, as files on a tmpfs (docs/store.md).
 //
 // Directory (default /dev/shm/blockswap, mode 0700, owned by the daemon's
 // euid, never loose in world-writable /dev/shm):
@@ -27,7 +27,7 @@
 // each distinct block once; a uid's (UidHolds) count in full each block its
 // models name, whoever else names it too.
 //
-// Limits on what stays (issue 39): every block costs its file's pages plus
+// Limits on what stays: every block costs its file's pages plus
 // kBlockOverheadBytes of max_memory_bytes, and one mapping of the daemon's
 // (max_blocks, from vm.max_map_count); a uid holds at most
 // uid_limits.max_blocks blocks and max_bytes bytes through the models it

@@ -867,7 +867,7 @@ TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {
 }
 
 
-// Issue 39: what one uid's models may hold.
+// What one uid's models may hold.
 absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& model, uid_t uid) {
   return store.Register("uid model", model.layout, model.content.data(), model.content.size(),
                         Registrant{.uid = uid, .gid = uid});

@@ -1,7 +1,8 @@
-// Who registered a model, and from what (DESIGN §2: models are shared by
-// content among the users allowed to see them). Every registration that
-// names content already present is recorded too: a second user who uploads
-// or registers a file of the same content gets access to it without a copy.
+// Who registered a model, and from what (models are shared by content among the
+// users allowed to see them: docs/store.md, "Registrants and visibility").
+// Every registration that names content already present is recorded too: a
+// second user who uploads or registers a file of the same content gets access
+// to it without a copy.
 //
 // The record is what the visibility rule (daemon/session/model_visibility.h)
 // reads; it is persisted in the model's manifest ("registrants"), so that a

@@ -19,8 +19,9 @@
 namespace blockswap::daemon {
 
 // The client library's copy is client/core/connection.cc's kProtocolVersion.
-// 2: masters per block (ModelReply.block_masters): a client of version 1
-// maps one master file per model, which this daemon no longer has.
+// A client must speak this version exactly: masters reach it per block
+// (ModelReply.block_masters), which a client of another version would map
+// wrongly.
 inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kMaxClientNameBytes = 256;
 inline constexpr size_t kMaxModelNameBytes = 1024;

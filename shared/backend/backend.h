@@ -1,5 +1,5 @@
 // The device backend: the one narrow interface through which the daemon and
-// the client touch a device (DESIGN §4).
+// the client touch a device (docs/backends.md).
 //
 // Two implementations:
 //   cuda  the real one (cuda_backend.cc), used whenever a GPU is present;
@@ -37,7 +37,7 @@
 namespace blockswap {
 
 // RegisterHostMemory pins a range in pieces of at most this size, piece k
-// covering [data + k * kHostPinPieceBytes, ...) (DESIGN §6: very large single
+// covering [data + k * kHostPinPieceBytes, ...) (very large single
 // registrations fail or stall on some systems). A single copy must stay
 // inside one piece: the driver looks a copy's host range up in ONE
 // registration, and a copy that straddles two may be treated as pageable
@@ -109,7 +109,7 @@ class PinnedHostBuffer {
 // is released by whoever writes it — unlike a wait on another process's
 // event, which only that process can complete — so a client can release its
 // own stream when the daemon that was to write the word died
-// (docs/architecture.md, "A dead daemon"). Owns the mapping it was made of;
+// (docs/protocol.md, "A dead daemon"). Owns the mapping it was made of;
 // work queued on a stream keeps it alive where the backend can (host).
 class StreamWords {
  public:

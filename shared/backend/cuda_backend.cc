@@ -820,7 +820,7 @@ class CudaDevice final : public Device {
 
   // The importer must stop using the event before its creator destroys it
   // (or dies): that is undefined in CUDA. Hence the daemon creates every
-  // event and never imports one (DESIGN §2).
+  // event and never imports one (docs/protocol.md, "Objects").
   absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle, ParseHandle<CUipcEventHandle>(handle, "event"));
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));

@@ -1,10 +1,11 @@
 // The CUDA driver API, reached through one table of entry points resolved at
-// run time (DESIGN §6): dlopen("libcuda.so.1"), one dlsym of the driver's
-// entry-point lookup (cuGetProcAddress), and every other entry point through
-// that lookup at the explicit version listed below. Nothing links libcuda
-// (a binary that needs it does not start without the driver) and nothing
-// links a CUDA runtime (a runtime needs a driver of at least its own major
-// version; the driver API needs only the versions of the entry points used).
+// run time (docs/backends.md, "How CUDA is reached"): dlopen("libcuda.so.1"),
+// one dlsym of the driver's entry-point lookup (cuGetProcAddress), and every
+// other entry point through that lookup at the explicit version listed below.
+// Nothing links libcuda (a binary that needs it does not start without the
+// driver) and nothing links a CUDA runtime (a runtime needs a driver of at
+// least its own major version; the driver API needs only the versions of the
+// entry points used).
 //
 // Built only with BLOCKSWAP_HAVE_CUDA (it includes the toolkit's headers,
 // never its libraries). Included by the cuda backend, the demo and the

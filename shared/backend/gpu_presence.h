@@ -1,8 +1,8 @@
 // Whether this machine has an NVIDIA GPU, whatever state its driver is in:
 // what `backend = "auto"` needs to tell "no GPU here" (the host backend
 // serves) from "a GPU that cannot be driven" (the daemon refuses to start:
-// serving a GPU node from CPU memory without saying so is the silent fallback
-// DESIGN forbids).
+// serving a GPU node from CPU memory without saying so is a silent fallback:
+// docs/rules.md, "No silent fallback").
 //
 // The evidence is read from the kernel's files, not from CUDA (which is what
 // failed): a PCI function of NVIDIA (vendor 0x10de) whose class is a display

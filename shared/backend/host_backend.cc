@@ -743,7 +743,7 @@ class HostDevice final : public Device {
     // Pre-faulted, as device memory is committed when allocated: otherwise
     // the first copy into each page pays a fault and the page's zeroing on
     // the copy path (measured by tests/bench: about a quarter of the copy
-    // worker's CPU time while a fresh 128 MiB ring fills; docs/BENCHMARKS.md).
+    // worker's CPU time while a fresh 128 MiB ring fills).
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite, /*populate=*/true));
     auto* header = static_cast<HostMemoryHeader*>(mapping.data());
     header->magic = kMemoryMagic;

@@ -1,6 +1,7 @@
-// The host backend's check of CUDA's IPC lifetime rules (DESIGN §4), whose
-// breach is undefined behaviour on a GPU and would otherwise pass unseen on
-// the host, where a memfd stays valid for as long as anybody maps it:
+// The host backend's check of CUDA's IPC lifetime rules (docs/backends.md,
+// "Lifetime checks"), whose breach is undefined behaviour on a GPU and would
+// otherwise pass unseen on the host, where a memfd stays valid for as long as
+// anybody maps it:
 //   - exported memory is freed (cudaFree), or an exported event destroyed,
 //     while an importer still holds it;
 //   - an importer uses an event after its exporter destroyed it (a mapping
@@ -13,12 +14,12 @@
 // instead (host_backend.cc).
 //
 // Who holds what lives beside the object, in its own shared memory: an
-// ImportLedger, written with atomics only (no locks in shared memory, DESIGN
-// §6). Each import claims one entry with its process's identity (pid and
-// start time, so a reused pid is not mistaken for the importer) and clears
-// it when closed; an importer that died without closing is found dead
-// through /proc. The host backend assumes one pid namespace for exporter and
-// importers (it is the test backend; its daemon and clients share one).
+// ImportLedger, written with atomics only (no locks in shared memory:
+// docs/rules.md). Each import claims one entry with its process's identity (pid
+// and start time, so a reused pid is not mistaken for the importer) and clears
+// it when closed; an importer that died without closing is found dead through
+// /proc. The host backend assumes one pid namespace for exporter and importers
+// (it is the test backend; its daemon and clients share one).
 #ifndef BLOCKSWAP_SHARED_BACKEND_HOST_LIFETIME_H_
 #define BLOCKSWAP_SHARED_BACKEND_HOST_LIFETIME_H_
 
@@ -90,7 +91,8 @@ bool Freed(const ImportLedger& ledger);
 // with BLOCKSWAP_HOST_LIFETIME_CHECKS=abort (what the test suite sets) the
 // process aborts after the line, so that no test can pass over it. The
 // default reports only: a client that breaks a rule must not bring a
-// production daemon down (DESIGN §6).
+// production daemon down (docs/rules.md, "The daemon never exits because of a
+// client").
 void ReportLifetimeViolation(const absl::Status& violation);
 // Breaches reported by this process so far.
 uint64_t LifetimeViolationCount();

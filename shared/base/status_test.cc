@@ -48,7 +48,7 @@ TEST(ErrnoStatus, MapsErrnoToCodeAndNamesTheContext) {
 }
 
 // Out of descriptors names the limit reached and its value, so the message
-// says what to raise (issue 39).
+// says what to raise.
 TEST(ErrnoStatus, OutOfDescriptorsNamesTheLimitAndItsValue) {
   struct rlimit limit {};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);

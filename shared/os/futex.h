@@ -2,7 +2,7 @@
 //
 // These are raw futexes WITHOUT FUTEX_PRIVATE_FLAG: libstdc++'s
 // std::atomic::wait uses private futexes, whose wake never reaches a waiter in
-// another process (DESIGN §6).
+// another process (docs/rules.md, "Shared futexes, no locks in shared memory").
 #ifndef BLOCKSWAP_SHARED_OS_FUTEX_H_
 #define BLOCKSWAP_SHARED_OS_FUTEX_H_
 

@@ -1,4 +1,5 @@
-// The per-ring control block shared by the daemon and one client (DESIGN §3).
+// The per-ring control block shared by the daemon and one client
+// (docs/protocol.md, "The control block").
 //
 // Two parts, each in its own shared-memory object and each written by ONE
 // side only; the other side maps it read-only:
@@ -104,7 +105,7 @@ struct ClientControlBlock {
   // Entries published so far (wraps); entry i lives at i % capacity.
   alignas(64) std::atomic<uint32_t> request_tail;
   alignas(64) RequestEntry requests[kRequestRingCapacity];
-  // --- appended for release notifications (DESIGN §3, step 2). Written by
+  // --- release notifications (docs/protocol.md, "Release notification"). Written by
   // the client's notifier (a host function on a side stream that waited on
   // free[s]) once free[s] has completed: generation releasable_seq[s] may be
   // copied into slot s, and released_ns[s] is when the notifier ran

@@ -272,7 +272,8 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, Release
   }
   if (!Skipped(ProtocolStep::kDaemonPublishFilled)) {
     // Published at issue: the client's GPU-side wait on ready[s] covers
-    // completion (docs/architecture.md says why not at completion).
+    // completion (docs/protocol.md, "A dead daemon", says why not at
+    // completion).
     std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
     filled.store(load.generation, std::memory_order_release);
     FutexWakeAll(&filled);
@@ -460,9 +461,9 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
       }
     } else {
       // Without ready words the stream may wait only on a record that has
-      // already completed: a wait on the daemon's pending record could never
-      // be released if the daemon died (DESIGN §3). So the copy's completion
-      // is awaited here, on the host, first.
+      // already completed: a wait on the daemon's pending record could never be
+      // released if the daemon died (docs/protocol.md, "A dead daemon"). So the
+      // copy's completion is awaited here, on the host, first.
       if (!Skipped(ProtocolStep::kClientGateReadyOnHost)) {
         BLOCKSWAP_RETURN_IF_ERROR(AwaitReadyOnHost(slot, timeout));
       }

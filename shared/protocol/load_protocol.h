@@ -1,5 +1,5 @@
-// The load protocol of DESIGN §3, both halves, written once: the daemon uses
-// RingProducer and the client library uses RingConsumer.
+// The load protocol (docs/protocol.md, "Slot generations"), both halves,
+// written once: the daemon uses RingProducer and the client library uses RingConsumer.
 //
 // Generation g of slot s:
 //  1. client  (RingConsumer::BeginLoad)  record free[s] on the stream that used

@@ -1,7 +1,7 @@
 // The load protocol across two real processes: a producer (the daemon's half,
 // RingProducer) and a consumer (the client's half, RingConsumer), spawned
 // from this binary (tests/support/ring_peers.h). The host backend runs with
-// jitter so that every ordering hazard of DESIGN §3 is exercised; the cuda
+// jitter so that every ordering hazard of docs/protocol.md is exercised; the cuda
 // variants run the same peers on a GPU and skip without one.
 #include "shared/protocol/load_protocol.h"
 

@@ -1,4 +1,4 @@
-// The flat block layout of a model and its canonical id (DESIGN §2).
+// The flat block layout of a model and its canonical id (docs/protocol.md, "Objects").
 //
 // A model is a list of blocks; a block is a list of tensors packed into one
 // flat byte buffer, each tensor at a kTensorAlignment-aligned offset, so that

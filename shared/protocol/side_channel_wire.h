@@ -1,5 +1,6 @@
 // The descriptor side channel's wire format, shared by blockswapd and the
-// client library (DESIGN §6: gRPC cannot carry file descriptors).
+// client library (gRPC cannot carry file descriptors: docs/rules.md,
+// "Descriptors over a side channel").
 //
 // The side channel is a second connection to the daemon's own socket path.
 // The client opens it with one SideChannelHello; from then on only the daemon

@@ -1,5 +1,5 @@
 // Per-load trace events and the bounded single-writer ring that holds them
-// (issue 8, "Tracing"). The same layout serves in-process rings (the daemon's
+// (docs/architecture.md, "Tracing"). The same layout serves in-process rings (the daemon's
 // device workers) and rings in shared memory (each client ring's trace
 // buffer, written by the client, read by the daemon).
 //

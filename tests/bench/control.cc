@@ -1,4 +1,4 @@
-// blockswap-bench-control (P3, issue 8): the control plane beside its
+// blockswap-bench-control (P3): the control plane beside its
 // ceiling, measured side by side in one run.
 //
 //   ceiling   a raw unix-socket ping-pong between this process and a child

@@ -1,4 +1,4 @@
-// blockswap-bench-fair-copies (issue 27): a streaming client's step rate
+// blockswap-bench-fair-copies (P8): a streaming client's step rate
 // with a prefetch flooder beside it on the same device, over its step rate
 // alone, measured side by side in one run (alternating, --repeat times).
 //
@@ -167,7 +167,7 @@ class FairCopies {
 
 int main(int argc, char** argv) {
   blockswap::bench::Options options;
-  CLI::App app{"streamer beside a prefetch flooder on one device ÷ alone (issue 27)"};
+  CLI::App app{"streamer beside a prefetch flooder on one device ÷ alone"};
   app.add_option("--copy-us", options.copy_us, "least time of one copy (host backend)");
   app.add_option("--compute-us", options.compute_us, "the streamer's compute per block");
   app.add_option("--block-kib", options.block_kib, "block size");

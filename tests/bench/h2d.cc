@@ -19,7 +19,7 @@
 // Clients are gpu-stream roles (tests/gpu/gpu_roles.cc) spawned from this
 // binary; the daemon is build/bin/blockswapd beside it. --backend=host runs
 // everything on the host backend (a dry run; its numbers mean nothing for a
-// GPU) and is, with its own goals, P2 and P4-host of issue 8:
+// GPU) and is, with its own goals, P2 and P4-host of docs/BENCHMARKS.md:
 //
 //   P2      host backend: the daemon's delivery into one client's ring ÷ the
 //           ceiling, which on the host backend is one std::memcpy on one

@@ -1,4 +1,4 @@
-// blockswap-bench-memory (P5, issue 8): the node's memory for one model
+// blockswap-bench-memory (P5): the node's memory for one model
 // shared by N streaming clients, beside the same N processes each holding a
 // private copy (the reference's in-process design), in one run.
 //
@@ -12,7 +12,7 @@
 //   private  N processes that each hold their own filled copy of M bytes:
 //            Σ PSS ÷ M (≈ N).
 //
-// With --mixed (P5-mixed, issue 22): trainers of one model with different
+// With --mixed (P5-mixed): trainers of one model with different
 // blocks_to_swap. Client c of N streams S_c = (c+1)·B/N of the B blocks
 // (2, 4, ..., 16 of 16 for 8 clients), chosen as the trainers choose them
 // (client::PlaceBlocks, the reference's evenly spaced streaming blocks), and
@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-mib", options.block_mib, "largest block (MiB)");
   app.add_option("--clients", options.clients, "client processes");
   app.add_flag("--mixed", options.mixed,
-               "P5-mixed: clients streaming different subsets of one model (issue 22)");
+               "P5-mixed: clients streaming different subsets of one model");
   app.add_option("--blocks", options.blocks, "P5-mixed: blocks of the model");
   return blockswap::bench::BenchmarkMain(
       argc, argv, app, "blockswap-bench-memory", [&](blockswap::testing::ScratchDirs& dirs) {

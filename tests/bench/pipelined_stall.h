@@ -1,4 +1,4 @@
-// P4 where a GPU's copies are (issue 18): the stall of a pipelined pass —
+// P4 where a GPU's copies are: the stall of a pipelined pass —
 // kernel time a multiple of the copy time, 2 slots — through blockswap beside
 // the same pass in one process with the reference's design
 // (tests/bench/inprocess_pipeline.h), measured side by side in one run, at

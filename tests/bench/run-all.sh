@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 8 against a built configuration A (build/,
+# Runs every benchmark of docs/BENCHMARKS.md against a built configuration A (build/,
 # or BLOCKSWAP_BUILD_DIR) and ends with one summary table, one line per
 # metric: `P<n> <name> goal=<goal> measured=<value> PASS|MISS`.
 # P9 (saved_weights_bench.py) needs a Python with torch: $BLOCKSWAP_PYTHON,
@@ -99,7 +99,7 @@ else
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=64 \
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
-  # Issue 27: a streamer beside a prefetch flooder on one device ÷ alone.
+  # P8: a streamer beside a prefetch flooder on one device ÷ alone.
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
   # Issue 38: LoRA steps through streamed blocks without checkpointing ÷
   # with it, and the saved-tensor pack hook's share of the step (fp32, and

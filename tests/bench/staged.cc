@@ -1,4 +1,4 @@
-// blockswap-bench-staged: P2-staged (issue 26), staged copies beside direct
+// blockswap-bench-staged: P2-staged, staged copies beside direct
 // ones, measured side by side in one run. Two daemons on the same backend:
 // one pins its masters (pinning = "always": each load one copy from the
 // pinned master), one stages them (pinning = "never": each load bounced

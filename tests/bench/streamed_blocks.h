@@ -1,5 +1,5 @@
 // The blocks a trainer with `blocks_to_swap` of a model uploads, for the
-// benchmarks of issue 22: its streaming blocks (client::PlaceBlocks, the
+// benchmarks of mixed blocks_to_swap: its streaming blocks (client::PlaceBlocks, the
 // reference's evenly spaced choice), block b of the model holding
 // testing::BlockContent(seed, block_bytes, b) as one U8 tensor "weight". Two
 // trainers of one seed upload the same bytes for every block they share.

@@ -1,4 +1,4 @@
-// blockswap-bench-warm-start (P6-warm, issue 22): how long a trainer waits
+// blockswap-bench-warm-start (P6-warm): how long a trainer waits
 // before its first step, for the ways a process meets a node: from the moment
 // it hands its blocks to blockswap to its model open (registered, or found),
 // per GiB of its blocks; and beside it, the fixed cost after that, making its

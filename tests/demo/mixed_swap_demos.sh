@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mixed_swap_demos.sh BIN_DIR
 #
-# Issue 22: three blockswap-demo runs of the same weights (12 blocks, one
+# Three blockswap-demo runs of the same weights (12 blocks, one
 # seed) with different blocks_to_swap against one blockswapd (host backend
 # where there is no GPU; BLOCKSWAP_DEMO_BACKEND overrides it): --swap 6 --ring 2, --swap 3 --ring 1, --swap 12
 # --ring 4. Each uploads only its streaming blocks, so the daemon has three

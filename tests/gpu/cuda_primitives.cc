@@ -358,8 +358,8 @@ absl::Status IpcMemory(Channel& channel, Role role, uint32_t step, Channel::Peer
 
 // Steps 3 and 4: an interprocess event A created, imported by B; the
 // recorder records it behind a gate that holds its stream, the waiter issues
-// its wait after the record (the order DESIGN §3 enforces with the
-// generations) and must stay held until the gate opens, then be released.
+// its wait after the record (the order docs/protocol.md's slot
+// generations enforce) and must stay held until the gate opens, then be released.
 absl::Status IpcEvent(Channel& channel, Role role, uint32_t step, bool a_records,
                       Channel::PeerEnd* peer) {
   const bool i_record = (role == Role::kA) == a_records;

@@ -1,7 +1,7 @@
 // The primitives probe's CUDA part: two small processes (the second of
 // another user where one is given) exercise, each on its own line, exactly
 // the CUDA primitives the product relies on between a daemon and a trainer
-// (DESIGN §3, §4): IPC memory, IPC events both ways, a memfd page registered
+// (docs/protocol.md, docs/backends.md): IPC memory, IPC events both ways, a memfd page registered
 // in both, stream memory operations both ways, and a stream wait released by
 // a host store. Only the driver table (shared/backend/cuda_driver.h) and
 // shared/os: nothing that could fail to load before the probe has spoken.

@@ -332,7 +332,7 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 // The daemon dies under a streaming client: the client's next step fails
 // with UNAVAILABLE within its timeout, and its own stream stays sound and
 // drains: its waits are on the daemon's ready words, which the client's
-// watchdog releases when it loses the daemon (docs/architecture.md, "A dead
+// watchdog releases when it loses the daemon (docs/protocol.md, "A dead
 // daemon"). Where the device has no stream memory operations the ring keeps
 // to its events, whose waits nothing can release: the test says so and skips.
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {

@@ -1,5 +1,5 @@
-// A client that asks for more than the daemon may hold (issue 19 items 1 and
-// 4): `greedy --case=NAME` makes the requests of one attack and checks that
+// A client that asks for more than the daemon may hold: `greedy --case=NAME`
+// makes the requests of one attack and checks that
 // blockswapd refuses them with RESOURCE_EXHAUSTED containing --expect,
 // keeping whatever it was granted until it exits. Exit 0 when the refusal
 // came as expected, 1 (with what came instead on stderr) when not.

@@ -1,4 +1,4 @@
-// Issue 19 items 1 and 4 as real processes: a client asking for more memory
+// Budgets and quotas with real processes: a client asking for more memory
 // than the node's budget, or more than its process's or uid's quota, is
 // refused with RESOURCE_EXHAUSTED naming the limit (budget_roles.cc checks
 // the message), the daemon stays up, and a client streaming beside it keeps

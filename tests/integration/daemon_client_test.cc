@@ -50,7 +50,7 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
       << "one master per distinct block";
 }
 
-// Issue 20 item 4: the daemon and a trainer of another uid, as under the
+// The daemon and a trainer of another uid, as under the
 // system service (the daemon user blockswap, trainers in the socket's group):
 // the trainer reaches the socket through the group, imports its ring (memory
 // and events) and streams byte-exact, and neither breaks a lifetime rule.

@@ -1,4 +1,4 @@
-// Fair copies (issue 27), checked on the order and not the clock: a real
+// Fair copies, checked on the order and not the clock: a real
 // blockswapd (host backend, copies slowed so that they queue) serves two
 // client processes on one device, a streamer with short compute per block
 // and a flooder that requests as far ahead as its ring allows and computes

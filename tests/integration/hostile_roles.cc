@@ -1,5 +1,5 @@
 // A hostile but allowed local client: `hostile --case=NAME` tries one way of
-// taking the service from the others (issue 19) and checks that it fails
+// taking the service from the others and checks that it fails
 // alone, with the precise error. Exit 0 when it did, 1 (with what came
 // instead on stderr) when not.
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-// An allowed local user who tries to take the service from the others
-// (issue 19): each attempt (hostile_roles.cc) fails alone with a precise
+// An allowed local user who tries to take the service from the others:
+// each attempt (hostile_roles.cc) fails alone with a precise
 // error while a well-behaved client keeps streaming and verifying.
 #include <gtest/gtest.h>
 

@@ -182,7 +182,8 @@ TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout
   std::cerr << "without its daemon the trainer failed after " << took << ": " << error << "\n";
 }
 
-// Item 2 of issue 20: the daemon is SIGKILLed while a client's stream waits
+// A daemon that dies never leaves a client's stream waiting: it is SIGKILLed
+// while a client's stream waits
 // on a copy in flight (copies take 1.5 s here). The client's watchdog
 // releases the stream's wait on the ready word within its timeout, the step
 // fails UNAVAILABLE, the stream still runs work, and with a daemon back on

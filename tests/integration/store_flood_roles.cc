@@ -1,5 +1,5 @@
 // `block-flood`: one allowed user registering models of many tiny distinct
-// blocks (issue 39), to hold as many masters as the daemon lets it. As
+// blocks, to hold as many masters as the daemon lets it. As
 // --uid=N, registers up to --models models of --blocks blocks of 8 bytes
 // each (one U8 tensor; every block's content distinct across the run,
 // --seed apart between runs); after a refusal it goes on with models of

@@ -1,4 +1,4 @@
-// Issue 39 with real processes: one allowed user registering models of tiny
+// What the masters hold per uid, with real processes: one allowed user registering models of tiny
 // distinct blocks until the daemon refuses (store_flood_roles.cc), against a
 // daemon limited to 4096 descriptors as a unit's LimitNOFILE= would; then
 // another user's new model registers and streams byte-exact, and a model it

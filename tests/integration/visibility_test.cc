@@ -1,4 +1,4 @@
-// Model visibility (issue 19 item 8; daemon/session/model_visibility.h) with
+// Model visibility (daemon/session/model_visibility.h) with
 // real processes: a root client registers a model from a 0600 file and
 // streams another it uploaded; viewers (visibility_roles.cc) as root and as
 // uids 65534 and 65533 report what they can open and what the Admin calls
@@ -206,7 +206,7 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
   EXPECT_FALSE(Has(other, "listed", model) || Has(other, "listed", upload));
 }
 
-// Issue 39: uid 65534 uploads two blocks it guessed, which only root's model
+// Shared counters leak nothing: uid 65534 uploads two blocks it guessed, which only root's model
 // (hidden from it) holds; uid 65533 uploads two blocks nobody holds. Both
 // see their model as sharing nothing, and the counters each can read are the
 // same before and after, and the same as the other's: nothing they read

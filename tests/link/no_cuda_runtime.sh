@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks that no CUDA runtime is linked into the given binaries (DESIGN §6:
-# CUDA is reached only through the driver table of shared/backend/cuda_driver.h):
+# Checks that no CUDA runtime is linked into the given binaries
+# (docs/backends.md, "How CUDA is reached": CUDA is reached only through the
+# driver table of shared/backend/cuda_driver.h):
 #   1. the link statement that produced each binary (build.ninja, or the
 #      Makefile generator's link.txt) names no cudart archive or library and
 #      no libcuda;

@@ -557,7 +557,7 @@ TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
   ASSERT_EQ(models["models"].size(), 2u) << models;  // the blocks and the extras
   for (const nlohmann::json& model : models["models"]) {
     // The uploader hashed its blocks, found the model by id and opened it
-    // (issue 22's warm path): nothing was uploaded or registered again.
+    // (the warm path): nothing was uploaded or registered again.
     EXPECT_EQ(model["source"], "file " + file);
     EXPECT_EQ(model["pinned"], false);  // the host backend pins nothing
     if (model["model_id"] == id) {

@@ -2,7 +2,7 @@
  *
  * A trainer attaches to the node's blockswapd, registers (or opens) a model
  * of frozen blocks, creates rings of device buffers and streams blocks into
- * them. Loads follow the protocol of DESIGN §3, ordered against the stream
+ * them. Loads follow the protocol of docs/protocol.md, ordered against the stream
  * the caller passes:
  *
  *   bs_ring_load(ring, s, model, b, stream)   releases slot s (after the
@@ -195,7 +195,7 @@ int bs_ring_release(bs_ring* ring, uint32_t slot, void* stream);
 int bs_ring_drain(bs_ring* ring, uint32_t timeout_ms);
 
 /* --- stream scheduler ------------------------------------------------------
- * The reference offloader's residency logic (DESIGN §5), written once: which
+ * The reference offloader's residency logic (docs/client.md), written once: which
  * of `num_blocks` transformer blocks stream (`blocks_to_swap` of them, placed
  * evenly), which ring slot holds which, prefetching ahead in forward and
  * behind in backward, self-heal, inference wrap-around, no-op rebinds. It

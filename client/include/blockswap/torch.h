@@ -1,5 +1,5 @@
 // blockswap::torch — LibTorch trainers stream their frozen blocks through
-// blockswapd (DESIGN §5: the reference's LoRAStreamOffloader, with the
+// blockswapd (docs/client.md: the reference's LoRAStreamOffloader, with the
 // masters and the copies in the daemon).
 //
 // A StreamOffloader takes the N transformer blocks of a model. S of them

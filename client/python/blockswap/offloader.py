@@ -1,4 +1,4 @@
-"""The streaming offloader: frozen blocks through blockswapd (DESIGN §5).
+"""The streaming offloader: frozen blocks through blockswapd (docs/client.md).
 
 The frozen weights of S evenly placed "streaming" blocks live once per node, in
 blockswapd's masters; a ring of B slots on the trainer's device holds the blocks

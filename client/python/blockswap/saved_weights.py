@@ -1,4 +1,4 @@
-"""Training through streamed blocks without gradient checkpointing (DESIGN §5).
+"""Training through streamed blocks without gradient checkpointing (docs/client.md).
 
 A streamed weight is a view of a ring slot that the next blocks overwrite
 long before backward runs, so autograd must not keep it. While a streaming

@@ -1,6 +1,7 @@
-"""The embedded default (DESIGN §8): with no daemon running and no socket
-configured, the ranks of a torchrun job start one private blockswapd, share
-it, and it exits once idle; and the cases where nothing may be started."""
+"""The private daemon (docs/architecture.md, "The private daemon"): with no
+daemon running and no socket configured, the ranks of a torchrun job start
+one private blockswapd, share it, and it exits once idle; and the cases where
+nothing may be started."""
 import os
 import re
 import shutil

@@ -50,7 +50,7 @@ def run_ddp(daemon, tmp_path, world, shape=()):
 
 
 def test_ranks_streaming_different_subsets_hold_each_shared_block_once(daemon, tmp_path):
-    # Issue 22: a per-GPU blocks_to_swap. Each rank uploads only the blocks it
+    # A per-GPU blocks_to_swap. Each rank uploads only the blocks it
     # streams (3, 4, 6, 8 of 12: with 2, the ring of two slots would hold both
     # and the backward load nothing), so the daemon has four models, and holds
     # each distinct block once: the union of the four sets (spread over the
