@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {

@@ -21,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/budget/master_limits.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/masters_directory.h"
 #include "daemon/store/parallel_for.h"
