@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/scheduler/recording_slot_driver.h"
 #include "client/scheduler/stream_scheduler.h"
 
 namespace blockswap::ctl {
