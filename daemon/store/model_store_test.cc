@@ -866,7 +866,6 @@ TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {
   EXPECT_EQ(store->stats().adopted, 1u);
 }
 
-
 // Issue 39: what one uid's models may hold.
 absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& model, uid_t uid) {
   return store.Register("uid model", model.layout, model.content.data(), model.content.size(),
