@@ -86,16 +86,27 @@ absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDra
   }
   std::unique_ptr<Model> model = std::move(draft->model_);
   model->block_hashes_ = std::move(hashes);
+  PendingRegistration pending = PendingFor(*model);
+  std::shared_ptr<const Model> existing;
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_ASSIGN_OR_RETURN(existing, ClaimLocked(pending));
+    if (existing == nullptr) HoldClaimLocked(pending);
+  }
   // The draft's reservation covers every block it wrote; those the store
   // holds already are dropped with the draft.
-  absl::StatusOr<RegisterResult> result = RegisterHashed(
-      std::move(model), /*charged=*/true,
-      [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
-        WrittenBlock block{std::move(draft->blocks_[b]), std::move(draft->temp_names_[b])};
-        draft->temp_names_[b].clear();
-        block.master->id_ = block_id;
-        return block;
-      });
+  absl::StatusOr<RegisterResult> result =
+      existing != nullptr
+          ? AddToExisting(std::move(existing), *model)
+          : WriteAndPublish(
+                std::move(model), std::move(pending),
+                [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
+                  WrittenBlock block{std::move(draft->blocks_[b]),
+                                     std::move(draft->temp_names_[b])};
+                  draft->temp_names_[b].clear();
+                  block.master->id_ = block_id;
+                  return block;
+                });
   draft.reset();  // outside the lock: it takes it to return its reservation
   return result;
 }

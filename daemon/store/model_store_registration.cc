@@ -3,6 +3,7 @@
 // model published.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -42,74 +43,88 @@ std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id
   }
 }
 
-absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model> model,
-                                                          bool charged, const BlockWriter& write) {
-  const size_t count = model->block_count();
-  std::vector<std::string> ids(count);
-  std::vector<uint64_t> bytes(count);
+ModelStore::PendingRegistration ModelStore::PendingFor(Model& model) {
+  const size_t count = model.block_count();
+  PendingRegistration pending;
+  pending.ids.resize(count);
+  pending.bytes.resize(count);
   for (size_t b = 0; b < count; ++b) {
-    ids[b] = BlockId(model->layout_.blocks[b], model->block_hashes_[b]);
-    bytes[b] = model->layout_.blocks[b].bytes;
+    pending.ids[b] = BlockId(model.layout_.blocks[b], model.block_hashes_[b]);
+    pending.bytes[b] = model.layout_.blocks[b].bytes;
   }
-  model->id_ = ModelId(model->layout_, model->block_hashes_);
-  const std::string id = model->id_;
+  model.id_ = ModelId(model.layout_, model.block_hashes_);
+  pending.id = model.id_;
   // A registration has one registrant; the uid is charged every distinct
   // block, held or not.
-  const uid_t uid = model->registrants_.List().front().uid;
-  std::vector<BlockRef> refs;
-  {
-    std::set<absl::string_view> seen;
-    for (size_t b = 0; b < count; ++b) {
-      if (seen.insert(ids[b]).second) refs.push_back({ids[b], BlockFileBytes(bytes[b])});
+  pending.uid = model.registrants_.List().front().uid;
+  std::set<absl::string_view> seen;
+  for (size_t b = 0; b < count; ++b) {
+    if (seen.insert(pending.ids[b]).second) {
+      pending.refs.push_back({pending.ids[b], BlockFileBytes(pending.bytes[b])});
     }
   }
+  return pending;
+}
 
-  BlockClaim claim;
-  std::vector<Reservation> memory;
-  uint64_t reserved = 0;
-  uint64_t reserved_blocks = 0;
-  std::shared_ptr<const Model> existing;
-  {
-    absl::MutexLock lock(&mu_);
-    // First, and from the uid's own holds alone: the same answer whether or
-    // not anyone holds this content.
-    BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(uid, refs, options_.uid_limits));
-    existing = FindOrAwaitLocked(id);
-    if (existing == nullptr) {
-      // Again: the wait may have let another registration of the uid in.
-      BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(uid, refs, options_.uid_limits));
-      in_progress_.insert(id);
-      claim = ClaimBlocksLocked(ids, bytes);
-      absl::Status room =
-          charged ? absl::OkStatus() : MakeRoomLocked(claim.missing_bytes, claim.claimed.size());
-      for (size_t i = 0; room.ok() && !charged && i < claim.claimed.size(); ++i) {
-        absl::StatusOr<Reservation> charge =
-            ChargeMemory(BlockFileBytes(bytes[claim.claimed_positions[i]]), model->name_);
-        room = charge.status();
-        if (charge.ok()) memory.push_back(*std::move(charge));
-      }
-      if (!room.ok()) {
-        memory.clear();
-        EndClaimLocked(claim, /*published=*/false);
-        in_progress_.erase(id);
-        registration_done_.SignalAll();
-        return room;
-      }
-      if (!charged) reserved = claim.missing_bytes, reserved_blocks = claim.claimed.size();
-      reserved_bytes_ += reserved;
-      reserved_blocks_ += reserved_blocks;
-      // Charged before the blocks are written, so that concurrent
-      // registrations of one uid cannot together pass its limits.
-      uid_holds_.Add(uid, refs);
-    }
-  }
-  if (existing != nullptr) {
-    for (const Registrant& registrant : model->registrants_.List()) {
-      BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
-    }
-    return RegisterResult{.model = std::move(existing), .already_present = true};
-  }
+absl::StatusOr<std::shared_ptr<const Model>> ModelStore::ClaimLocked(PendingRegistration& pending) {
+  // First, and from the uid's own holds alone: the same answer whether or
+  // not anyone holds this content.
+  BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(pending.uid, pending.refs, options_.uid_limits));
+  std::shared_ptr<const Model> existing = FindOrAwaitLocked(pending.id);
+  if (existing != nullptr) return existing;
+  // Again: the wait may have let another registration of the uid in.
+  BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(pending.uid, pending.refs, options_.uid_limits));
+  in_progress_.insert(pending.id);
+  pending.claim = ClaimBlocksLocked(pending.ids, pending.bytes);
+  return nullptr;
+}
 
+absl::Status ModelStore::ReserveClaimedLocked(
+    PendingRegistration& pending, absl::string_view name,
+    std::map<std::string, Reservation, std::less<>>& memory) {
+  const BlockClaim& claim = pending.claim;
+  absl::Status room = MakeRoomLocked(claim.missing_bytes, claim.claimed.size());
+  for (size_t i = 0; room.ok() && i < claim.claimed.size(); ++i) {
+    absl::StatusOr<Reservation> charge =
+        ChargeMemory(BlockFileBytes(pending.bytes[claim.claimed_positions[i]]), name);
+    room = charge.status();
+    if (charge.ok()) memory.emplace(claim.claimed[i], *std::move(charge));
+  }
+  if (!room.ok()) {
+    memory.clear();
+    DropClaimLocked(pending);
+    return room;
+  }
+  pending.reserved = claim.missing_bytes;
+  pending.reserved_blocks = claim.claimed.size();
+  return absl::OkStatus();
+}
+
+void ModelStore::HoldClaimLocked(const PendingRegistration& pending) {
+  reserved_bytes_ += pending.reserved;
+  reserved_blocks_ += pending.reserved_blocks;
+  uid_holds_.Add(pending.uid, pending.refs);
+}
+
+void ModelStore::DropClaimLocked(const PendingRegistration& pending) {
+  EndClaimLocked(pending.claim, /*published=*/false);
+  in_progress_.erase(pending.id);
+  registration_done_.SignalAll();
+}
+
+absl::StatusOr<RegisterResult> ModelStore::AddToExisting(std::shared_ptr<const Model> existing,
+                                                         const Model& model) {
+  for (const Registrant& registrant : model.registrants_.List()) {
+    BLOCKSWAP_RETURN_IF_ERROR(AddRegistrant(existing, registrant));
+  }
+  return RegisterResult{.model = std::move(existing), .already_present = true};
+}
+
+absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model> model,
+                                                           PendingRegistration pending,
+                                                           const BlockWriter& write) {
+  const BlockClaim& claim = pending.claim;
+  const std::string& id = pending.id;
   // Each new block sealed under its final name, then the manifest (the
   // commit point); on failure the blocks written go again. ParallelFor's
   // threads each hold one block file open, and the manifest one more.
@@ -121,7 +136,6 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
     status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
       BLOCKSWAP_ASSIGN_OR_RETURN(WrittenBlock block,
                                  write(claim.claimed_positions[i], claim.claimed[i]));
-      if (!charged) block.master->memory_ = std::move(memory[i]);
       BLOCKSWAP_RETURN_IF_ERROR(SealBlock(*block.master, block.temp, /*pin=*/true));
       written[i] = std::move(block.master);
       return absl::OkStatus();
@@ -130,9 +144,9 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   for (size_t i = 0; i < written.size(); ++i) fresh[i] = std::move(written[i]);
   if (status.ok()) {
     model->blocks_ = claim.held;
-    for (size_t b = 0; b < count; ++b) {
+    for (size_t b = 0; b < model->block_count(); ++b) {
       if (model->blocks_[b] != nullptr) continue;
-      auto it = std::find(claim.claimed.begin(), claim.claimed.end(), ids[b]);
+      auto it = std::find(claim.claimed.begin(), claim.claimed.end(), pending.ids[b]);
       model->blocks_[b] = fresh[it - claim.claimed.begin()];
     }
     model->masters_bytes_ = DistinctFileBytes(model->blocks_);
@@ -150,16 +164,16 @@ absl::StatusOr<RegisterResult> ModelStore::RegisterHashed(std::unique_ptr<Model>
   }
 
   absl::MutexLock lock(&mu_);
-  in_progress_.erase(id);
-  reserved_bytes_ -= reserved;
-  reserved_blocks_ -= reserved_blocks;
-  registration_done_.SignalAll();
+  reserved_bytes_ -= pending.reserved;
+  reserved_blocks_ -= pending.reserved_blocks;
   if (!status.ok()) {
-    uid_holds_.Remove(uid, refs);
-    EndClaimLocked(claim, /*published=*/false);
+    uid_holds_.Remove(pending.uid, pending.refs);
+    DropClaimLocked(pending);
     return status;
   }
-  charged_uids_[id].insert(uid);
+  in_progress_.erase(id);
+  registration_done_.SignalAll();
+  charged_uids_[id].insert(pending.uid);
   for (const std::shared_ptr<const BlockMaster>& block : fresh) {
     blocks_[block->id()] = HeldBlock{.master = block, .models = 1, .claims = 0};
     block_bytes_ += block->file_bytes();
@@ -223,26 +237,39 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   model->registrants_.Replace({registrant});
   model->layout_ = layout;
   model->block_hashes_ = std::move(hashes);
-  return RegisterHashed(std::move(model), /*charged=*/false,
-                        [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
-                          WrittenBlock block{std::unique_ptr<BlockMaster>(new BlockMaster()),
-                                             absl::StrCat(BlockFileName(block_id), kTempSuffix)};
-                          block.master->id_ = block_id;
-                          block.master->bytes_ = layout.blocks[b].bytes;
-                          absl::Status created = CheckFreeSpace(block.master->file_bytes());
-                          if (created.ok())
-                            created = CreateBlockFile(*block.master, block.temp, /*allocate=*/true);
-                          if (!created.ok()) {
-                            RemoveQuietly(block.temp);
-                            return created;
-                          }
-                          // A known block is claimed only when it was evicted since the caller
-                          // found it: its old master still holds the bytes.
-                          std::memcpy(block.master->mapping_.data(),
-                                      is_known(b) ? known->masters[b]->data() : staged(b),
-                                      layout.blocks[b].bytes);
-                          return block;
-                        });
+  PendingRegistration pending = PendingFor(*model);
+  std::map<std::string, Reservation, std::less<>> memory;  // of each claimed block
+  std::shared_ptr<const Model> existing;
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_ASSIGN_OR_RETURN(existing, ClaimLocked(pending));
+    if (existing == nullptr) {
+      BLOCKSWAP_RETURN_IF_ERROR(ReserveClaimedLocked(pending, model->name_, memory));
+      HoldClaimLocked(pending);
+    }
+  }
+  if (existing != nullptr) return AddToExisting(std::move(existing), *model);
+  return WriteAndPublish(
+      std::move(model), std::move(pending),
+      [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
+        WrittenBlock block{std::unique_ptr<BlockMaster>(new BlockMaster()),
+                           absl::StrCat(BlockFileName(block_id), kTempSuffix)};
+        block.master->id_ = block_id;
+        block.master->bytes_ = layout.blocks[b].bytes;
+        absl::Status created = CheckFreeSpace(block.master->file_bytes());
+        if (created.ok()) created = CreateBlockFile(*block.master, block.temp, /*allocate=*/true);
+        if (!created.ok()) {
+          RemoveQuietly(block.temp);
+          return created;
+        }
+        // A known block is claimed only when it was evicted since the caller
+        // found it: its old master still holds the bytes.
+        std::memcpy(block.master->mapping_.data(),
+                    is_known(b) ? known->masters[b]->data() : staged(b), layout.blocks[b].bytes);
+        // Distinct keys: the writers of different blocks take different entries.
+        block.master->memory_ = std::move(memory.find(block_id)->second);
+        return block;
+      });
 }
 
 }  // namespace blockswap::daemon
