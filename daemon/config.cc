@@ -14,55 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "daemon/os/logging.h"
+#include "daemon/config_field_kinds.h"
+#include "daemon/runtime/logging.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
 namespace {
-
-// What a field accepts in the file.
-enum class Kind { kText, kCount, kBytes, kSeconds, kIdList, kTextList };
-
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kText:
-      return "a string";
-    case Kind::kCount:
-      return "a non-negative integer";
-    case Kind::kBytes:
-      return "a byte count (an integer, or a string such as \"8GiB\")";
-    case Kind::kSeconds:
-      return "a number of seconds";
-    case Kind::kIdList:
-      return "an array of non-negative integers";
-    case Kind::kTextList:
-      return "an array of strings";
-  }
-  return "a value";
-}
-
-std::string Quoted(absl::string_view text) {
-  // TOML basic string: escape the backslash and the quote.
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-absl::StatusOr<uint64_t> ParseCount(absl::string_view text, uint64_t max) {
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || absl::StartsWith(text, "-")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected a non-negative integer, got '", text, "'"));
-  }
-  if (value > max) {
-    return absl::InvalidArgumentError(absl::StrCat(value, " is larger than ", max));
-  }
-  return value;
-}
 
 const char* BackendName(BackendChoice choice) {
   switch (choice) {
@@ -114,215 +71,97 @@ std::string ShowCopyWeights(const CopyWeights& weights) {
   return absl::StrCat("[", absl::StrJoin(entries, ", "), "]");
 }
 
-template <typename Id>
-std::string ShowIds(const std::vector<Id>& ids) {
-  return absl::StrCat("[", absl::StrJoin(ids, ", "), "]");
-}
-
-struct FieldSpec {
-  ConfigField field;
-  Kind kind;
-};
-
+// The table: every key of the file, with its flag and help.
 std::vector<FieldSpec> MakeFields() {
   using O = DaemonOptions;
   std::vector<FieldSpec> fields;
-  auto text = [&](const char* key, const char* flag, const char* help, std::string O::*member,
-                  std::function<absl::Status(absl::string_view)> check = nullptr) {
-    fields.push_back({{key, flag, help, false,
-                       [member, check](O& o, absl::string_view v) -> absl::Status {
-                         if (check) {
-                           if (absl::Status s = check(v); !s.ok()) return s;
-                         }
-                         o.*member = std::string(v);
-                         return absl::OkStatus();
-                       },
-                       nullptr, [member](const O& o) { return Quoted(o.*member); }},
-                      Kind::kText});
-  };
-  auto bytes = [&](const char* key, const char* flag, const char* help, auto get) {
-    fields.push_back({{key, flag, help, false,
-                       [get](O& o, absl::string_view v) -> absl::Status {
-                         absl::StatusOr<uint64_t> n = ParseByteCount(v);
-                         if (!n.ok()) return n.status();
-                         get(o) = *n;
-                         return absl::OkStatus();
-                       },
-                       nullptr, [get](const O& o) { return absl::StrCat(get(const_cast<O&>(o))); }},
-                      Kind::kBytes});
-  };
-
-  // A key whose value is one of a few names: `parse` reads one (its error
-  // lists them), `name` writes it back.
-  auto choice = [&](const char* key, const char* flag, const char* help, auto O::*member,
-                    auto parse, auto name) {
-    fields.push_back({{key, flag, help, false,
-                       [member, parse](O& o, absl::string_view v) -> absl::Status {
-                         auto value = parse(v);
-                         if (!value.ok()) return value.status();
-                         o.*member = *value;
-                         return absl::OkStatus();
-                       },
-                       nullptr, [member, name](const O& o) { return Quoted(name(o.*member)); }},
-                      Kind::kText});
-  };
-
-  text("socket", "--socket", "control socket path", &O::socket_path, [](absl::string_view v) {
-    return v.empty() ? absl::InvalidArgumentError("the socket path must not be empty")
-                     : absl::OkStatus();
-  });
-  text("socket_group", "--socket-group",
-       "group (name or number) of the socket file, mode 0660; its members are allowed. "
-       "Empty: the daemon's group",
-       &O::socket_group);
-  choice("backend", "--backend", "auto, host or cuda", &O::backend, ParseBackendChoice,
-         BackendName);
-  fields.push_back(
-      {{"host_devices", "--host-devices", "simulated devices of the host backend", false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<uint64_t> n = ParseCount(v, 64);
-          if (!n.ok()) return n.status();
-          if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
-          o.host.device_count = static_cast<int>(*n);
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return absl::StrCat(o.host.device_count); }},
-       Kind::kCount});
-  text("shm_prefix", "--shm-prefix", "directory of the master files (mode 0700, on a tmpfs)",
-       &O::shm_prefix, [](absl::string_view v) {
-         return absl::StartsWith(v, "/") ? absl::OkStatus()
-                                         : absl::InvalidArgumentError(absl::StrCat(
-                                               "must be an absolute path, got '", v, "'"));
-       });
-  bytes("max_pinned_bytes", "--max-pinned-bytes",
-        "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
-        [](O& o) -> uint64_t& { return o.max_pinned_bytes; });
-  choice("pinning", "--pinning",
-         "which masters are pinned: \"auto\" (what max_pinned_bytes and the driver allow; the "
-         "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
-         "(every master is copied through the staging buffers)",
-         &O::pinning, ParsePinningPolicy, PinningPolicyName);
-  bytes("staging_buffer_bytes", "--staging-buffer-bytes",
-        "bytes of each pinned staging buffer (one chunk of a staged copy)",
-        [](O& o) -> uint64_t& { return o.staging.buffer_bytes; });
-  auto small_count = [&](const char* key, const char* flag, const char* help, uint64_t max,
-                         uint32_t StagingOptions::*member) {
-    fields.push_back({{key, flag, help, false,
-                       [member, max](O& o, absl::string_view v) -> absl::Status {
-                         absl::StatusOr<uint64_t> n = ParseCount(v, max);
-                         if (!n.ok()) return n.status();
-                         if (*n == 0) return absl::InvalidArgumentError("must be at least 1");
-                         o.staging.*member = static_cast<uint32_t>(*n);
-                         return absl::OkStatus();
-                       },
-                       nullptr, [member](const O& o) { return absl::StrCat(o.staging.*member); }},
-                      Kind::kCount});
-  };
-  small_count("staging_buffers", "--staging-buffers",
-              "pinned staging buffers per device (charged to max_memory_bytes)", 1024,
-              &StagingOptions::buffers);
-  small_count("staging_threads", "--staging-threads",
-              "threads per device that fill the staging buffers from pageable masters", 64,
-              &StagingOptions::threads);
-  fields.push_back(
-      {{"allow_uids", "--allow-uid",
-        "also allow this uid (default: the daemon's uid, root, the socket's group)", true,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
-          if (!n.ok()) return n.status();
-          o.allow_uids.push_back(static_cast<uid_t>(*n));
-          return absl::OkStatus();
-        },
-        [](O& o) { o.allow_uids.clear(); }, [](const O& o) { return ShowIds(o.allow_uids); }},
-       Kind::kIdList});
-  fields.push_back(
-      {{"allow_gids", "--allow-gid", "also allow this gid", true,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX - 1);
-          if (!n.ok()) return n.status();
-          o.allow_gids.push_back(static_cast<gid_t>(*n));
-          return absl::OkStatus();
-        },
-        [](O& o) { o.allow_gids.clear(); }, [](const O& o) { return ShowIds(o.allow_gids); }},
-       Kind::kIdList});
-  choice("model_access", "--model-access",
-         "who may open and list a model: \"allowed-users\" (every allowed user, the default) or "
-         "\"registrant-group\" (the uids that registered its content, their groups, root and "
-         "the daemon's uid)",
-         &O::model_access, ParseModelAccess, ModelAccessName);
-  auto seconds = [&](const char* key, const char* flag, const char* help, double max,
-                     absl::Duration O::*member) {
-    fields.push_back(
-        {{key, flag, help, false,
-          [member, max](O& o, absl::string_view v) -> absl::Status {
-            double seconds = 0;
-            if (!absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
-                seconds > max) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("expected seconds between 0 and ", max, ", got '", v, "'"));
-            }
-            o.*member = absl::Seconds(seconds);
-            return absl::OkStatus();
-          },
-          nullptr, [member](const O& o) { return absl::StrCat(absl::ToDoubleSeconds(o.*member)); }},
-         Kind::kSeconds});
-  };
-  seconds("shutdown_grace", "--shutdown-grace", "seconds attached clients get to detach on SIGTERM",
-          3600, &O::shutdown_grace);
-  seconds("idle_exit", "--idle-exit",
-          "exit after this many seconds with no session attached (0: never; the private daemon "
-          "a client starts uses it)",
-          7 * 24 * 3600, &O::idle_exit);
-  text("idle_exit_lock", "--idle-exit-lock",
-       "file the starting clients lock; held before exiting idle, so that no client attaches "
-       "meanwhile (empty: none)",
-       &O::idle_exit_lock);
-  choice("log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)",
-         &O::log_level, ParseLogLevel, LogLevelName);
-  text("metrics_listen", "--metrics-listen",
-       "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
-       &O::metrics_listen, ValidateListenAddress);
+  auto add = [&fields](FieldSpec spec) { fields.push_back(std::move(spec)); };
+  add(TextField("socket", "--socket", "control socket path", &O::socket_path,
+                [](absl::string_view v) {
+                  return v.empty() ? absl::InvalidArgumentError("the socket path must not be empty")
+                                   : absl::OkStatus();
+                }));
+  add(TextField("socket_group", "--socket-group",
+                "group (name or number) of the socket file, mode 0660; its members are allowed. "
+                "Empty: the daemon's group",
+                &O::socket_group));
+  add(ChoiceField("backend", "--backend", "auto, host or cuda", &O::backend, ParseBackendChoice,
+                  BackendName));
+  add(CountField(
+      "host_devices", "--host-devices", "simulated devices of the host backend", 1, 64,
+      [](O& o, uint64_t n) { o.host.device_count = static_cast<int>(n); },
+      [](const O& o) { return static_cast<uint64_t>(o.host.device_count); }));
+  add(TextField("shm_prefix", "--shm-prefix",
+                "directory of the master files (mode 0700, on a tmpfs)", &O::shm_prefix,
+                [](absl::string_view v) {
+                  return absl::StartsWith(v, "/") ? absl::OkStatus()
+                                                  : absl::InvalidArgumentError(absl::StrCat(
+                                                        "must be an absolute path, got '", v, "'"));
+                }));
+  add(BytesField("max_pinned_bytes", "--max-pinned-bytes",
+                 "bytes of masters the daemon may hold pinned (0: the tmpfs decides)",
+                 [](O& o) -> uint64_t& { return o.max_pinned_bytes; }));
+  add(ChoiceField(
+      "pinning", "--pinning",
+      "which masters are pinned: \"auto\" (what max_pinned_bytes and the driver allow; the "
+      "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
+      "(every master is copied through the staging buffers)",
+      &O::pinning, ParsePinningPolicy, PinningPolicyName));
+  add(BytesField("staging_buffer_bytes", "--staging-buffer-bytes",
+                 "bytes of each pinned staging buffer (one chunk of a staged copy)",
+                 [](O& o) -> uint64_t& { return o.staging.buffer_bytes; }));
+  add(CountField(
+      "staging_buffers", "--staging-buffers",
+      "pinned staging buffers per device (charged to max_memory_bytes)", 1, 1024,
+      [](O& o, uint64_t n) { o.staging.buffers = static_cast<uint32_t>(n); },
+      [](const O& o) { return uint64_t{o.staging.buffers}; }));
+  add(CountField(
+      "staging_threads", "--staging-threads",
+      "threads per device that fill the staging buffers from pageable masters", 1, 64,
+      [](O& o, uint64_t n) { o.staging.threads = static_cast<uint32_t>(n); },
+      [](const O& o) { return uint64_t{o.staging.threads}; }));
+  add(IdListField("allow_uids", "--allow-uid",
+                  "also allow this uid (default: the daemon's uid, root, the socket's group)",
+                  &O::allow_uids));
+  add(IdListField("allow_gids", "--allow-gid", "also allow this gid", &O::allow_gids));
+  add(ChoiceField(
+      "model_access", "--model-access",
+      "who may open and list a model: \"allowed-users\" (every allowed user, the default) or "
+      "\"registrant-group\" (the uids that registered its content, their groups, root and "
+      "the daemon's uid)",
+      &O::model_access, ParseModelAccess, ModelAccessName));
+  add(SecondsField("shutdown_grace", "--shutdown-grace",
+                   "seconds attached clients get to detach on SIGTERM", 3600, &O::shutdown_grace));
+  add(SecondsField("idle_exit", "--idle-exit",
+                   "exit after this many seconds with no session attached (0: never; the private "
+                   "daemon a client starts uses it)",
+                   7 * 24 * 3600, &O::idle_exit));
+  add(TextField("idle_exit_lock", "--idle-exit-lock",
+                "file the starting clients lock; held before exiting idle, so that no client "
+                "attaches meanwhile (empty: none)",
+                &O::idle_exit_lock));
+  add(ChoiceField("log_level", "--log-level", "error, warning, info or debug (SIGHUP reloads it)",
+                  &O::log_level, ParseLogLevel, LogLevelName));
+  add(TextField("metrics_listen", "--metrics-listen",
+                "HOST:PORT of the Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (empty: off)",
+                &O::metrics_listen, ValidateListenAddress));
   // Limits against hostile local users (docs/reliability.md, "Limits").
-  fields.push_back(
-      {{"max_verifies_per_uid", "--max-verifies-per-uid",
-        "Admin.VerifyModel calls one uid may have waiting or running (0: unlimited)", false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
-          if (!n.ok()) return n.status();
-          o.max_verifies_per_uid = static_cast<uint32_t>(*n);
-          return absl::OkStatus();
-        },
-        nullptr, [](const O& o) { return absl::StrCat(o.max_verifies_per_uid); }},
-       Kind::kCount});
+  add(CountField(
+      "max_verifies_per_uid", "--max-verifies-per-uid",
+      "Admin.VerifyModel calls one uid may have waiting or running (0: unlimited)", 0, UINT32_MAX,
+      [](O& o, uint64_t n) { o.max_verifies_per_uid = static_cast<uint32_t>(n); },
+      [](const O& o) { return uint64_t{o.max_verifies_per_uid}; }));
   // The node's memory and the per-client and per-uid quotas (SIGHUP reloads
   // the quotas).
-  fields.push_back(
-      {{"max_memory_bytes", "--max-memory-bytes",
-        "bytes of host memory the daemon may reserve: masters, staging areas and host-backend "
-        "rings (\"auto\": 3/4 of the machine's or the memory cgroup's limit; 0: unlimited)",
-        false,
-        [](O& o, absl::string_view v) -> absl::Status {
-          if (v == "auto") {
-            o.max_memory_bytes = kMaxMemoryBytesAuto;
-            return absl::OkStatus();
-          }
-          absl::StatusOr<uint64_t> n = ParseByteCount(v);
-          if (!n.ok()) {
-            return absl::InvalidArgumentError(absl::StrCat(n.status().message(), ", or \"auto\""));
-          }
-          if (*n == kMaxMemoryBytesAuto) return absl::InvalidArgumentError("too large");
-          o.max_memory_bytes = *n;
-          return absl::OkStatus();
-        },
-        nullptr,
-        [](const O& o) {
-          return o.max_memory_bytes == kMaxMemoryBytesAuto ? Quoted("auto")
-                                                           : absl::StrCat(o.max_memory_bytes);
-        }},
-       Kind::kBytes});
-  bytes("device_memory_reserve_bytes", "--device-memory-reserve-bytes",
-        "a ring is refused when it would leave less than this much of its device's memory free",
-        [](O& o) -> uint64_t& { return o.device_memory_reserve_bytes; });
+  add(AutoField("max_memory_bytes", "--max-memory-bytes",
+                "bytes of host memory the daemon may reserve: masters, staging areas and "
+                "host-backend rings (\"auto\": 3/4 of the machine's or the memory cgroup's "
+                "limit; 0: unlimited)",
+                &O::max_memory_bytes, kMaxMemoryBytesAuto, /*is_bytes=*/true));
+  add(BytesField("device_memory_reserve_bytes", "--device-memory-reserve-bytes",
+                 "a ring is refused when it would leave less than this much of its device's "
+                 "memory free",
+                 [](O& o) -> uint64_t& { return o.device_memory_reserve_bytes; }));
   // The quota keys' texts, made once; the table keeps pointers into them.
   static std::deque<std::string>* const texts = new std::deque<std::string>;
   auto keep = [](std::string text) { return texts->emplace_back(std::move(text)).c_str(); };
@@ -343,83 +182,47 @@ std::vector<FieldSpec> MakeFields() {
         return limits.*m;
       };
       if (kind.bytes) {
-        bytes(owned_key, flag, help, member);
-        continue;
+        add(BytesField(owned_key, flag, help, member));
+      } else {
+        add(CountField(
+            owned_key, flag, help, 0, UINT32_MAX, [member](O& o, uint64_t n) { member(o) = n; },
+            [member](const O& o) { return member(const_cast<O&>(o)); }));
       }
-      fields.push_back(
-          {{owned_key, flag, help, false,
-            [member](O& o, absl::string_view v) -> absl::Status {
-              absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
-              if (!n.ok()) return n.status();
-              member(o) = *n;
-              return absl::OkStatus();
-            },
-            nullptr, [member](const O& o) { return absl::StrCat(member(const_cast<O&>(o))); }},
-           Kind::kCount});
     }
   }
-  fields.push_back(
-      {{"copy_weights", "--copy-weight",
-        "a uid's weight on each copy stream, as UID:WEIGHT (1 to 1000; a uid not listed weighs "
-        "1): a ring's share of its device's copies is its weight over the weights of the rings "
-        "with copies ready",
-        true,
-        [](O& o, absl::string_view v) { return AddCopyWeight(v, o.copy_weights); },
-        [](O& o) { o.copy_weights.clear(); },
-        [](const O& o) { return ShowCopyWeights(o.copy_weights); }},
-       Kind::kTextList});
-  auto count = [&](const char* key, const char* flag, const char* help, uint64_t O::*member) {
-    fields.push_back({{key, flag, help, false,
-                       [member](O& o, absl::string_view v) -> absl::Status {
-                         absl::StatusOr<uint64_t> n = ParseCount(v, UINT32_MAX);
-                         if (!n.ok()) return n.status();
-                         o.*member = *n;
-                         return absl::OkStatus();
-                       },
-                       nullptr, [member](const O& o) { return absl::StrCat(o.*member); }},
-                      Kind::kCount});
-  };
-  // A count or bytes that may be "auto" (kAutoLimit, resolved at start).
-  auto with_auto = [&](const char* key, const char* flag, const char* help, uint64_t O::*member,
-                       bool is_bytes) {
-    fields.push_back(
-        {{key, flag, help, false,
-          [member, is_bytes](O& o, absl::string_view v) -> absl::Status {
-            if (v == "auto") {
-              o.*member = kAutoLimit;
-              return absl::OkStatus();
-            }
-            absl::StatusOr<uint64_t> n = is_bytes ? ParseByteCount(v) : ParseCount(v, kAutoLimit - 1);
-            if (!n.ok()) {
-              return absl::InvalidArgumentError(absl::StrCat(n.status().message(), ", or \"auto\""));
-            }
-            if (*n == kAutoLimit) return absl::InvalidArgumentError("too large");
-            o.*member = *n;
-            return absl::OkStatus();
-          },
-          nullptr,
-          [member](const O& o) {
-            return o.*member == kAutoLimit ? Quoted("auto") : absl::StrCat(o.*member);
-          }},
-         Kind::kBytes});  // an integer or a string, as bytes are
-  };
-  with_auto("max_master_blocks", "--max-master-blocks",
-            "distinct master blocks the node may hold, each one of the daemon's mappings (\"auto\": "
-            "half of vm.max_map_count; 0: unlimited)",
-            &O::max_master_blocks, /*is_bytes=*/false);
-  count("max_master_blocks_per_uid", "--max-master-blocks-per-uid",
-        "distinct master blocks the models registered by one uid may hold, each counted in full "
-        "for every uid whose models name it (0: unlimited)",
-        &O::max_master_blocks_per_uid);
-  with_auto("max_master_bytes_per_uid", "--max-master-bytes-per-uid",
-            "bytes of masters the models registered by one uid may hold, each block counted in full "
-            "for every uid whose models name it (\"auto\": half of max_memory_bytes; 0: unlimited)",
-            &O::max_master_bytes_per_uid, /*is_bytes=*/true);
-  count("max_connections_per_uid", "--max-connections-per-uid",
-        "connections one uid may have open at once (0: unlimited)", &O::max_connections_per_uid);
-  count("max_pending_connections_per_uid", "--max-pending-connections-per-uid",
-        "connections of one uid that may wait at once for their first message (0: unlimited)",
-        &O::max_pending_connections_per_uid);
+  add(TextListField(
+      "copy_weights", "--copy-weight",
+      "a uid's weight on each copy stream, as UID:WEIGHT (1 to 1000; a uid not listed weighs "
+      "1): a ring's share of its device's copies is its weight over the weights of the rings "
+      "with copies ready",
+      [](O& o, absl::string_view v) { return AddCopyWeight(v, o.copy_weights); },
+      [](O& o) { o.copy_weights.clear(); },
+      [](const O& o) { return ShowCopyWeights(o.copy_weights); }));
+  add(AutoField("max_master_blocks", "--max-master-blocks",
+                "distinct master blocks the node may hold, each one of the daemon's mappings "
+                "(\"auto\": half of vm.max_map_count; 0: unlimited)",
+                &O::max_master_blocks, kAutoLimit, /*is_bytes=*/false));
+  add(CountField(
+      "max_master_blocks_per_uid", "--max-master-blocks-per-uid",
+      "distinct master blocks the models registered by one uid may hold, each counted in full "
+      "for every uid whose models name it (0: unlimited)",
+      0, UINT32_MAX, [](O& o, uint64_t n) { o.max_master_blocks_per_uid = n; },
+      [](const O& o) { return o.max_master_blocks_per_uid; }));
+  add(AutoField("max_master_bytes_per_uid", "--max-master-bytes-per-uid",
+                "bytes of masters the models registered by one uid may hold, each block counted "
+                "in full for every uid whose models name it (\"auto\": half of "
+                "max_memory_bytes; 0: unlimited)",
+                &O::max_master_bytes_per_uid, kAutoLimit, /*is_bytes=*/true));
+  add(CountField(
+      "max_connections_per_uid", "--max-connections-per-uid",
+      "connections one uid may have open at once (0: unlimited)", 0, UINT32_MAX,
+      [](O& o, uint64_t n) { o.max_connections_per_uid = n; },
+      [](const O& o) { return o.max_connections_per_uid; }));
+  add(CountField(
+      "max_pending_connections_per_uid", "--max-pending-connections-per-uid",
+      "connections of one uid that may wait at once for their first message (0: unlimited)", 0,
+      UINT32_MAX, [](O& o, uint64_t n) { o.max_pending_connections_per_uid = n; },
+      [](const O& o) { return o.max_pending_connections_per_uid; }));
   return fields;
 }
 

@@ -20,7 +20,7 @@
 #include "daemon/device/device_worker.h"
 #include "daemon/device/gpu_modes.h"
 #include "daemon/options.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/blockswap_service.h"
 #include "daemon/server/listener.h"

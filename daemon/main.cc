@@ -25,9 +25,9 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/idle_exit.h"
-#include "daemon/os/logging.h"
-#include "daemon/os/notify.h"
 #include "daemon/preflight.h"
+#include "daemon/runtime/logging.h"
+#include "daemon/runtime/notify.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/load_protocol.h"
 

@@ -13,11 +13,11 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/device/copy_scheduler.h"
 #include "daemon/device/staging_pool.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/session/model_visibility.h"
-#include "daemon/budget/master_limits.h"
 #include "daemon/session/quota.h"
 #include "daemon/store/master_pinning.h"
 #include "shared/backend/backend.h"

@@ -12,6 +12,7 @@
 #include "client/core/session_recovery.h"
 #include "client/scheduler/ring_slot_driver.h"
 #include "client/scheduler/stream_scheduler.h"
+#include "shared/base/status.h"
 
 struct bs_scheduler {
   blockswap::client::OwnerProcess owner;  // as bs_client's (c_api_internal.h)
@@ -56,6 +57,18 @@ absl::StatusOr<blockswap::client::PassStats> LastPass(const bs_scheduler& schedu
     return absl::NotFoundError("no pass in that direction has finished yet");
   }
   return it->second;
+}
+
+// What every call on a scheduler does first: INVALID_ARGUMENT for a NULL
+// one, the refusal of a handle inherited across a fork; then `body` (given
+// the scheduler, returning absl::Status), with no exception crossing the ABI.
+template <typename Scheduler, typename Body>
+int OnScheduler(Scheduler* scheduler, const char* what, Body&& body) {
+  if (scheduler == nullptr) {
+    return Report(absl::InvalidArgumentError(absl::StrCat(what, ": NULL scheduler")));
+  }
+  if (int code = Inherited(scheduler, what)) return code;
+  return Guard([&] { return body(*scheduler); });
 }
 
 }  // namespace
@@ -182,112 +195,104 @@ int bs_scheduler_is_streaming(const bs_scheduler* scheduler, uint32_t block) {
 }
 
 int bs_scheduler_prepare(bs_scheduler* scheduler) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_prepare: scheduler is NULL");
-  if (int code = Inherited(scheduler, "bs_scheduler_prepare")) return code;
-  return Guard([&] { return scheduler->scheduler->Prepare(); });
+  return OnScheduler(scheduler, "bs_scheduler_prepare",
+                     [&](bs_scheduler& s) { return s.scheduler->Prepare(); });
 }
 
 int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_wait_for_block: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_wait_for_block")) return code;
-  return Guard([&] { return scheduler->scheduler->WaitForBlock(block); });
+  return OnScheduler(scheduler, "bs_scheduler_wait_for_block",
+                     [&](bs_scheduler& s) { return s.scheduler->WaitForBlock(block); });
 }
 
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_after_forward: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_after_forward")) return code;
-  return Guard([&] { return scheduler->scheduler->AfterForward(block); });
+  return OnScheduler(scheduler, "bs_scheduler_after_forward",
+                     [&](bs_scheduler& s) { return s.scheduler->AfterForward(block); });
 }
 
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_after_backward: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_after_backward")) return code;
-  return Guard([&] { return scheduler->scheduler->AfterBackward(block); });
+  return OnScheduler(scheduler, "bs_scheduler_after_backward",
+                     [&](bs_scheduler& s) { return s.scheduler->AfterBackward(block); });
 }
 
 int bs_scheduler_ensure_block(bs_scheduler* scheduler, uint32_t block) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_ensure_block: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_ensure_block")) return code;
-  return Guard([&] { return scheduler->scheduler->EnsureBlock(block); });
+  return OnScheduler(scheduler, "bs_scheduler_ensure_block",
+                     [&](bs_scheduler& s) { return s.scheduler->EnsureBlock(block); });
 }
 
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_forward_only: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_set_forward_only")) return code;
-  scheduler->scheduler->SetForwardOnly(forward_only != 0);
-  return Report(absl::OkStatus());
+  return OnScheduler(scheduler, "bs_scheduler_set_forward_only", [&](bs_scheduler& s) {
+    s.scheduler->SetForwardOnly(forward_only != 0);
+    return absl::OkStatus();
+  });
 }
 
 int bs_scheduler_set_reload_hook(bs_scheduler* scheduler, bs_reload_fn fn, void* user_data) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_set_reload_hook: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_set_reload_hook")) return code;
-  scheduler->on_reload = fn;
-  scheduler->reload_user_data = user_data;
-  return Report(absl::OkStatus());
+  return OnScheduler(scheduler, "bs_scheduler_set_reload_hook", [&](bs_scheduler& s) {
+    s.on_reload = fn;
+    s.reload_user_data = user_data;
+    return absl::OkStatus();
+  });
 }
 
 int bs_scheduler_set_reconnect_timeout(bs_scheduler* scheduler, uint32_t timeout_ms) {
-  if (scheduler == nullptr) {
-    return InvalidArgument("bs_scheduler_set_reconnect_timeout: NULL scheduler");
-  }
-  if (int code = Inherited(scheduler, "bs_scheduler_set_reconnect_timeout")) return code;
-  scheduler->recovery->set_timeout(absl::Milliseconds(timeout_ms));
-  return Report(absl::OkStatus());
+  return OnScheduler(scheduler, "bs_scheduler_set_reconnect_timeout", [&](bs_scheduler& s) {
+    s.recovery->set_timeout(absl::Milliseconds(timeout_ms));
+    return absl::OkStatus();
+  });
 }
 
 int bs_scheduler_finish_pass(bs_scheduler* scheduler) {
-  if (scheduler == nullptr) return InvalidArgument("bs_scheduler_finish_pass: NULL scheduler");
-  if (int code = Inherited(scheduler, "bs_scheduler_finish_pass")) return code;
-  return Guard([&] {
-    scheduler->scheduler->FinishPass();
+  return OnScheduler(scheduler, "bs_scheduler_finish_pass", [](bs_scheduler& s) {
+    s.scheduler->FinishPass();
     return absl::OkStatus();
   });
 }
 
 int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass_stats* out) {
-  if (scheduler == nullptr || out == nullptr) {
-    return InvalidArgument("bs_scheduler_last_pass: scheduler and out are needed");
-  }
-  if (int code = Inherited(scheduler, "bs_scheduler_last_pass")) return code;
-  absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
-  if (!pass.ok()) return Report(pass.status());
-  // ABI 1's stall_seconds has always been the thread's blocking time.
-  *out = bs_pass_stats{direction,
-                       absl::ToDoubleSeconds(pass->host_wait),
-                       absl::ToDoubleSeconds(pass->copy_time),
-                       pass->waits,
-                       pass->not_ready_waits,
-                       pass->self_heals,
-                       pass->loads,
-                       pass->rebinds};
-  return Report(absl::OkStatus());
+  return OnScheduler(
+      scheduler, "bs_scheduler_last_pass", [&](const bs_scheduler& s) -> absl::Status {
+        if (out == nullptr)
+          return absl::InvalidArgumentError("bs_scheduler_last_pass: out is NULL");
+        BLOCKSWAP_ASSIGN_OR_RETURN(blockswap::client::PassStats pass, LastPass(s, direction));
+        // ABI 1's stall_seconds has always been the thread's blocking time.
+        *out = bs_pass_stats{direction,
+                             absl::ToDoubleSeconds(pass.host_wait),
+                             absl::ToDoubleSeconds(pass.copy_time),
+                             pass.waits,
+                             pass.not_ready_waits,
+                             pass.self_heals,
+                             pass.loads,
+                             pass.rebinds};
+        return absl::OkStatus();
+      });
 }
 
 int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out) {
-  if (scheduler == nullptr || out == nullptr) {
-    return InvalidArgument("bs_scheduler_last_pass_v2: scheduler and out are needed");
-  }
-  if (int code = Inherited(scheduler, "bs_scheduler_last_pass_v2")) return code;
-  const uint32_t size = out->struct_size;
-  if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
-    return Report(absl::InvalidArgumentError(absl::StrCat(
-        "bs_scheduler_last_pass_v2: struct_size ", size,
-        " is too small (set it to sizeof(bs_pass_stats_v2), ", sizeof(bs_pass_stats_v2), ")")));
-  }
-  absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
-  if (!pass.ok()) return Report(pass.status());
-  const bs_pass_stats_v2 full{size,
-                              direction,
-                              absl::ToDoubleSeconds(pass->stall),
-                              absl::ToDoubleSeconds(pass->host_wait),
-                              absl::ToDoubleSeconds(pass->copy_time),
-                              pass->waits,
-                              pass->not_ready_waits,
-                              pass->self_heals,
-                              pass->loads,
-                              pass->rebinds};
-  std::memcpy(out, &full, std::min<size_t>(size, sizeof(full)));
-  return Report(absl::OkStatus());
+  return OnScheduler(
+      scheduler, "bs_scheduler_last_pass_v2", [&](const bs_scheduler& s) -> absl::Status {
+        if (out == nullptr)
+          return absl::InvalidArgumentError("bs_scheduler_last_pass_v2: out is NULL");
+        const uint32_t size = out->struct_size;
+        if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("bs_scheduler_last_pass_v2: struct_size ", size,
+                           " is too small (set it to sizeof(bs_pass_stats_v2), ",
+                           sizeof(bs_pass_stats_v2), ")"));
+        }
+        BLOCKSWAP_ASSIGN_OR_RETURN(blockswap::client::PassStats pass, LastPass(s, direction));
+        const bs_pass_stats_v2 full{size,
+                                    direction,
+                                    absl::ToDoubleSeconds(pass.stall),
+                                    absl::ToDoubleSeconds(pass.host_wait),
+                                    absl::ToDoubleSeconds(pass.copy_time),
+                                    pass.waits,
+                                    pass.not_ready_waits,
+                                    pass.self_heals,
+                                    pass.loads,
+                                    pass.rebinds};
+        std::memcpy(out, &full, std::min<size_t>(size, sizeof(full)));
+        return absl::OkStatus();
+      });
 }
 
 }  // extern "C"

@@ -156,6 +156,28 @@ absl::Status Connection::OpenSideChannel() {
   return absl::OkStatus();
 }
 
+void Connection::RecordModelHandle(absl::string_view session_token, absl::string_view model_id,
+                                   uint32_t handle) {
+  absl::MutexLock lock(&handles_mu_);
+  if (handles_session_ != session_token) {
+    handles_session_ = std::string(session_token);
+    model_handles_.clear();
+  }
+  model_handles_[std::string(model_id)] = handle;
+}
+
+absl::StatusOr<uint32_t> Connection::ModelHandle(absl::string_view session_token,
+                                                 absl::string_view model_id) const {
+  absl::MutexLock lock(&handles_mu_);
+  auto it = model_handles_.find(model_id);
+  if (handles_session_ != session_token || it == model_handles_.end()) {
+    return absl::NotFoundError(absl::StrCat("model ", model_id.substr(0, 80),
+                                            " is not open in the session (open it again after a "
+                                            "reconnection)"));
+  }
+  return it->second;
+}
+
 absl::Status Connection::Reconnect(absl::Duration timeout) {
   CloseLoadStream();
   side_channel_.reset();

@@ -62,6 +62,16 @@ class Connection {
   // RegisterFileRequest sent after this returns.
   absl::StatusOr<uint64_t> OfferFile(const UniqueFd& file);
 
+  // Records the handle session `session_token` gave model `model_id`
+  // (Model::FromReply). Only the newest session's handles are kept.
+  void RecordModelHandle(absl::string_view session_token, absl::string_view model_id,
+                         uint32_t handle);
+  // The handle of model `model_id` in session `session_token`, so that a
+  // model opened in an earlier session is named by the one it was reopened
+  // in; NOT_FOUND when it was not opened in that session.
+  absl::StatusOr<uint32_t> ModelHandle(absl::string_view session_token,
+                                       absl::string_view model_id) const;
+
   // Sends a load request on the session's Load stream (opened on first use).
   absl::Status SendLoad(v1::LoadRequest request);
   // Opens the Load stream if it is not open yet, without sending on it: a
@@ -162,6 +172,10 @@ class Connection {
   absl::Status load_stream_error_ ABSL_GUARDED_BY(load_mu_);
   std::atomic<bool> load_stream_ended_{false};
   std::thread load_reader_;
+
+  mutable absl::Mutex handles_mu_;
+  std::string handles_session_ ABSL_GUARDED_BY(handles_mu_);  // the token model_handles_ are of
+  std::map<std::string, uint32_t, std::less<>> model_handles_ ABSL_GUARDED_BY(handles_mu_);
 
   mutable absl::Mutex errors_mu_;
   std::map<uint64_t, absl::Status> ring_errors_ ABSL_GUARDED_BY(errors_mu_);

@@ -162,6 +162,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromReply(Connection& connection,
   model->id_ = reply.model_id();
   model->handle_ = reply.model_handle();
   model->session_token_ = connection.token();
+  connection.RecordModelHandle(model->session_token_, model->id_, model->handle_);
   BLOCKSWAP_ASSIGN_OR_RETURN(model->layout_, LayoutFromProto(reply.layout()));
   const size_t blocks = model->layout_.blocks.size();
   if (static_cast<size_t>(reply.block_masters_size()) != blocks ||

@@ -40,7 +40,7 @@ class Model {
   // The master bytes of a block (read-only).
   const std::byte* master(uint32_t block) const;
   // How the session that opened the model names it in request rings
-  // (0: the daemon gave no handle), and that session's token.
+  // and that session's token.
   uint32_t handle() const { return handle_; }
   const std::string& session_token() const { return session_token_; }
 

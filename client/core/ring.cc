@@ -49,9 +49,17 @@ absl::StatusOr<std::unique_ptr<RingImport>> Ring::Import(Connection& connection,
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              RingImport::Import(device, std::move(exported)));
-  // Loads will not open the Load stream: open it now, so that the daemon's
-  // loss still ends waits at once (Connection::Liveness).
-  if (ring->has_request_ring()) BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
+  if (transport == LoadTransport::kShm) {
+    if (!ring->has_request_ring()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("blockswapd gave ring ", ring->ring_id(),
+                       " no request ring, which BLOCKSWAP_LOAD_TRANSPORT=shm (the default) needs; "
+                       "BLOCKSWAP_LOAD_TRANSPORT=grpc sends loads on the gRPC Load stream"));
+    }
+    // Loads will not open the Load stream: open it now, so that the daemon's
+    // loss still ends waits at once (Connection::Liveness).
+    BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
+  }
   return ring;
 }
 
@@ -201,11 +209,19 @@ absl::Status Ring::Load(uint32_t slot, const Model& model, uint32_t block, Strea
   BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
   if (!generation.ok()) return Explain(generation.status());
-  // The fast path needs the model's handle in the ring's own session (a
-  // model opened in an earlier session keeps its id, not its handle).
-  if (ring_->has_request_ring() && model.handle() != 0 && model.session_token() == ring_session_) {
+  if (transport_ == LoadTransport::kShm) {
+    // A request names the model by its handle in the ring's session: a
+    // model opened in an earlier session (before a reconnection) by the
+    // handle of its reopening.
+    uint32_t handle = model.handle();
+    if (model.session_token() != ring_session_) {
+      absl::StatusOr<uint32_t> reopened = connection_.ModelHandle(ring_session_, model.id());
+      if (!reopened.ok())
+        return Annotate(reopened.status(), absl::StrCat("loading into ring ", id_));
+      handle = *reopened;
+    }
     BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(ring_->client_control(), ring_->control())
-                                  .Push({slot, *generation, model.handle(), block}));
+                                  .Push({slot, *generation, handle, block}));
     ring_->doorbell()->Ring();
     return absl::OkStatus();
   }

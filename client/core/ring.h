@@ -23,9 +23,9 @@
 namespace blockswap::client {
 
 // How Ring::Load sends its requests: the ring's shared-memory request ring
-// and the device's doorbell (the fast path, where the daemon granted one),
-// or LoadRequests on the session's gRPC Load stream (the reference
-// transport). BLOCKSWAP_LOAD_TRANSPORT=grpc|shm chooses; shm by default.
+// and the device's doorbell (the fast path), or LoadRequests on the
+// session's gRPC Load stream (the reference transport).
+// BLOCKSWAP_LOAD_TRANSPORT=grpc|shm chooses, and only it; shm by default.
 enum class LoadTransport { kGrpc, kShm };
 // The transport the environment asks for; INVALID_ARGUMENT for a value
 // other than grpc or shm.

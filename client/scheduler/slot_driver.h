@@ -1,8 +1,8 @@
 // SlotDriver: what the StreamScheduler asks of a ring, and nothing more. The
 // scheduler decides which block goes into which slot and when; a driver
 // carries the decisions out: over a client::Ring on the caller's compute
-// stream (the daemon copies), or over nothing at all (RecordingSlotDriver in
-// stream_scheduler.h, for `blockswapctl plan` and tests).
+// stream (the daemon copies), or over nothing at all (RecordingSlotDriver,
+// recording_slot_driver.h, for `blockswapctl plan` and tests).
 //
 // Block numbers. A `block` given to the driver is the index of the
 // transformer block in the integration's block list (0..N-1, the same index

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/scheduler/recording_slot_driver.h"
 
 namespace blockswap::client {
 namespace {

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {

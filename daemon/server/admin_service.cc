@@ -6,7 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/session/model_visibility.h"
 #include "shared/protocol/grpc_status.h"
 

@@ -20,8 +20,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "shared/protocol/side_channel_wire.h"
+#include "daemon/server/socket_file.h"
 #include "shared/base/status.h"
+#include "shared/protocol/side_channel_wire.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -55,35 +56,6 @@ bool CouldBe(absl::string_view seen, absl::string_view prefix) {
   return seen.substr(0, n) == prefix.substr(0, n);
 }
 
-std::string DirectoryOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// An existing socket file: stale (nobody accepts on it) is removed, live is
-// refused.
-absl::Status RemoveStaleSocket(const std::string& path, const sockaddr_un& address) {
-  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!probe) return ErrnoStatus(errno, "creating a socket to probe " + path);
-  int rc = ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
-  // EAGAIN: a listener whose backlog is full, which is still a listener.
-  if (rc == 0 || errno == EAGAIN || errno == EINPROGRESS) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("another blockswapd is listening on ", path,
-                     "; stop it first or give this one another socket path"));
-  }
-  if (errno == ENOENT) return absl::OkStatus();  // removed meanwhile
-  if (errno != ECONNREFUSED) {
-    return ErrnoStatus(errno, absl::StrCat("probing the existing socket ", path));
-  }
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return ErrnoStatus(errno, absl::StrCat("removing the stale socket ", path));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Listener>> Listener::Start(ListenerOptions options,
@@ -109,70 +81,20 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Start(ListenerOptions option
 
 absl::Status Listener::CreateSocket() {
   const std::string& path = options_.socket_path;
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path \"", path, "\" is ", path.size(),
-                                                   " bytes; a unix socket path must be 1..",
-                                                   sizeof(address.sun_path) - 1));
-  }
-  std::memcpy(address.sun_path, path.data(), path.size());
-
-  std::string directory = DirectoryOf(path);
-  struct stat info;
-  if (::stat(directory.c_str(), &info) != 0) {
-    return Annotate(ErrnoStatus(errno, directory),
-                    absl::StrCat("the directory of socket path ", path, " must exist"));
-  }
-  if (!S_ISDIR(info.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(directory, " (the directory of socket path ", path, ") is not a directory"));
-  }
-  if (::lstat(path.c_str(), &info) == 0) {
-    if (!S_ISSOCK(info.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
-    }
-    BLOCKSWAP_RETURN_IF_ERROR(RemoveStaleSocket(path, address));
-  } else if (errno != ENOENT) {
-    return ErrnoStatus(errno, absl::StrCat("checking socket path ", path));
-  }
-
-  UniqueFd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!socket) return ErrnoStatus(errno, "creating the daemon's socket");
-  if (::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    if (errno == EADDRINUSE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path,
-          " was created by someone else while this blockswapd was replacing it (another "
-          "daemon starting at the same time?)"));
-    }
-    return ErrnoStatus(errno, absl::StrCat("binding the daemon's socket to ", path));
-  }
-  if (::stat(path.c_str(), &info) != 0) {
-    int error = errno;
-    ::unlink(path.c_str());
-    return ErrnoStatus(error, absl::StrCat("checking the new socket ", path));
-  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(const sockaddr_un address, UnixSocketAddress(path));
+  BLOCKSWAP_RETURN_IF_ERROR(ClearSocketPath(path, address));
+  BLOCKSWAP_ASSIGN_OR_RETURN(BoundSocket bound, BindSocket(path, address));
   // From here on CloseListeningSocket (the destructor's) unlinks the file.
-  socket_inode_ = info.st_ino;
-  socket_device_ = info.st_dev;
-  listen_socket_ = std::move(socket);
-  if (options_.group != ListenerOptions::kKeepGroup) {
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), options_.group) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("giving ", path, " to group ", options_.group));
-    }
-    info.st_gid = options_.group;
-  }
-  options_.policy.ResolveSocketGroup(info.st_gid);
-
-  // Until chmod the file has the umask's mode; a peer that connects in that
-  // window still meets the access policy, which is the real gate.
-  if (::chmod(path.c_str(), options_.mode) != 0) {
-    char mode[16];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(options_.mode));
-    return ErrnoStatus(errno, absl::StrCat("setting mode ", mode, " on ", path));
-  }
+  socket_inode_ = bound.file.st_ino;
+  socket_device_ = bound.file.st_dev;
+  listen_socket_ = std::move(bound.socket);
+  BLOCKSWAP_ASSIGN_OR_RETURN(const gid_t group,
+                             SetSocketAccess(path,
+                                             options_.group == ListenerOptions::kKeepGroup
+                                                 ? std::nullopt
+                                                 : std::optional<gid_t>(options_.group),
+                                             bound.file.st_gid, options_.mode));
+  options_.policy.ResolveSocketGroup(group);
   if (::listen(listen_socket_.get(), SOMAXCONN) != 0) {
     return ErrnoStatus(errno, absl::StrCat("listening on ", path));
   }

@@ -41,7 +41,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/os/refusal_log.h"
+#include "daemon/runtime/refusal_log.h"
 #include "daemon/server/access_policy.h"
 #include "daemon/server/peer_registry.h"
 #include "daemon/session/peer.h"

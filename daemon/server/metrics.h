@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "daemon/device/device_worker.h"
-#include "daemon/os/process_stats.h"
+#include "daemon/runtime/process_stats.h"
 #include "daemon/server/daemon_view.h"
 #include "daemon/session/quota.h"
 

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/budget/master_limits.h"
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/session/file_offers.h"
 #include "daemon/session/random_token.h"
 #include "shared/base/message_text.h"

@@ -449,13 +449,50 @@ class ModelStore {
                                  const std::string& temp) const;
   // Writes the manifest and renames it into place (the commit point).
   absl::Status CommitManifest(const Model& model) const;
-  // The registration of a model whose layout and block hashes are known:
-  // returns the sealed one of its id (adding its registrants), or claims its
-  // blocks, makes room for and charges the missing ones (unless `charged`:
-  // a draft did), writes them with `write`, seals them, commits the manifest
-  // and publishes the model.
-  absl::StatusOr<RegisterResult> RegisterHashed(std::unique_ptr<Model> model, bool charged,
-                                                const BlockWriter& write);
+  // A registration of a model whose layout and block hashes are known, from
+  // its claim to its publication (Register for an upload, CommitDraft).
+  struct PendingRegistration {
+    std::string id;
+    uid_t uid = 0;                 // its one registrant's: charged every distinct block
+    std::vector<std::string> ids;  // the block id of each position
+    std::vector<uint64_t> bytes;   // the bytes of each position's block
+    std::vector<BlockRef> refs;    // its distinct blocks
+    BlockClaim claim;
+    // Of reserved_bytes_ and reserved_blocks_, returned when it ends (an
+    // upload's; a draft holds its own reservation).
+    uint64_t reserved = 0;
+    uint64_t reserved_blocks = 0;
+  };
+  // Sets `model`'s id (from its layout and block hashes) and describes its
+  // registration.
+  static PendingRegistration PendingFor(Model& model);
+  // After the uid's limits allow it: the sealed model of pending.id, waiting
+  // for a registration of it in progress; or nullptr, with the id and the
+  // blocks the store does not hold claimed (ClaimBlocksLocked).
+  absl::StatusOr<std::shared_ptr<const Model>> ClaimLocked(PendingRegistration& pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An upload's room (a draft reserved its own at BeginDraft): evicts until
+  // the claimed blocks fit, charges each to the memory budget (into
+  // `memory`, by block id) and reserves them. On error the claim is dropped.
+  absl::Status ReserveClaimedLocked(PendingRegistration& pending, absl::string_view name,
+                                    std::map<std::string, Reservation, std::less<>>& memory)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds what `pending` reserved and charges its uid, before any block is
+  // written, so that concurrent registrations of one uid cannot together
+  // pass its limits.
+  void HoldClaimLocked(const PendingRegistration& pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a claim that registered nothing: its id and blocks are released.
+  void DropClaimLocked(const PendingRegistration& pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The result of registering `model` when `existing` holds its content:
+  // its registrants are added to `existing`'s.
+  absl::StatusOr<RegisterResult> AddToExisting(std::shared_ptr<const Model> existing,
+                                               const Model& model);
+  // Writes the claimed blocks with `write`, seals them, commits the manifest
+  // and publishes the model. On failure the blocks written go again and the
+  // claim is dropped.
+  absl::StatusOr<RegisterResult> WriteAndPublish(std::unique_ptr<Model> model,
+                                                 PendingRegistration pending,
+                                                 const BlockWriter& write);
   // Pins or stages a new block (MasterPinning): an error only under "always".
   absl::Status Pin(BlockMaster& block) const;
   // One log line for the `blocks` just added to `model` that the device

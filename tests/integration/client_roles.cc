@@ -22,6 +22,7 @@
 #include "client/core/connection.h"
 #include "client/core/model.h"
 #include "client/core/ring.h"
+#include "client/core/session_recovery.h"
 #include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "tests/support/become_user.h"
@@ -98,7 +99,28 @@ struct Setup {
   std::unique_ptr<client::Ring> ring;
   std::vector<std::vector<uint8_t>> data;
   std::vector<std::vector<std::byte>> expected;
+  // With --reopen: a model registered before the streamed one, so that the
+  // streamed one's handle differs from the one it gets when it is opened
+  // again alone in a new session.
+  std::unique_ptr<client::Model> other;
 };
+
+// --reopen: waits for the daemon's loss (the test kills and restarts it),
+// then brings the session back as a trainer's recovery does: the ring is
+// re-created in the new session and the role's model reopened there, while
+// the role keeps loading the model it opened in the first session.
+absl::Status RideOutARestart(Setup& setup, const RoleReport& report) {
+  // The Load stream's end is how the loss is heard, whichever transport
+  // loads will take.
+  BLOCKSWAP_RETURN_IF_ERROR(setup.connection->OpenLoadStreamIfClosed());
+  report.Add("ready", "1");
+  for (absl::Time until = absl::Now() + absl::Seconds(60); setup.connection->Liveness().ok();) {
+    if (absl::Now() > until) return absl::DeadlineExceededError("the daemon was not lost in 60 s");
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  client::SessionRecovery recovery(*setup.connection, *setup.model, *setup.ring);
+  return recovery.Recover(setup.connection->Liveness());
+}
 
 absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report) {
   // --as-uid=N: a trainer of another user than the daemon's, as under the
@@ -114,6 +136,12 @@ absl::StatusOr<Setup> Prepare(const KeyValueArgs& args, const RoleReport& report
   if (!connection.ok()) return connection.status();
   setup.connection = *std::move(connection);
   setup.data = ModelTensorData(seed, blocks, elements);
+  if (args.Int("reopen", 0) != 0) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        setup.other,
+        client::Model::Register(*setup.connection, "other",
+                                ModelUploads(ModelTensorData(seed + 1, blocks, elements), blocks)));
+  }
   absl::StatusOr<std::unique_ptr<client::Model>> model =
       args.Str("model-id").empty() ? client::Model::Register(*setup.connection, "integration",
                                                              ModelUploads(setup.data, blocks))
@@ -148,6 +176,9 @@ int RunStream(const std::vector<std::string>& argv) {
   const RoleReport report(args.Str("report"));
   absl::StatusOr<Setup> setup = Prepare(args, report);
   if (!setup.ok()) return Exit(setup.status(), report);
+  if (args.Int("reopen", 0) != 0) {
+    if (absl::Status back = RideOutARestart(*setup, report); !back.ok()) return Exit(back, report);
+  }
   client::Ring& ring = *setup->ring;
   const int64_t passes = args.Int("passes", 3);
   const absl::Duration timeout = absl::Milliseconds(args.Int("wait-timeout-ms", 10000));
@@ -207,6 +238,9 @@ int RunStream(const std::vector<std::string>& argv) {
   if (!stalls.ok()) return Exit(stalls.status(), report);
   report.Add("timed_waits", absl::StrCat(stalls->size()));
   report.Add("loads", absl::StrCat(total));
+  // Of them, those sent through the ring's shared-memory request ring.
+  report.Add("ring_requests",
+             absl::StrCat(ring.shared_ring_for_testing().client_control().request_tail.load()));
   report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
   report.Add("wrong", absl::StrCat(wrong.load()));
   if (wrong.load() > 0) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -18,14 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/core/connection.h"
+#include "client/core/model.h"
 #include "shared/protocol/load_protocol.h"
 #include "tests/integration/client_roles.h"
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/safetensors_writer.h"
-#include "client/core/connection.h"
-#include "client/core/model.h"
 
 namespace blockswap::testing {
 namespace {
@@ -381,6 +381,27 @@ TEST_F(DaemonClientTest, RestartedDaemonAdoptsSealedModels) {
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).model_id(), model);
   EXPECT_EQ(CountShm(".manifest"), 1);
+}
+
+// A model opened in an earlier session (before its daemon was killed and
+// restarted) is loaded over the transport BLOCKSWAP_LOAD_TRANSPORT chose, as
+// any other: through the request ring by default, by its handle in the
+// ring's new session (not the old one, which names nothing there).
+TEST_F(DaemonClientTest, AModelOpenedInAnEarlierSessionLoadsOverTheChosenTransport) {
+  StartDaemon();
+  ChildProcess trainer = Spawn("stream", "reopened", {"--passes=5", "--blocks=4", "--reopen=1"});
+  ASSERT_TRUE(AwaitReport("reopened", "ready"));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  StartDaemon();
+  auto code = trainer.Wait(absl::Seconds(120));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, kClientOk) << FirstValue(ReadRoleReport(ReportPath("reopened")), "error");
+  const ReportLines report = ReadRoleReport(ReportPath("reopened"));
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
+  const char* transport = std::getenv("BLOCKSWAP_LOAD_TRANSPORT");
+  const bool grpc = transport != nullptr && std::string(transport) == "grpc";
+  EXPECT_EQ(FirstValue(report, "ring_requests"), grpc ? "0" : FirstValue(report, "loads"))
+      << "loads through the request ring (the rest went over the gRPC Load stream)";
 }
 
 // A copy waits for its slot's free[s] when the client asks for the slot

@@ -37,7 +37,7 @@ cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBLOCKSWAP_SANITIZE=thread \
   -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF >/dev/null || exit 1
 unit_tests=(shared_base_test shared_os_test shared_backend_test shared_protocol_test
-            daemon_os_test daemon_store_test daemon_device_test daemon_session_test
+            daemon_runtime_test daemon_store_test daemon_device_test daemon_session_test
             daemon_server_test daemon_test)
 cmake --build "${build}" -j "$(nproc)" --target \
   "${unit_tests[@]}" daemon_client_test blockswapd blockswap_abi_client || exit 1

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 absl::StatusOr<bool> AdminCaller::Serving() {
   grpc::GenericStub stub(channel_);
@@ -37,4 +37,4 @@ absl::StatusOr<bool> AdminCaller::Serving() {
   return bytes == std::string(kServing, 2);
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

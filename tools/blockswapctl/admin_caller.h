@@ -20,7 +20,7 @@
 #include "shared/protocol/grpc_status.h"
 #include "tools/blockswapctl/admin_format.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
@@ -96,6 +96,6 @@ int Report(const Options& options, const std::string& command,
   return 0;
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_ADMIN_CALLER_H_

@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 using nlohmann::json;
@@ -642,4 +642,4 @@ std::string DumpJsonLine(const json& document) {
   return document.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

@@ -21,7 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "blockswap/v1/blockswap.pb.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 // --- Human units -------------------------------------------------------------
 
@@ -121,6 +121,6 @@ std::string DumpJson(const nlohmann::json& document);
 // stream (`--json stats --watch` into a pipe).
 std::string DumpJsonLine(const nlohmann::json& document);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_ADMIN_FORMAT_H_

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_split.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 // The test binaries link GoogleTest without gmock; this stands in for
@@ -674,4 +674,4 @@ TEST(StatsWatchText, FitsANarrowTerminal) {
 }
 
 }  // namespace
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

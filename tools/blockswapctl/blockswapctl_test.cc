@@ -32,7 +32,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/safetensors_writer.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 using ::blockswap::testing::BinaryDirectory;
@@ -399,23 +399,23 @@ TEST_F(BlockswapctlTest, AnIdleDaemonHasNoClientsModelsOrRings) {
 // A real session (this process, through the client library) with a model, a
 // ring holding one loaded block, and a reported pass: every command shows it.
 TEST_F(BlockswapctlTest, ShowsAnAttachedClientItsModelRingAndStatistics) {
-  absl::StatusOr<std::unique_ptr<Connection>> connection =
-      Connection::Connect(socket_path_, "ctl-test-client");
+  absl::StatusOr<std::unique_ptr<client::Connection>> connection =
+      client::Connection::Connect(socket_path_, "ctl-test-client");
   ASSERT_TRUE(connection.ok()) << connection.status();
 
   constexpr uint64_t kElements = 256;  // F32: 1 KiB per block
   std::vector<float> weights[2] = {std::vector<float>(kElements, 1.0f),
                                    std::vector<float>(kElements, 2.0f)};
-  std::vector<std::vector<TensorUpload>> blocks;
+  std::vector<std::vector<client::TensorUpload>> blocks;
   for (const auto& block : weights) {
-    blocks.push_back({TensorUpload{.spec = {.name = "w", .dtype = "F32", .shape = {kElements}},
-                                   .data = block.data()}});
+    blocks.push_back({client::TensorUpload{
+        .spec = {.name = "w", .dtype = "F32", .shape = {kElements}}, .data = block.data()}});
   }
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Register(**connection, "ctl-test-model", blocks);
+  absl::StatusOr<std::unique_ptr<client::Model>> model =
+      client::Model::Register(**connection, "ctl-test-model", blocks);
   ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<std::unique_ptr<Ring>> ring =
-      Ring::Create(**connection, "HOST-0", /*slot_count=*/2, /*slot_bytes=*/kElements * 4);
+  absl::StatusOr<std::unique_ptr<client::Ring>> ring =
+      client::Ring::Create(**connection, "HOST-0", /*slot_count=*/2, /*slot_bytes=*/kElements * 4);
   ASSERT_TRUE(ring.ok()) << ring.status();
   ASSERT_TRUE((*ring)->Load(0, **model, /*block=*/1, /*native_stream=*/nullptr).ok());
   absl::Status loaded = (*ring)->Wait(0, nullptr, absl::Seconds(10));
@@ -432,7 +432,7 @@ TEST_F(BlockswapctlTest, ShowsAnAttachedClientItsModelRingAndStatistics) {
   pass->set_self_heals(1);
   pass->set_loads(1);
   v1::ReportStatsReply reported;
-  auto context = Connection::Context();
+  auto context = client::Connection::Context();
   grpc::Status sent = (*connection)->stub().ReportStats(context.get(), report, &reported);
   ASSERT_TRUE(sent.ok()) << sent.error_message();
 
@@ -534,22 +534,23 @@ TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
 
   // A client uploads the same blocks (the weights, packed in the layout's
   // order): the same model, nothing copied (it opens the model by its id).
-  absl::StatusOr<std::unique_ptr<Connection>> connection =
-      Connection::Connect(socket_path_, "uploader");
+  absl::StatusOr<std::unique_ptr<client::Connection>> connection =
+      client::Connection::Connect(socket_path_, "uploader");
   ASSERT_TRUE(connection.ok()) << connection.status();
   std::vector<std::string> bytes;
-  std::vector<std::vector<TensorUpload>> blocks(4);
+  std::vector<std::vector<client::TensorUpload>> blocks(4);
   bytes.reserve(8);
   for (int b = 0; b < 4; ++b) {
     for (int w = 0; w < 2; ++w) {
       std::string full = absl::StrCat("transformer_blocks.", b, ".attn.w", w, ".weight");
       bytes.push_back(blockswap::testing::TensorContent(full, 16 * 64 * 4, kFileSeed));
-      blocks[b].push_back(TensorUpload{
+      blocks[b].push_back(client::TensorUpload{
           .spec = {.name = absl::StrCat("attn.w", w, ".weight"), .dtype = "F32", .shape = {16, 64}},
           .data = bytes.back().data()});
     }
   }
-  absl::StatusOr<std::unique_ptr<Model>> uploaded = Model::Register(**connection, "upload", blocks);
+  absl::StatusOr<std::unique_ptr<client::Model>> uploaded =
+      client::Model::Register(**connection, "upload", blocks);
   ASSERT_TRUE(uploaded.ok()) << uploaded.status();
   EXPECT_EQ((*uploaded)->id(), id);
 
@@ -691,4 +692,4 @@ TEST_F(BlockswapctlTest, RegisterNamesWhatIsWrongWithTheFile) {
 }
 
 }  // namespace
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

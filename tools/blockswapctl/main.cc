@@ -61,7 +61,7 @@
 #include "tools/blockswapctl/plan_command.h"
 #include "tools/blockswapctl/trace_command.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 // Columns of the terminal on stdout: its window size, else $COLUMNS, else 80.
@@ -181,12 +181,14 @@ int Health(const Options& options) {
 // answering, the user's private daemon where one runs (blockswapctl never
 // starts one: it looks at what is there).
 std::string InspectedSocket(const std::string& given) {
-  const ResolvedSocket resolved = ResolveSocket(given);
-  if (resolved.source != SocketSource::kSystemDefault || !AutostartEnabled()) return resolved.path;
-  absl::StatusOr<bool> system = SocketAnswers(resolved.path);
-  absl::StatusOr<PrivateDaemonOptions> private_daemon = PrivateDaemonOptionsFromEnvironment();
+  const client::ResolvedSocket resolved = client::ResolveSocket(given);
+  if (resolved.source != client::SocketSource::kSystemDefault || !client::AutostartEnabled())
+    return resolved.path;
+  absl::StatusOr<bool> system = client::SocketAnswers(resolved.path);
+  absl::StatusOr<client::PrivateDaemonOptions> private_daemon =
+      client::PrivateDaemonOptionsFromEnvironment();
   if (!system.ok() || *system || !private_daemon.ok()) return resolved.path;
-  absl::StatusOr<bool> answers = SocketAnswers(private_daemon->socket_path());
+  absl::StatusOr<bool> answers = client::SocketAnswers(private_daemon->socket_path());
   return answers.ok() && *answers ? private_daemon->socket_path() : resolved.path;
 }
 
@@ -195,10 +197,11 @@ int Main(int argc, char** argv) {
   CLI::App app{"blockswapctl: status, clients, models, residency and statistics of blockswapd",
                "blockswapctl"};
   app.set_version_flag("--version", blockswap::VersionText("blockswapctl", blockswap::ThisBuild()));
-  app.add_option("--socket", options.socket_path,
-                 absl::StrCat("blockswapd's control socket (default: $", kSocketEnvironmentVariable,
-                              " if set, else ", kDefaultSocketPath,
-                              ", else the user's private blockswapd if one runs)"));
+  app.add_option(
+      "--socket", options.socket_path,
+      absl::StrCat("blockswapd's control socket (default: $", client::kSocketEnvironmentVariable,
+                   " if set, else ", client::kDefaultSocketPath,
+                   ", else the user's private blockswapd if one runs)"));
   app.add_flag("--json", options.json, "print one JSON document instead of tables");
   app.add_option("--timeout", options.timeout_seconds, "seconds each call may take")
       ->check(CLI::PositiveNumber)
@@ -225,7 +228,7 @@ int Main(int argc, char** argv) {
       ->add_option("COMMAND", help_topic, "the command to explain");
   std::string file;
   std::string model_id;
-  FileRegistrationOptions registration;
+  client::FileRegistrationOptions registration;
   CLI::App* register_command = app.add_subcommand(
       "register", "register a model from a safetensors file (or *.index.json); prints its id");
   register_command->add_option("FILE", file, "the .safetensors file or index JSON")->required();
@@ -317,6 +320,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
-int main(int argc, char** argv) { return blockswap::client::Main(argc, argv); }
+int main(int argc, char** argv) { return blockswap::ctl::Main(argc, argv); }

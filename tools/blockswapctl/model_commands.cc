@@ -7,7 +7,7 @@
 #include "client/core/connection.h"
 #include "tools/blockswapctl/model_id_prefix.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 // A whole id as given; a prefix expanded against the daemon's models. On
@@ -36,17 +36,17 @@ std::optional<std::string> ResolveModelId(AdminCaller& caller, const Options& op
 // daemon (which reads only what its client can), then detaches; the model
 // stays registered, unreferenced, until its room is needed or it is evicted.
 int Register(const Options& options, const std::string& file,
-             const FileRegistrationOptions& registration) {
+             const client::FileRegistrationOptions& registration) {
   auto fail = [&](const absl::Status& status) {
     std::cerr << "blockswapctl: register: " << DescribeCallFailure(options.socket_path, status)
               << "\n";
     return kExitFailure;
   };
-  auto connection = Connection::Connect(options.socket_path, "blockswapctl register");
+  auto connection = client::Connection::Connect(options.socket_path, "blockswapctl register");
   if (!connection.ok()) return fail(connection.status());
-  auto registered = RegisterFile(**connection, file, registration);
+  auto registered = client::RegisterFile(**connection, file, registration);
   if (!registered.ok()) return fail(registered.status());
-  const Model& model = *registered->model;
+  const client::Model& model = *registered->model;
   uint64_t bytes = 0;
   for (const BlockSpec& block : model.layout().blocks) bytes += block.bytes;
   if (options.json) {
@@ -106,4 +106,4 @@ int Evict(const Options& options, const std::string& id_or_prefix) {
   return 0;
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

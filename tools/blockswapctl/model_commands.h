@@ -9,14 +9,14 @@
 #include "client/core/file_model.h"
 #include "tools/blockswapctl/admin_caller.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 int Register(const Options& options, const std::string& file,
-             const FileRegistrationOptions& registration);
+             const client::FileRegistrationOptions& registration);
 // `id_or_prefix`: a whole model id, or a prefix of exactly one registered id.
 int Verify(const Options& options, const std::string& id_or_prefix);
 int Evict(const Options& options, const std::string& id_or_prefix);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_MODEL_COMMANDS_H_

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 // An ambiguous prefix names at most this many candidates (a prefix of one
@@ -60,4 +60,4 @@ absl::StatusOr<std::string> ExpandModelIdPrefix(absl::string_view prefix,
                    " models; give more digits: ", absl::StrJoin(named, ", ")));
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "blockswap/v1/blockswap.pb.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 inline constexpr size_t kModelIdDigits = 64;  // SHA-256, in hex
 
@@ -24,6 +24,6 @@ bool IsFullModelId(absl::string_view text);
 absl::StatusOr<std::string> ExpandModelIdPrefix(absl::string_view prefix,
                                                 const v1::ModelsReply& models);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_MODEL_ID_PREFIX_H_

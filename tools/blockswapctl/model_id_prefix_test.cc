@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 const std::string kFirst = "ab12" + std::string(60, '0');
@@ -72,4 +72,4 @@ TEST(IsFullModelIdTest, OnlySixtyFourHexDigits) {
 }
 
 }  // namespace
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

@@ -9,9 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/scheduler/recording_slot_driver.h"
 #include "client/scheduler/stream_scheduler.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 enum class PlanStep { kPrepare, kForward, kBackward, kTrain, kInfer };
@@ -82,18 +83,19 @@ int Plan(const Options& options, const PlanOptions& plan) {
   }
   // The ring is clamped to S, and the driver must serve every slot the
   // scheduler may use, so size it from the same placement.
-  absl::StatusOr<Placement> placement = PlaceBlocks(plan.blocks, plan.swap, plan.ring);
+  absl::StatusOr<client::Placement> placement =
+      client::PlaceBlocks(plan.blocks, plan.swap, plan.ring);
   if (!placement.ok()) {
     std::cerr << "blockswapctl: plan: " << placement.status().message() << "\n";
     return kExitUsage;
   }
 
   PlanCounts pass;
-  RecordingSlotDriver driver(placement->ring_slots);
-  SchedulerCallbacks callbacks;
-  callbacks.on_bind = [&](const SlotEvent& event) {
+  client::RecordingSlotDriver driver(placement->ring_slots);
+  client::SchedulerCallbacks callbacks;
+  callbacks.on_bind = [&](const client::SlotEvent& event) {
     if (plan.trace) std::cout << TraceLine(event) << "\n";
-    if (event.action == SlotEvent::Action::kRebind) {
+    if (event.action == client::SlotEvent::Action::kRebind) {
       ++pass.rebinds;
     } else {
       ++pass.loads;
@@ -101,14 +103,15 @@ int Plan(const Options& options, const PlanOptions& plan) {
     }
   };
   // As in the reference, a script starts in training mode.
-  absl::StatusOr<std::unique_ptr<StreamScheduler>> scheduler = StreamScheduler::Create(
-      {.num_blocks = plan.blocks, .blocks_to_swap = plan.swap, .ring_size = plan.ring}, driver,
-      std::move(callbacks));
+  absl::StatusOr<std::unique_ptr<client::StreamScheduler>> scheduler =
+      client::StreamScheduler::Create(
+          {.num_blocks = plan.blocks, .blocks_to_swap = plan.swap, .ring_size = plan.ring}, driver,
+          std::move(callbacks));
   if (!scheduler.ok()) {
     std::cerr << "blockswapctl: plan: " << scheduler.status().message() << "\n";
     return kExitUsage;
   }
-  StreamScheduler& s = **scheduler;
+  client::StreamScheduler& s = **scheduler;
   std::cout << "placement streaming=[" << absl::StrJoin(placement->streaming, ",") << "] resident=["
             << absl::StrJoin(placement->resident, ",") << "] ring=" << placement->ring_slots
             << "\n";
@@ -168,4 +171,4 @@ int Plan(const Options& options, const PlanOptions& plan) {
   return 0;
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

@@ -8,7 +8,7 @@
 
 #include "tools/blockswapctl/admin_caller.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 struct PlanOptions {
   uint32_t blocks = 0;
@@ -27,6 +27,6 @@ struct PlanOptions {
 // and the backward after it.
 int Plan(const Options& options, const PlanOptions& plan);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_PLAN_COMMAND_H_

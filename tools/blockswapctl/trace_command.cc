@@ -20,7 +20,7 @@
 #include "shared/protocol/trace_log.h"
 #include "tools/blockswapctl/trace_json.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 // The PNG drawing script: share/blockswap/trace_png.py beside bin/ — the
@@ -146,4 +146,4 @@ int Trace(const Options& options, const TraceOptions& trace) {
   return 0;
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

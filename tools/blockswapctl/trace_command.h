@@ -8,7 +8,7 @@
 
 #include "tools/blockswapctl/admin_caller.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 struct TraceOptions {
   double seconds = 5;
@@ -18,6 +18,6 @@ struct TraceOptions {
 
 int Trace(const Options& options, const TraceOptions& trace);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_TRACE_COMMAND_H_

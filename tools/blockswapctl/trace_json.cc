@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "shared/protocol/trace_log.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 using json = nlohmann::json;
@@ -223,4 +223,4 @@ std::string TraceLossReport(const v1::TraceReply& reply) {
   return out;
 }
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

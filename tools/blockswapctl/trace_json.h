@@ -30,7 +30,7 @@
 
 #include "blockswap/v1/blockswap.pb.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 
 // The trace document. `since_ns` is the window's start (0: none); events
 // before it are left out, and so are spans whose other end is missing (the
@@ -41,6 +41,6 @@ nlohmann::json TraceToChromeJson(const v1::TraceReply& reply, uint64_t since_ns)
 // or whose entries the daemon refused; empty when nothing was lost.
 std::string TraceLossReport(const v1::TraceReply& reply);
 
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl
 
 #endif  // BLOCKSWAP_TOOLS_BLOCKSWAPCTL_TRACE_JSON_H_

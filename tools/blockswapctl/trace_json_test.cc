@@ -8,7 +8,7 @@
 
 #include "shared/protocol/trace_log.h"
 
-namespace blockswap::client {
+namespace blockswap::ctl {
 namespace {
 
 using json = nlohmann::json;
@@ -210,4 +210,4 @@ TEST(TraceJson, LossReportNamesEachSourceThatLostEvents) {
 }
 
 }  // namespace
-}  // namespace blockswap::client
+}  // namespace blockswap::ctl

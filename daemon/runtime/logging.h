@@ -4,8 +4,8 @@
 // syslog priority ("<3>" error ... "<7>" debug, sd-daemon(3)), so journald
 // records the level; elsewhere lines read "blockswapd: [warning] ...". The
 // level is process-wide and may change while threads log (SIGHUP reload).
-#ifndef BLOCKSWAP_DAEMON_OS_LOGGING_H_
-#define BLOCKSWAP_DAEMON_OS_LOGGING_H_
+#ifndef BLOCKSWAP_DAEMON_RUNTIME_LOGGING_H_
+#define BLOCKSWAP_DAEMON_RUNTIME_LOGGING_H_
 
 #include <string>
 
@@ -35,4 +35,4 @@ void Log(LogLevel level, absl::string_view message);
 
 }  // namespace blockswap::daemon
 
-#endif  // BLOCKSWAP_DAEMON_OS_LOGGING_H_
+#endif  // BLOCKSWAP_DAEMON_RUNTIME_LOGGING_H_

@@ -1,4 +1,4 @@
-#include "daemon/os/refusal_log.h"
+#include "daemon/runtime/refusal_log.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "daemon/os/logging.h"
+#include "daemon/runtime/logging.h"
 
 #include <unistd.h>
 

@@ -2,8 +2,8 @@
 // process collector names it (process_resident_memory_bytes, ...), read from
 // /proc/self so that an operator sees the daemon's memory, CPU and
 // descriptors beside its own metrics without a node exporter.
-#ifndef BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_
-#define BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_
+#ifndef BLOCKSWAP_DAEMON_RUNTIME_PROCESS_STATS_H_
+#define BLOCKSWAP_DAEMON_RUNTIME_PROCESS_STATS_H_
 
 #include <cstdint>
 
@@ -26,4 +26,4 @@ absl::StatusOr<ProcessStats> ReadProcessStats();
 
 }  // namespace blockswap::daemon
 
-#endif  // BLOCKSWAP_DAEMON_OS_PROCESS_STATS_H_
+#endif  // BLOCKSWAP_DAEMON_RUNTIME_PROCESS_STATS_H_

@@ -1,4 +1,4 @@
-#include "daemon/os/process_stats.h"
+#include "daemon/runtime/process_stats.h"
 
 #include <dirent.h>
 #include <sys/resource.h>

@@ -1,4 +1,4 @@
-#include "daemon/os/notify.h"
+#include "daemon/runtime/notify.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

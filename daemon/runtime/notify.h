@@ -3,8 +3,8 @@
 // socket named by $NOTIFY_SOCKET (a path, or "@name" for the abstract
 // namespace). Without $NOTIFY_SOCKET (not started by systemd with
 // Type=notify) every call is a no-op.
-#ifndef BLOCKSWAP_DAEMON_OS_NOTIFY_H_
-#define BLOCKSWAP_DAEMON_OS_NOTIFY_H_
+#ifndef BLOCKSWAP_DAEMON_RUNTIME_NOTIFY_H_
+#define BLOCKSWAP_DAEMON_RUNTIME_NOTIFY_H_
 
 #include <string>
 
@@ -21,4 +21,4 @@ absl::Status NotifySystemd(absl::string_view state);
 
 }  // namespace blockswap::daemon
 
-#endif  // BLOCKSWAP_DAEMON_OS_NOTIFY_H_
+#endif  // BLOCKSWAP_DAEMON_RUNTIME_NOTIFY_H_

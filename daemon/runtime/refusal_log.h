@@ -7,8 +7,8 @@
 //   refused 1999 more connections from uid 1000 in the last 10s (the last:
 //   pid 4242 (uid 1000): it did not send its first message within 5s)
 // Not thread-safe: its owner serialises the calls.
-#ifndef BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
-#define BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
+#ifndef BLOCKSWAP_DAEMON_RUNTIME_REFUSAL_LOG_H_
+#define BLOCKSWAP_DAEMON_RUNTIME_REFUSAL_LOG_H_
 
 #include <sys/types.h>
 
@@ -55,4 +55,4 @@ class RefusalLog {
 
 }  // namespace blockswap::daemon
 
-#endif  // BLOCKSWAP_DAEMON_OS_REFUSAL_LOG_H_
+#endif  // BLOCKSWAP_DAEMON_RUNTIME_REFUSAL_LOG_H_

@@ -1,0 +1,114 @@
+// MasterDraft, and the store's calls that begin and commit one.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/store/model_store.h"
+#include "daemon/store/model_store_internal.h"
+#include "shared/base/file_io.h"
+#include "shared/base/status.h"
+
+namespace blockswap::daemon {
+
+MasterDraft::~MasterDraft() {
+  blocks_.clear();  // unmaps and closes
+  if (store_ == nullptr) return;
+  for (const std::string& temp : temp_names_) {
+    if (!temp.empty()) store_->RemoveQuietly(temp);
+  }
+  if (reserved_ != 0 || reserved_blocks_ != 0)
+    store_->ReleaseReservation(reserved_, reserved_blocks_);
+}
+
+const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
+
+absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data, size_t bytes) const {
+  const std::string& temp = temp_names_[b];
+  UniqueFd fd(
+      ::openat(store_->directory_fd_->get(), temp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("opening ", store_->PathOf(temp)));
+  return WriteFully(fd.get(), offset, data, bytes,
+                    absl::StrCat("block ", b, " into ", store_->PathOf(temp)));
+}
+
+absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
+                                                                    absl::string_view name,
+                                                                    const Registrant& registrant) {
+  BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
+  BLOCKSWAP_RETURN_IF_ERROR(MasterOffsets(layout).status());  // every block fits one pinned piece
+  // Pessimistic: blocks the store turns out to hold are dropped at commit.
+  uint64_t total = 0;
+  for (const BlockSpec& block : layout.blocks) total += BlockFileBytes(block.bytes);
+  auto draft = std::unique_ptr<MasterDraft>(new MasterDraft());
+  std::vector<Reservation> memory;
+  uint64_t number = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total, layout.blocks.size()));
+    for (const BlockSpec& block : layout.blocks) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
+                                 ChargeMemory(BlockFileBytes(block.bytes), name));
+    }
+    reserved_bytes_ += total;
+    reserved_blocks_ += layout.blocks.size();
+    draft->store_ = this;
+    draft->reserved_ = total;
+    draft->reserved_blocks_ = layout.blocks.size();
+    number = next_draft_++;
+  }
+  draft->model_ = std::unique_ptr<Model>(new Model());
+  Model& model = *draft->model_;
+  model.name_ = std::string(name);
+  model.source_ = registrant.source;
+  model.registrants_.Replace({registrant});
+  model.layout_ = layout;
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
+    block->bytes_ = layout.blocks[b].bytes;
+    block->memory_ = std::move(memory[b]);
+    draft->temp_names_.push_back(absl::StrCat("draft-", number, "-", b, kBlockSuffix, kTempSuffix));
+    BLOCKSWAP_RETURN_IF_ERROR(
+        CreateBlockFile(*block, draft->temp_names_.back(), /*allocate=*/false));
+    block->fd_.Reset();  // reopened by name for each write and at the seal
+    draft->blocks_.push_back(std::move(block));
+  }
+  return draft;
+}
+
+absl::StatusOr<RegisterResult> ModelStore::CommitDraft(std::unique_ptr<MasterDraft> draft,
+                                                       std::vector<Sha256Digest> hashes) {
+  if (hashes.size() != draft->blocks_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(hashes.size(), " block hashes for ", draft->blocks_.size(), " blocks"));
+  }
+  std::unique_ptr<Model> model = std::move(draft->model_);
+  model->block_hashes_ = std::move(hashes);
+  PendingRegistration pending = PendingFor(*model);
+  std::shared_ptr<const Model> existing;
+  {
+    absl::MutexLock lock(&mu_);
+    BLOCKSWAP_ASSIGN_OR_RETURN(existing, ClaimLocked(pending));
+    if (existing == nullptr) HoldClaimLocked(pending);
+  }
+  // The draft's reservation covers every block it wrote; those the store
+  // holds already are dropped with the draft.
+  absl::StatusOr<RegisterResult> result =
+      existing != nullptr
+          ? AddToExisting(std::move(existing), *model)
+          : WriteAndPublish(
+                std::move(model), std::move(pending),
+                [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
+                  WrittenBlock block{std::move(draft->blocks_[b]),
+                                     std::move(draft->temp_names_[b])};
+                  draft->temp_names_[b].clear();
+                  block.master->id_ = block_id;
+                  return block;
+                });
+  draft.reset();  // outside the lock: it takes it to return its reservation
+  return result;
+}
+
+}  // namespace blockswap::daemon
