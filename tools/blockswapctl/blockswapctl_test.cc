@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,6 +29,7 @@
 #include "shared/base/unique_fd.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/read_file.h"
 #include "tests/support/safetensors_writer.h"
 
 namespace blockswap::client {
@@ -49,12 +49,7 @@ constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(20);
   return ::testing::AssertionFailure() << "'" << needle << "' not in:\n" << text;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ::blockswap::testing::ReadFile;
 
 struct CommandResult {
   int exit_code = -1;
@@ -557,7 +552,7 @@ TEST_F(BlockswapctlTest, RegisterPrintsTheIdThatAnUploadOfTheSameBlocksGets) {
   ASSERT_EQ(models["models"].size(), 2u) << models;  // the blocks and the extras
   for (const nlohmann::json& model : models["models"]) {
     // The uploader hashed its blocks, found the model by id and opened it
-    // (issue 22's warm path): nothing was uploaded or registered again.
+    // (the warm path): nothing was uploaded or registered again.
     EXPECT_EQ(model["source"], "file " + file);
     EXPECT_EQ(model["pinned"], false);  // the host backend pins nothing
     if (model["model_id"] == id) {
