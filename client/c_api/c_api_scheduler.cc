@@ -1,9 +1,7 @@
 // The C ABI of the StreamScheduler (blockswap.h, "stream scheduler"): the
 // scheduler over a RingSlotDriver on the caller's ring, model and stream,
 // reporting each finished pass to the daemon.
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -251,8 +249,8 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
   if (int code = Inherited(scheduler, "bs_scheduler_last_pass")) return code;
   absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
   if (!pass.ok()) return Report(pass.status());
-  // ABI 1's stall_seconds has always been the thread's blocking time.
   *out = bs_pass_stats{direction,
+                       absl::ToDoubleSeconds(pass->stall),
                        absl::ToDoubleSeconds(pass->host_wait),
                        absl::ToDoubleSeconds(pass->copy_time),
                        pass->waits,
@@ -260,33 +258,6 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
                        pass->self_heals,
                        pass->loads,
                        pass->rebinds};
-  return Report(absl::OkStatus());
-}
-
-int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out) {
-  if (scheduler == nullptr || out == nullptr) {
-    return InvalidArgument("bs_scheduler_last_pass_v2: scheduler and out are needed");
-  }
-  if (int code = Inherited(scheduler, "bs_scheduler_last_pass_v2")) return code;
-  const uint32_t size = out->struct_size;
-  if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
-    return Report(absl::InvalidArgumentError(absl::StrCat(
-        "bs_scheduler_last_pass_v2: struct_size ", size,
-        " is too small (set it to sizeof(bs_pass_stats_v2), ", sizeof(bs_pass_stats_v2), ")")));
-  }
-  absl::StatusOr<blockswap::client::PassStats> pass = LastPass(*scheduler, direction);
-  if (!pass.ok()) return Report(pass.status());
-  const bs_pass_stats_v2 full{size,
-                              direction,
-                              absl::ToDoubleSeconds(pass->stall),
-                              absl::ToDoubleSeconds(pass->host_wait),
-                              absl::ToDoubleSeconds(pass->copy_time),
-                              pass->waits,
-                              pass->not_ready_waits,
-                              pass->self_heals,
-                              pass->loads,
-                              pass->rebinds};
-  std::memcpy(out, &full, std::min<size_t>(size, sizeof(full)));
   return Report(absl::OkStatus());
 }
 

@@ -19,9 +19,7 @@
 namespace blockswap::daemon {
 
 // The client library's copy is client/core/connection.cc's kProtocolVersion.
-// 2: masters per block (ModelReply.block_masters): a client of version 1
-// maps one master file per model, which this daemon no longer has.
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxClientNameBytes = 256;
 inline constexpr size_t kMaxModelNameBytes = 1024;
 inline constexpr size_t kModelIdHexDigits = 64;

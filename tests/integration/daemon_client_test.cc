@@ -50,7 +50,7 @@ TEST_F(DaemonClientTest, TwoClientsStreamOneSharedModelByteExact) {
       << "one master per distinct block";
 }
 
-// Issue 20 item 4: the daemon and a trainer of another uid, as under the
+// The daemon and a trainer of another uid, as under the
 // system service (the daemon user blockswap, trainers in the socket's group):
 // the trainer reaches the socket through the group, imports its ring (memory
 // and events) and streams byte-exact, and neither breaks a lifetime rule.
@@ -153,7 +153,7 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   // Ground truth N=10 S=4 B=2: 2 loads in forward, 2 in backward per step.
   EXPECT_EQ(FirstValue(report, "forward_loads"), "2");
   EXPECT_EQ(FirstValue(report, "backward_loads"), "2");
-  EXPECT_EQ(FirstValue(report, "v2_consistent"), "1");
+  EXPECT_EQ(FirstValue(report, "stall_consistent"), "1");
 }
 
 TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
