@@ -1,5 +1,6 @@
 // The C ABI (include/blockswap/blockswap.h) over the internal C++ classes:
 // connection, models and rings (the scheduler is in c_api_scheduler.cc).
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <string>
@@ -8,8 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "blockswap/blockswap.h"
 #include "client/c_api/c_api_internal.h"
+#include "client/core/block_match.h"
 #include "client/core/file_model.h"
+#include "shared/base/dtype.h"
 #include "shared/base/status.h"
+#include "shared/protocol/model_layout.h"
 
 using blockswap::client::c_api::Destroy;
 using blockswap::client::c_api::Guard;
@@ -193,6 +197,59 @@ int bs_model_tensor(const bs_model* model, uint32_t block, uint32_t tensor, bs_t
 
 const void* bs_model_master(const bs_model* model, uint32_t block) {
   return Unusable(model, "bs_model_master") ? nullptr : model->model->master(block);
+}
+
+int bs_model_match_block(const bs_model* model, uint32_t block, const bs_tensor_desc* tensors,
+                         uint32_t count, uint64_t* offsets) {
+  if (model == nullptr || (count > 0 && (tensors == nullptr || offsets == nullptr))) {
+    return InvalidArgument("bs_model_match_block: model, tensors and offsets must not be NULL");
+  }
+  if (int code = Inherited(model, "bs_model_match_block")) return code;
+  return Guard([&]() -> absl::Status {
+    const auto& blocks = model->model->layout().blocks;
+    if (block >= blocks.size()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("block ", block, " out of range (model has ", blocks.size(), " blocks)"));
+    }
+    std::vector<blockswap::client::WantedTensor> wanted(count);
+    for (uint32_t t = 0; t < count; ++t) {
+      const bs_tensor_desc& tensor = tensors[t];
+      if (tensor.name == nullptr || tensor.dtype == nullptr ||
+          (tensor.shape == nullptr && tensor.ndim > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", t, ": name, dtype and shape are needed"));
+      }
+      wanted[t] = {tensor.name, tensor.dtype, absl::MakeConstSpan(tensor.shape, tensor.ndim)};
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        std::vector<uint64_t> found,
+        blockswap::client::MatchBlock(
+            blocks[block], wanted, absl::StrCat("model ", model->model->id(), " block ", block)));
+    std::copy(found.begin(), found.end(), offsets);
+    return absl::OkStatus();
+  });
+}
+
+const char* bs_dtype_of_torch(const char* torch_name) {
+  if (torch_name == nullptr) {
+    InvalidArgument("bs_dtype_of_torch: torch_name is NULL");
+    return nullptr;
+  }
+  absl::StatusOr<absl::string_view> name = blockswap::DtypeOfTorch(torch_name);
+  Report(name.status());
+  // The table's entries are string literals: NUL-terminated and static.
+  return name.ok() ? name->data() : nullptr;
+}
+
+int bs_block_layout_bytes(const uint64_t* tensor_bytes, uint32_t count, uint64_t* out) {
+  if (out == nullptr || (tensor_bytes == nullptr && count > 0)) {
+    return InvalidArgument("bs_block_layout_bytes: tensor_bytes and out must not be NULL");
+  }
+  return Guard([&]() -> absl::Status {
+    BLOCKSWAP_ASSIGN_OR_RETURN(*out,
+                               blockswap::PackedBlockBytes(absl::MakeConstSpan(tensor_bytes, count)));
+    return absl::OkStatus();
+  });
 }
 
 int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_count,

@@ -1,9 +1,7 @@
 // The C ABI of the StreamScheduler (blockswap.h, "stream scheduler"): the
 // scheduler over a RingSlotDriver on the caller's ring, model and stream,
 // reporting each finished pass to the daemon.
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
@@ -254,8 +252,8 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
         if (out == nullptr)
           return absl::InvalidArgumentError("bs_scheduler_last_pass: out is NULL");
         BLOCKSWAP_ASSIGN_OR_RETURN(blockswap::client::PassStats pass, LastPass(s, direction));
-        // ABI 1's stall_seconds has always been the thread's blocking time.
         *out = bs_pass_stats{direction,
+                             absl::ToDoubleSeconds(pass.stall),
                              absl::ToDoubleSeconds(pass.host_wait),
                              absl::ToDoubleSeconds(pass.copy_time),
                              pass.waits,
@@ -263,34 +261,6 @@ int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass
                              pass.self_heals,
                              pass.loads,
                              pass.rebinds};
-        return absl::OkStatus();
-      });
-}
-
-int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out) {
-  return OnScheduler(
-      scheduler, "bs_scheduler_last_pass_v2", [&](const bs_scheduler& s) -> absl::Status {
-        if (out == nullptr)
-          return absl::InvalidArgumentError("bs_scheduler_last_pass_v2: out is NULL");
-        const uint32_t size = out->struct_size;
-        if (size < offsetof(bs_pass_stats_v2, stall_seconds)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("bs_scheduler_last_pass_v2: struct_size ", size,
-                           " is too small (set it to sizeof(bs_pass_stats_v2), ",
-                           sizeof(bs_pass_stats_v2), ")"));
-        }
-        BLOCKSWAP_ASSIGN_OR_RETURN(blockswap::client::PassStats pass, LastPass(s, direction));
-        const bs_pass_stats_v2 full{size,
-                                    direction,
-                                    absl::ToDoubleSeconds(pass.stall),
-                                    absl::ToDoubleSeconds(pass.host_wait),
-                                    absl::ToDoubleSeconds(pass.copy_time),
-                                    pass.waits,
-                                    pass.not_ready_waits,
-                                    pass.self_heals,
-                                    pass.loads,
-                                    pass.rebinds};
-        std::memcpy(out, &full, std::min<size_t>(size, sizeof(full)));
         return absl::OkStatus();
       });
 }

@@ -16,8 +16,8 @@ namespace blockswap::client {
 namespace {
 
 // daemon/validation/request_validation.h's kProtocolVersion, which a daemon
-// requires exactly (2: masters per block).
-constexpr uint32_t kProtocolVersion = 2;
+// requires exactly.
+constexpr uint32_t kProtocolVersion = 1;
 constexpr absl::Duration kSideChannelTimeout = absl::Seconds(10);
 constexpr int kMaxMessageBytes = 64 << 20;
 

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +25,7 @@
 #include "client/core/daemon_launcher.h"
 #include "client/core/remove_ipc.h"
 #include "client/core/socket_path.h"
+#include "tests/support/read_file.h"
 
 namespace blockswap::client {
 namespace {
@@ -53,12 +53,7 @@ class ScopedEnvironment {
   std::optional<std::string> saved_;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ::blockswap::testing::ReadFile;
 
 void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
   std::ofstream(path) << text;

@@ -85,7 +85,7 @@ absl::Status Ring::Recreate() {
       Import(connection_, device_, shape_.slot_count, shape_.slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
   WatchLoss(*ring);
-  retired_copy_time_ += consumer_->CopyTimeSoFar().value_or(absl::ZeroDuration());
+  retired_copy_time_ += consumer_->CopyTimeSoFar();
   id_ = ring->ring_id();
   consumer_ = NewConsumer(*ring);
   first_traced_ticket_ = meter_.next_ticket();
@@ -279,9 +279,7 @@ bool Ring::Filled(uint32_t slot) {
 std::optional<absl::Duration> Ring::CopyTime() {
   absl::MutexLock lock(&mu_);
   if (consumer_ == nullptr) return std::nullopt;  // closed
-  std::optional<absl::Duration> current = consumer_->CopyTimeSoFar();
-  if (!current) return std::nullopt;
-  return retired_copy_time_ + *current;
+  return retired_copy_time_ + consumer_->CopyTimeSoFar();
 }
 
 absl::Status Ring::Health() {

@@ -96,8 +96,7 @@ class Ring {
   bool Filled(uint32_t slot);
   // The copy-stream time of this ring's copies the daemon has seen complete
   // (RingConsumer::CopyTimeSoFar), over every ring Recreate() replaced too,
-  // so it only grows; nullopt from a daemon that does not publish it, and
-  // once the ring is closed.
+  // so it only grows; nullopt once the ring is closed.
   std::optional<absl::Duration> CopyTime();
   // The ring's status word, explained: OK, or why the ring failed.
   absl::Status Health();

@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <string>
 #include <utility>
 
@@ -35,41 +34,14 @@ namespace {
 using at::Tensor;
 using Tensors = std::vector<at::Tensor>;
 
-// safetensors dtype names (shared/protocol/model_layout.cc lists what the daemon takes).
+// The safetensors name of `type` (the client library's table,
+// bs_dtype_of_torch, keyed by the name Python gives the dtype).
 std::string DtypeName(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "F32";
-    case at::kDouble:
-      return "F64";
-    case at::kHalf:
-      return "F16";
-    case at::kBFloat16:
-      return "BF16";
-    case at::kFloat8_e4m3fn:
-      return "F8_E4M3";
-    case at::kFloat8_e5m2:
-      return "F8_E5M2";
-    case at::kFloat8_e4m3fnuz:
-      return "F8_E4M3FNUZ";
-    case at::kFloat8_e5m2fnuz:
-      return "F8_E5M2FNUZ";
-    case at::kBool:
-      return "BOOL";
-    case at::kByte:
-      return "U8";
-    case at::kChar:
-      return "I8";
-    case at::kShort:
-      return "I16";
-    case at::kInt:
-      return "I32";
-    case at::kLong:
-      return "I64";
-    default:
-      TORCH_CHECK(false, "blockswap::torch cannot stream tensors of dtype ", type,
-                  " (streamable: float32/64/16, bfloat16, float8, bool, (u)int8, int16/32/64)");
-  }
+  const std::string torch_name(c10::getDtypeNames(type).first);
+  const char* name = bs_dtype_of_torch(torch_name.c_str());
+  TORCH_CHECK(name != nullptr, "blockswap::torch cannot stream a tensor of dtype ", type, ": ",
+              bs_last_error());
+  return name;
 }
 
 bool EndsWith(const std::string& text, const std::string& suffix) {
@@ -130,9 +102,8 @@ struct SchedulerDeleter {
 
 // The last finished pass in `direction`, if there is one.
 std::optional<PassStats> LastPassOf(const bs_scheduler* scheduler, Direction direction) {
-  bs_pass_stats_v2 c{};
-  c.struct_size = sizeof(c);
-  if (bs_scheduler_last_pass_v2(scheduler, static_cast<int>(direction), &c) != BS_OK) {
+  bs_pass_stats c{};
+  if (bs_scheduler_last_pass(scheduler, static_cast<int>(direction), &c) != BS_OK) {
     return std::nullopt;
   }
   return PassStats{.direction = static_cast<Direction>(c.direction),
@@ -297,41 +268,31 @@ struct StreamOffloader::Impl {
   }
 
   // Matches block `block`'s streamed tensors with model block `model_block`
-  // by name (same set, dtype and shape) and points each one's `master` at its
-  // bytes there.
+  // (bs_model_match_block: same set, dtype and shape) and points each one's
+  // `master` at its bytes there.
   void BindMasters(uint32_t block, uint32_t model_block, std::vector<Streamed>& tensors) {
-    const std::string where = "block " + std::to_string(block) + " (model " + model->id() +
-                              " block " + std::to_string(model_block) + ")";
-    std::map<std::string, bs_tensor_info> by_name;
-    std::string names;
-    for (uint32_t k = 0; k < model->tensor_count(model_block); ++k) {
-      const bs_tensor_info info = model->tensor(model_block, k);
-      by_name.emplace(info.name, info);
-      names += (names.empty() ? "'" : ", '") + std::string(info.name) + "'";
+    std::vector<std::string> dtypes;
+    std::vector<std::vector<uint64_t>> shapes;
+    std::vector<bs_tensor_desc> descs;
+    dtypes.reserve(tensors.size());
+    shapes.reserve(tensors.size());
+    for (const Streamed& t : tensors) {
+      dtypes.push_back(DtypeName(t.dtype));
+      shapes.emplace_back(t.sizes.begin(), t.sizes.end());
+      descs.push_back(bs_tensor_desc{t.name.c_str(), dtypes.back().c_str(), shapes.back().data(),
+                                     static_cast<uint32_t>(shapes.back().size()), nullptr});
     }
+    std::vector<uint64_t> offsets(tensors.size());
+    TORCH_CHECK(bs_model_match_block(model->get(), model_block, descs.data(),
+                                     static_cast<uint32_t>(descs.size()), offsets.data()) == BS_OK,
+                "block ", block, ": ", bs_last_error());
     const auto* master = static_cast<const char*>(model->master(model_block));
-    for (Streamed& t : tensors) {
-      const auto it = by_name.find(t.name);
-      TORCH_CHECK(it != by_name.end(), where, ": the selector streams '", t.name,
-                  "', which the model's block does not have (it has ", names, ")");
-      const bs_tensor_info& info = it->second;
-      const std::string dtype = DtypeName(t.dtype);
-      TORCH_CHECK(dtype == info.dtype, where, " tensor '", t.name, "': the model has dtype ",
-                  info.dtype, ", the module ", dtype, " (", t.dtype, ")");
-      const std::vector<int64_t> shape(info.shape, info.shape + info.ndim);
-      TORCH_CHECK(shape == t.sizes, where, " tensor '", t.name, "': the model has shape ",
-                  c10::IntArrayRef(shape), ", the module ", c10::IntArrayRef(t.sizes));
-      t.offset = info.offset;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      Streamed& t = tensors[k];
+      t.offset = offsets[k];
       // Read-only memory: the mapping is PROT_READ, a write faults.
-      t.master = at::from_blob(const_cast<char*>(master) + info.offset, t.sizes,
+      t.master = at::from_blob(const_cast<char*>(master) + t.offset, t.sizes,
                                at::TensorOptions().dtype(t.dtype).device(at::kCPU));
-      by_name.erase(it);
-    }
-    if (!by_name.empty()) {
-      TORCH_CHECK(false, where, " has tensor '", by_name.begin()->first, "'",
-                  by_name.size() > 1 ? " (and " + std::to_string(by_name.size() - 1) + " more)"
-                                     : std::string(),
-                  " that the selector does not stream in the module");
     }
   }
 

@@ -483,9 +483,9 @@ TEST_F(FileModelTest, AMismatchingLayoutIsRefusedNamingTheBlockAndTensor) {
     const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(MetaStack());
     blocks[2]->fc1->base->weight.set_data(at::empty({5, 32}, at::TensorOptions(at::kMeta)));
     const std::string error = Refusal(blocks, FileConfig(3, 2));
-    EXPECT_THAT(error, HasSubstr("block 2 (model "));
-    EXPECT_THAT(error, HasSubstr("tensor 'fc1.base.weight': the model has shape [128, 32], "
-                                 "the module [5, 32]"));
+    EXPECT_THAT(error, HasSubstr("block 2: model "));
+    EXPECT_THAT(error, HasSubstr("tensor 'fc1.base.weight': the model has shape [128,32], "
+                                 "the module [5,32]"));
   }
   {
     const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(MetaStack());

@@ -149,7 +149,7 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
     const std::shared_ptr<const Model>& model = visible[m];
     const std::vector<Registrant> registrants = model->registrants().List();
     v1::ModelInfo* info = reply.add_models();
-    info->set_source(visibility.Sources(caller, registrants, model->source()));
+    info->set_source(visibility.Sources(caller, registrants));
     info->set_pinned(cuda && model->pinned());
     info->set_staged_blocks(static_cast<uint32_t>(model->staged_blocks()));
     info->set_references(ModelStore::References(model) - 1);  // less `visible`'s own copy

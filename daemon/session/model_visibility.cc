@@ -35,9 +35,8 @@ bool ModelVisibility::MaySee(const Peer& viewer, const std::vector<Registrant>& 
                      [&](const Registrant& r) { return r.uid == viewer.uid || in_group(r.gid); });
 }
 
-std::string ModelVisibility::Sources(const Peer& viewer, const std::vector<Registrant>& registrants,
-                                     absl::string_view legacy_source) const {
-  if (registrants.empty()) return Privileged(viewer) ? std::string(legacy_source) : "";
+std::string ModelVisibility::Sources(const Peer& viewer,
+                                     const std::vector<Registrant>& registrants) const {
   std::vector<std::string> shown;
   for (const Registrant& r : registrants) {
     std::string one;

@@ -56,16 +56,12 @@ class ModelVisibility {
   // Root and the daemon's uid: they see every model and every source.
   bool Privileged(const Peer& viewer) const;
   // Whether `viewer` may open, list, verify or evict a model registered by
-  // `registrants` (none: a model adopted from a manifest written before
-  // registrants were recorded, visible under "registrant-group" only to
-  // the privileged until someone registers its content again).
+  // `registrants`.
   bool MaySee(const Peer& viewer, const std::vector<Registrant>& registrants) const;
   // The registrations as `viewer` may read them, "; "-separated, each once: a
   // source in full when it is the viewer's own uid's, in full with "(uid N)"
-  // for the privileged, else "upload" or "file (another user's)". `legacy_source` stands for a
-  // model without registrants, shown to the privileged only.
-  std::string Sources(const Peer& viewer, const std::vector<Registrant>& registrants,
-                      absl::string_view legacy_source) const;
+  // for the privileged, else "upload" or "file (another user's)".
+  std::string Sources(const Peer& viewer, const std::vector<Registrant>& registrants) const;
 
  private:
   const ModelAccess access_;

@@ -80,14 +80,12 @@ TEST(ModelVisibility, AnotherUsersSourcePathIsShownOnlyToThePrivileged) {
   std::vector<Registrant> shared = kAlicesFile;
   shared.push_back({65534, 65534, "upload"});
   shared.push_back({1001, 1001, "file /home/bob/m.safetensors"});
-  EXPECT_EQ(visibility.Sources(Viewer(65534, 65534), shared, ""), "file (another user's); upload");
-  EXPECT_EQ(visibility.Sources(Viewer(1000, 1000), shared, ""),
+  EXPECT_EQ(visibility.Sources(Viewer(65534, 65534), shared), "file (another user's); upload");
+  EXPECT_EQ(visibility.Sources(Viewer(1000, 1000), shared),
             "file /home/alice/m.safetensors; upload; file (another user's)");
-  EXPECT_EQ(visibility.Sources(Viewer(0, 0), shared, ""),
+  EXPECT_EQ(visibility.Sources(Viewer(0, 0), shared),
             "file /home/alice/m.safetensors (uid 1000); upload (uid 65534); "
             "file /home/bob/m.safetensors (uid 1001)");
-  EXPECT_EQ(visibility.Sources(Viewer(1000, 1000), {}, "file /old"), "");
-  EXPECT_EQ(visibility.Sources(Viewer(kDaemonUid, 1), {}, "file /old"), "file /old");
 }
 
 }  // namespace

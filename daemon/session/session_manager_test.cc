@@ -47,6 +47,7 @@
 #include "shared/protocol/ring_wire.h"
 #include "shared/protocol/side_channel_wire.h"
 #include "tests/support/recording_load_sink.h"
+#include "tests/support/test_model.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -58,36 +59,12 @@ constexpr uint64_t kMaxSlotBytes = 1 << 20;
 // Only turns a hang into a failure; never a measure of speed.
 constexpr absl::Duration kHangGuard = absl::Seconds(10);
 
-// A model's content as a staging area holds it (StagingOffsets).
-struct TestModel {
-  ModelLayout layout;
-  BlockPlacement placement;
-  std::vector<std::byte> content;
-};
-
-// Two blocks of one U8 tensor each, bytes derived from `seed`.
-TestModel MakeModel(uint8_t seed) {
-  TestModel model;
-  for (uint64_t b = 0; b < 2; ++b) {
-    auto block = PackBlock({TensorSpec{.name = "w", .dtype = "U8", .shape = {300 + b * 100}}});
-    EXPECT_TRUE(block.ok()) << block.status();
-    model.layout.blocks.push_back(*block);
-  }
-  auto placement = StagingOffsets(model.layout);
-  EXPECT_TRUE(placement.ok()) << placement.status();
-  model.placement = *placement;
-  model.content.assign(model.placement.total_bytes, std::byte{0});
-  for (size_t b = 0; b < model.layout.blocks.size(); ++b) {
-    const TensorSpec& tensor = model.layout.blocks[b].tensors[0];
-    for (uint64_t i = 0; i < tensor.length; ++i) {
-      model.content[model.placement.offsets[b] + tensor.offset + i] =
-          static_cast<std::byte>(seed * 31 + b * 7 + i);
-    }
-  }
-  return model;
-}
-
 using RecordingSink = ::blockswap::testing::RecordingLoadSink;
+using ::blockswap::testing::Compose;
+using ::blockswap::testing::TestModel;
+
+// Two blocks: the sessions' tests need no more.
+TestModel MakeModel(uint8_t seed) { return ::blockswap::testing::MakeModel(seed, 2); }
 
 // One attached session of this process and the client end of its side
 // channel.
@@ -466,18 +443,6 @@ TEST_F(SessionManagerTest, AnUploadCommittedBecomesAModelOpenInTheSession) {
 
 // A model of block `a` of `first` followed by block `b` of `second` (same
 // layouts and bytes): what a trainer streaming another subset uploads.
-TestModel Combine(const TestModel& first, size_t a, const TestModel& second, size_t b) {
-  TestModel model;
-  model.layout.blocks = {first.layout.blocks[a], second.layout.blocks[b]};
-  model.placement = *StagingOffsets(model.layout);
-  model.content.assign(model.placement.total_bytes, std::byte{0});
-  std::memcpy(model.content.data() + model.placement.offsets[0],
-              first.content.data() + first.placement.offsets[a], first.layout.blocks[a].bytes);
-  std::memcpy(model.content.data() + model.placement.offsets[1],
-              second.content.data() + second.placement.offsets[b], second.layout.blocks[b].bytes);
-  return model;
-}
-
 Sha256Digest HashOfBlock(const TestModel& model, size_t b) {
   return Sha256Of(model.content.data() + model.placement.offsets[b], model.layout.blocks[b].bytes);
 }
@@ -490,7 +455,7 @@ TEST_F(SessionManagerTest, AnUploadSendsOnlyTheBlocksTheDaemonDoesNotHold) {
   TestModel held = MakeModel(40);
   TestModel fresh = MakeModel(41);
   ASSERT_NE(Register(held), nullptr);
-  TestModel model = Combine(held, 1, fresh, 0);
+  TestModel model = Compose({{held, 1}, {fresh, 0}});
   Client client = Attach();
 
   v1::HeldBlocksRequest query;
@@ -694,7 +659,6 @@ TEST_F(SessionManagerTest, OpeningAModelByIdSendsItsLayoutAndMasters) {
   ASSERT_EQ(reply->block_masters_size(), 2);
   ASSERT_EQ(reply->block_master_bytes_size(), 2);
   EXPECT_EQ(reply->block_master_bytes(1), model->block_master(1)->file_bytes());
-  EXPECT_EQ(reply->master_offsets_size(), 0) << "no per-model master file any more";
   std::vector<UniqueFd> masters = ExpectBatch(client, reply->block_masters(0).batch());
   ASSERT_EQ(masters.size(), 2u);
   for (size_t b = 0; b < 2; ++b) {

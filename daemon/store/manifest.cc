@@ -14,7 +14,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kManifestFormat[] = "blockswap-manifest";
-constexpr uint64_t kPerModelMastersVersion = 1;
 
 uint64_t U64(const Json& object, const char* key) {
   const Json& value = object.at(key);
@@ -43,15 +42,10 @@ std::string EncodeManifest(const Manifest& model) {
                          {"offset", tensor.offset},
                          {"length", tensor.length}});
     }
-    Json block_json = {{"bytes", block.bytes},
-                       {"sha256", DigestHex(model.block_hashes[b])},
-                       {"tensors", std::move(tensors)}};
-    if (model.version == kPerModelMastersVersion) {
-      block_json["master_offset"] = model.master_offsets[b];
-    } else {
-      block_json["block"] = model.block_ids[b];
-    }
-    blocks.push_back(std::move(block_json));
+    blocks.push_back({{"bytes", block.bytes},
+                      {"sha256", DigestHex(model.block_hashes[b])},
+                      {"block", model.block_ids[b]},
+                      {"tensors", std::move(tensors)}});
   }
   Json registrants = Json::array();
   for (const Registrant& registrant : model.registrants) {
@@ -59,13 +53,12 @@ std::string EncodeManifest(const Manifest& model) {
         {{"uid", registrant.uid}, {"gid", registrant.gid}, {"source", registrant.source}});
   }
   Json manifest = {{"format", kManifestFormat},
-                   {"version", model.version},
+                   {"version", kManifestVersion},
                    {"id", model.id},
                    {"name", model.name},
                    {"source", model.source},
                    {"registrants", std::move(registrants)},
                    {"blocks", std::move(blocks)}};
-  if (model.version == kPerModelMastersVersion) manifest["masters_bytes"] = model.masters_bytes;
   // Tensor names are valid UTF-8 (ValidateLayout); a model name that is not
   // is informational only, so its bad bytes become U+FFFD instead of failing.
   return manifest.dump(1, ' ', false, Json::error_handler_t::replace);
@@ -81,39 +74,28 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
       return absl::FailedPreconditionError("not a blockswap manifest");
     }
     const uint64_t version = U64(json, "version");
-    if (version != kPerModelMastersVersion && version != kManifestVersion) {
-      return absl::UnimplementedError(
-          absl::StrCat("a blockswap manifest of format version ", version,
-                       " (this blockswapd reads versions 1 and 2: a newer blockswapd wrote it)"));
+    if (version != kManifestVersion) {
+      return absl::UnimplementedError(absl::StrCat(
+          "a blockswap manifest of format version ", version, " (this blockswapd reads version ",
+          kManifestVersion, ": a newer blockswapd wrote it)"));
     }
-    const bool per_model = version == kPerModelMastersVersion;
     Manifest manifest;
-    manifest.version = version;
     manifest.id = String(json, "id");
     manifest.name = String(json, "name");
-    // Manifests written before models had a source have none.
-    manifest.source = json.contains("source") ? String(json, "source") : "upload";
-    // Manifests written before registrants were recorded have none.
-    if (json.contains("registrants")) {
-      for (const Json& registrant : json.at("registrants")) {
-        const uint64_t uid = U64(registrant, "uid");
-        const uint64_t gid = U64(registrant, "gid");
-        if (uid > UINT32_MAX || gid > UINT32_MAX) {
-          throw std::invalid_argument("a registrant's uid or gid is out of range");
-        }
-        manifest.registrants.push_back(Registrant{static_cast<uid_t>(uid), static_cast<gid_t>(gid),
-                                                  String(registrant, "source")});
+    manifest.source = String(json, "source");
+    for (const Json& registrant : json.at("registrants")) {
+      const uint64_t uid = U64(registrant, "uid");
+      const uint64_t gid = U64(registrant, "gid");
+      if (uid > UINT32_MAX || gid > UINT32_MAX) {
+        throw std::invalid_argument("a registrant's uid or gid is out of range");
       }
+      manifest.registrants.push_back(Registrant{static_cast<uid_t>(uid), static_cast<gid_t>(gid),
+                                                String(registrant, "source")});
     }
-    if (per_model) manifest.masters_bytes = U64(json, "masters_bytes");
     for (const Json& block_json : json.at("blocks")) {
       BlockSpec& block = manifest.layout.blocks.emplace_back();
       block.bytes = U64(block_json, "bytes");
-      if (per_model) {
-        manifest.master_offsets.push_back(U64(block_json, "master_offset"));
-      } else {
-        manifest.block_ids.push_back(String(block_json, "block"));
-      }
+      manifest.block_ids.push_back(String(block_json, "block"));
       BLOCKSWAP_ASSIGN_OR_RETURN(manifest.block_hashes.emplace_back(),
                                  DigestFromHex(String(block_json, "sha256")));
       for (const Json& tensor_json : block_json.at("tensors")) {

@@ -7,12 +7,11 @@
 //   <block id>.block  the bytes of one block (BlockId: its layout and the
 //                     hash of its bytes), BlockFileBytes long; held once
 //                     whatever models name it
-//   <id>.manifest     JSON (manifest.h, format version 2): id, name,
+//   <id>.manifest     JSON (manifest.h): id, name,
 //                     registrants, layout, block hashes and the block id of
 //                     each block; its first rename is the commit point. It is
 //                     rewritten (a temporary file renamed over it) when
 //                     another registrant is recorded.
-//   <id>.masters      a version 1 model's blocks, converted at Open
 //   *.tmp             a registration in progress (removed at Open)
 // Files are mode 0600 while written; block files are 0400 once sealed.
 // Clients never open them by name: they get read-only descriptors
@@ -171,7 +170,6 @@ struct ModelStoreStats {
   uint64_t removed = 0;       // other directory entries removed at Open
   uint64_t copies = 0;        // registrations that copied content into a master
   uint64_t evicted = 0;       // models removed by Evict or to make room
-  uint64_t converted = 0;     // of `adopted`: version 1 models converted into block files
   uint64_t kept_unknown = 0;  // manifests of a newer format left in place, not adopted
 };
 
@@ -242,9 +240,7 @@ class ModelStore {
   // locks it against a second daemon, adopts every sealed model that passes
   // its checks (owner, modes, sizes, a layout that validates, the id
   // recomputed from layout and block hashes, each block id from its block)
-  // and removes every other entry, saying so in the log. A model of format
-  // version 1 is converted into block files; one that cannot be (no room)
-  // stays as it is, not counted. While a manifest of an unknown version is
+  // and removes every other entry, saying so in the log. While a manifest of an unknown version is
   // present only temporary files are removed: it and its files stay, not
   // counted. Adopted blocks are pinned or staged (Pin) on `pin_device`
   // (nullptr: neither) and count once each; under "always" a model whose
@@ -390,10 +386,6 @@ class ModelStore {
   // Fills the file of block `block_id` at position b of a model.
   using BlockWriter =
       std::function<absl::StatusOr<WrittenBlock>(size_t b, const std::string& block_id)>;
-  // Produces the sealed master of a block the store does not hold (at
-  // position b of a model being adopted): loaded or converted, not pinned.
-  using BlockSource = std::function<absl::StatusOr<std::unique_ptr<BlockMaster>>(
-      size_t b, const std::string& block_id)>;
 
   absl::Status AdoptAll();
   // A model of `manifest` (moved from), without its blocks.
@@ -409,19 +401,13 @@ class ModelStore {
   absl::StatusOr<std::unique_ptr<BlockMaster>> LoadBlock(const std::string& block_id,
                                                          uint64_t bytes) const;
   // Fills model.blocks_ at Open: blocks held already are shared, the others
-  // come from `source`, are charged and pinned. An error says why the model
+  // are loaded (LoadBlock), charged and pinned. An error says why the model
   // cannot be adopted; `fatal` is set when the daemon must not start (a
   // block that cannot be pinned).
-  absl::Status AdoptBlocksLocked(Model& model, const BlockSource& source, absl::Status* fatal)
+  absl::Status AdoptBlocksLocked(Model& model, absl::Status* fatal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes a model adopted at Open and the blocks it brought.
   void PublishAdoptedLocked(std::unique_ptr<Model> model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Converts the version 1 model of `manifest` (its <id>.masters) into block
-  // files and a version 2 manifest, in this order (the rename of the
-  // manifest is the commit point), then removes <id>.masters and publishes
-  // the model. On error nothing changed on disk.
-  absl::Status ConvertPerModelMasters(const std::string& id, Manifest manifest, absl::Status* fatal)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under mu_: counts a claim on every held block of `ids` (one per
   // position) and claims the distinct missing ones, waiting while any of them
   // is being written by another registration (all claimed at once, so two

@@ -1,6 +1,6 @@
 // ModelStore's adoption at Open: the sealed models a daemon left in its
-// directory are checked and taken over, version 1 models converted, the
-// rest removed.
+// directory are checked and taken over, manifests of a format it does not
+// know left in place, the rest removed.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -122,14 +122,13 @@ absl::StatusOr<Manifest> ModelStore::ReadManifest(const std::string& id) const {
   }
   absl::Status valid = ValidateLayout(manifest.layout);
   if (!valid.ok()) return Annotate(valid, manifest_path);
-  BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, MasterOffsets(manifest.layout));
+  // Every block fits one pinned piece.
+  BLOCKSWAP_RETURN_IF_ERROR(MasterOffsets(manifest.layout).status());
   const size_t blocks = manifest.layout.blocks.size();
-  const bool placed = manifest.version == 1 ? manifest.master_offsets == placement.offsets &&
-                                                  manifest.masters_bytes == placement.total_bytes
-                                            : manifest.block_ids.size() == blocks;
-  if (manifest.block_hashes.size() != blocks || !placed) {
+  if (manifest.block_hashes.size() != blocks || manifest.block_ids.size() != blocks) {
     return absl::FailedPreconditionError(absl::StrCat(
-        manifest_path, ": block hashes, block ids or master offsets do not match its layout"));
+        manifest_path, ": ", manifest.block_hashes.size(), " block hashes and ",
+        manifest.block_ids.size(), " block ids for a layout of ", blocks, " blocks"));
   }
   std::string recomputed = ModelId(manifest.layout, manifest.block_hashes);
   if (recomputed != id) {
@@ -178,8 +177,7 @@ std::unique_ptr<Model> ModelStore::ModelFromManifest(Manifest& manifest) {
   return model;
 }
 
-absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& source,
-                                           absl::Status* fatal) {
+absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
   const size_t count = model.block_count();
   model.blocks_.assign(count, nullptr);
   std::map<std::string, std::shared_ptr<const BlockMaster>, std::less<>> fresh;
@@ -203,7 +201,8 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, const BlockSource& sour
       return absl::ResourceExhaustedError(
           absl::StrCat("its blocks would exceed --max-pinned-bytes=", options_.max_pinned_bytes));
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block, source(b, block_id));
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block,
+                               LoadBlock(block_id, model.layout_.blocks[b].bytes));
     // A lowered max_memory_bytes: the model goes.
     BLOCKSWAP_ASSIGN_OR_RETURN(block->memory_, ChargeMemory(file_bytes, model.name_));
     // A block that cannot be pinned under "always" is not the directory's
@@ -243,69 +242,11 @@ void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
   models_.emplace(std::move(id), std::shared_ptr<const Model>(std::move(model)));
 }
 
-absl::Status ModelStore::ConvertPerModelMasters(const std::string& id, Manifest manifest,
-                                                absl::Status* fatal) {
-  const std::string masters_name = absl::StrCat(id, kMastersSuffix);
-  const std::string masters_path = PathOf(masters_name);
-  struct stat st {};
-  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd masters_fd,
-                             OpenOwnFile(masters_name, kSealedMastersMode, &st));
-  if (static_cast<uint64_t>(st.st_size) != manifest.masters_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        masters_path, " has ", st.st_size, " bytes, its manifest says ", manifest.masters_bytes));
-  }
-  BLOCKSWAP_ASSIGN_OR_RETURN(Mapping masters,
-                             Mapping::Map(masters_fd, manifest.masters_bytes, Access::kReadOnly));
-  const std::vector<uint64_t> offsets = manifest.master_offsets;
-  std::unique_ptr<Model> model = ModelFromManifest(manifest);
-  // Blocks first (each sealed under its final name), then the version 2
-  // manifest over the version 1 one (the commit point), then the old file: a
-  // crash before the commit leaves the version 1 model to convert again
-  // (the new block files, named by no manifest, are removed at Open); after
-  // it, <id>.masters is named by none and removed at Open.
-  std::vector<std::string> written;
-  auto convert = [&]() -> absl::Status {
-    BLOCKSWAP_RETURN_IF_ERROR(AdoptBlocksLocked(
-        *model,
-        [&](size_t b, const std::string& block_id) -> absl::StatusOr<std::unique_ptr<BlockMaster>> {
-          auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
-          block->id_ = block_id;
-          block->bytes_ = model->layout_.blocks[b].bytes;
-          const std::string temp = absl::StrCat(BlockFileName(block_id), kTempSuffix);
-          BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(block->file_bytes()));
-          absl::Status created = CreateBlockFile(*block, temp, /*allocate=*/true);
-          if (!created.ok()) {
-            RemoveQuietly(temp);
-            return created;
-          }
-          std::memcpy(block->mapping_.data(),
-                      static_cast<const std::byte*>(masters.data()) + offsets[b], block->bytes_);
-          BLOCKSWAP_RETURN_IF_ERROR(SealBlock(*block, temp, /*pin=*/false));
-          written.push_back(BlockFileName(block_id));
-          return block;
-        },
-        fatal));
-    return CommitManifest(*model);
-  };
-  if (absl::Status converted = convert(); !converted.ok()) {
-    for (const std::string& name : written) RemoveQuietly(name);
-    return converted;
-  }
-  RemoveQuietly(masters_name);
-  ++stats_.converted;
-  Log(LogLevel::kInfo,
-      absl::StrCat("converted model ", id, " from masters format version 1 (", masters_path,
-                   ") into ", DistinctBlocks(model->blocks_).size(), " block files"));
-  PublishAdoptedLocked(std::move(model));
-  return absl::OkStatus();
-}
-
 absl::Status ModelStore::AdoptAll() {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<std::string> names,
                              ListDirectory(*directory_fd_, options_.directory));
   absl::MutexLock lock(&mu_);
   std::set<std::string, std::less<>> keep = {std::string(kLockName)};
-  std::vector<Manifest> per_model;  // version 1: converted once the others are adopted
   // Prefixes of the manifests this daemon cannot read (a newer format):
   // they and every file beside them stay where they are.
   std::vector<std::string> unknown;
@@ -329,18 +270,9 @@ absl::Status ModelStore::AdoptAll() {
           absl::StrCat("removing model ", id, ": ", manifest.status().message()));
       continue;  // removed below with everything else
     }
-    if (manifest->version == 1) {
-      per_model.push_back(*std::move(manifest));
-      continue;
-    }
     std::unique_ptr<Model> model = ModelFromManifest(*manifest);
     absl::Status fatal;
-    absl::Status adopted = AdoptBlocksLocked(
-        *model,
-        [&](size_t b, const std::string& block_id) {
-          return LoadBlock(block_id, model->layout_.blocks[b].bytes);
-        },
-        &fatal);
+    absl::Status adopted = AdoptBlocksLocked(*model, &fatal);
     BLOCKSWAP_RETURN_IF_ERROR(fatal);
     if (!adopted.ok()) {
       Log(LogLevel::kWarning, absl::StrCat("removing model ", id, ": ", adopted.message()));
@@ -348,28 +280,6 @@ absl::Status ModelStore::AdoptAll() {
     }
     keep.insert(name);
     PublishAdoptedLocked(std::move(model));
-  }
-  for (Manifest& manifest : per_model) {
-    const std::string id = manifest.id;
-    absl::Status fatal;
-    absl::Status converted = ConvertPerModelMasters(id, std::move(manifest), &fatal);
-    BLOCKSWAP_RETURN_IF_ERROR(fatal);
-    if (converted.ok()) {
-      keep.insert(absl::StrCat(id, kManifestSuffix));
-      keep.insert(absl::StrCat(id, kMastersSuffix));  // removed by the conversion
-      continue;
-    }
-    // Never deleted for want of room or a failed write: the old files are
-    // all there is of it.
-    Log(LogLevel::kWarning,
-        absl::StrCat("model ", id,
-                     " in masters format version 1 could not be converted into block files: ",
-                     converted.message(),
-                     ". It is left in place and not counted; free room (or raise the budget) and "
-                     "restart blockswapd to convert it, or remove ",
-                     PathOf(absl::StrCat(id, ".*"))));
-    keep.insert(absl::StrCat(id, kManifestSuffix));
-    keep.insert(absl::StrCat(id, kMastersSuffix));
   }
   for (const auto& [block_id, block] : blocks_) keep.insert(BlockFileName(block_id));
   for (const std::string& name : names) {

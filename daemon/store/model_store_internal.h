@@ -23,7 +23,6 @@
 namespace blockswap::daemon {
 
 inline constexpr absl::string_view kLockName = ".lock";
-inline constexpr absl::string_view kMastersSuffix = ".masters";  // format version 1
 inline constexpr absl::string_view kBlockSuffix = ".block";
 inline constexpr absl::string_view kManifestSuffix = ".manifest";
 inline constexpr absl::string_view kTempSuffix = ".tmp";

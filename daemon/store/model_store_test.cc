@@ -11,11 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,59 +23,17 @@
 #include "absl/strings/str_replace.h"
 #include "daemon/store/manifest.h"
 #include "shared/backend/backend.h"
+#include "tests/support/read_file.h"
+#include "tests/support/test_model.h"
 
 namespace blockswap::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A model whose content is a staging area as Register expects it.
-struct TestModel {
-  ModelLayout layout;
-  std::vector<std::byte> content;
-
-  // The expected bytes of block b.
-  const std::byte* block(size_t b) const {
-    return content.data() + StagingOffsets(layout)->offsets[b];
-  }
-};
-
-// `blocks` blocks of two tensors each, filled with bytes derived from
-// `seed`, zero padding.
-TestModel MakeModel(uint8_t seed, size_t blocks = 3, uint64_t columns = 100) {
-  TestModel model;
-  for (size_t b = 0; b < blocks; ++b) {
-    auto block = PackBlock({TensorSpec{.name = "w", .dtype = "F32", .shape = {b + 1, columns}},
-                            TensorSpec{.name = "bias", .dtype = "BF16", .shape = {10}}});
-    model.layout.blocks.push_back(*block);
-  }
-  BlockPlacement staging = *StagingOffsets(model.layout);
-  model.content.assign(staging.total_bytes, std::byte{0});
-  for (size_t b = 0; b < blocks; ++b) {
-    for (const TensorSpec& tensor : model.layout.blocks[b].tensors) {
-      for (uint64_t i = 0; i < tensor.length; ++i) {
-        model.content[staging.offsets[b] + tensor.offset + i] =
-            static_cast<std::byte>(seed * 31 + b * 7 + i);
-      }
-    }
-  }
-  return model;
-}
-
-// Blocks [first, first + count) of `model`, as a model of their own (the
-// same block layouts and bytes): what a trainer streaming only those uploads.
-TestModel Subset(const TestModel& model, size_t first, size_t count) {
-  TestModel subset;
-  for (size_t b = first; b < first + count; ++b)
-    subset.layout.blocks.push_back(model.layout.blocks[b]);
-  BlockPlacement staging = *StagingOffsets(subset.layout);
-  subset.content.assign(staging.total_bytes, std::byte{0});
-  for (size_t i = 0; i < count; ++i) {
-    std::memcpy(subset.content.data() + staging.offsets[i], model.block(first + i),
-                subset.layout.blocks[i].bytes);
-  }
-  return subset;
-}
+using ::blockswap::testing::MakeModel;
+using ::blockswap::testing::ReadFile;
+using ::blockswap::testing::Subset;
+using ::blockswap::testing::TestModel;
 
 absl::StatusOr<RegisterResult> Register(ModelStore& store, const TestModel& model,
                                         absl::string_view name = "test model") {
@@ -104,13 +60,6 @@ void WriteFile(const std::string& path, absl::string_view data, mode_t mode) {
   ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
   ASSERT_EQ(::fchmod(fd, mode), 0);
   ::close(fd);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Each test gets its own directory under /dev/shm, removed at the end.
@@ -294,22 +243,6 @@ TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
   EXPECT_EQ(std::count_if(list.begin(), list.end(), [](const Registrant& r) { return r.uid == 7; }),
             4);
   EXPECT_EQ(list.back(), (Registrant{8, 8, "upload"})) << "another uid must still get in";
-}
-
-TEST_F(ModelStoreTest, AManifestWrittenBeforeRegistrantsWereRecordedIsAdoptedWithNone) {
-  const std::string id = RegisterAndClose(MakeModel(4));
-  ASSERT_FALSE(id.empty());
-  const std::string manifest = PathOf(id + ".manifest");
-  nlohmann::json json = nlohmann::json::parse(ReadFile(manifest));
-  ASSERT_TRUE(json.contains("registrants"));
-  json.erase("registrants");
-  WriteFile(manifest, json.dump(), 0600);
-  auto reopened = OpenStore();
-  ASSERT_NE(reopened, nullptr);
-  std::shared_ptr<const Model> adopted = reopened->Find(id);
-  ASSERT_NE(adopted, nullptr) << "an older manifest was not adopted";
-  EXPECT_TRUE(adopted->registrants().List().empty());
-  EXPECT_EQ(adopted->source(), "upload");
 }
 
 TEST_F(ModelStoreTest, ConcurrentRegistrationsOfTheSameContentCopyOnce) {
@@ -737,92 +670,6 @@ TEST_F(ModelStoreTest, ConcurrentRegistrationsOfOverlappingModelsWriteEachBlockO
   EXPECT_EQ(store->block_count(), 12u);
   EXPECT_EQ(store->masters_bytes(), UnionFileBytes(models));
   EXPECT_EQ(Entries(directory_).size(), 1u + subsets.size() + 12);
-}
-
-// Writes model `content` in the layout of format version 1: one
-// <id>.masters at MasterOffsets, and a version 1 manifest. Returns the id.
-std::string WriteVersion1Model(const std::string& directory, const TestModel& content,
-                               const std::string& name) {
-  Manifest manifest;
-  manifest.version = 1;
-  manifest.name = name;
-  manifest.source = "upload";
-  manifest.registrants = {Registrant{1000, 1000, "upload"}};
-  manifest.layout = content.layout;
-  for (size_t b = 0; b < content.layout.blocks.size(); ++b) {
-    manifest.block_hashes.push_back(Sha256Of(content.block(b), content.layout.blocks[b].bytes));
-  }
-  manifest.id = ModelId(manifest.layout, manifest.block_hashes);
-  BlockPlacement placement = *MasterOffsets(content.layout);
-  manifest.master_offsets = placement.offsets;
-  manifest.masters_bytes = placement.total_bytes;
-  std::string masters(placement.total_bytes, '\0');
-  for (size_t b = 0; b < content.layout.blocks.size(); ++b) {
-    std::memcpy(masters.data() + placement.offsets[b], content.block(b),
-                content.layout.blocks[b].bytes);
-  }
-  WriteFile(absl::StrCat(directory, "/", manifest.id, ".masters"), masters, 0400);
-  WriteFile(absl::StrCat(directory, "/", manifest.id, ".manifest"), EncodeManifest(manifest), 0600);
-  return manifest.id;
-}
-
-TEST_F(ModelStoreTest, AVersion1DirectoryIsConvertedIntoBlockFiles) {
-  TestModel weights = MakeModel(24, 5);
-  TestModel current = Subset(weights, 0, 3);  // registered by this layout
-  TestModel old = Subset(weights, 1, 4);      // left by a daemon of format version 1
-  const std::string current_id = RegisterAndClose(current);
-  ASSERT_FALSE(current_id.empty());
-  const std::string old_id = WriteVersion1Model(directory_, old, "old");
-  WriteFile(PathOf(old_id + ".masters.tmp"), "an interrupted version 1 registration", 0600);
-
-  auto store = OpenStore();
-  ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->stats().adopted, 2u);
-  EXPECT_EQ(store->stats().converted, 1u);
-  auto converted = store->Find(old_id);
-  ASSERT_NE(converted, nullptr) << "the version 1 model was not adopted";
-  EXPECT_EQ(converted->name(), "old");
-  EXPECT_EQ(converted->registrants().List(), (std::vector<Registrant>{{1000, 1000, "upload"}}));
-  ExpectBlocksEqual(*converted, old);
-  ASSERT_TRUE(store->Verify(old_id).ok());
-  EXPECT_EQ(store->block_count(), 5u) << "the blocks it shares with the other model are held once";
-  EXPECT_EQ(converted->block_master(0), store->Find(current_id)->block_master(1));
-  std::set<std::string> entries = Entries(directory_);
-  EXPECT_FALSE(entries.contains(old_id + ".masters")) << "the version 1 masters stayed";
-  EXPECT_FALSE(entries.contains(old_id + ".masters.tmp"));
-  EXPECT_EQ(entries.size(), 1u + 2 + 5);
-  nlohmann::json manifest = nlohmann::json::parse(ReadFile(PathOf(old_id + ".manifest")));
-  EXPECT_EQ(manifest["version"], 2);
-
-  // The converted model is adopted as any other after a restart.
-  converted.reset();
-  store.reset();
-  store = OpenStore();
-  ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->stats().converted, 0u);
-  ASSERT_NE(store->Find(old_id), nullptr);
-  ExpectBlocksEqual(*store->Find(old_id), old);
-}
-
-TEST_F(ModelStoreTest, AVersion1ModelThatCannotBeConvertedIsLeftInPlace) {
-  TestModel old = MakeModel(25, 3);
-  ASSERT_EQ(::mkdir(directory_.c_str(), 0700), 0);
-  const std::string old_id = WriteVersion1Model(directory_, old, "old");
-  auto store = OpenStore(/*max_pinned_bytes=*/2 * 4096);  // 3 blocks of a page do not fit
-  ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->Find(old_id), nullptr);
-  EXPECT_EQ(store->stats().adopted, 0u);
-  EXPECT_EQ(store->masters_bytes(), 0u);
-  EXPECT_EQ(store->block_count(), 0u);
-  EXPECT_EQ(Entries(directory_),
-            (std::set<std::string>{".lock", old_id + ".manifest", old_id + ".masters"}))
-      << "what could not be converted must not be deleted, nor half-converted files left";
-  // With room, the next start converts it.
-  store.reset();
-  store = OpenStore();
-  ASSERT_NE(store, nullptr);
-  ASSERT_NE(store->Find(old_id), nullptr);
-  ExpectBlocksEqual(*store->Find(old_id), old);
 }
 
 TEST_F(ModelStoreTest, AManifestOfANewerFormatIsLeftInPlaceAndNotCounted) {

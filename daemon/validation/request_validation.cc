@@ -48,7 +48,7 @@ absl::Status ValidateAttach(const v1::AttachRequest& request) {
                      "blockswapd of one release"));
   }
   // A library newer than this daemon may rely on what the daemon lacks; an
-  // older one (or one that predates the field, 0) gets what it knew.
+  // older one gets what it knew.
   const uint32_t served_abi = ThisBuild().abi_version;
   if (request.client_abi_version() > served_abi) {
     return absl::FailedPreconditionError(absl::StrCat(

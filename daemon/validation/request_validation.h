@@ -19,10 +19,8 @@
 namespace blockswap::daemon {
 
 // The client library's copy is client/core/connection.cc's kProtocolVersion.
-// A client must speak this version exactly: masters reach it per block
-// (ModelReply.block_masters), which a client of another version would map
-// wrongly.
-inline constexpr uint32_t kProtocolVersion = 2;
+// A client must speak this version exactly.
+inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxClientNameBytes = 256;
 inline constexpr size_t kMaxModelNameBytes = 1024;
 inline constexpr size_t kModelIdHexDigits = 64;

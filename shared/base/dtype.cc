@@ -1,6 +1,7 @@
 #include "shared/base/dtype.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "shared/base/message_text.h"
@@ -12,15 +13,33 @@ namespace {
 struct DtypeInfo {
   absl::string_view name;
   uint32_t bits;
+  absl::string_view torch;  // the PyTorch dtype ("torch.<torch>"); empty: none
 };
 
 // The dtypes of the safetensors format (safetensors' Dtype enum).
 constexpr DtypeInfo kDtypes[] = {
-    {"BOOL", 8},        {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
-    {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
-    {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
-    {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
-    {"I64", 64},        {"U64", 64},
+    {"BOOL", 8, "bool"},
+    {"F4", 4, ""},
+    {"F6_E2M3", 6, ""},
+    {"F6_E3M2", 6, ""},
+    {"U8", 8, "uint8"},
+    {"I8", 8, "int8"},
+    {"F8_E5M2", 8, "float8_e5m2"},
+    {"F8_E4M3", 8, "float8_e4m3fn"},
+    {"F8_E8M0", 8, "float8_e8m0fnu"},
+    {"F8_E4M3FNUZ", 8, "float8_e4m3fnuz"},
+    {"F8_E5M2FNUZ", 8, "float8_e5m2fnuz"},
+    {"I16", 16, "int16"},
+    {"U16", 16, "uint16"},
+    {"F16", 16, "float16"},
+    {"BF16", 16, "bfloat16"},
+    {"I32", 32, "int32"},
+    {"U32", 32, "uint32"},
+    {"F32", 32, "float32"},
+    {"C64", 64, "complex64"},
+    {"F64", 64, "float64"},
+    {"I64", 64, "int64"},
+    {"U64", 64, "uint64"},
 };
 
 }  // namespace
@@ -31,6 +50,18 @@ absl::StatusOr<uint32_t> DtypeBits(absl::string_view dtype) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype ", Quoted(dtype), " (not a safetensors dtype)"));
+}
+
+absl::StatusOr<absl::string_view> DtypeOfTorch(absl::string_view torch_name) {
+  std::string streamable;
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.torch.empty()) continue;
+    if (info.torch == torch_name) return info.name;
+    absl::StrAppend(&streamable, streamable.empty() ? "" : ", ", info.torch);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", Quoted(torch_name),
+                                                 " has no safetensors dtype (blockswap streams ",
+                                                 streamable, ")"));
 }
 
 absl::StatusOr<uint64_t> TensorBytes(absl::string_view dtype, absl::Span<const uint64_t> shape) {

@@ -1,4 +1,6 @@
-// The element types of the safetensors format and their sizes.
+// The element types of the safetensors format, their sizes and the PyTorch
+// dtypes they hold: the one table of dtype names (the C ABI's
+// bs_dtype_of_torch gives it to the torch layer and Python).
 //
 // Part of blockswap_safetensors (no gRPC, no protobuf): the header parser,
 // its fuzzer and the model layout all use it.
@@ -24,6 +26,12 @@ absl::StatusOr<uint32_t> DtypeBits(absl::string_view dtype);
 // tensor needs an even element count); INVALID_ARGUMENT otherwise or on
 // overflow.
 absl::StatusOr<uint64_t> TensorBytes(absl::string_view dtype, absl::Span<const uint64_t> shape);
+
+// The safetensors dtype of the PyTorch dtype named `torch_name` as Python
+// spells it after "torch." ("float32", "bfloat16", "float8_e4m3fn", ...).
+// INVALID_ARGUMENT naming it and listing the ones that have a safetensors
+// dtype for any other (the sub-byte F4 and F6 dtypes have no torch dtype).
+absl::StatusOr<absl::string_view> DtypeOfTorch(absl::string_view torch_name);
 
 }  // namespace blockswap
 

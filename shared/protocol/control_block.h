@@ -31,13 +31,6 @@ inline constexpr size_t kControlBlockBytes = 4096;
 inline constexpr uint32_t kRequestRingCapacity = 64;
 // Bytes of the daemon's error message in the control block, NUL included.
 inline constexpr size_t kErrorMessageBytes = 1024;
-// DaemonControlBlock::features: the appended parts the daemon maintains.
-// Parts are only ever appended, and the word (once `reserved`, always 0)
-// announces them, so kControlBlockVersion stays the same: every client
-// checks that version for equality, and a bump would make each older
-// client refuse each newer daemon's rings. A client reads an appended part
-// only where its bit is set.
-inline constexpr uint32_t kDaemonFeatureCopyTimes = 1u << 0;
 
 // The ring's health as the daemon sees it. The client checks it on every
 // wait so that a rejected request, a device error or a dead daemon surface as
@@ -60,20 +53,18 @@ struct DaemonControlBlock {
   uint32_t magic;    // kDaemonControlMagic
   uint32_t version;  // kControlBlockVersion
   uint32_t slot_count;
-  uint32_t features;  // kDaemonFeature* bits, set before the ring is exported
+  uint32_t reserved;
   RingStatusWord status;
   // Generation g of slot s is filled (its copy is ISSUED, ready[s] recorded
   // after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
   alignas(64) std::atomic<uint32_t> filled_seq[kMaxRingSlots];
-  // --- appended for the request ring; zero in rings that have none.
   // How many request-ring entries the daemon has taken (request_queue.h).
   alignas(64) std::atomic<uint32_t> request_head;
   // Why the ring failed, NUL-terminated: written once, BEFORE error_code is
   // published (release), so a client that saw error_code != 0 (acquire) may
   // read it. Whichever transport carried the failing request.
   alignas(64) char error_message[kErrorMessageBytes];
-  // --- appended for copy times (kDaemonFeatureCopyTimes). How many of the
-  // ring's copies the daemon has seen complete (it queries its own event
+  // How many of the ring's copies the daemon has seen complete (it queries its own event
   // behind each batch of copies), and the copy stream's time they took, in
   // nanoseconds: a batch's busy time (from its issue, or the previous
   // batch's completion, to its completion) shared among its copies by
@@ -101,7 +92,7 @@ struct ClientControlBlock {
   // The client is done with generation consumed_seq[s] of slot s: free[s] was
   // recorded after its last use. Published before requesting generation g+1.
   alignas(64) std::atomic<uint32_t> consumed_seq[kMaxRingSlots];
-  // --- appended for the request ring (request_queue.h), unused without one.
+  // The request ring (request_queue.h), unused without one.
   // Entries published so far (wraps); entry i lives at i % capacity.
   alignas(64) std::atomic<uint32_t> request_tail;
   alignas(64) RequestEntry requests[kRequestRingCapacity];

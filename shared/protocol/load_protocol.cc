@@ -508,9 +508,8 @@ absl::Status RingConsumer::Drain(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-std::optional<absl::Duration> RingConsumer::CopyTimeSoFar() const {
+absl::Duration RingConsumer::CopyTimeSoFar() const {
   const DaemonControlBlock& control = ring_.control();
-  if ((control.features & kDaemonFeatureCopyTimes) == 0) return std::nullopt;
   (void)control.copies_done.load(std::memory_order_acquire);
   return absl::Nanoseconds(control.copy_ns.load(std::memory_order_relaxed));
 }

@@ -299,9 +299,8 @@ class RingConsumer {
   // releases the ring's ready words (RingImport::AbandonReadyWords).
   absl::Status CheckHealth() const;
   // The copy-stream time of the ring's copies the daemon has seen complete
-  // so far (DaemonControlBlock::copy_ns); nullopt from a daemon that does
-  // not publish it.
-  std::optional<absl::Duration> CopyTimeSoFar() const;
+  // so far (DaemonControlBlock::copy_ns).
+  absl::Duration CopyTimeSoFar() const;
 
   // The generation last requested for `slot` (0: never).
   uint32_t requested(uint32_t slot) const { return requested_[slot]; }

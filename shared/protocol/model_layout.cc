@@ -171,6 +171,20 @@ absl::StatusOr<BlockSpec> PackBlock(std::vector<TensorSpec> tensors) {
   return block;
 }
 
+absl::StatusOr<uint64_t> PackedBlockBytes(absl::Span<const uint64_t> lengths) {
+  const uint64_t limit = LayoutLimits{}.max_total_bytes;
+  uint64_t end = 0;
+  for (size_t t = 0; t < lengths.size(); ++t) {
+    if (lengths[t] > limit || end > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", t, " of ", lengths[t], " bytes at offset ", end,
+                       " passes the model size limit of ", limit, " bytes"));
+    }
+    end = RoundUp(end, kTensorAlignment) + lengths[t];
+  }
+  return RoundUp(end, kTensorAlignment);
+}
+
 absl::Status ValidateLayout(const ModelLayout& layout, const LayoutLimits& limits) {
   if (layout.blocks.empty()) return absl::InvalidArgumentError("layout has no blocks");
   if (layout.blocks.size() > limits.max_blocks) {

@@ -76,6 +76,11 @@ struct LayoutLimits {
 // duplicate names and anything ValidateLayout would refuse.
 absl::StatusOr<BlockSpec> PackBlock(std::vector<TensorSpec> tensors);
 
+// The bytes PackBlock gives a block of tensors of these `lengths` (in bytes,
+// in order): what a ring slot holding the block needs. 0 for no tensors;
+// INVALID_ARGUMENT past the model size limit (LayoutLimits).
+absl::StatusOr<uint64_t> PackedBlockBytes(absl::Span<const uint64_t> lengths);
+
 // Checks a layout that came from a client: at least one block, within
 // `limits`; per block at least one tensor, names non-empty, without NUL,
 // valid UTF-8 and unique, known dtypes, length == TensorBytes, offsets

@@ -53,6 +53,28 @@ TEST(LayoutDtype, UnknownDtypeIsRefusedByName) {
   ExpectInvalid(DtypeBits("").status(), "unknown dtype ''");
 }
 
+TEST(LayoutDtype, EachTorchDtypeHasItsSafetensorsName) {
+  const std::pair<const char*, const char*> expected[] = {
+      {"float32", "F32"},         {"float64", "F64"},         {"float16", "F16"},
+      {"bfloat16", "BF16"},       {"float8_e4m3fn", "F8_E4M3"}, {"float8_e5m2", "F8_E5M2"},
+      {"float8_e4m3fnuz", "F8_E4M3FNUZ"}, {"float8_e5m2fnuz", "F8_E5M2FNUZ"},
+      {"float8_e8m0fnu", "F8_E8M0"}, {"bool", "BOOL"},       {"uint8", "U8"},
+      {"int8", "I8"},             {"int16", "I16"},           {"uint16", "U16"},
+      {"int32", "I32"},           {"uint32", "U32"},          {"int64", "I64"},
+      {"uint64", "U64"},          {"complex64", "C64"},
+  };
+  for (const auto& [torch, name] : expected) {
+    auto got = DtypeOfTorch(torch);
+    ASSERT_TRUE(got.ok()) << torch << ": " << got.status();
+    EXPECT_EQ(*got, name) << torch;
+  }
+}
+
+TEST(LayoutDtype, ATorchDtypeWithoutASafetensorsOneIsRefusedByName) {
+  ExpectInvalid(DtypeOfTorch("complex128").status(), "dtype 'complex128' has no safetensors dtype");
+  ExpectInvalid(DtypeOfTorch("F32").status(), "blockswap streams bool, uint8");
+}
+
 TEST(LayoutTensorBytes, CountsElementsTimesWidth) {
   EXPECT_EQ(*TensorBytes("F32", {2, 3}), 24u);
   EXPECT_EQ(*TensorBytes("BF16", {}), 2u);  // a scalar is one element
@@ -94,6 +116,13 @@ TEST(LayoutPackBlock, AlignsEveryTensorTo256Bytes) {
   }
   EXPECT_EQ(block->bytes, 1536u);  // 1324 rounded up
   EXPECT_TRUE(ValidateLayout(ModelLayout{{*block}}).ok());
+}
+
+TEST(LayoutPackBlock, PackedBlockBytesIsThePackedBlocksSize) {
+  EXPECT_EQ(PackedBlockBytes({24, 512, 1, 0, 300}).value(), 1536u);  // the block above
+  EXPECT_EQ(PackedBlockBytes({256}).value(), 256u);
+  EXPECT_EQ(PackedBlockBytes({}).value(), 0u);
+  ExpectInvalid(PackedBlockBytes({uint64_t{1} << 50}).status(), "passes the model size limit");
 }
 
 TEST(LayoutPackBlock, IgnoresOffsetsAndLengthsPassedIn) {

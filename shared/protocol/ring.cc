@@ -47,7 +47,6 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
   control.magic = kDaemonControlMagic;
   control.version = kControlBlockVersion;
   control.slot_count = shape.slot_count;
-  control.features = kDaemonFeatureCopyTimes;
   control.status.boot_id.store(boot_id, std::memory_order_relaxed);
   control.status.error_slot.store(UINT32_MAX, std::memory_order_relaxed);
   control.status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);

@@ -152,15 +152,6 @@ TEST_F(RingConsumerTest, TheCopyTimeThePublisherAddsIsWhatTheConsumerReads) {
   EXPECT_EQ(client_ring_->control().copies_done.load(), 2u);
 }
 
-TEST_F(RingConsumerTest, ARingWithoutTheCopyTimesFeatureHasNoCopyTime) {
-  // What a daemon that predates the copy times exports: features 0, the
-  // appended words 0. The ring still imports (the version is the same).
-  daemon_ring_->control().features = 0;
-  std::unique_ptr<RingImport> older =
-      RingImport::Import(*device_, daemon_ring_->Export().value()).value();
-  EXPECT_EQ(RingConsumer(*older).CopyTimeSoFar(), std::nullopt);
-}
-
 TEST_F(RingConsumerTest, WaitOnASlotNeverLoadedIsRefused) {
   EXPECT_EQ(consumer_->AwaitLoaded(1, *compute_).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(consumer_->AwaitLoaded(5, *compute_).code(), absl::StatusCode::kOutOfRange);

@@ -131,28 +131,14 @@ int RunScheduler(blockswap::Client& client, blockswap::Model& model, blockswap::
   bs_pass_stats forward{}, backward{};
   run(bs_scheduler_last_pass(scheduler, BS_FORWARD, &forward), "last_pass forward");
   run(bs_scheduler_last_pass(scheduler, BS_BACKWARD, &backward), "last_pass backward");
-  // ABI 4: both waits. ABI 1's stall_seconds is the host wait, and the
-  // compute stream cannot idle longer than the thread waited for it (the
-  // host backend's caller stream is the thread); a struct_size that ends
-  // before a field leaves the field alone.
-  bs_pass_stats_v2 forward_v2{};
-  forward_v2.struct_size = sizeof(forward_v2);
-  run(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &forward_v2), "last_pass_v2 forward");
-  bs_pass_stats_v2 short_v2{};
-  short_v2.struct_size = offsetof(bs_pass_stats_v2, host_wait_seconds);
-  short_v2.host_wait_seconds = -1;
-  run(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &short_v2), "last_pass_v2 short");
-  const bool v2_consistent =
-      forward_v2.host_wait_seconds == forward.stall_seconds && forward_v2.loads == forward.loads &&
-      forward_v2.stall_seconds >= 0 && forward_v2.stall_seconds <= forward_v2.host_wait_seconds &&
-      short_v2.stall_seconds == forward_v2.stall_seconds && short_v2.host_wait_seconds == -1;
-  bs_pass_stats_v2 backward_v2{};
-  backward_v2.struct_size = sizeof(backward_v2);
-  run(bs_scheduler_last_pass_v2(scheduler, BS_BACKWARD, &backward_v2), "last_pass_v2 backward");
+  // The compute stream cannot idle longer than the thread waited for it (the
+  // host backend's caller stream is the thread).
+  const bool stall_consistent =
+      forward.stall_seconds >= 0 && forward.stall_seconds <= forward.host_wait_seconds;
   owned.reset();
-  report << "v2_consistent " << (v2_consistent ? 1 : 0) << "\n";
-  report << "forward_copy_s " << forward_v2.copy_seconds << "\nbackward_copy_s "
-         << backward_v2.copy_seconds << "\nforward_wall_s " << forward_wall.count()
+  report << "stall_consistent " << (stall_consistent ? 1 : 0) << "\n";
+  report << "forward_copy_s " << forward.copy_seconds << "\nbackward_copy_s "
+         << backward.copy_seconds << "\nforward_wall_s " << forward_wall.count()
          << "\nbackward_wall_s " << backward_wall.count() << "\nblock_bytes "
          << model.block_bytes(0) << "\nmemcpy_bytes_per_s " << MemcpyRate(model) << "\n";
   report << "copies " << bindings.copies << "\nforward_loads " << forward.loads
@@ -231,10 +217,8 @@ std::string CheckInheritedHandles(pid_t parent, const std::string& socket_path,
   expect_refused(bs_scheduler_wait_for_block(scheduler, 0), "bs_scheduler_wait_for_block");
   expect_refused(bs_scheduler_after_forward(scheduler, 0), "bs_scheduler_after_forward");
   expect_refused(bs_scheduler_finish_pass(scheduler), "bs_scheduler_finish_pass");
-  bs_pass_stats_v2 stats{};
-  stats.struct_size = sizeof(stats);
-  expect_refused(bs_scheduler_last_pass_v2(scheduler, BS_FORWARD, &stats),
-                 "bs_scheduler_last_pass_v2");
+  bs_pass_stats stats{};
+  expect_refused(bs_scheduler_last_pass(scheduler, BS_FORWARD, &stats), "bs_scheduler_last_pass");
   expect_empty(ring.slot(0) == nullptr, "bs_ring_slot");
   expect_empty(model.master(0) == nullptr, "bs_model_master");
   expect_empty(model.id() == nullptr, "bs_model_id");

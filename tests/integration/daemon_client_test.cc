@@ -153,7 +153,7 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   // Ground truth N=10 S=4 B=2: 2 loads in forward, 2 in backward per step.
   EXPECT_EQ(FirstValue(report, "forward_loads"), "2");
   EXPECT_EQ(FirstValue(report, "backward_loads"), "2");
-  EXPECT_EQ(FirstValue(report, "v2_consistent"), "1");
+  EXPECT_EQ(FirstValue(report, "stall_consistent"), "1");
 }
 
 TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,6 +29,7 @@
 #include "shared/base/unique_fd.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/read_file.h"
 #include "tests/support/safetensors_writer.h"
 
 namespace blockswap::ctl {
@@ -49,12 +49,7 @@ constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(20);
   return ::testing::AssertionFailure() << "'" << needle << "' not in:\n" << text;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ::blockswap::testing::ReadFile;
 
 struct CommandResult {
   int exit_code = -1;

@@ -222,10 +222,9 @@ class Demo {
       const double wall_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
-      bs_pass_stats_v2 fwd{}, bwd{};
-      fwd.struct_size = bwd.struct_size = sizeof(bs_pass_stats_v2);
-      detail::Check(bs_scheduler_last_pass_v2(raw, BS_FORWARD, &fwd), "last_pass forward");
-      detail::Check(bs_scheduler_last_pass_v2(raw, BS_BACKWARD, &bwd), "last_pass backward");
+      bs_pass_stats fwd{}, bwd{};
+      detail::Check(bs_scheduler_last_pass(raw, BS_FORWARD, &fwd), "last_pass forward");
+      detail::Check(bs_scheduler_last_pass(raw, BS_BACKWARD, &bwd), "last_pass backward");
       if (step == 1) {
         std::printf(
             "stall: time the compute stream sat idle waiting for a copy (time lost); host-wait: "

@@ -22,7 +22,7 @@
  * are thread-safe unless noted. No gRPC, protobuf, abseil or Boost type
  * crosses this interface.
  *
- * fork() (ABI 6). Handles belong to the process that attached. In a child
+ * fork(). Handles belong to the process that attached. In a child
  * forked after bs_connect (a DataLoader worker, say) every call on an
  * inherited handle fails BS_FAILED_PRECONDITION ("... was forked from pid N
  * after that process attached ..."), functions that return a value return
@@ -46,9 +46,8 @@
 extern "C" {
 #endif
 
-/* 6: fork() handling (above); copy_seconds measured by the daemon.
- * 7: bs_scheduler_ensure_block. */
-#define BS_ABI_VERSION 7u
+/* A daemon refuses at Attach a library whose version is newer than its own. */
+#define BS_ABI_VERSION 1u
 
 enum bs_code {
   BS_OK = 0,
@@ -163,6 +162,28 @@ typedef struct bs_tensor_info {
 int bs_model_tensor(const bs_model* model, uint32_t block, uint32_t tensor, bs_tensor_info* out);
 /* A read-only host view of a block's master bytes (the daemon's one copy). */
 const void* bs_model_master(const bs_model* model, uint32_t block);
+/* Matches what a caller streams of one block (`tensors`: the model's name,
+ * dtype and shape of each; `data` is not read) with block `block` of the
+ * model: the block must hold exactly these tensors, each with the same dtype
+ * and shape. Writes each one's byte offset in the block to offsets[i]. The
+ * first disagreement fails, named (the caller's tensors are "the
+ * selector's", "the module's"): INVALID_ARGUMENT for a dtype or shape
+ * that differs (or a name given twice), NOT_FOUND for a tensor the block
+ * lacks (listing its tensors), FAILED_PRECONDITION for a tensor of the block
+ * not given. */
+int bs_model_match_block(const bs_model* model, uint32_t block, const bs_tensor_desc* tensors,
+                         uint32_t count, uint64_t* offsets);
+
+/* --- layout rules, without a daemon --------------------------------------- */
+
+/* The safetensors dtype ("BF16") of the PyTorch dtype `torch_name` as Python
+ * spells it after "torch." ("bfloat16"), a static string; NULL, with the
+ * dtypes blockswap streams in bs_last_error, for one it cannot stream. */
+const char* bs_dtype_of_torch(const char* torch_name);
+/* The bytes of a block of `count` tensors of `tensor_bytes` bytes each, in
+ * order, in the flat layout (each tensor 256-byte aligned, the end rounded
+ * up): the slot size a ring needs to hold it. */
+int bs_block_layout_bytes(const uint64_t* tensor_bytes, uint32_t count, uint64_t* out);
 
 /* --- rings ---------------------------------------------------------------- */
 
@@ -175,7 +196,7 @@ int bs_ring_create(bs_client* client, const char* device_uuid, uint32_t slot_cou
  * use of every slot), synchronises it, closes the imported memory and events,
  * then has the daemon free the ring. With the daemon gone it only
  * synchronises and closes. Every later call on the ring fails but
- * bs_ring_destroy; closing again returns BS_OK. Since ABI version 5. */
+ * bs_ring_destroy; closing again returns BS_OK. */
 int bs_ring_close(bs_ring* ring, void* stream, uint32_t timeout_ms);
 /* bs_ring_close(ring, NULL, 5000) unless the ring was closed, then frees the
  * handle. NULL is the legacy default stream on cuda, which follows only the
@@ -225,12 +246,19 @@ typedef void (*bs_bind_fn)(void* user_data, uint32_t block, uint32_t slot, int l
 
 enum bs_direction { BS_FORWARD = 1, BS_BACKWARD = 2 };
 
-/* What bs_scheduler_last_pass reports (ABI 1): stall_seconds there is the
- * time the thread blocked in the pass's waits, host_wait_seconds of
- * bs_pass_stats_v2; the compute stream's stall is only in the v2 struct. */
+/* A pass's statistics with both of its waits:
+ *   stall_seconds      how long the compute stream sat idle at the pass's
+ *                      waits, measured on the stream (timing events around
+ *                      the wait on cuda): the time the trainer really lost;
+ *   host_wait_seconds  how long the calling thread blocked in them, mostly
+ *                      its own queued compute draining, not time lost;
+ *   copy_seconds       the daemon's copy-stream time for the ring's copies
+ *                      that the pass's waits saw complete, each copy counted
+ *                      once (a pass's last prefetches count in the next pass). */
 typedef struct bs_pass_stats {
-  int direction;        /* enum bs_direction */
-  double stall_seconds; /* the thread's blocking time (host wait) */
+  int direction; /* enum bs_direction */
+  double stall_seconds;
+  double host_wait_seconds;
   double copy_seconds;
   uint64_t waits;
   uint64_t not_ready_waits;
@@ -264,13 +292,13 @@ int bs_scheduler_wait_for_block(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_forward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_after_backward(bs_scheduler* scheduler, uint32_t block);
 int bs_scheduler_set_forward_only(bs_scheduler* scheduler, int forward_only);
-/* ABI 7. Block `block` is in its slot and the stream waits for it, within
+/* Block `block` is in its slot and the stream waits for it, within
  * the pass in progress (no pass boundary, unlike wait_for_block): for a
  * backward that needs what the block's forward saved (a view of its slot)
  * when the hooks did not bring it back (out of the expected order). A load
  * on demand counts as a self-heal. A resident block is a no-op. */
 int bs_scheduler_ensure_block(bs_scheduler* scheduler, uint32_t block);
-/* ABI 3. `fn` is told, inside after_forward / after_backward, each slot that
+/* `fn` is told, inside after_forward / after_backward, each slot that
  * hook is about to hand back for another block's load, before the slot is
  * released: work the caller queues on the slot then, on the scheduler's
  * stream, is ordered before the daemon's copy into it (e.g. poisoning a
@@ -294,33 +322,6 @@ int bs_scheduler_finish_pass(bs_scheduler* scheduler);
  * the stream has passed the waits issued so far (on a GPU, about what a
  * stream synchronisation costs): a pass's stall is measured on the stream. */
 int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass_stats* out);
-
-/* ABI 4. A pass's statistics with both of its waits:
- *   stall_seconds      how long the compute stream sat idle at the pass's
- *                      waits, measured on the stream (timing events around
- *                      the wait on cuda): the time the trainer really lost;
- *   host_wait_seconds  how long the calling thread blocked in them, mostly
- *                      its own queued compute draining, not time lost.
- * copy_seconds (both structs, ABI 6) is the daemon's copy-stream time for
- * the ring's copies that the pass's waits saw complete, each copy counted
- * once (a pass's last prefetches count in the next pass); before ABI 6 it
- * counted only loads a wait found unfilled, so 0 on the host backend.
- * The caller sets struct_size to sizeof(bs_pass_stats_v2); the library
- * writes only the fields that fit in it (so a newer header's larger struct
- * and an older one both work). */
-typedef struct bs_pass_stats_v2 {
-  uint32_t struct_size;
-  int direction; /* enum bs_direction */
-  double stall_seconds;
-  double host_wait_seconds;
-  double copy_seconds;
-  uint64_t waits;
-  uint64_t not_ready_waits;
-  uint64_t self_heals;
-  uint64_t loads;
-  uint64_t rebinds;
-} bs_pass_stats_v2;
-int bs_scheduler_last_pass_v2(const bs_scheduler* scheduler, int direction, bs_pass_stats_v2* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -137,7 +137,7 @@ struct BlockSwapConfig {
 
 enum class Direction { kForward = 1, kBackward = 2 };
 
-// The statistics of one finished pass (bs_pass_stats_v2).
+// The statistics of one finished pass (bs_pass_stats).
 struct PassStats {
   Direction direction = Direction::kForward;
   double stall_seconds = 0;      // the compute stream sat idle at the waits (time lost)

@@ -16,7 +16,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 7  # bs_scheduler_ensure_block
+ABI_VERSION = 1
 LIBRARY_ENV = "BLOCKSWAP_LIBRARY"
 _SONAME = "libblockswap.so.1"
 _BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", _SONAME)
@@ -25,6 +25,8 @@ BS_BACKEND_HOST = 1
 BS_BACKEND_CUDA = 2
 BS_FORWARD = 1
 BS_BACKWARD = 2
+BS_NOT_FOUND = 5
+BS_FAILED_PRECONDITION = 9
 
 # google.rpc.Code names, for messages.
 _CODE_NAMES = {
@@ -72,16 +74,13 @@ class SchedulerConfig(ctypes.Structure):
 
 
 class PassStats(ctypes.Structure):
-    """bs_pass_stats_v2: stall_seconds is the compute stream's idle time at the
+    """bs_pass_stats: stall_seconds is the compute stream's idle time at the
     pass's waits (time lost), host_wait_seconds the thread's blocking time."""
-    _fields_ = [("struct_size", ctypes.c_uint32), ("direction", ctypes.c_int),
+    _fields_ = [("direction", ctypes.c_int),
                 ("stall_seconds", ctypes.c_double), ("host_wait_seconds", ctypes.c_double),
                 ("copy_seconds", ctypes.c_double), ("waits", ctypes.c_uint64),
                 ("not_ready_waits", ctypes.c_uint64), ("self_heals", ctypes.c_uint64),
                 ("loads", ctypes.c_uint64), ("rebinds", ctypes.c_uint64)]
-
-    def __init__(self):
-        super().__init__(struct_size=ctypes.sizeof(PassStats))
 
 
 BIND_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int)
@@ -112,6 +111,10 @@ _PROTOTYPES = {
     "bs_model_tensor_count": (_U32, [_P, _U32]),
     "bs_model_tensor": (_INT, [_P, _U32, _U32, ctypes.POINTER(TensorInfo)]),
     "bs_model_master": (_P, [_P, _U32]),
+    "bs_model_match_block": (_INT, [_P, _U32, ctypes.POINTER(TensorDesc), _U32,
+                                    ctypes.POINTER(_U64)]),
+    "bs_dtype_of_torch": (_STR, [_STR]),
+    "bs_block_layout_bytes": (_INT, [ctypes.POINTER(_U64), _U32, ctypes.POINTER(_U64)]),
     "bs_ring_create": (_INT, [_P, _STR, _U32, _U64, _PP]),
     "bs_ring_close": (_INT, [_P, _P, _U32]),
     "bs_ring_destroy": (None, [_P]),
@@ -134,7 +137,7 @@ _PROTOTYPES = {
     "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
     "bs_scheduler_set_reconnect_timeout": (_INT, [_P, _U32]),
     "bs_scheduler_finish_pass": (_INT, [_P]),
-    "bs_scheduler_last_pass_v2": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
+    "bs_scheduler_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
 }
 
 _lock = threading.Lock()
@@ -163,11 +166,11 @@ def library():
             except OSError as error:
                 tried.append(f"{path} ({where}): {error}")
                 continue
-            # Checked first: an older library lacks the newer functions.
+            # Checked before the prototypes: an older library lacks newer functions.
             lib.bs_abi_version.restype = ctypes.c_uint32
             lib.bs_abi_version.argtypes = []
             version = lib.bs_abi_version()
-            # The ABI grows additively: a newer library serves this package.
+            # The ABI only grows: a newer library serves this package.
             if version < ABI_VERSION:
                 raise ImportError(f"{path} ({where}) has blockswap C ABI version {version}; this "
                                   f"package needs version {ABI_VERSION} or later: install "

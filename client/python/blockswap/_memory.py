@@ -10,26 +10,17 @@ import ctypes
 
 import torch
 
-# torch dtype -> safetensors dtype (the names the model layout uses).
-_SAFETENSORS_DTYPES = {
-    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
-    torch.int32: "I32", torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.float32: "F32", torch.float64: "F64", torch.complex64: "C64",
-}
-for _name, _code in (("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"),
-                     ("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
-                     ("float8_e4m3fnuz", "F8_E4M3FNUZ"), ("float8_e5m2fnuz", "F8_E5M2FNUZ"),
-                     ("float8_e8m0fnu", "F8_E8M0")):
-    if hasattr(torch, _name):  # newer torch versions only
-        _SAFETENSORS_DTYPES[getattr(torch, _name)] = _code
+from . import _abi
 
 
 def safetensors_dtype(dtype, what):
-    try:
-        return _SAFETENSORS_DTYPES[dtype]
-    except KeyError:
-        raise ValueError(f"{what} has dtype {dtype}, which blockswap cannot stream (supported: "
-                         f"{', '.join(str(d) for d in _SAFETENSORS_DTYPES)})") from None
+    """The safetensors name of torch `dtype` (the client library's table,
+    bs_dtype_of_torch); ValueError naming `what` for one blockswap cannot stream."""
+    lib = _abi.library()
+    name = lib.bs_dtype_of_torch(str(dtype).removeprefix("torch.").encode())
+    if name is None:
+        raise ValueError(f"{what}: {lib.bs_last_error().decode(errors='replace')}")
+    return name.decode()
 
 
 def host_bytes(address, nbytes):

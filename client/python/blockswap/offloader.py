@@ -394,49 +394,39 @@ class StreamOffloader:
             self._master_views[block] = self._views(rank, block, self._master(rank))
 
     def _layout(self, model_block, block):
-        """Byte offset of each job's tensor in block `model_block` of the model,
-        which must hold exactly the jobs' tensors, with their dtypes and shapes."""
-        info = _abi.TensorInfo()
-        entries = {}
-        for k in range(self._lib.bs_model_tensor_count(self._model, model_block)):
-            _abi.check(self._lib.bs_model_tensor(self._model, model_block, k, ctypes.byref(info)),
-                       f"reading the layout of block {block}")
-            entries[info.name.decode()] = (info.dtype.decode(),
-                                           tuple(info.shape[d] for d in range(info.ndim)),
-                                           info.offset)
-        where = (f"{self.block_type} block {block} (model {self.model_id} block "
-                 f"{model_block})")
-        offsets = []
+        """Byte offset of each job's tensor in block `model_block` of the model
+        (bs_model_match_block: the model's block holds exactly the jobs'
+        tensors, with their dtypes and shapes)."""
         # Blocks this process uploaded keep their own names; a model from a file
         # (or opened by id) has the checkpoint's.
         to_model = (self._config.model_tensor_name or checkpoint_tensor_name) \
             if self._from_daemon else (lambda name: name)
-        for job in self._jobs[block]:
-            name = to_model(job.name)
-            if name not in entries:
-                renamed = f" (as {name!r})" if name != job.name else ""
-                raise ValueError(f"{where}: the selector streams {job.name!r}{renamed}, which "
-                                 f"the model's block does not have (it has "
-                                 f"{', '.join(map(repr, entries))}); "
-                                 f"BlockSwapConfig.model_tensor_name maps the names")
-            dtype, shape, offset = entries.pop(name)
+        where = f"{self.block_type} block {block}"
+        jobs = self._jobs[block]
+        descs = (_abi.TensorDesc * max(1, len(jobs)))()
+        keep = []  # the shapes must stay alive during the call
+        for k, job in enumerate(jobs):
             tensor = getattr(job.module, job.attr)
-            mine = safetensors_dtype(tensor.dtype, f"{job.name} of {where}")
-            if dtype != mine:
-                raise ValueError(f"{where} tensor {job.name!r}: the model has dtype {dtype}, "
-                                 f"the module {mine}")
-            if shape != tuple(tensor.shape):
-                raise ValueError(f"{where} tensor {job.name!r}: the model has shape "
-                                 f"{list(shape)}, the module {list(tensor.shape)}")
-            offsets.append(offset)
-        if entries:
-            hint = "" if self._config.model_select else (
-                "; the file's blocks hold every tensor matching model_block_pattern unless "
-                "BlockSwapConfig.model_select picks the streamed ones, e.g. "
-                "model_select=r\"\\.weight$\", model_select_rank=2 for the Linears' weights")
-            raise ValueError(f"{where} has tensor {next(iter(entries))!r} that the selector "
-                             f"does not stream in the module{hint}")
-        return offsets
+            shape = (ctypes.c_uint64 * max(1, tensor.dim()))(*tensor.shape)
+            keep.append(shape)
+            descs[k] = _abi.TensorDesc(to_model(job.name).encode(),
+                                       safetensors_dtype(tensor.dtype,
+                                                         f"{job.name} of {where}").encode(),
+                                       shape, tensor.dim(), None)
+        offsets = (ctypes.c_uint64 * max(1, len(jobs)))()
+        code = self._lib.bs_model_match_block(self._model, model_block, descs, len(jobs), offsets)
+        if code:
+            hint = ""
+            if code == _abi.BS_NOT_FOUND:
+                hint = "; BlockSwapConfig.model_tensor_name maps the names"
+            elif code == _abi.BS_FAILED_PRECONDITION and not self._config.model_select:
+                hint = ("; the file's blocks hold every tensor matching model_block_pattern "
+                        "unless BlockSwapConfig.model_select picks the streamed ones, e.g. "
+                        "model_select=r\"\\.weight$\", model_select_rank=2 for the Linears' "
+                        "weights")
+            message = self._lib.bs_last_error().decode(errors="replace")
+            raise ValueError(f"{where}: {message}{hint}")
+        return list(offsets[:len(jobs)])
 
     def _views(self, model_block, block, flat):
         views = []
@@ -695,10 +685,10 @@ class StreamOffloader:
             self._call(self._lib.bs_scheduler_finish_pass, what="stats")
         for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):
             out = _abi.PassStats()
-            if self._lib.bs_scheduler_last_pass_v2(self._scheduler, direction, ctypes.byref(out)):
+            if self._lib.bs_scheduler_last_pass(self._scheduler, direction, ctypes.byref(out)):
                 continue  # no pass in that direction yet
             result[key] = {name: getattr(out, name) for name, _ in _abi.PassStats._fields_
-                           if name not in ("direction", "struct_size")}
+                           if name != "direction"}
         return result
 
     # ------------------------------------------------------------------ teardown

@@ -17,19 +17,16 @@ reference's H2D-only offloader under its own name (`LoRAStreamOffloader`).
 The choice is made at the first prepare (ExchangeOrStream), when the trainer
 has frozen what it does not train, and said once per process on stderr.
 """
+import ctypes
 import dataclasses
 import sys
 
 import torch
 
+from . import _abi
 from .exchange import ExchangeOffloader
 from .offloader import BlockSwapConfig, StreamOffloader, _place_blocks
 from .selection import base_modules
-
-# Each tensor of a block starts at a multiple of this in the daemon's layout
-# (shared/protocol/model_layout.h, kTensorAlignment), and a block's bytes are
-# rounded up to it: a ring slot holds the largest streaming block.
-_TENSOR_ALIGNMENT = 256
 
 _said = set()
 
@@ -48,19 +45,17 @@ def exchange_selector(block):
             if getattr(module, "weight", None) is not None]
 
 
-def _round_up(value, alignment=_TENSOR_ALIGNMENT):
-    return -(-value // alignment) * alignment
-
-
 def _nbytes(tensor):
     return tensor.numel() * tensor.element_size()
 
 
 def _block_layout_bytes(tensors):
-    end = 0
-    for tensor in tensors:
-        end = _round_up(end) + _nbytes(tensor)
-    return _round_up(end)
+    """The ring slot a block of `tensors` needs (the client library's layout)."""
+    sizes = (ctypes.c_uint64 * max(1, len(tensors)))(*(_nbytes(t) for t in tensors))
+    out = ctypes.c_uint64()
+    _abi.check(_abi.library().bs_block_layout_bytes(sizes, len(tensors), ctypes.byref(out)),
+               "the layout of a streaming block")
+    return out.value
 
 
 def streamed_blocks_within_exchange_memory(blocks, blocks_to_swap, ring_size, selector):

@@ -95,9 +95,9 @@ def test_a_mismatching_layout_is_refused(daemon, tmp_path):
     model.blocks[2].fc1.weight = nn.Parameter(torch.empty(5, 32, device="meta"),
                                               requires_grad=False)
     offloader = file_offloader(model, daemon, path, 4)
-    with pytest.raises(ValueError, match=r"blocks block 2 \(model [0-9a-f]{64} block 2\) tensor "
-                                         r"'fc1.weight': the model has shape \[128, 32\], the "
-                                         r"module \[5, 32\]"):
+    with pytest.raises(ValueError, match=r"blocks block 2: model [0-9a-f]{64} block 2 tensor "
+                                         r"'fc1.weight': the model has shape \[128,32\], the "
+                                         r"module \[5,32\]"):
         offloader.prepare_block_devices_before_forward(model.blocks)
     offloader.close()
 
