@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "shared/backend/gpu_presence.h"
+#include "shared/base/test_hooks.h"
 
 namespace blockswap {
 
@@ -48,6 +49,7 @@ HostBackendOptions HostBackendOptions::FromEnvironment() {
       devices != nullptr && absl::SimpleAtoi(devices, &value) && value > 0) {
     options.device_count = value;
   }
+#if BLOCKSWAP_TEST_HOOKS
   int64_t jitter = 0;
   if (const char* us = std::getenv("BLOCKSWAP_HOST_JITTER_US");
       us != nullptr && absl::SimpleAtoi(us, &jitter) && jitter > 0) {
@@ -65,6 +67,7 @@ HostBackendOptions HostBackendOptions::FromEnvironment() {
       bytes != nullptr && absl::SimpleAtoi(bytes, &pin_limit)) {
     options.pin_limit_bytes = pin_limit;
   }
+#endif
   return options;
 }
 

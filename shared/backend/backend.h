@@ -269,7 +269,7 @@ struct HostBackendOptions {
   int device_count = 1;
   // Scale of the random delay before each operation of a stream worker
   // (usually up to jitter_us, 1 in 16 times up to 21x that); zero disables
-  // it. Shakes out ordering bugs.
+  // it. A test switch that shakes out ordering bugs.
   int64_t jitter_us = 0;
   // A test switch: each host-to-device copy of a stream worker takes at least
   // this long, so that a test can act while a copy is in flight.
@@ -282,10 +282,12 @@ struct HostBackendOptions {
   // a small RLIMIT_MEMLOCK or on a mapping the driver refuses), so that the daemon's fallback to
   // staged copies runs in CI. 0: no limit.
   uint64_t pin_limit_bytes = 0;
-  // device_count from BLOCKSWAP_HOST_DEVICES, jitter_us from
+  // device_count from BLOCKSWAP_HOST_DEVICES, where set. In a build with test
+  // hooks (shared/base/test_hooks.h) also jitter_us from
   // BLOCKSWAP_HOST_JITTER_US, copy_delay_us from BLOCKSWAP_HOST_COPY_DELAY_US,
   // without_stream_words from BLOCKSWAP_HOST_NO_STREAM_WORDS=1 and
-  // pin_limit_bytes from BLOCKSWAP_HOST_PIN_LIMIT_BYTES, where set.
+  // pin_limit_bytes from BLOCKSWAP_HOST_PIN_LIMIT_BYTES; elsewhere these keep
+  // their defaults.
   static HostBackendOptions FromEnvironment();
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "shared/base/test_hooks.h"
 
 namespace blockswap {
 namespace {
@@ -66,8 +67,11 @@ std::optional<std::string> FindNvidiaGpu(absl::string_view root) {
 }
 
 std::string GpuProbeRoot() {
+#if BLOCKSWAP_TEST_HOOKS
   const char* root = std::getenv("BLOCKSWAP_GPU_PROBE_ROOT");
-  return root != nullptr && *root != '\0' ? root : "/";
+  if (root != nullptr && *root != '\0') return root;
+#endif
+  return "/";
 }
 
 }  // namespace blockswap

@@ -23,8 +23,9 @@ namespace blockswap {
 // class 0x030200)"; nullopt when there is none.
 std::optional<std::string> FindNvidiaGpu(absl::string_view root = "/");
 
-// The root FindNvidiaGpu reads for `backend = "auto"`: "/" unless
-// $BLOCKSWAP_GPU_PROBE_ROOT names another (the tests' fake machines).
+// The root FindNvidiaGpu reads for `backend = "auto"`: "/", or in a build
+// with test hooks (shared/base/test_hooks.h) the one that
+// $BLOCKSWAP_GPU_PROBE_ROOT names (the tests' fake machines).
 std::string GpuProbeRoot();
 
 }  // namespace blockswap

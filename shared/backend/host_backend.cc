@@ -798,7 +798,7 @@ class HostDevice final : public Device {
       if (pin_limit_bytes_ != 0 && (bytes > pin_limit_bytes_ || held > pin_limit_bytes_ - bytes)) {
         return absl::ResourceExhaustedError(absl::StrCat(
             info_.uuid, " refused to pin ", bytes, " bytes: ", held, " of ", pin_limit_bytes_,
-            " are pinned (BLOCKSWAP_HOST_PIN_LIMIT_BYTES, as a small RLIMIT_MEMLOCK)"));
+            " are pinned (its test pin limit, as a small RLIMIT_MEMLOCK)"));
       }
     } while (!pinned_->compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
     return std::make_unique<CountedRegistration>(pinned_, bytes);
@@ -819,7 +819,7 @@ class HostDevice final : public Device {
   absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) override {
     if (without_stream_words_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          info_.uuid, " has no stream memory operations (BLOCKSWAP_HOST_NO_STREAM_WORDS=1)"));
+          info_.uuid, " has no stream memory operations (a test device without stream words)"));
     }
     if (mapping.data() == nullptr || mapping.size() < sizeof(uint32_t)) {
       return absl::InvalidArgumentError("stream words need a mapping of at least one word");
@@ -830,7 +830,7 @@ class HostDevice final : public Device {
   absl::Status stream_words_status() const override {
     if (!without_stream_words_) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        absl::StrCat(info_.uuid, " has no stream words (BLOCKSWAP_HOST_NO_STREAM_WORDS)"));
+        absl::StrCat(info_.uuid, " has no stream words (a test device without them)"));
   }
   absl::Status health() const override { return absl::OkStatus(); }
   absl::Status UseOnThisThread() override { return absl::OkStatus(); }  // one address space

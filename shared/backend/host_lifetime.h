@@ -87,8 +87,9 @@ std::string MarkFreed(ImportLedger& ledger);
 // Whether the exporter has freed the object.
 bool Freed(const ImportLedger& ledger);
 
-// Reports a breach of the rules above: one line on stderr, counted; and
-// with BLOCKSWAP_HOST_LIFETIME_CHECKS=abort (what the test suite sets) the
+// Reports a breach of the rules above: one line on stderr, counted; and, in
+// a build with test hooks (shared/base/test_hooks.h), with
+// BLOCKSWAP_HOST_LIFETIME_CHECKS=abort (what the test suite sets) the
 // process aborts after the line, so that no test can pass over it. The
 // default reports only: a client that breaks a rule must not bring a
 // production daemon down (docs/rules.md, "The daemon never exits because of a

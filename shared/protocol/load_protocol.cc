@@ -14,11 +14,15 @@
 namespace blockswap {
 namespace {
 
+#if BLOCKSWAP_TEST_HOOKS
 std::atomic<uint32_t> skipped_steps{0};
 
 bool Skipped(ProtocolStep step) {
   return (skipped_steps.load(std::memory_order_relaxed) >> static_cast<uint32_t>(step)) & 1u;
 }
+#else
+constexpr bool Skipped(ProtocolStep) { return false; }
+#endif
 
 }  // namespace
 
@@ -72,11 +76,12 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
 }
 
+bool ProtocolStepSkipped(ProtocolStep step) { return Skipped(step); }
+
+#if BLOCKSWAP_TEST_HOOKS
 void SkipProtocolStepForTesting(ProtocolStep step) {
   skipped_steps.fetch_or(1u << static_cast<uint32_t>(step));
 }
-
-bool ProtocolStepSkipped(ProtocolStep step) { return Skipped(step); }
 
 absl::Status SkipProtocolStepsFromEnvironment() {
   const char* steps = std::getenv("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
@@ -87,6 +92,9 @@ absl::Status SkipProtocolStepsFromEnvironment() {
   }
   return absl::OkStatus();
 }
+#else
+absl::Status SkipProtocolStepsFromEnvironment() { return absl::OkStatus(); }
+#endif
 
 // ---------------------------------------------------------------------------
 // RingProducer

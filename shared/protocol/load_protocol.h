@@ -38,6 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "shared/backend/backend.h"
+#include "shared/base/test_hooks.h"
 #include "shared/protocol/ring.h"
 #include "shared/protocol/trace_log.h"
 
@@ -80,7 +81,7 @@ inline constexpr ProtocolStep kSpeedProtocolSteps[] = {ProtocolStep::kClientNoti
 inline constexpr ProtocolStep kStagingProtocolSteps[] = {ProtocolStep::kDaemonAwaitStaging,
                                                          ProtocolStep::kDaemonAwaitStagingReuse};
 // The safety step of a device without stream words only: its loss must show
-// where the device has none (BLOCKSWAP_HOST_NO_STREAM_WORDS=1).
+// where the device has none (HostBackendOptions::without_stream_words).
 inline constexpr ProtocolStep kHostGatedProtocolSteps[] = {ProtocolStep::kClientGateReadyOnHost};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
@@ -89,14 +90,20 @@ inline void PrintTo(ProtocolStep step, std::ostream* os) { *os << ProtocolStepNa
 // The name with '_' for '-': an identifier, as GoogleTest wants for the name
 // of a test parameterized by the step.
 std::string ProtocolStepIdentifier(ProtocolStep step);
+// Switching steps off exists only in a build with test hooks
+// (shared/base/test_hooks.h); elsewhere every step is always taken.
+#if BLOCKSWAP_TEST_HOOKS
 // Process-wide; for tests only. Breaks the protocol on purpose.
 void SkipProtocolStepForTesting(ProtocolStep step);
+#endif
 // Whether `step` is switched off; for the steps taken outside this file (a
-// staged copy's).
+// staged copy's). Always false without test hooks.
 bool ProtocolStepSkipped(ProtocolStep step);
-// The same for every step named (comma-separated) in the environment
-// variable BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS, so that the mutation tests can
-// break the real daemon and client library. Unknown names are an error.
+// With test hooks, SkipProtocolStepForTesting for every step named
+// (comma-separated) in the environment variable
+// BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS, so that the mutation tests can break the
+// real daemon and client library; unknown names are an error. Without, it
+// reads nothing and returns OK.
 absl::Status SkipProtocolStepsFromEnvironment();
 
 // The daemon's half for one ring. Never blocks: a request whose slot is still

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/support/child_process.h"
 #include "tests/support/ring_peers.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap {
 namespace {
@@ -117,6 +118,7 @@ class MutationTest
     : public ::testing::TestWithParam<std::tuple<std::string, ProtocolStep>> {};
 
 TEST_P(MutationTest, SkippingTheStepIsDetected) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("SkipProtocolStepForTesting");
   const auto& [backend, step] = GetParam();
   std::string why;
   if (!BackendAvailable(backend, &why)) GTEST_SKIP() << why;

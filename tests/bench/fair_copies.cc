@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "shared/base/status.h"
+#include "shared/base/test_hooks.h"
 #include "tests/bench/stream_clients.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
@@ -61,6 +62,11 @@ class FairCopies {
       : options_(options), dirs_(dirs), clients_(dirs) {}
 
   absl::Status Run() {
+    if (!kTestHooks) {
+      return absl::FailedPreconditionError(
+          "the copy delay (BLOCKSWAP_HOST_COPY_DELAY_US) needs a build with test hooks "
+          "(-DBLOCKSWAP_TEST_HOOKS=ON, as tests/run.sh configures)");
+    }
     BLOCKSWAP_ASSIGN_OR_RETURN(
         daemon_,
         DaemonProcess::Start(

@@ -32,6 +32,7 @@
 #include "tests/gpu/gpu_roles.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_roles_test.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap::gpu_testing {
 namespace {
@@ -269,6 +270,7 @@ TEST_F(GpuTest, SlowKernelConsumerNeverReadsAStaleSlot) {
 class GpuMutationTest : public GpuTest, public ::testing::WithParamInterface<ProtocolStep> {};
 
 TEST_P(GpuMutationTest, SkippingTheStepIsCaught) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
   const std::string step(ProtocolStepName(GetParam()));
   const std::map<std::string, std::string> skip = {{"BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS", step}};
   const bool daemon_step = absl::StartsWith(step, "daemon");

@@ -26,6 +26,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/safetensors_writer.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap::testing {
 namespace {
@@ -443,6 +444,7 @@ TEST_F(DaemonClientTest, EveryWaitedForReleaseOfAWellBehavedClientComesByNotific
 }
 
 TEST_F(DaemonClientTest, WithoutNotificationsTheFallbackPollFindsEveryWaitedForRelease) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
   StartDaemon({.env = {{"BLOCKSWAP_HOST_JITTER_US", "0"}}});
   ASSERT_EQ(Run("stream", "silent", {"--passes=10", "--blocks=4", "--compute-us=3000"},
                 {{"BLOCKSWAP_HOST_JITTER_US", "0"},
@@ -461,6 +463,7 @@ class ProtocolMutationTest : public DaemonClientTest,
                              public ::testing::WithParamInterface<ProtocolStep> {};
 
 TEST_P(ProtocolMutationTest, SkippingTheStepFailsTheStream) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
   const std::string step(ProtocolStepName(GetParam()));
   std::map<std::string, std::string> skip = {{"BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS", step},
                                              {"BLOCKSWAP_HOST_JITTER_US", "200"}};

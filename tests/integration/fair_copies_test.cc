@@ -25,6 +25,7 @@
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/role_report.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap::testing {
 namespace {
@@ -99,6 +100,7 @@ IssueOrder ReadIssueOrder(const v1::TraceDevice& device, uint64_t streamer, uint
 class FairCopiesTest : public DaemonClientTest {
  protected:
   void SetUp() override {
+    BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_HOST_COPY_DELAY_US");
     DaemonClientTest::SetUp();
     // Each copy takes at least 1 ms, so that the flooder's requests queue
     // on the copy stream and the order is the daemon's to choose, even with

@@ -21,6 +21,7 @@
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap::testing {
 namespace {
@@ -191,6 +192,7 @@ TEST_F(ReliabilityTest, SchedulerWithoutItsDaemonFailsUnavailableAfterItsTimeout
 // stream would wait for a word nobody writes any more (the host backend's
 // word waits, like a GPU's, watch no process), and the step would time out.
 TEST_F(ReliabilityTest, DaemonKilledUnderAWaitingStreamReleasesItAndTheNextStepSucceeds) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_HOST_COPY_DELAY_US");
   const DaemonFlags slow_copies{.env = {{"BLOCKSWAP_HOST_COPY_DELAY_US", "1500000"}}};
   StartDaemon(slow_copies);
   ChildProcess client = Spawn("orphan-stream", "orphan", {"--timeout-ms=5000"});

@@ -18,6 +18,7 @@
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/skip_without_test_hooks.h"
 
 namespace blockswap::testing {
 namespace {
@@ -73,6 +74,7 @@ TEST_F(StagedTest, TwoClientsStreamStagedMastersByteExactWithJitter) {
 // RLIMIT_MEMLOCK) refuses to pin the model's masters: under "auto" the
 // model is staged, with one log line, and streams byte-exact.
 TEST_F(StagedTest, UnderAutoAModelTheDeviceRefusesToPinIsStagedWithOneLogLine) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_HOST_PIN_LIMIT_BYTES");
   StartDaemon({.extra_args = kSmallStaging,
                .env = {{"BLOCKSWAP_HOST_PIN_LIMIT_BYTES", "20000"}},
                .output_path = LogPath()});
@@ -118,6 +120,7 @@ TEST_F(StagedTest, UnderAutoTheBlocksOverMaxPinnedBytesAreStagedAndStreamWithThe
 }
 
 TEST_F(StagedTest, UnderAlwaysAModelThatCannotBePinnedIsRefusedSayingWhy) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_HOST_PIN_LIMIT_BYTES");
   StartDaemon(
       {.extra_args = {"--pinning=always"}, .env = {{"BLOCKSWAP_HOST_PIN_LIMIT_BYTES", "20000"}}});
   EXPECT_NE(Run("stream", "always", {"--passes=1"}), kClientOk);
@@ -135,6 +138,7 @@ TEST_F(StagedTest, UnderAlwaysAModelThatCannotBePinnedIsRefusedSayingWhy) {
 class StagedMutationTest : public StagedTest, public ::testing::WithParamInterface<ProtocolStep> {};
 
 TEST_P(StagedMutationTest, SkippingTheStepFailsTheStream) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
   const std::string step(ProtocolStepName(GetParam()));
   StartDaemon(
       {.extra_args = {"--pinning=never", "--staging-buffer-bytes=4096", "--staging-buffers=2",

@@ -4,7 +4,10 @@ notification socket, the config file and SIGHUP, the socket's group and mode,
 the metrics endpoint and the drain on SIGTERM; `backend = "auto"` on machines
 with and without a GPU it cannot drive.
 
-    service_test.py BIN_DIR
+    service_test.py BIN_DIR [--test-hooks]
+
+--test-hooks: the binaries were built with test hooks
+(shared/base/test_hooks.h), so that the fake machines below can be used.
 """
 import grp
 import os
@@ -22,6 +25,7 @@ import unittest
 import urllib.request
 
 BIN = None
+TEST_HOOKS = False
 
 
 class Daemon:
@@ -428,6 +432,9 @@ class BackendAutoTest(unittest.TestCase):
     drive one here whether or not this machine has one."""
 
     def setUp(self):
+        if not TEST_HOOKS:
+            self.skipTest("needs BLOCKSWAP_GPU_PROBE_ROOT, which only a build with test hooks "
+                          "has (-DBLOCKSWAP_TEST_HOOKS=ON, as tests/run.sh configures)")
         self.tmp = tempfile.TemporaryDirectory()
         self.root = self.tmp.name
 
@@ -468,4 +475,7 @@ class BackendAutoTest(unittest.TestCase):
 
 if __name__ == "__main__":
     BIN = os.path.abspath(sys.argv.pop(1))
+    if "--test-hooks" in sys.argv:
+        sys.argv.remove("--test-hooks")
+        TEST_HOOKS = True
     unittest.main(verbosity=2)

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ int RunSpawner(const std::vector<std::string>& argv) {
     absl::StatusOr<std::unique_ptr<DaemonProcess>> started = DaemonProcess::Start(*dirs);
     if (!started.ok()) return 1;
     daemon = std::move(*started);
+    // Killed, this process never runs the destructor that removes them:
+    // the test does, once the daemon is gone.
+    report.Add("temp_dir", dirs->temp_dir());
+    report.Add("shm_dir", dirs->shm_dir());
     report.Add("pid", absl::StrCat(daemon->pid()));
   } else {
     absl::StatusOr<ChildProcess> spawned =
@@ -79,6 +84,13 @@ void ExpectGoneWithItsParent(const std::string& what) {
   EXPECT_EQ(::poll(&pfd, 1, 10'000), 1)
       << "the " << what << " (pid " << pid << ") outlived the process that spawned it by 10 s";
   if (pfd.revents == 0) ::kill(pid, SIGKILL);
+  const ReportLines reported = ReadRoleReport(report);
+  for (const char* key : {"temp_dir", "shm_dir"}) {
+    if (std::string dir = FirstValue(reported, key); !dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
   ::unlink(report.c_str());
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shared/backend/backend.h"
+#include "shared/base/test_hooks.h"
 #include "shared/os/fd_passing.h"
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/ring.h"
@@ -67,8 +68,13 @@ absl::Status ApplySkips(const KeyValueArgs& args) {
   if (!args.Has("skip")) return absl::OkStatus();
   absl::StatusOr<ProtocolStep> step = ParseProtocolStep(args.Str("skip"));
   if (!step.ok()) return step.status();
+#if BLOCKSWAP_TEST_HOOKS
   SkipProtocolStepForTesting(*step);
   return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--skip=", args.Str("skip"), ": this build has no test hooks (-DBLOCKSWAP_TEST_HOOKS=ON)"));
+#endif
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> OpenPeerBackend(const KeyValueArgs& args) {
