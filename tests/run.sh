@@ -6,12 +6,15 @@
 #   B  clang-14 with AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA
 #      toolkit hidden and no LibTorch: proves the build without CUDA and runs
 #      every test that needs neither, the fuzzers included -> build/sanitize/
-# Exits non-zero on any failure. BLOCKSWAP_CONFIGS=A or =B runs only one.
+#   P  the release build (Release, no tests, the cuda backend) -> build/release/,
+#      then the wheel and the Debian package built from it and tested
+#      (tests/package/run.sh)
+# Exits non-zero on any failure. BLOCKSWAP_CONFIGS=A, =B or =P runs only one.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BLOCKSWAP_BUILD_DIR:-${root}/build}
-configs=${BLOCKSWAP_CONFIGS:-A B}
+configs=${BLOCKSWAP_CONFIGS:-A B P}
 jobs=$(nproc)
 # Lets ccache reuse objects across clones in different folders (CI clones anew).
 export CCACHE_BASEDIR="${root}" CCACHE_NOHASHDIR=true
@@ -55,8 +58,16 @@ for config in ${configs}; do
         -DBLOCKSWAP_SANITIZE=address,undefined -DBLOCKSWAP_BUILD_FUZZERS=ON \
         -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DBLOCKSWAP_WITH_TORCH=OFF
       ;;
+    P)
+      release=${build}/release
+      echo "=== configuration P: ${release}"
+      cmake -S "${root}" -B "${release}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DBLOCKSWAP_BUILD_TESTS=OFF
+      cmake --build "${release}" -j "${jobs}"
+      BLOCKSWAP_VENV=${venv} "${root}/tests/package/run.sh" "${release}"
+      ;;
     *)
-      echo "tests/run.sh: unknown configuration '${config}' (A or B)" >&2
+      echo "tests/run.sh: unknown configuration '${config}' (A, B or P)" >&2
       exit 2
       ;;
   esac
