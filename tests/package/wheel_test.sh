@@ -80,6 +80,12 @@ check_eq "blockswapctl --version (venv PATH)" "blockswapctl ${version}" \
   "$(PATH=${venv}/bin:/usr/bin:/bin blockswapctl --version | head -n 1)"
 check_eq "blockswapd --version's backends" "backends: host, cuda" \
   "$(PATH=${venv}/bin:/usr/bin:/bin blockswapd --version | tail -n 1)"
+check_eq "the blockswap imported (nothing of client/ or the build's package on sys.path)" \
+  "${site}/blockswap/__init__.py" "$(cd "${work}" && "${venv}/bin/python" -c '
+import sys, blockswap
+seen = [p for p in sys.path if p.startswith(tuple(sys.argv[1:]))]
+print(seen if seen else blockswap.__file__)
+' "${root}/client" "${build}/python" "${build}/lib")"
 check_eq "blockswap.__version__" "${version}" \
   "$(cd "${work}" && "${venv}/bin/python" -c 'import blockswap; print(blockswap.__version__)')"
 check_eq "pip's metadata version" "${version}" \
@@ -97,7 +103,7 @@ if [[ -S /run/blockswap/blockswapd.sock ]]; then
   fail "a system blockswapd socket exists at /run/blockswap/blockswapd.sock: no private daemon would start"
 fi
 private_dir=/dev/shm/blockswap-wheel-test-$$
-idle_exit=5
+idle_exit=15
 daemon_pid=
 cleanup() {
   if [[ -n ${daemon_pid} ]] && kill -0 "${daemon_pid}" 2>/dev/null; then kill "${daemon_pid}"; fi
@@ -122,7 +128,8 @@ else
     "$(readlink -f "/proc/${daemon_pid}/exe" || echo gone)"
   status_version=$(cd "${run_dir}" && env -i HOME="${HOME}" PATH="${venv}/bin:/usr/bin:/bin" \
     BLOCKSWAP_AUTOSTART_DIR="${private_dir}" blockswapctl --json status |
-    "${venv}/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["version"])' || true)
+    "${venv}/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["version"])') ||
+    status_version="(blockswapctl status failed)"
   check_eq "the private daemon's Admin Status version" "${version}" "${status_version}"
   waited=0
   while kill -0 "${daemon_pid}" 2>/dev/null && ((waited < 10 * (idle_exit + 10))); do
