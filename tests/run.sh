@@ -11,6 +11,8 @@
 #   R  the release build: g++, Release, no tests and no test hooks, as the
 #      packages ship it; checked to contain no test switch
 #      (tests/release/no-test-switches.sh)                -> build/release/
+#      then the wheel and the Debian package built from it, and tested
+#      (tests/package/run.sh)
 # A, B and T are built with the test hooks (shared/base/test_hooks.h); R,
 # like every package, without. Every configuration must leave no
 # /dev/shm/blockswap-test* entry behind.
@@ -98,6 +100,7 @@ for config in ${configs}; do
       ;;
     R)
       release_config
+      BLOCKSWAP_VENV=${venv} "${root}/tests/package/run.sh" "${release_build}"
       ;;
     *)
       echo "tests/run.sh: unknown configuration '${config}' (A, B, T or R)" >&2

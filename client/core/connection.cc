@@ -107,7 +107,9 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   auto context = Context(timeout);
   grpc::Status attached = stub_->Attach(context.get(), request, &reply);
   if (!attached.ok()) {
-    return CallError(attached, absl::StrCat("attaching to blockswapd at ", socket_path_));
+    // The daemon's refusals name its versions; this names the library's.
+    return CallError(attached, absl::StrCat("attaching to blockswapd at ", socket_path_,
+                                            " from client library version ", ThisBuild().version));
   }
   token_ = reply.session_token();
   boot_id_ = reply.daemon_boot_id();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make_bundle.sh LIBBLOCKSWAP BLOCKSWAPD OUT_DIR
+# make_bundle.sh LIBBLOCKSWAP BLOCKSWAPD VERSION OUT_DIR
 #
 # Builds a self-contained copy of the blockswap Python package in OUT_DIR:
 # the package's sources plus blockswap/_lib/ holding libblockswap.so.1, the
@@ -10,13 +10,15 @@
 # them: docs/rules.md, "A small C ABI"), debug info stripped, each with the rpath $ORIGIN so that
 # they find one another there. Not bundled: the C runtime, libstdc++/libgcc
 # and the GPU driver, which the target provides (glibc and libstdc++ at least
-# as new as the build machine's). Then: pip install OUT_DIR.
+# as new as the build machine's). VERSION (CMake's project version) goes into
+# blockswap/_version.py. Then: pip install OUT_DIR.
 # (CMake: cmake --build build --target blockswap_python_bundle -> build/python)
 set -euo pipefail
-[[ $# -eq 3 ]] || { echo "usage: $0 LIBBLOCKSWAP BLOCKSWAPD OUT_DIR" >&2; exit 2; }
+[[ $# -eq 4 ]] || { echo "usage: $0 LIBBLOCKSWAP BLOCKSWAPD VERSION OUT_DIR" >&2; exit 2; }
 library=$1
 daemon=$2
-out=$3
+version=$3
+out=$4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 for tool in patchelf ldd strip; do
   command -v "${tool}" >/dev/null || { echo "make_bundle: ${tool} is missing (deploy/install-deps.sh installs it)" >&2; exit 1; }
@@ -26,6 +28,7 @@ rm -rf "${out}"
 mkdir -p "${out}/blockswap/_lib"
 cp "${here}/pyproject.toml" "${out}/"
 cp "${here}"/blockswap/*.py "${out}/blockswap/"
+echo "__version__ = \"${version}\"" >"${out}/blockswap/_version.py"
 lib_dir="${out}/blockswap/_lib"
 
 soname=$(patchelf --print-soname "${library}")

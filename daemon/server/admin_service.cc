@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/runtime/logging.h"
 #include "daemon/session/model_visibility.h"
+#include "shared/build_info/build_info.h"
 #include "shared/protocol/grpc_status.h"
 
 namespace blockswap::daemon {
 namespace {
 
-constexpr char kVersion[] = "0.1.0";
 // Passes (each at most ~100 bytes, request_validation.h) in one StatsReply:
 // about 6.5 MiB, a tenth of the message limit, however many sessions report.
 constexpr size_t kMaxPassesInStatsReply = 65536;
@@ -83,7 +83,7 @@ bool ShowsStoreCounters(const DaemonView& view, const Peer* caller) {
 
 v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   v1::StatusReply reply;
-  reply.set_version(kVersion);
+  reply.set_version(ThisBuild().version);
   reply.set_backend(view.backend->kind() == BackendKind::kCuda ? v1::BACKEND_CUDA
                                                                   : v1::BACKEND_HOST);
   for (const auto& device : view.backend->devices()) FillDevice(*device, reply.add_devices());

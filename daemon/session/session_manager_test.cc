@@ -40,6 +40,7 @@
 #include "daemon/session/peer.h"
 #include "daemon/store/model_store.h"
 #include "shared/backend/backend.h"
+#include "shared/build_info/build_info.h"
 #include "shared/os/fd_passing.h"
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/model_layout.h"
@@ -334,7 +335,8 @@ TEST_F(SessionManagerTest, AttachWithAnotherProtocolVersionIsRefusedNamingBoth) 
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(reply.status().message(),
               HasSubstr(absl::StrCat("client speaks protocol version ", kProtocolVersion + 1,
-                                     ", this blockswapd speaks ", kProtocolVersion)));
+                                     ", this blockswapd speaks ", kProtocolVersion,
+                                     " (blockswapd version ", ThisBuild().version, ")")));
   EXPECT_EQ(manager_->session_count(), 0u);
 }
 
@@ -346,6 +348,8 @@ TEST_F(SessionManagerTest, AttachFromANewerClientLibraryIsRefusedNamingBothAbiVe
   EXPECT_THAT(reply.status().message(),
               HasSubstr("client library has C ABI version 1000, this blockswapd serves C ABI "
                         "versions up to "));
+  EXPECT_THAT(reply.status().message(),
+              HasSubstr(absl::StrCat("blockswapd version ", ThisBuild().version, ")")));
   EXPECT_EQ(manager_->session_count(), 0u);
 }
 

@@ -41,20 +41,21 @@ absl::Status ValidateAttach(const v1::AttachRequest& request) {
                                                    " bytes (at most ", kMaxClientNameBytes, ")"));
   }
   if (request.protocol_version() != kProtocolVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("client speaks protocol version ", request.protocol_version(),
-                     ", this blockswapd speaks ", kProtocolVersion,
-                     ": install the client library (libblockswap, the Python package) and "
-                     "blockswapd of one release"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client speaks protocol version ", request.protocol_version(), ", this blockswapd speaks ",
+        kProtocolVersion, " (blockswapd version ", ThisBuild().version,
+        "): install the client library (libblockswap, the Python package) and "
+        "blockswapd of one release"));
   }
   // A library newer than this daemon may rely on what the daemon lacks; an
   // older one gets what it knew.
   const uint32_t served_abi = ThisBuild().abi_version;
   if (request.client_abi_version() > served_abi) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "client library has C ABI version ", request.client_abi_version(),
-        ", this blockswapd serves C ABI versions up to ", served_abi, " (protocol version ",
-        kProtocolVersion, "): update blockswapd to the library's version"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("client library has C ABI version ", request.client_abi_version(),
+                     ", this blockswapd serves C ABI versions up to ", served_abi,
+                     " (protocol version ", kProtocolVersion, ", blockswapd version ",
+                     ThisBuild().version, "): update blockswapd to the library's version"));
   }
   return absl::OkStatus();
 }

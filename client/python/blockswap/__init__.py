@@ -17,4 +17,18 @@ from .routing import LoRAStreamOffloader, ModelOffloader, create_offloader
 __all__ = ["BlockSwapConfig", "BlockSwapError", "LoRAStreamOffloader", "ModelOffloader",
            "StreamOffloader", "create_offloader", "default_swap_tensor_selector",
            "library_path"]
-__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The version is CMake's project version, written into _version.py when the
+    # package is bundled (make_bundle.sh, deploy/build-wheel.sh); the source tree
+    # has none, so asking a source checkout for it is an error, not a guess.
+    if name == "__version__":
+        try:
+            from ._version import __version__
+        except ImportError:
+            raise AttributeError(
+                "blockswap.__version__: this copy of the package was not built (no "
+                "blockswap/_version.py); install the wheel (deploy/build-wheel.sh)") from None
+        return __version__
+    raise AttributeError(f"module 'blockswap' has no attribute '{name}'")
