@@ -101,7 +101,7 @@ else
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
   # P8: a streamer beside a prefetch flooder on one device ÷ alone.
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
-  # Issue 38: LoRA steps through streamed blocks without checkpointing ÷
+  # LoRA steps through streamed blocks without checkpointing ÷
   # with it, and the saved-tensor pack hook's share of the step (fp32, and
   # an fp8 base dequantized in forward).
   run saved-weights P9 "${python}" "${root}/tests/bench/saved_weights_bench.py"
