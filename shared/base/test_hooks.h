@@ -6,7 +6,7 @@
 // machine its GPU probe reads (gpu_presence.h). CMake's BLOCKSWAP_TEST_HOOKS:
 // tests/run.sh turns it on; off by default and in every package, so that a
 // released blockswapd or libblockswap.so reads none of these variables
-// (tests/release/no_test_switches.sh checks that their names are not in it).
+// (tests/release/no-test-switches.sh checks that their names are not in it).
 #ifndef BLOCKSWAP_SHARED_BASE_TEST_HOOKS_H_
 #define BLOCKSWAP_SHARED_BASE_TEST_HOOKS_H_
 
