@@ -63,12 +63,16 @@ log=${build}/tsan.log
 failed=0
 run() {
   local binary=$1 gtest_filter=$2
+  local output=${build}/${binary}.log
   echo "=== ${binary} --gtest_filter=${gtest_filter}" | tee -a "${log}"
-  if ! "${build}/bin/${binary}" --gtest_filter="${gtest_filter}" >>"${log}" 2>&1; then
+  if ! "${build}/bin/${binary}" --gtest_filter="${gtest_filter}" >"${output}" 2>&1; then
     echo "    FAILED (see ${log})"
+    # What failed, so that a log cut to its tail still says it.
+    grep -A8 -E '^[^ ]+:[0-9]+: Failure$' "${output}" | head -n 60 | sed 's/^/    | /'
     failed=1
   fi
-  grep -E '^\[  (PASSED|FAILED)  \]|tests? from .* ran' "${log}" | tail -n 2 | sed 's/^/    /'
+  cat "${output}" >>"${log}"
+  grep -E '^\[  (PASSED|FAILED)  \]|tests? from .* ran' "${output}" | tail -n 2 | sed 's/^/    /'
 }
 left_out='*MutationTest.*'
 for binary in "${unit_tests[@]}"; do
