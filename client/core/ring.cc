@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/request_queue.h"
@@ -148,10 +149,11 @@ absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
   //    writes into the control block, are done before anything is unmapped.
   //    A stream that waits on a ready word for a copy that will not come (a
   //    load that did not fill, a dead daemon) is let go first, or this would
-  //    wait for ever: what it reads then is garbage, and the caller's step
-  //    has failed already.
+  //    wait for ever: what it reads then is garbage, and the caller hears
+  //    of it (an error above, or DATA_LOSS for a wait already committed).
   if (!daemon_alive || !drained.ok()) ring_->AbandonReadyWords();
   keep_first(stream.Synchronize());
+  keep_first(TakeUnfinishedWaitsLocked());
   keep_first(meter_.Collect(/*wait_for_all=*/true));
   consumer_.reset();
   if (notifier_ != nullptr) keep_first(notifier_->Synchronize());
@@ -286,6 +288,29 @@ absl::Status Ring::Health() {
   absl::MutexLock lock(&mu_);
   BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   return Explain(consumer_->CheckHealth());
+}
+
+absl::Status Ring::TakeUnfinishedWaits() {
+  absl::MutexLock lock(&mu_);
+  return TakeUnfinishedWaitsLocked();
+}
+
+absl::Status Ring::TakeUnfinishedWaitsLocked() {
+  std::vector<std::string> released;
+  const auto take = [&released](const RingImport& ring) {
+    for (const RingImport::UnfinishedWait& wait : ring.TakeUnfinishedWaits()) {
+      released.push_back(absl::StrCat("ring ", ring.ring_id(), " slot ", wait.slot,
+                                      " generation ", wait.generation));
+    }
+  };
+  for (const std::unique_ptr<RingImport>& ring : retired_) take(*ring);
+  if (ring_ != nullptr) take(*ring_);
+  if (released.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "blockswapd was lost before its copy into ", absl::StrJoin(released, ", "),
+      " was done, and the stream's wait for it had to be released (no one else could write "
+      "it): the work queued behind that wait read a slot the copy may never have reached, so "
+      "its results are not to be trusted"));
 }
 
 absl::Status Ring::Drain(absl::Duration timeout) {

@@ -100,6 +100,12 @@ class Ring {
   std::optional<absl::Duration> CopyTime();
   // The ring's status word, explained: OK, or why the ring failed.
   absl::Status Health();
+  // DATA_LOSS when the daemon was lost while the caller's stream waited for
+  // a copy it had not finished: the watchdog had to release that wait
+  // (nobody else could), so the work queued behind it read a slot the copy
+  // may never have reached (RingImport::TakeUnfinishedWaits). Said once per
+  // such loss, over this ring and those Recreate() replaced; else OK.
+  absl::Status TakeUnfinishedWaits();
   // Whether loads travel through the ring's request ring (the daemon
   // granted one, and the fast path was asked for).
   bool has_request_ring() const { return ring_ != nullptr && ring_->has_request_ring(); }
@@ -135,6 +141,7 @@ class Ring {
         ConsumerOptions{.liveness = [&connection = connection_] { return connection.Liveness(); },
                         .notifier = notifier_.get()});
   }
+  absl::Status TakeUnfinishedWaitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A ring that failed says why: the daemon's own message where it sent one.
   absl::Status Explain(const absl::Status& status) const;
   // FAILED_PRECONDITION once Close has run.

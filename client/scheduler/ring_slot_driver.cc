@@ -63,6 +63,13 @@ absl::Status RingSlotDriver::WithRecovery(std::optional<uint32_t> loading,
       result = reloaded;  // lost again while reloading: recover once more
       continue;
     }
+    // The session is back, but riding on would hide that work already
+    // queued read a slot the lost daemon never finished copying: the pass
+    // fails (the scheduler's next pass is whole).
+    if (absl::Status released = ring_.TakeUnfinishedWaits(); !released.ok()) {
+      return Annotate(released,
+                      "this pass is void (the session is back and the next pass is whole)");
+    }
     result = call();
   }
   return result;

@@ -461,8 +461,10 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
       BLOCKSWAP_RETURN_IF_ERROR(stream.WaitWord(*words, slot, requested_[slot], timer));
       // The watchdog let the words go (the daemon was lost): a wait that
       // returned, or a stream that runs on, does not mean the copy was made.
-      // A host trainer's wait has already returned here, so say so now.
-      if (ring_.ready_words_abandoned()) {
+      // A host trainer's wait has already returned here, so say so now. A
+      // wait committed before the watchdog ran is judged by it instead
+      // (RingImport::TakeUnfinishedWaits).
+      if (!ring_.CommitStreamWait(slot, requested_[slot])) {
         return absl::UnavailableError(absl::StrCat(
             "slot ", slot, " generation ", requested_[slot],
             ": the daemon was lost before its copy was known to be done"));

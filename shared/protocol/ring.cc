@@ -1,5 +1,7 @@
 #include "shared/protocol/ring.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "shared/base/status.h"
 #include "shared/os/futex.h"
@@ -152,6 +154,10 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
   ring->boot_id_ = exported.boot_id;
   ring->shape_ = shape;
   ring->slot_offsets_ = exported.slot_offsets;
+  {
+    absl::MutexLock lock(&ring->waits_mu_);
+    ring->committed_.resize(shape.slot_count);
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ring->memory_, device.ImportMemory(std::move(exported.memory), exported.memory_bytes));
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
@@ -220,28 +226,55 @@ namespace {
 // the serial space ahead, behind the generations it must stay ahead of, and
 // every wait would hang (a daemon failing the ring and its client closing it
 // both abandon). `abandoned` is this process's flag; the word after the
-// slots' is the flag both processes share.
-void AbandonWords(StreamWords* words, uint32_t slot_count, std::atomic<bool>& abandoned) {
-  if (words == nullptr || abandoned.exchange(true)) return;
+// slots' is the flag both processes share. Returns each word as it was
+// before the move, or nothing where this call moved none.
+std::vector<uint32_t> AbandonWords(StreamWords* words, uint32_t slot_count,
+                                   std::atomic<bool>& abandoned) {
+  if (words == nullptr || abandoned.exchange(true)) return {};
   if (words->count() > slot_count &&
       words->word(slot_count).exchange(1, std::memory_order_acq_rel) != 0) {
-    return;
+    return {};
   }
+  std::vector<uint32_t> before(slot_count);
   for (uint32_t s = 0; s < slot_count; ++s) {
     std::atomic<uint32_t>& word = words->word(s);
-    word.fetch_add(kReadyWordAbandonStep, std::memory_order_acq_rel);
+    before[s] = word.fetch_add(kReadyWordAbandonStep, std::memory_order_acq_rel);
     FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
   }
+  return before;
 }
 
 }  // namespace
 
 void DaemonRing::AbandonReadyWords() {
-  AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+  (void)AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
 }
 
 void RingImport::AbandonReadyWords() const {
-  AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+  absl::MutexLock lock(&waits_mu_);
+  const std::vector<uint32_t> before =
+      AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+  for (uint32_t s = 0; s < before.size(); ++s) {
+    // The daemon's copy stream writes the word only after the copy: a word
+    // short of a committed wait's generation means that copy was never seen
+    // done, and the release just given lets the work behind the wait read
+    // the slot anyway.
+    if (committed_[s] && !WordReached(before[s], *committed_[s])) {
+      unfinished_.push_back({s, *committed_[s]});
+    }
+  }
+}
+
+bool RingImport::CommitStreamWait(uint32_t slot, uint32_t generation) const {
+  absl::MutexLock lock(&waits_mu_);
+  if (abandoned_.load(std::memory_order_acquire)) return false;
+  committed_[slot] = generation;
+  return true;
+}
+
+std::vector<RingImport::UnfinishedWait> RingImport::TakeUnfinishedWaits() const {
+  absl::MutexLock lock(&waits_mu_);
+  return std::exchange(unfinished_, {});
 }
 
 }  // namespace blockswap

@@ -11,10 +11,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
 #include "shared/os/shared_memory.h"
@@ -149,11 +152,27 @@ class RingImport {
   // The watchdog's move when the daemon is lost: every ready word jumps
   // ahead (kReadyWordAbandonStep), so that no wait of a stream on this ring
   // is left for a write that will never come. What the waits guarded is not
-  // guaranteed after that: the caller fails the step. Thread-safe; only the
-  // first call moves the words.
+  // guaranteed after that: a committed wait (CommitStreamWait) whose word
+  // the daemon had not yet written is kept for TakeUnfinishedWaits.
+  // Thread-safe; only the first call moves the words.
   void AbandonReadyWords() const;
   // Whether this process let the ready words go (AbandonReadyWords ran).
   bool ready_words_abandoned() const { return abandoned_.load(std::memory_order_acquire); }
+  // Called once a stream's wait on ready word `slot` reaching `generation`
+  // is queued, before the caller is told it may use the slot: work queued
+  // next reads it. False when the words were already abandoned: the wait
+  // guards nothing, and the caller must fail instead of letting work read
+  // the slot. Thread-safe.
+  bool CommitStreamWait(uint32_t slot, uint32_t generation) const;
+  // A committed wait that AbandonReadyWords released before the daemon's
+  // copy wrote its word: the work queued behind it read a slot whose copy
+  // may not have happened.
+  struct UnfinishedWait {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+  };
+  // Those waits, each returned once. Thread-safe.
+  std::vector<UnfinishedWait> TakeUnfinishedWaits() const;
   const DaemonControlBlock& control() const {
     return *static_cast<const DaemonControlBlock*>(daemon_control_map_.data());
   }
@@ -179,6 +198,12 @@ class RingImport {
   std::vector<std::unique_ptr<Event>> free_;
   std::unique_ptr<StreamWords> ready_words_;
   mutable std::atomic<bool> abandoned_{false};     // AbandonReadyWords ran
+  // Orders CommitStreamWait against AbandonReadyWords: a wait is either
+  // refused or judged by the abandon.
+  mutable absl::Mutex waits_mu_;
+  // Per slot, the newest generation a committed stream wait is for.
+  mutable std::vector<std::optional<uint32_t>> committed_ ABSL_GUARDED_BY(waits_mu_);
+  mutable std::vector<UnfinishedWait> unfinished_ ABSL_GUARDED_BY(waits_mu_);
   Mapping daemon_control_map_;                     // read-only
   Mapping client_control_map_;                     // read-write
   TraceLog trace_{nullptr, kClientTraceCapacity};  // in client_control_map_

@@ -157,5 +157,63 @@ TEST_F(RingConsumerTest, WaitOnASlotNeverLoadedIsRefused) {
   EXPECT_EQ(consumer_->AwaitLoaded(5, *compute_).code(), absl::StatusCode::kOutOfRange);
 }
 
+// The client's watchdog releases its stream's waits on the ready words when
+// the daemon is lost (docs/protocol.md, "A dead daemon"). A wait the caller
+// was told it may use, whose copy had not written its word, is what the
+// watchdog must report: work queued behind it read the slot anyway.
+class AbandonedWaitTest : public RingConsumerTest {
+ protected:
+  void SetUp() override {
+    RingConsumerTest::SetUp();
+    ASSERT_NE(client_ring_->ready_words(), nullptr) << "the host backend has stream words";
+  }
+  void TearDown() override {
+    copy_held_.Notify();
+    ASSERT_TRUE(copy_stream_->Synchronize().ok());
+  }
+
+  // Issues generation `g` of `slot` with its copy (and so its word) held
+  // back until TearDown, as by a daemon that dies before its copy runs.
+  void ServeHeld(uint32_t slot, uint32_t generation) {
+    ASSERT_TRUE(copy_stream_->LaunchHostFunc([this] { copy_held_.WaitForNotification(); }).ok());
+    Serve(slot, generation);
+  }
+
+  absl::Notification copy_held_;
+};
+
+TEST_F(AbandonedWaitTest, ACommittedWaitReleasedBeforeItsCopyIsReportedOnce) {
+  const uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
+  ServeHeld(0, generation);
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok()) << "filled_seq is published at issue";
+  client_ring_->AbandonReadyWords();
+  ASSERT_TRUE(compute_->Synchronize().ok()) << "the watchdog released the stream";
+  std::vector<RingImport::UnfinishedWait> released = client_ring_->TakeUnfinishedWaits();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].slot, 0u);
+  EXPECT_EQ(released[0].generation, generation);
+  EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty()) << "reported once";
+}
+
+TEST_F(AbandonedWaitTest, AWaitWhoseCopyHadWrittenItsWordIsNotReported) {
+  const uint32_t done = consumer_->BeginLoad(1, *compute_).value();
+  Serve(1, done);
+  ASSERT_TRUE(consumer_->AwaitLoaded(1, *compute_).ok());
+  ASSERT_TRUE(copy_stream_->Synchronize().ok());  // the copy and its word
+  client_ring_->AbandonReadyWords();
+  ASSERT_TRUE(compute_->Synchronize().ok());
+  EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty());
+}
+
+TEST_F(AbandonedWaitTest, AWaitAfterTheWatchdogFailsAndIsNotReported) {
+  const uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
+  ServeHeld(0, generation);
+  client_ring_->AbandonReadyWords();
+  // The caller hears of it now and queues no work behind the wait.
+  absl::Status waited = consumer_->AwaitLoaded(0, *compute_);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+  EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty());
+}
+
 }  // namespace
 }  // namespace blockswap

@@ -314,6 +314,12 @@ int RunOrphanStream(const std::vector<std::string>& argv) {
   if (after.ok()) after = (*stream)->Synchronize();
   report.Add("stream_after", after.ok() ? std::string("ok") : std::string(after.message()));
   if (!after.ok()) return Exit(after, report);
+  // The check above ran behind a wait the watchdog released before its copy
+  // wrote the word: the ring says so ("unfinished"), once.
+  const absl::Status unfinished = setup->ring->TakeUnfinishedWaits();
+  report.Add("unfinished",
+             absl::StrCat(static_cast<int>(unfinished.code()), " ", unfinished.message()));
+  report.Add("unfinished_again", setup->ring->TakeUnfinishedWaits().ok() ? "ok" : "repeated");
   // The daemon comes back: a new session, the model by id, a new ring.
   absl::Status back = absl::UnavailableError("no daemon came back within 20 s");
   for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {

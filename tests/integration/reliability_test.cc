@@ -210,6 +210,13 @@ TEST_F(ReliabilityTest, DaemonKilledUnderAWaitingStreamReleasesItAndTheNextStepS
       << "UNAVAILABLE expected: " << FirstValue(report, "step_error");
   EXPECT_EQ(FirstValue(report, "stream_after"), "ok");
   EXPECT_LT(released, absl::Seconds(5)) << "released only after the client's 5 s timeout";
+  // The stream's wait had been committed before the release, and its copy
+  // never wrote the word: DATA_LOSS naming the slot, said once.
+  EXPECT_TRUE(absl::StartsWith(FirstValue(report, "unfinished"), "15 "))
+      << "DATA_LOSS expected: " << FirstValue(report, "unfinished");
+  EXPECT_TRUE(absl::StrContains(FirstValue(report, "unfinished"), "slot 0 generation"))
+      << FirstValue(report, "unfinished");
+  EXPECT_EQ(FirstValue(report, "unfinished_again"), "ok");
   StartDaemon(slow_copies);
   auto code = client.Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();

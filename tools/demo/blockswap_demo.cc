@@ -68,6 +68,10 @@ std::vector<std::byte> BlockWeights(uint64_t seed, uint32_t block, uint64_t byte
   return data;
 }
 
+// Passes declared void (a daemon lost mid-copy) that are run again before
+// the demo gives up: each needs the daemon lost once more.
+constexpr uint32_t kMaxVoidPasses = 3;
+
 long PeakRssKiB() {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
@@ -204,47 +208,81 @@ class Demo {
         ::getpid(), model.id(), flags_.blocks, placement_.streaming.size(),
         static_cast<unsigned long long>(flags_.block_bytes), placement_.ring_slots, flags_.steps);
     uint64_t total_loads = 0;
-    for (uint32_t step = 1; step <= flags_.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      detail::Check(bs_scheduler_prepare(raw), "prepare");
-      for (uint32_t block = 0; block < flags_.blocks; ++block) {
-        detail::Check(bs_scheduler_wait_for_block(raw, block), "wait_for_block");
-        use_block(block);
-        detail::Check(bs_scheduler_after_forward(raw, block), "after_forward");
-      }
-      for (uint32_t block = flags_.blocks; block-- > 0;) {
-        use_block(block);
-        detail::Check(bs_scheduler_after_backward(raw, block), "after_backward");
-      }
-      detail::Check(bs_scheduler_finish_pass(raw), "finish_pass");
-      // The optimizer step of a real trainer: the step's compute is complete.
-      stream.Synchronize();
-      const double wall_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
-      bs_pass_stats fwd{}, bwd{};
-      detail::Check(bs_scheduler_last_pass(raw, BS_FORWARD, &fwd), "last_pass forward");
-      detail::Check(bs_scheduler_last_pass(raw, BS_BACKWARD, &bwd), "last_pass backward");
-      if (step == 1) {
+    // Where a pass began, to forget it when it is void (below).
+    struct PassStart {
+      DemoStream::Tally checks;
+      uint64_t loads = 0;
+    };
+    PassStart previous, current;
+    bool previous_counted = false;  // the pass before this one was run to its end
+    uint32_t void_passes = 0;
+    for (uint32_t step = 1; step <= flags_.steps;) {
+      current = {stream.tally(), total_loads};
+      bool prepared = false;
+      try {
+        const auto start = std::chrono::steady_clock::now();
+        detail::Check(bs_scheduler_prepare(raw), "prepare");
+        prepared = true;
+        for (uint32_t block = 0; block < flags_.blocks; ++block) {
+          detail::Check(bs_scheduler_wait_for_block(raw, block), "wait_for_block");
+          use_block(block);
+          detail::Check(bs_scheduler_after_forward(raw, block), "after_forward");
+        }
+        for (uint32_t block = flags_.blocks; block-- > 0;) {
+          use_block(block);
+          detail::Check(bs_scheduler_after_backward(raw, block), "after_backward");
+        }
+        detail::Check(bs_scheduler_finish_pass(raw), "finish_pass");
+        // The optimizer step of a real trainer: the step's compute is complete.
+        stream.Synchronize();
+        const double wall_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        bs_pass_stats fwd{}, bwd{};
+        detail::Check(bs_scheduler_last_pass(raw, BS_FORWARD, &fwd), "last_pass forward");
+        detail::Check(bs_scheduler_last_pass(raw, BS_BACKWARD, &bwd), "last_pass backward");
+        if (step == 1) {
+          std::printf(
+              "stall: time the compute stream sat idle waiting for a copy (time lost); host-wait: "
+              "time this thread blocked in the waits (mostly its own compute draining)\n");
+        }
+        total_loads += fwd.loads + bwd.loads;
         std::printf(
-            "stall: time the compute stream sat idle waiting for a copy (time lost); host-wait: "
-            "time this thread blocked in the waits (mostly its own compute draining)\n");
+            "step %u/%u: stall %.3f ms (fwd %.3f bwd %.3f) host-wait %.3f ms (fwd %.3f bwd %.3f) "
+            "copy %.3f ms loads %llu (fwd %llu bwd "
+            "%llu) rebinds %llu waits %llu not-ready %llu self-heals %llu checks %llu mismatches "
+            "%llu wall %.1f ms peak-rss %ld KiB\n",
+            step, flags_.steps, 1e3 * (fwd.stall_seconds + bwd.stall_seconds),
+            1e3 * fwd.stall_seconds, 1e3 * bwd.stall_seconds,
+            1e3 * (fwd.host_wait_seconds + bwd.host_wait_seconds), 1e3 * fwd.host_wait_seconds,
+            1e3 * bwd.host_wait_seconds, 1e3 * (fwd.copy_seconds + bwd.copy_seconds),
+            Ull(fwd.loads + bwd.loads), Ull(fwd.loads), Ull(bwd.loads),
+            Ull(fwd.rebinds + bwd.rebinds), Ull(fwd.waits + bwd.waits),
+            Ull(fwd.not_ready_waits + bwd.not_ready_waits), Ull(fwd.self_heals + bwd.self_heals),
+            Ull(stream.checks()), Ull(stream.mismatches()), wall_ms, PeakRssKiB());
+        std::fflush(stdout);
+      } catch (const Error& error) {
+        // DATA_LOSS: the daemon was lost while the stream waited for a copy
+        // it never finished, and work queued behind that wait read the slot;
+        // the session is back. Said by prepare, before this step queued
+        // anything, it is about the previous pass; later, about this one. A
+        // trainer would skip that optimizer step; the demo forgets the
+        // pass's checks and runs it again.
+        if (error.code() != BS_DATA_LOSS || ++void_passes > kMaxVoidPasses) throw;
+        stream.Synchronize();
+        const bool previous_void = !prepared && previous_counted;
+        const PassStart& restart = previous_void ? previous : current;
+        stream.ForgetChecksSince(restart.checks);
+        total_loads = restart.loads;
+        if (previous_void) --step;
+        previous_counted = false;
+        std::printf("step %u/%u void, run again: %s\n", step, flags_.steps, error.what());
+        std::fflush(stdout);
+        continue;
       }
-      total_loads += fwd.loads + bwd.loads;
-      std::printf(
-          "step %u/%u: stall %.3f ms (fwd %.3f bwd %.3f) host-wait %.3f ms (fwd %.3f bwd %.3f) "
-          "copy %.3f ms loads %llu (fwd %llu bwd "
-          "%llu) rebinds %llu waits %llu not-ready %llu self-heals %llu checks %llu mismatches "
-          "%llu wall %.1f ms peak-rss %ld KiB\n",
-          step, flags_.steps, 1e3 * (fwd.stall_seconds + bwd.stall_seconds),
-          1e3 * fwd.stall_seconds, 1e3 * bwd.stall_seconds,
-          1e3 * (fwd.host_wait_seconds + bwd.host_wait_seconds), 1e3 * fwd.host_wait_seconds,
-          1e3 * bwd.host_wait_seconds, 1e3 * (fwd.copy_seconds + bwd.copy_seconds),
-          Ull(fwd.loads + bwd.loads), Ull(fwd.loads), Ull(bwd.loads),
-          Ull(fwd.rebinds + bwd.rebinds), Ull(fwd.waits + bwd.waits),
-          Ull(fwd.not_ready_waits + bwd.not_ready_waits), Ull(fwd.self_heals + bwd.self_heals),
-          Ull(stream.checks()), Ull(stream.mismatches()), wall_ms, PeakRssKiB());
-      std::fflush(stdout);
+      previous = current;
+      previous_counted = true;
+      ++step;
     }
     scheduler.reset();
     stream.Synchronize();
@@ -254,8 +292,11 @@ class Demo {
                    Ull(stream.mismatches()), Ull(stream.checks()), stream.FirstMismatch().c_str());
       return 1;
     }
-    std::printf("demo ok: model %s steps %u loads %llu checks %llu mismatches 0 peak-rss %ld KiB\n",
-                model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()), PeakRssKiB());
+    std::printf(
+        "demo ok: model %s steps %u loads %llu checks %llu mismatches 0 void-passes %u peak-rss "
+        "%ld KiB\n",
+        model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()), void_passes,
+        PeakRssKiB());
     return 0;
   }
 

@@ -176,6 +176,13 @@ std::string DemoStream::FirstMismatch() const {
          std::to_string(first_slot_.load());
 }
 
+void DemoStream::ForgetChecksSince(const Tally& since) {
+  checks_ = since.checks;
+  mismatches_ = since.mismatches;
+  // The first mismatch was among those forgotten.
+  if (since.mismatches == 0) first_block_ = first_slot_ = 0;
+}
+
 void DemoStream::Count(bool same, uint32_t block, uint32_t slot) {
   checks_.fetch_add(1);
   if (!same && mismatches_.fetch_add(1) == 0) {

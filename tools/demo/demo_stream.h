@@ -42,6 +42,16 @@ class DemoStream {
   uint64_t mismatches() const { return mismatches_.load(); }
   std::string FirstMismatch() const;
 
+  // The counts so far; after Synchronize, nothing queued adds to them.
+  struct Tally {
+    uint64_t checks = 0;
+    uint64_t mismatches = 0;
+  };
+  Tally tally() const { return {checks_.load(), mismatches_.load()}; }
+  // Forgets every check since `since` (a void pass's). Only after
+  // Synchronize.
+  void ForgetChecksSince(const Tally& since);
+
  protected:
   // Counts one comparison; `same` is its result.
   void Count(bool same, uint32_t block, uint32_t slot);
