@@ -65,10 +65,13 @@ absl::Status RingSlotDriver::WithRecovery(std::optional<uint32_t> loading,
     }
     // The session is back, but riding on would hide that work already
     // queued read a slot the lost daemon never finished copying: the pass
-    // fails (the scheduler's next pass is whole).
+    // fails (the scheduler's next pass is whole). The first call to reach
+    // the ring after the loss says it, which can be in the pass after the
+    // one that read the slot.
     if (absl::Status released = ring_.TakeUnfinishedWaits(); !released.ok()) {
       return Annotate(released,
-                      "this pass is void (the session is back and the next pass is whole)");
+                      "this pass is void, and so is the one before if the daemon was lost after "
+                      "that one's last wait (the session is back and the next pass is whole)");
     }
     result = call();
   }

@@ -322,23 +322,19 @@ void RingProducer::Fail(const absl::Status& error, uint32_t slot) {
   control.status.error_code.store(static_cast<uint32_t>(error.code()), std::memory_order_release);
   for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) FutexWakeAll(&control.filled_seq[s]);
   // Nothing more is copied: a client stream waiting on a ready word would
-  // wait for ever.
-  ring_.AbandonReadyWords();
-  // A copy issued before the failure still writes its slot's word when the
-  // copy stream reaches it, which can be after the abandon above: that write
-  // would move the word back behind a generation the client's stream waits
-  // for. So the words are put as far ahead once more at the end of the copy
-  // stream, after every such write. filled_seq[s] is the newest generation
-  // issued on slot s (published at issue).
-  if (StreamWords* words = ring_.ready_words(); words != nullptr) {
-    for (uint32_t s = 0; s < ring_.shape().slot_count; ++s) {
-      const uint32_t issued = control.filled_seq[s].load(std::memory_order_relaxed);
-      // Best effort: a stream that cannot take it is failed already, and
-      // its earlier writes will not run either.
-      (void)copy_stream_.WriteWord(*words, s, issued + kReadyWordAbandonStep);
-    }
-    word_writes_queued_ = true;
+  // wait for ever. The words are moved ahead at the end of the copy stream,
+  // behind every copy issued before the failure, so that no client stream
+  // is let go before a copy it waits for has landed (its work would read a
+  // half-copied slot). Only a stream that cannot take the writes (it failed,
+  // and its copies will not land either) has the words moved at once.
+  StreamWords* words = ring_.ready_words();
+  if (words == nullptr) return;
+  bool queued = true;
+  for (uint32_t s = 0; s < ring_.shape().slot_count && queued; ++s) {
+    queued = copy_stream_.WriteWord(*words, s, AbandonedWordValue(control, s)).ok();
   }
+  word_writes_queued_ = true;
+  if (!queued) ring_.AbandonReadyWords();
 }
 
 void RingProducer::Heartbeat() {

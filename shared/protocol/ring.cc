@@ -221,24 +221,20 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
 
 namespace {
 
-// Moves every ready word of a ring kReadyWordAbandonStep ahead, once per
-// ring whichever side gets here first: a second step would carry a word half
-// the serial space ahead, behind the generations it must stay ahead of, and
-// every wait would hang (a daemon failing the ring and its client closing it
-// both abandon). `abandoned` is this process's flag; the word after the
-// slots' is the flag both processes share. Returns each word as it was
-// before the move, or nothing where this call moved none.
-std::vector<uint32_t> AbandonWords(StreamWords* words, uint32_t slot_count,
-                                   std::atomic<bool>& abandoned) {
+// Moves every ready word of a ring to kReadyWordAbandonStep past the newest
+// generation issued on its slot (filled_seq, published at issue), ahead of
+// every wait either side can have queued. An absolute value, not a step, so
+// that the daemon's end-of-stream writes (RingProducer::Fail) and the
+// client's watchdog can both get there, in either order, any number of
+// times. Once per process (`abandoned`). Returns each word as it was before
+// the move, or nothing where this call moved none.
+std::vector<uint32_t> AbandonWords(StreamWords* words, const DaemonControlBlock& control,
+                                   uint32_t slot_count, std::atomic<bool>& abandoned) {
   if (words == nullptr || abandoned.exchange(true)) return {};
-  if (words->count() > slot_count &&
-      words->word(slot_count).exchange(1, std::memory_order_acq_rel) != 0) {
-    return {};
-  }
   std::vector<uint32_t> before(slot_count);
   for (uint32_t s = 0; s < slot_count; ++s) {
     std::atomic<uint32_t>& word = words->word(s);
-    before[s] = word.fetch_add(kReadyWordAbandonStep, std::memory_order_acq_rel);
+    before[s] = word.exchange(AbandonedWordValue(control, s), std::memory_order_acq_rel);
     FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
   }
   return before;
@@ -246,14 +242,18 @@ std::vector<uint32_t> AbandonWords(StreamWords* words, uint32_t slot_count,
 
 }  // namespace
 
+uint32_t AbandonedWordValue(const DaemonControlBlock& control, uint32_t slot) {
+  return control.filled_seq[slot].load(std::memory_order_acquire) + kReadyWordAbandonStep;
+}
+
 void DaemonRing::AbandonReadyWords() {
-  (void)AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+  (void)AbandonWords(ready_words_.get(), control(), shape_.slot_count, abandoned_);
 }
 
 void RingImport::AbandonReadyWords() const {
   absl::MutexLock lock(&waits_mu_);
   const std::vector<uint32_t> before =
-      AbandonWords(ready_words_.get(), shape_.slot_count, abandoned_);
+      AbandonWords(ready_words_.get(), control(), shape_.slot_count, abandoned_);
   for (uint32_t s = 0; s < before.size(); ++s) {
     // The daemon's copy stream writes the word only after the copy: a word
     // short of a committed wait's generation means that copy was never seen

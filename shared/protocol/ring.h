@@ -73,10 +73,13 @@ struct RingExport {
 inline constexpr size_t kReadyWordsBytes = 4096;
 static_assert(kReadyWordsBytes >= kMaxRingSlots * sizeof(uint32_t));
 
-// How far the client's watchdog moves a ready word when it loses the daemon:
-// ahead, in serial-number order (WordReached), of every generation a wait can
-// be pending on.
+// How far past the newest generation issued a ready word is moved when its
+// ring is abandoned: ahead, in serial-number order (WordReached), of every
+// generation a wait can be pending on.
 inline constexpr uint32_t kReadyWordAbandonStep = 1u << 30;
+// What an abandoned ring's word `slot` holds: filled_seq[slot] +
+// kReadyWordAbandonStep. The same value whoever writes it, however often.
+uint32_t AbandonedWordValue(const DaemonControlBlock& control, uint32_t slot);
 
 // The daemon's side. Owns every part of the ring; the client's imports of it
 // must be gone (or the client dead) before the memory is reused.
@@ -96,9 +99,10 @@ class DaemonRing {
   // The ready words (word s: the last generation copied into slot s), or
   // null where the device has no stream memory operations (ready events).
   StreamWords* ready_words() const { return ready_words_.get(); }
-  // A failed ring copies nothing more: its words jump ahead (as
-  // RingImport::AbandonReadyWords), so that no client stream waits for ever
-  // on a copy that will not come. Once.
+  // Moves the words at once, from the host (as
+  // RingImport::AbandonReadyWords): for a failed ring whose copy stream
+  // cannot take the moves (RingProducer::Fail), so that no client stream
+  // waits for ever on a copy that will not come. Once.
   void AbandonReadyWords();
   DaemonControlBlock& control() const {
     return *static_cast<DaemonControlBlock*>(daemon_control_map_.data());

@@ -2,7 +2,9 @@
 // in this process on the host backend.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -168,7 +170,7 @@ class AbandonedWaitTest : public RingConsumerTest {
     ASSERT_NE(client_ring_->ready_words(), nullptr) << "the host backend has stream words";
   }
   void TearDown() override {
-    copy_held_.Notify();
+    if (!copy_held_.HasBeenNotified()) copy_held_.Notify();
     ASSERT_TRUE(copy_stream_->Synchronize().ok());
   }
 
@@ -202,6 +204,33 @@ TEST_F(AbandonedWaitTest, AWaitWhoseCopyHadWrittenItsWordIsNotReported) {
   ASSERT_TRUE(copy_stream_->Synchronize().ok());  // the copy and its word
   client_ring_->AbandonReadyWords();
   ASSERT_TRUE(compute_->Synchronize().ok());
+  EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty());
+}
+
+// A ring the daemon fails moves its words behind the copies it had issued:
+// the client's stream is let go only once the copy it waits for has landed.
+TEST_F(AbandonedWaitTest, ARingTheDaemonFailsReleasesAWaitOnlyAfterItsCopy) {
+  const uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
+  ServeHeld(0, generation);
+  ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
+  std::atomic<bool> passed{false};
+  std::string seen;
+  const std::byte* slot = client_ring_->slot(0);
+  ASSERT_TRUE(compute_
+                  ->LaunchHostFunc([&] {
+                    seen.assign(reinterpret_cast<const char*>(slot), sizeof(source_));
+                    passed = true;
+                  })
+                  .ok());
+  producer_->Fail(absl::UnavailableError("blockswapd is shutting down"));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(passed) << "the stream was let go while its copy was still held";
+  copy_held_.Notify();
+  ASSERT_TRUE(compute_->Synchronize().ok());
+  EXPECT_TRUE(passed);
+  EXPECT_EQ(seen, std::string(source_, sizeof(source_)));
+  EXPECT_EQ(client_ring_->ready_words()->word(0).load(),
+            AbandonedWordValue(client_ring_->control(), 0));
   EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty());
 }
 

@@ -68,9 +68,9 @@ std::vector<std::byte> BlockWeights(uint64_t seed, uint32_t block, uint64_t byte
   return data;
 }
 
-// Passes declared void (a daemon lost mid-copy) that are run again before
-// the demo gives up: each needs the daemon lost once more.
-constexpr uint32_t kMaxVoidPasses = 3;
+// DATA_LOSS reports (a daemon lost mid-copy) after which the void passes are
+// run again, before the demo gives up: each needs the daemon lost once more.
+constexpr uint32_t kMaxVoids = 3;
 
 long PeakRssKiB() {
   struct rusage usage {};
@@ -215,14 +215,12 @@ class Demo {
     };
     PassStart previous, current;
     bool previous_counted = false;  // the pass before this one was run to its end
-    uint32_t void_passes = 0;
+    uint32_t voids = 0;
     for (uint32_t step = 1; step <= flags_.steps;) {
       current = {stream.tally(), total_loads};
-      bool prepared = false;
       try {
         const auto start = std::chrono::steady_clock::now();
         detail::Check(bs_scheduler_prepare(raw), "prepare");
-        prepared = true;
         for (uint32_t block = 0; block < flags_.blocks; ++block) {
           detail::Check(bs_scheduler_wait_for_block(raw, block), "wait_for_block");
           use_block(block);
@@ -264,20 +262,22 @@ class Demo {
       } catch (const Error& error) {
         // DATA_LOSS: the daemon was lost while the stream waited for a copy
         // it never finished, and work queued behind that wait read the slot;
-        // the session is back. Said by prepare, before this step queued
-        // anything, it is about the previous pass; later, about this one. A
-        // trainer would skip that optimizer step; the demo forgets the
-        // pass's checks and runs it again.
-        if (error.code() != BS_DATA_LOSS || ++void_passes > kMaxVoidPasses) throw;
+        // the session is back. The first call to reach the ring after the
+        // loss says it: in this pass, or in the one before when the daemon
+        // was lost after that pass's last wait. A trainer would skip those
+        // optimizer steps; the demo forgets both passes' checks and runs them
+        // again.
+        if (error.code() != BS_DATA_LOSS || ++voids > kMaxVoids) throw;
         stream.Synchronize();
-        const bool previous_void = !prepared && previous_counted;
-        const PassStart& restart = previous_void ? previous : current;
+        const PassStart& restart = previous_counted ? previous : current;
         stream.ForgetChecksSince(restart.checks);
         total_loads = restart.loads;
-        if (previous_void) --step;
+        const uint32_t first_void = previous_counted ? step - 1 : step;
         previous_counted = false;
-        std::printf("step %u/%u void, run again: %s\n", step, flags_.steps, error.what());
+        std::printf("steps %u-%u/%u void, run again: %s\n", first_void, step, flags_.steps,
+                    error.what());
         std::fflush(stdout);
+        step = first_void;
         continue;
       }
       previous = current;
@@ -293,9 +293,9 @@ class Demo {
       return 1;
     }
     std::printf(
-        "demo ok: model %s steps %u loads %llu checks %llu mismatches 0 void-passes %u peak-rss "
+        "demo ok: model %s steps %u loads %llu checks %llu mismatches 0 voids %u peak-rss "
         "%ld KiB\n",
-        model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()), void_passes,
+        model.id(), flags_.steps, Ull(total_loads), Ull(stream.checks()), voids,
         PeakRssKiB());
     return 0;
   }
