@@ -229,6 +229,8 @@ TEST_F(AbandonedWaitTest, ARingTheDaemonFailsReleasesAWaitOnlyAfterItsCopy) {
   ASSERT_TRUE(compute_->Synchronize().ok());
   EXPECT_TRUE(passed);
   EXPECT_EQ(seen, std::string(source_, sizeof(source_)));
+  // The copy's own word let the stream go; the abandon's comes after it.
+  ASSERT_TRUE(copy_stream_->Synchronize().ok());
   EXPECT_EQ(client_ring_->ready_words()->word(0).load(),
             AbandonedWordValue(client_ring_->control(), 0));
   EXPECT_TRUE(client_ring_->TakeUnfinishedWaits().empty());
