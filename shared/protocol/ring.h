@@ -153,15 +153,13 @@ class RingImport {
   Event& free(uint32_t s) const { return *free_[s]; }
   // The daemon's ready words, when it sent them (else the ready events).
   StreamWords* ready_words() const { return ready_words_.get(); }
-  // The watchdog's move when the daemon is lost: every ready word jumps
-  // ahead (kReadyWordAbandonStep), so that no wait of a stream on this ring
-  // is left for a write that will never come. What the waits guarded is not
+  // The watchdog's move when the daemon is lost: every ready word jumps to
+  // AbandonedWordValue, so that no wait of a stream on this ring is left for
+  // a write that will never come. What the waits guarded is not
   // guaranteed after that: a committed wait (CommitStreamWait) whose word
   // the daemon had not yet written is kept for TakeUnfinishedWaits.
   // Thread-safe; only the first call moves the words.
   void AbandonReadyWords() const;
-  // Whether this process let the ready words go (AbandonReadyWords ran).
-  bool ready_words_abandoned() const { return abandoned_.load(std::memory_order_acquire); }
   // Called once a stream's wait on ready word `slot` reaching `generation`
   // is queued, before the caller is told it may use the slot: work queued
   // next reads it. False when the words were already abandoned: the wait

@@ -178,8 +178,9 @@ TEST_F(TraceTest, ClientsThatEndedBeforeTheWindowAreLeftOutAndAnIdleWindowSaysSo
   // The window named is the one the daemon saw: --seconds plus blockswapctl's
   // own calls, which take longer than 50 ms under a sanitizer.
   const std::string err = ReadAll(err_path());
-  EXPECT_GE(NoActivityWindowSeconds(err), 0.3) << err;
-  EXPECT_LT(NoActivityWindowSeconds(err), 10.0) << err;
+  const double window_seconds = NoActivityWindowSeconds(err);
+  EXPECT_GE(window_seconds, 0.3) << err;
+  EXPECT_LT(window_seconds, 10.0) << err;
   json document = json::parse(ReadAll(out_path()), nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(document.is_discarded());
   for (const json& event : document["traceEvents"]) {
