@@ -24,7 +24,11 @@ void SweepStaleFiles() {
   const size_t prefix = std::strlen(kFilePrefix);
   while (dirent* entry = ::readdir(dir)) {
     if (std::strncmp(entry->d_name, kFilePrefix, prefix) != 0) continue;
-    const long pid = std::strtol(entry->d_name + prefix, nullptr, 10);
+    // cuda-standin.<uid>.<pid>.<kind>.<n>: the pid is the second number.
+    char* end = nullptr;
+    std::strtol(entry->d_name + prefix, &end, 10);
+    if (*end != '.') continue;
+    const long pid = std::strtol(end + 1, nullptr, 10);
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     ::unlinkat(::dirfd(dir), entry->d_name, 0);
   }

@@ -13,10 +13,12 @@ thread_local std::vector<Context*> context_stack;
 
 size_t PageSize() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
-std::string FilePath(uint32_t pid, const char* kind, uint32_t id) {
-  return std::string(kShmDir) + "/" + kFilePrefix + std::to_string(pid) + "." + kind + "." +
-         std::to_string(id);
+std::string FilePath(uint32_t uid, uint32_t pid, const char* kind, uint32_t id) {
+  return std::string(kShmDir) + "/" + kFilePrefix + std::to_string(uid) + "." +
+         std::to_string(pid) + "." + kind + "." + std::to_string(id);
 }
+
+uint32_t EffectiveUid() { return static_cast<uint32_t>(::geteuid()); }
 
 std::vector<Context*>& ContextStack() { return context_stack; }
 

@@ -17,13 +17,16 @@
 namespace blockswap::standin {
 
 inline constexpr const char* kShmDir = "/dev/shm";
-// Files of this process: cuda-standin.<pid>.mem.<n> / .event.<n>.
+// Files of a process: cuda-standin.<uid>.<pid>.mem.<n> / .event.<n>, <uid>
+// its effective uid (an event's opener rebuilds the name from its own).
 inline constexpr const char* kFilePrefix = "cuda-standin.";
 
 size_t PageSize();
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-// /dev/shm/cuda-standin.<pid>.<kind>.<id>
-std::string FilePath(uint32_t pid, const char* kind, uint32_t id);
+// /dev/shm/cuda-standin.<uid>.<pid>.<kind>.<id>
+std::string FilePath(uint32_t uid, uint32_t pid, const char* kind, uint32_t id);
+// This process's effective uid, for the names of its files.
+uint32_t EffectiveUid();
 
 // The calling thread's context stack (cuCtxPushCurrent, cuCtxPopCurrent);
 // its top is the current context.

@@ -27,6 +27,7 @@ struct MemHandle {
   static constexpr uint32_t kMagic = 0x684d4253;  // "SBMh"
   uint32_t magic;
   uint32_t pid;
+  uint32_t uid;  // the exporter's effective uid
   uint32_t file_id;
   uint32_t device;
   uint64_t token;
@@ -124,7 +125,8 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* dptr, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(driver.mu);
     allocation->token = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-    allocation->path = FilePath(static_cast<uint32_t>(::getpid()), "mem", driver.next_file++);
+    allocation->path = FilePath(EffectiveUid(), static_cast<uint32_t>(::getpid()), "mem",
+                                driver.next_file++);
   }
   const int fd =
       ::open(allocation->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -468,6 +470,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   MemHandle wire{};
   wire.magic = MemHandle::kMagic;
   wire.pid = allocation->exporter_pid;
+  wire.uid = EffectiveUid();
   std::sscanf(allocation->path.c_str() + allocation->path.rfind('.') + 1, "%u", &wire.file_id);
   wire.device = static_cast<uint32_t>(allocation->ctx->ordinal);
   wire.token = allocation->token;
@@ -506,7 +509,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, un
     }
   }
   auto allocation = std::make_shared<Allocation>();
-  allocation->path = FilePath(wire.pid, "mem", wire.file_id);
+  allocation->path = FilePath(wire.uid, wire.pid, "mem", wire.file_id);
   const int fd = ::open(allocation->path.c_str(), O_RDWR | O_CLOEXEC);
   // The exporter freed it or exited: nothing to map.
   if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;

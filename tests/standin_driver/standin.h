@@ -9,8 +9,8 @@
 // that mapping's address with kDeviceAddressBit set, so a host that
 // dereferences one faults, as it would on a GPU. A stream is an ordered queue
 // drained by one thread; an event is {records, completed} counters in shared
-// memory (a file in /dev/shm for an interprocess event, with its creator's
-// uid, gid and umask). Thread safety: the entry points may be called from any
+// memory (for an interprocess event a file in /dev/shm named with its
+// creator's uid, mode 0600, so that only that uid opens it). Thread safety: the entry points may be called from any
 // thread; Driver::mu guards the tables, each stream its queue.
 #ifndef BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_H_
 #define BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_H_

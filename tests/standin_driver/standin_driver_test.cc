@@ -643,12 +643,14 @@ TEST_F(StandinDriverTest, WaitingOnAPendingRecordOfADeadProcessIsReportedAndNeve
   EXPECT_CU(CUDA_SUCCESS, cu.cuEventDestroy(imported));
 }
 
-// Creates an interprocess event under umask `umask` with group `gid` (as
-// root), sends its handle and its file's owner and mode, and waits for the
-// channel to close.
+// Becomes uid argv[1] (when it is not this process's), creates an
+// interprocess event under umask 0 (so that only the driver sets its mode),
+// sends its handle and its file's owner and mode, and waits for the channel
+// to close.
 int RunEventCreator(const std::vector<std::string>& args) {
-  ::umask(static_cast<mode_t>(std::stoi(args.at(0), nullptr, 8)));
-  BLOCKSWAP_STANDIN_ROLE_CHECK(::setgid(static_cast<gid_t>(std::stoi(args.at(1)))) == 0, 9);
+  const int64_t uid = std::stoll(args.at(0));
+  if (uid != ::geteuid()) BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(uid).ok(), 20);
+  ::umask(0);
   BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
   const Driver& cu = LoadDriver();
   CUevent event = nullptr;
@@ -657,33 +659,34 @@ int RunEventCreator(const std::vector<std::string>& args) {
                                    CUDA_SUCCESS, 3);
   CUipcEventHandle handle;
   BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuIpcGetEventHandle(&handle, event) == CUDA_SUCCESS, 4);
-  // The newest event file of this process is this event's.
-  const std::string path = absl::StrCat("/dev/shm/cuda-standin.", ::getpid(), ".event.0");
+  // This process's first file is this event's, named with its uid.
+  const std::string path =
+      absl::StrCat("/dev/shm/cuda-standin.", ::geteuid(), ".", ::getpid(), ".event.0");
   struct stat st {};
   BLOCKSWAP_STANDIN_ROLE_CHECK(::stat(path.c_str(), &st) == 0, 5);
   const Channel channel = ChildChannel();
   channel.Send(Encode(handle));
-  channel.Send(absl::StrCat(st.st_uid, ":", st.st_gid, " ", absl::Hex(st.st_mode & 0777)));
+  channel.Send(absl::StrCat(st.st_uid, " ", absl::Hex(st.st_mode & 0777)));
   channel.Receive();
   BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuEventDestroy(event) == CUDA_SUCCESS, 6);
   return 0;
 }
 BLOCKSWAP_CHILD_ROLE("standin-event-creator", RunEventCreator);
 
-// The event importer as another user (uid = gid = argv[0]).
+// The event importer as uid argv[0] (gid the same).
 int RunEventImporterAs(const std::vector<std::string>& args) {
   BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(std::stoll(args.at(0))).ok(), 20);
   return RunEventImporter(args);
 }
 BLOCKSWAP_CHILD_ROLE("standin-event-importer-as", RunEventImporterAs);
 
-// What another user gets opening an event that root created under `umask`
-// with group `gid`.
-std::string OpenAsNobody(const char* umask, int gid, std::string* file) {
-  Peer creator = SpawnPeer("standin-event-creator", {umask, std::to_string(gid)});
+// What a process of uid `opener` gets opening an event that a process of uid
+// `creator` created; `file` is the event file's "uid mode".
+std::string OpenEventAcrossUids(int creator_uid, int opener_uid, std::string* file) {
+  Peer creator = SpawnPeer("standin-event-creator", {std::to_string(creator_uid)});
   const std::string handle = creator.channel().Receive();
   *file = creator.channel().Receive();
-  Peer importer = SpawnPeer("standin-event-importer-as", {"65534"});
+  Peer importer = SpawnPeer("standin-event-importer-as", {std::to_string(opener_uid)});
   importer.channel().Send(handle);
   const std::string result = importer.channel().Receive();
   if (result == "CUDA_SUCCESS") {  // else the importer has exited
@@ -696,19 +699,20 @@ std::string OpenAsNobody(const char* umask, int gid, std::string* file) {
   return result;
 }
 
-// The observation in cuda-rules.md (LMCache/LMCache#4551): an IPC event
-// resolves through a /dev/shm file with its creator's uid, gid and umask, so
-// a process of another user opens it only where that file lets it.
-TEST_F(StandinDriverTest, AnIpcEventFileHasItsCreatorsOwnerAndUmaskSoAnotherUserOpensItOnlyThen) {
+// cuda-rules.md, "IPC events do not cross users": the driver names an IPC
+// event's file from its creator's uid (mode 0600) and cuIpcOpenEventHandle
+// rebuilds the name from the opener's own uid, so a process of another uid,
+// root included, finds nothing: CUDA_ERROR_INVALID_VALUE. No group or umask
+// changes that.
+TEST_F(StandinDriverTest, AnIpcEventOpensOnlyInAProcessOfItsCreatorsUid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (to create as one user, open as another)";
   std::string file;
-  // Root's group and umask 022: rw-r--r--, nobody may not open it read-write.
-  EXPECT_EQ(OpenAsNobody("022", 0, &file), "CUDA_ERROR_INVALID_VALUE");
-  EXPECT_EQ(file, "0:0 1a4");  // 0644
-  // The clients' group (nogroup, 65534) and umask 007, as the systemd unit's
-  // Group= and UMask= give the daemon: rw-rw----, a member opens it.
-  EXPECT_EQ(OpenAsNobody("007", 65534, &file), "CUDA_SUCCESS");
-  EXPECT_EQ(file, "0:65534 1b0");  // 0660
+  EXPECT_EQ(OpenEventAcrossUids(0, 0, &file), "CUDA_SUCCESS");
+  EXPECT_EQ(file, "0 180");  // 0600 under umask 0
+  EXPECT_EQ(OpenEventAcrossUids(0, 65534, &file), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(OpenEventAcrossUids(65534, 0, &file), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(file, "65534 180");
+  EXPECT_EQ(OpenEventAcrossUids(65534, 65534, &file), "CUDA_SUCCESS");
 }
 
 // ------------------------------------------------------------------ stream memory operations
