@@ -495,6 +495,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, un
   // In the exporting process the driver refuses: "invalid device context"
   // (observed: openucx/ucx#11603, NVIDIA/DALI#4817).
   if (wire.pid == static_cast<uint32_t>(::getpid())) return CUDA_ERROR_INVALID_CONTEXT;
+  // Whether legacy IPC memory crosses users is not documented: same uid only,
+  // as IPC events (cuda-rules.md), with the answer an event of another uid
+  // gets, unless BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1.
+  if (wire.uid != EffectiveUid() && !GetSettings().ipc_mem_any_uid) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   Driver& driver = GetDriver();
   {
     // Opened before by this context: "the reference count on the handle is

@@ -41,6 +41,7 @@ Settings ReadSettings() {
       EnvInt("BLOCKSWAP_STANDIN_MEMORY_BYTES", static_cast<int64_t>(settings.memory_bytes)));
   settings.host_register = EnvInt("BLOCKSWAP_STANDIN_HOST_REGISTER", 1) != 0;
   settings.stream_mem_ops = EnvInt("BLOCKSWAP_STANDIN_STREAM_MEM_OPS", 1) != 0;
+  settings.ipc_mem_any_uid = EnvInt("BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID", 0) != 0;
   const char* violations = std::getenv("BLOCKSWAP_STANDIN_VIOLATIONS");
   settings.abort_on_violation = violations != nullptr && std::strcmp(violations, "abort") == 0;
   if (const char* sticky = std::getenv("BLOCKSWAP_STANDIN_STICKY_AT"); sticky != nullptr) {

@@ -62,6 +62,10 @@ struct Settings {
   // cuStreamWriteValue32 are CUDA_ERROR_NOT_SUPPORTED, as where the driver or
   // device has no stream memory operations: the product keeps to events.
   bool stream_mem_ops = true;
+  // BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1: cuIpcOpenMemHandle opens memory of
+  // an exporter of another uid (by default it refuses, the strictest reading
+  // of what the reference leaves unsaid).
+  bool ipc_mem_any_uid = false;
   // BLOCKSWAP_STANDIN_STICKY_AT=DEVICE:N: the Nth copy executed on DEVICE
   // faults (CUDA_ERROR_ILLEGAL_ADDRESS), poisoning that device's context.
   int sticky_device = -1;

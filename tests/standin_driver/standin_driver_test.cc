@@ -503,6 +503,51 @@ TEST_F(StandinDriverTest, FreeingExportedMemoryAfterTheImporterClosedItIsNoBreac
   EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
 }
 
+// Becomes uid argv[0], opens the memory handle it is sent and says what that
+// gave.
+int RunMemoryOpenerAs(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(std::stoll(args.at(0))).ok(), 20);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const Channel channel = ChildChannel();
+  auto handle = Decode<CUipcMemHandle>(channel.Receive());
+  CUdeviceptr opened = 0;
+  const CUresult result =
+      cu.cuIpcOpenMemHandle(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  channel.Send(Name(result));
+  if (result == CUDA_SUCCESS) {
+    BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuIpcCloseMemHandle(opened) == CUDA_SUCCESS, 3);
+  }
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-memory-opener-as", RunMemoryOpenerAs);
+
+// What a process of uid 65534 gets opening memory this process (root)
+// exported, with `env` added to its environment.
+std::string OpenMemoryAsNobody(std::map<std::string, std::string> env) {
+  const Driver& cu = LoadDriver();
+  CUdeviceptr device = 0;
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAlloc(&device, 4096));
+  CUipcMemHandle handle;
+  EXPECT_CU(CUDA_SUCCESS, cu.cuIpcGetMemHandle(&handle, device));
+  Peer peer = SpawnPeer("standin-memory-opener-as", {"65534"}, std::move(env));
+  peer.channel().Send(Encode(handle));
+  const std::string result = peer.channel().Receive();
+  EXPECT_EQ(ExitCode(peer), 0);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemFree(device));
+  return result;
+}
+
+// Not documented either way; the stand-in takes the strictest plausible rule
+// (cuda-rules.md: "treat it as same-user only") and answers as for an IPC
+// event of another uid. BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1 lets any uid open.
+TEST_F(StandinDriverTest, IpcMemoryOpensOnlyInAProcessOfItsExportersUidUnlessAnyUidIsSet) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to export as one user, open as another)";
+  EXPECT_EQ(OpenMemoryAsNobody({}), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(OpenMemoryAsNobody({{"BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID", "1"}}), "CUDA_SUCCESS");
+  EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
+}
+
 // ------------------------------------------------------------------ IPC events
 
 TEST_F(StandinDriverTest, AnInterprocessEventNeedsDisableTimingAndOnlySuchAnEventExports) {
