@@ -189,7 +189,13 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    // Read-only registration itself is not modelled: the flag is accepted.
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
       *value = GetSettings().host_register ? 1 : 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+      *value = GetSettings().vmm ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:

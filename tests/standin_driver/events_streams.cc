@@ -394,11 +394,16 @@ CUresult CUDAAPI cuStreamWaitValue32(CUstream handle, CUdeviceptr addr, cuuint32
   std::atomic<uint32_t>* word = nullptr;
   std::shared_ptr<Allocation> keep;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(ResolveWord(stream, addr, &word, &keep));
-  Enqueue(stream, [word, value, kind, keep] {
+  Enqueue(stream, [ctx = stream->ctx, word, value, kind, keep] {
     // Whoever writes the word may do it with a plain store (no wake), so the
     // wait also polls.
     while (true) {
-      const uint32_t current = word->load(std::memory_order_acquire);
+      uint32_t current = 0;
+      {
+        DeviceTouch touch(ctx, "cuStreamWaitValue32", {{keep.get(), false}});
+        if (!touch.ok()) return;
+        current = word->load(std::memory_order_acquire);
+      }
       if (WaitValueSatisfied(current, value, kind)) return;
       timespec timeout{0, 200 * 1000};
       ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, current, &timeout,
@@ -420,7 +425,9 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream handle, CUdeviceptr addr, cuuint3
   std::atomic<uint32_t>* word = nullptr;
   std::shared_ptr<Allocation> keep;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(ResolveWord(stream, addr, &word, &keep));
-  Enqueue(stream, [word, value, keep] {
+  Enqueue(stream, [ctx = stream->ctx, word, value, keep] {
+    DeviceTouch touch(ctx, "cuStreamWriteValue32", {{keep.get(), true}});
+    if (!touch.ok()) return;
     word->store(value, std::memory_order_release);
     ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
               nullptr, 0);
