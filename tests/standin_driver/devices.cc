@@ -24,7 +24,11 @@ void SweepStaleFiles() {
   const size_t prefix = std::strlen(kFilePrefix);
   while (dirent* entry = ::readdir(dir)) {
     if (std::strncmp(entry->d_name, kFilePrefix, prefix) != 0) continue;
-    const long pid = std::strtol(entry->d_name + prefix, nullptr, 10);
+    // cuda-standin.<uid>.<pid>.<kind>.<n>: the pid is the second number.
+    char* end = nullptr;
+    std::strtol(entry->d_name + prefix, &end, 10);
+    if (*end != '.') continue;
+    const long pid = std::strtol(end + 1, nullptr, 10);
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     ::unlinkat(::dirfd(dir), entry->d_name, 0);
   }
@@ -185,7 +189,13 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, 
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    // Read-only registration itself is not modelled: the flag is accepted.
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
       *value = GetSettings().host_register ? 1 : 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+      *value = GetSettings().vmm ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,12 @@ thread_local std::vector<Context*> context_stack;
 
 size_t PageSize() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
-std::string FilePath(uint32_t pid, const char* kind, uint32_t id) {
-  return std::string(kShmDir) + "/" + kFilePrefix + std::to_string(pid) + "." + kind + "." +
-         std::to_string(id);
+std::string FilePath(uint32_t uid, uint32_t pid, const char* kind, uint32_t id) {
+  return std::string(kShmDir) + "/" + kFilePrefix + std::to_string(uid) + "." +
+         std::to_string(pid) + "." + kind + "." + std::to_string(id);
 }
+
+uint32_t EffectiveUid() { return static_cast<uint32_t>(::geteuid()); }
 
 std::vector<Context*>& ContextStack() { return context_stack; }
 
@@ -108,6 +111,37 @@ Resolved Resolve(uintptr_t address, size_t bytes, bool host_side) {
     out.host = host;
   }
   return out;
+}
+
+void Fault(Context* ctx, CUresult error, const std::string& why) {
+  CUresult expected = CUDA_SUCCESS;
+  ctx->sticky.compare_exchange_strong(expected, error);
+  std::fprintf(stderr, "stand-in CUDA driver (pid %d): device %d faults: %s: the context is poisoned\n",
+               static_cast<int>(::getpid()), ctx->ordinal, why.c_str());
+}
+
+DeviceTouch::DeviceTouch(Context* ctx, const char* use, std::initializer_list<Touch> touches) {
+  bool vmm = false;
+  for (const Touch& touch : touches) vmm |= touch.allocation != nullptr && touch.allocation->physical;
+  if (!vmm) return;
+  lock_ = std::shared_lock<std::shared_mutex>(GetDriver().vmm_mu);
+  for (const Touch& touch : touches) {
+    const Allocation* a = touch.allocation;
+    if (a == nullptr || !a->physical) continue;
+    const unsigned flags = a->access[static_cast<size_t>(ctx->ordinal)];
+    const bool allowed = !a->unmapped && (touch.write ? flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                                      : (flags & CU_MEM_ACCESS_FLAGS_PROT_READ) != 0);
+    if (allowed) continue;
+    char range[64];
+    std::snprintf(range, sizeof(range), "0x%llx",
+                  static_cast<unsigned long long>(DeviceAddressOf(a->data)));
+    Fault(ctx, CUDA_ERROR_ILLEGAL_ADDRESS,
+          std::string(use) + (touch.write ? " writes" : " reads") + " the VMM mapping at " +
+              range + (a->unmapped ? ", unmapped since" : ", which has no access set for it") +
+              " (cuMemSetAccess)");
+    ok_ = false;
+    return;
+  }
 }
 
 }  // namespace blockswap::standin

@@ -8,7 +8,9 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -17,13 +19,16 @@
 namespace blockswap::standin {
 
 inline constexpr const char* kShmDir = "/dev/shm";
-// Files of this process: cuda-standin.<pid>.mem.<n> / .event.<n>.
+// Files of a process: cuda-standin.<uid>.<pid>.mem.<n> / .event.<n>, <uid>
+// its effective uid (an event's opener rebuilds the name from its own).
 inline constexpr const char* kFilePrefix = "cuda-standin.";
 
 size_t PageSize();
 inline size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-// /dev/shm/cuda-standin.<pid>.<kind>.<id>
-std::string FilePath(uint32_t pid, const char* kind, uint32_t id);
+// /dev/shm/cuda-standin.<uid>.<pid>.<kind>.<id>
+std::string FilePath(uint32_t uid, uint32_t pid, const char* kind, uint32_t id);
+// This process's effective uid, for the names of its files.
+uint32_t EffectiveUid();
 
 // The calling thread's context stack (cuCtxPushCurrent, cuCtxPopCurrent);
 // its top is the current context.
@@ -62,6 +67,35 @@ struct Resolved {
 };
 // `bytes` at `address` (a device pointer, or a host pointer when `host_side`).
 Resolved Resolve(uintptr_t address, size_t bytes, bool host_side);
+
+// A fault of work running on `ctx`'s device: `error` poisons the context
+// (the first sticky error stays), as a GPU fault does; one stderr line says
+// `why`.
+void Fault(Context* ctx, CUresult error, const std::string& why);
+
+// What work on a stream touches of device memory (null: not device memory).
+struct Touch {
+  const Allocation* allocation;
+  bool write;
+};
+
+// Held by work on a stream while it touches device memory. A VMM mapping
+// may be touched only while mapped and with access set for the stream's
+// device (cuMemMap: "calling cuMemMap does not make the address accessible";
+// cuMemUnmap: new mappings "start with no accessibility setup"); otherwise
+// the work faults: CUDA_ERROR_ILLEGAL_ADDRESS poisons its context. Holds
+// Driver::vmm_mu shared (only where a VMM mapping is touched), so that no
+// unmap lands while the work runs.
+class DeviceTouch {
+ public:
+  DeviceTouch(Context* ctx, const char* use, std::initializer_list<Touch> touches);
+  // False: the work faulted and must not touch the memory.
+  bool ok() const { return ok_; }
+
+ private:
+  std::shared_lock<std::shared_mutex> lock_;
+  bool ok_ = true;
+};
 
 }  // namespace blockswap::standin
 

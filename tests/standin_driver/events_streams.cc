@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -85,13 +86,15 @@ CUresult CreateEventFile(Context* ctx, unsigned flags, CUevent_st* event) {
     id = driver.next_file++;
   }
   const auto pid = static_cast<uint32_t>(::getpid());
-  event->path = FilePath(pid, "event", id);
+  // As the driver's /cuda.shm.<uid>.<pid>.<n>: named with the creator's
+  // effective uid, mode 0600 whatever the umask. The opener rebuilds the name
+  // from its own uid, so a process of another uid (root too) finds no file
+  // (cuda-rules.md, "IPC events do not cross users").
+  event->path = FilePath(EffectiveUid(), pid, "event", id);
   event->file_id = id;
-  // Mode 0666 through the creator's umask, owned by its uid and gid: whether
-  // another process may open it is what the file system says (the observation
-  // in cuda-rules.md, "IPC event handles resolve through files in /dev/shm").
-  const int fd = ::open(event->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  const int fd = ::open(event->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  ::fchmod(fd, 0600);  // a umask may have taken bits away: the mode is the driver's
   const size_t size = PageSize();
   void* mapping = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(size)) == 0) {
@@ -264,12 +267,13 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
   // HIP documents for its copy of this call, hipErrorInvalidContext).
   if (wire.pid == static_cast<uint32_t>(::getpid())) return CUDA_ERROR_INVALID_CONTEXT;
   auto opened = std::make_unique<CUevent_st>();
-  opened->path = FilePath(wire.pid, "event", wire.file_id);
+  // The name from this process's own uid: another user's event is not found.
+  opened->path = FilePath(EffectiveUid(), wire.pid, "event", wire.file_id);
   const int fd = ::open(opened->path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    // Another user's file it may not open, or an event already destroyed:
-    // the handle cannot be opened ("invalid argument", as LMCache/LMCache#3236
-    // saw for a destroyed one).
+    // Another user's event, or one already destroyed: the handle cannot be
+    // opened ("invalid argument", as LMCache/LMCache#3236 saw for a
+    // destroyed one).
     std::fprintf(stderr, "stand-in CUDA driver (pid %d): cuIpcOpenEventHandle: %s: %s\n",
                  static_cast<int>(::getpid()), opened->path.c_str(), std::strerror(errno));
     return CUDA_ERROR_INVALID_VALUE;
@@ -390,11 +394,16 @@ CUresult CUDAAPI cuStreamWaitValue32(CUstream handle, CUdeviceptr addr, cuuint32
   std::atomic<uint32_t>* word = nullptr;
   std::shared_ptr<Allocation> keep;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(ResolveWord(stream, addr, &word, &keep));
-  Enqueue(stream, [word, value, kind, keep] {
+  Enqueue(stream, [ctx = stream->ctx, word, value, kind, keep] {
     // Whoever writes the word may do it with a plain store (no wake), so the
     // wait also polls.
     while (true) {
-      const uint32_t current = word->load(std::memory_order_acquire);
+      uint32_t current = 0;
+      {
+        DeviceTouch touch(ctx, "cuStreamWaitValue32", {{keep.get(), false}});
+        if (!touch.ok()) return;
+        current = word->load(std::memory_order_acquire);
+      }
       if (WaitValueSatisfied(current, value, kind)) return;
       timespec timeout{0, 200 * 1000};
       ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, current, &timeout,
@@ -416,7 +425,9 @@ CUresult CUDAAPI cuStreamWriteValue32(CUstream handle, CUdeviceptr addr, cuuint3
   std::atomic<uint32_t>* word = nullptr;
   std::shared_ptr<Allocation> keep;
   BLOCKSWAP_STANDIN_RETURN_IF_ERROR(ResolveWord(stream, addr, &word, &keep));
-  Enqueue(stream, [word, value, keep] {
+  Enqueue(stream, [ctx = stream->ctx, word, value, keep] {
+    DeviceTouch touch(ctx, "cuStreamWriteValue32", {{keep.get(), true}});
+    if (!touch.ok()) return;
     word->store(value, std::memory_order_release);
     ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
               nullptr, 0);

@@ -27,6 +27,7 @@ struct MemHandle {
   static constexpr uint32_t kMagic = 0x684d4253;  // "SBMh"
   uint32_t magic;
   uint32_t pid;
+  uint32_t uid;  // the exporter's effective uid
   uint32_t file_id;
   uint32_t device;
   uint64_t token;
@@ -40,12 +41,8 @@ void RunCopy(Context* ctx, void* dst, const void* src, size_t bytes, bool host_t
   const Settings& settings = GetSettings();
   const int64_t n = ctx->copies_executed.fetch_add(1) + 1;
   if (settings.sticky_device == ctx->ordinal && settings.sticky_at_copy == n) {
-    CUresult expected = CUDA_SUCCESS;
-    ctx->sticky.compare_exchange_strong(expected, CUDA_ERROR_ILLEGAL_ADDRESS);
-    std::fprintf(stderr,
-                 "stand-in CUDA driver (pid %d): copy %lld on device %d faults "
-                 "(BLOCKSWAP_STANDIN_STICKY_AT): the context is poisoned\n",
-                 static_cast<int>(::getpid()), static_cast<long long>(n), ctx->ordinal);
+    Fault(ctx, CUDA_ERROR_ILLEGAL_ADDRESS,
+          "copy " + std::to_string(n) + " (BLOCKSWAP_STANDIN_STICKY_AT)");
     return;
   }
   if (host_to_device && settings.copy_delay_us > 0) {
@@ -92,6 +89,8 @@ CUresult QueueCopy(CUstream handle, uintptr_t dst, bool dst_host, uintptr_t src,
   std::string use = name;
   Enqueue(stream, [ctx, target, source, bytes, host_to_device, staged, keep_to = to.allocation,
                    keep_from = from.allocation, use] {
+    DeviceTouch touch(ctx, use.c_str(), {{keep_to.get(), true}, {keep_from.get(), false}});
+    if (!touch.ok()) return;
     CheckImportAlive(keep_to, use.c_str());
     CheckImportAlive(keep_from, use.c_str());
     RunCopy(ctx, target, source, bytes, host_to_device);
@@ -124,7 +123,8 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* dptr, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(driver.mu);
     allocation->token = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-    allocation->path = FilePath(static_cast<uint32_t>(::getpid()), "mem", driver.next_file++);
+    allocation->path = FilePath(EffectiveUid(), static_cast<uint32_t>(::getpid()), "mem",
+                                driver.next_file++);
   }
   const int fd =
       ::open(allocation->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -177,7 +177,10 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   {
     std::lock_guard<std::mutex> lock(driver.mu);
     auto it = driver.allocations.find(reinterpret_cast<uintptr_t>(HostAddressOf(dptr)));
-    if (it == driver.allocations.end() || it->second->imported) return CUDA_ERROR_INVALID_VALUE;
+    // Not an import, not a VMM mapping (cuMemUnmap's).
+    if (it == driver.allocations.end() || it->second->imported || it->second->physical) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     allocation = it->second;
   }
   // "For all other pointers, this API may perform implicit synchronization":
@@ -440,7 +443,9 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t co
   Resolved r = Resolve(static_cast<uintptr_t>(dst), count, /*host_side=*/false);
   if (r.kind == Resolved::Kind::kUnknown) return CUDA_ERROR_INVALID_VALUE;
   std::byte* target = r.host;
-  Enqueue(stream, [target, value, count, keep = r.allocation] {
+  Enqueue(stream, [ctx = stream->ctx, target, value, count, keep = r.allocation] {
+    DeviceTouch touch(ctx, "cuMemsetD8Async", {{keep.get(), true}});
+    if (!touch.ok()) return;
     CheckImportAlive(keep, "cuMemsetD8Async");
     std::memset(target, value, count);
   });
@@ -458,9 +463,9 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   {
     std::lock_guard<std::mutex> lock(GetDriver().mu);
     auto it = GetDriver().allocations.find(reinterpret_cast<uintptr_t>(HostAddressOf(dptr)));
-    // The base of an allocation of this process (an import cannot be
-    // exported again).
-    if (it == GetDriver().allocations.end() || it->second->imported) {
+    // The base of a cuMemAlloc allocation of this process (an import cannot
+    // be exported again; VMM memory exports as a descriptor).
+    if (it == GetDriver().allocations.end() || it->second->imported || it->second->physical) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     allocation = it->second;
@@ -468,6 +473,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
   MemHandle wire{};
   wire.magic = MemHandle::kMagic;
   wire.pid = allocation->exporter_pid;
+  wire.uid = EffectiveUid();
   std::sscanf(allocation->path.c_str() + allocation->path.rfind('.') + 1, "%u", &wire.file_id);
   wire.device = static_cast<uint32_t>(allocation->ctx->ordinal);
   wire.token = allocation->token;
@@ -492,6 +498,12 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, un
   // In the exporting process the driver refuses: "invalid device context"
   // (observed: openucx/ucx#11603, NVIDIA/DALI#4817).
   if (wire.pid == static_cast<uint32_t>(::getpid())) return CUDA_ERROR_INVALID_CONTEXT;
+  // Whether legacy IPC memory crosses users is not documented: same uid only,
+  // as IPC events (cuda-rules.md), with the answer an event of another uid
+  // gets, unless BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1.
+  if (wire.uid != EffectiveUid() && !GetSettings().ipc_mem_any_uid) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   Driver& driver = GetDriver();
   {
     // Opened before by this context: "the reference count on the handle is
@@ -506,7 +518,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* dptr, CUipcMemHandle handle, un
     }
   }
   auto allocation = std::make_shared<Allocation>();
-  allocation->path = FilePath(wire.pid, "mem", wire.file_id);
+  allocation->path = FilePath(wire.uid, wire.pid, "mem", wire.file_id);
   const int fd = ::open(allocation->path.c_str(), O_RDWR | O_CLOEXEC);
   // The exporter freed it or exited: nothing to map.
   if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;

@@ -23,7 +23,7 @@ struct EntryPoint {
 CUresult CUDAAPI GetProcAddressV1(const char* symbol, void** fn, int version, cuuint64_t flags);
 
 // `#name` is the base name; `name` expands to cuda.h's ABI name (cuMemAlloc
-// to cuMemAlloc_v2 and so on), the function devices.cc, memory.cc or
+// to cuMemAlloc_v2 and so on), the function devices.cc, memory.cc, vmm.cc or
 // events_streams.cc defines.
 #define BLOCKSWAP_STANDIN_ENTRY(name, since) {#name, since, reinterpret_cast<void*>(&name)}
 const EntryPoint kEntryPoints[] = {
@@ -81,6 +81,16 @@ const EntryPoint kEntryPoints[] = {
     BLOCKSWAP_STANDIN_ENTRY(cuStreamWriteValue32, 8000),
     BLOCKSWAP_STANDIN_ENTRY(cuPointerGetAttribute, 4000),
     BLOCKSWAP_STANDIN_ENTRY(cuPointerGetAttributes, 7000),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemGetAllocationGranularity, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemCreate, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemRelease, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemExportToShareableHandle, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemImportFromShareableHandle, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemAddressReserve, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemAddressFree, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemMap, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemUnmap, 10020),
+    BLOCKSWAP_STANDIN_ENTRY(cuMemSetAccess, 10020),
 };
 #undef BLOCKSWAP_STANDIN_ENTRY
 

@@ -41,6 +41,9 @@ Settings ReadSettings() {
       EnvInt("BLOCKSWAP_STANDIN_MEMORY_BYTES", static_cast<int64_t>(settings.memory_bytes)));
   settings.host_register = EnvInt("BLOCKSWAP_STANDIN_HOST_REGISTER", 1) != 0;
   settings.stream_mem_ops = EnvInt("BLOCKSWAP_STANDIN_STREAM_MEM_OPS", 1) != 0;
+  settings.ipc_mem_any_uid = EnvInt("BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID", 0) != 0;
+  settings.vmm = EnvInt("BLOCKSWAP_STANDIN_VMM", 1) != 0;
+  settings.vmm_same_uid_only = EnvInt("BLOCKSWAP_STANDIN_VMM_SAME_UID_ONLY", 0) != 0;
   const char* violations = std::getenv("BLOCKSWAP_STANDIN_VIOLATIONS");
   settings.abort_on_violation = violations != nullptr && std::strcmp(violations, "abort") == 0;
   if (const char* sticky = std::getenv("BLOCKSWAP_STANDIN_STICKY_AT"); sticky != nullptr) {
@@ -289,6 +292,11 @@ void AwaitRecord(const EventState& state, uint32_t target) {
 Allocation::~Allocation() {
   claim.reset();  // clears this import's ledger entry, which lives in the mapping
   if (mapping != nullptr) ::munmap(mapping, mapping_size);
+}
+
+PhysicalMemory::~PhysicalMemory() {
+  if (charged != nullptr) charged->allocated_bytes.fetch_sub(size);
+  if (fd >= 0) ::close(fd);
 }
 
 EventMemory::~EventMemory() {

@@ -9,8 +9,8 @@
 // that mapping's address with kDeviceAddressBit set, so a host that
 // dereferences one faults, as it would on a GPU. A stream is an ordered queue
 // drained by one thread; an event is {records, completed} counters in shared
-// memory (a file in /dev/shm for an interprocess event, with its creator's
-// uid, gid and umask). Thread safety: the entry points may be called from any
+// memory (for an interprocess event a file in /dev/shm named with its
+// creator's uid, mode 0600, so that only that uid opens it). Thread safety: the entry points may be called from any
 // thread; Driver::mu guards the tables, each stream its queue.
 #ifndef BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_H_
 #define BLOCKSWAP_TESTS_STANDIN_DRIVER_STANDIN_H_
@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,17 @@ struct Settings {
   // cuStreamWriteValue32 are CUDA_ERROR_NOT_SUPPORTED, as where the driver or
   // device has no stream memory operations: the product keeps to events.
   bool stream_mem_ops = true;
+  // BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1: cuIpcOpenMemHandle opens memory of
+  // an exporter of another uid (by default it refuses, the strictest reading
+  // of what the reference leaves unsaid).
+  bool ipc_mem_any_uid = false;
+  // BLOCKSWAP_STANDIN_VMM=0: devices without virtual memory management
+  // (their attributes read 0, cuMemCreate is CUDA_ERROR_NOT_SUPPORTED).
+  bool vmm = true;
+  // BLOCKSWAP_STANDIN_VMM_SAME_UID_ONLY=1: cuMemImportFromShareableHandle
+  // refuses memory a process of another uid created (by default a descriptor
+  // imports wherever it is held).
+  bool vmm_same_uid_only = false;
   // BLOCKSWAP_STANDIN_STICKY_AT=DEVICE:N: the Nth copy executed on DEVICE
   // faults (CUDA_ERROR_ILLEGAL_ADDRESS), poisoning that device's context.
   int sticky_device = -1;
@@ -88,9 +100,34 @@ struct MemoryHeader {
   host_lifetime::ImportLedger ledger;
 };
 
-// Device memory mapped in this process: allocated here (cuMemAlloc) or
-// imported (cuIpcOpenMemHandle). Shared by the work queued on it, so that a
-// mapping outlives the copies that use it.
+// Physical memory of the virtual memory management API (cuMemCreate, or
+// imported from a descriptor): a memfd, a VmmHeader page, then the bytes.
+// Shared by this process's handles to it and its mappings, and gone with the
+// last of them (cuMemRelease: freed "when all outstanding mappings to the
+// memory are unmapped and when all outstanding references to the handle ...
+// are also released"); other processes hold their own descriptors.
+struct PhysicalMemory {
+  ~PhysicalMemory();
+  int fd = -1;
+  int device = 0;
+  size_t size = 0;
+  unsigned handle_types = 0;   // CUmemAllocationProp::requestedHandleTypes
+  Context* charged = nullptr;  // whose cuMemGetInfo counts it (created here)
+};
+
+// The first bytes of a PhysicalMemory's file, written by its creator.
+struct VmmHeader {
+  static constexpr uint32_t kMagic = 0x764d4253;  // "SBMv"
+  uint32_t magic;
+  uint32_t device;
+  uint32_t creator_uid;  // effective uid of the process that created (exports) it
+  uint32_t handle_types;
+  uint64_t size;
+};
+
+// Device memory mapped in this process: allocated here (cuMemAlloc),
+// imported (cuIpcOpenMemHandle) or a VMM mapping (cuMemMap). Shared by the
+// work queued on it, so that a mapping outlives the copies that use it.
 struct Allocation {
   ~Allocation();
   Context* ctx = nullptr;
@@ -105,6 +142,13 @@ struct Allocation {
   uint64_t token = 0;         // the handle's identity
   int open_count = 0;         // cuIpcOpenMemHandle references (imports)
   std::optional<host_lifetime::ImportClaim> claim;
+  // A VMM mapping: the memory it maps. `unmapped` (cuMemUnmap) and `access`
+  // (CU_MEM_ACCESS_FLAGS_PROT_* by device ordinal, cuMemSetAccess) are
+  // guarded by Driver::vmm_mu, which work holds shared while it touches the
+  // mapping (DeviceTouch).
+  std::shared_ptr<PhysicalMemory> physical;
+  bool unmapped = false;
+  std::vector<unsigned> access;
 };
 
 // Pinned host memory: cuMemHostRegister or cuMemAllocHost.
@@ -194,6 +238,14 @@ struct Driver {
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
   uint32_t next_file = 0;
+  // Virtual memory management: this process's allocation handles and
+  // address reservations (host address of the first byte -> size).
+  std::map<CUmemGenericAllocationHandle, std::shared_ptr<PhysicalMemory>> vmm_handles;
+  CUmemGenericAllocationHandle next_vmm_handle = 0x5b00;
+  std::map<uintptr_t, size_t> reservations;
+  // Taken after `mu`, never before it: exclusive to unmap or to change
+  // access, shared by work touching a VMM mapping while it runs.
+  std::shared_mutex vmm_mu;
 };
 // The process's driver: created at the first call, never destroyed (stream
 // workers may still run while the process exits).

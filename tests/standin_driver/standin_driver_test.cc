@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "shared/backend/cuda_driver.h"
 #include "shared/base/unique_fd.h"
+#include "shared/os/fd_passing.h"
 #include "tests/standin_driver/standin_hooks.h"
 #include "tests/support/become_user.h"
 #include "tests/support/child_process.h"
@@ -35,9 +37,24 @@ namespace {
 
 // The entry points the tests use beyond the product's table
 // (shared/backend/cuda_driver.h), which the tests reach as the product does.
-#define BLOCKSWAP_STANDIN_TEST_ENTRY_POINTS(X)          \
-  X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000) \
-  X(cuStreamQuery, 2000, PFN_cuStreamQuery_v2000)
+#define BLOCKSWAP_STANDIN_TEST_ENTRY_POINTS(X)                                          \
+  X(cuCtxSynchronize, 2000, PFN_cuCtxSynchronize_v2000)                                 \
+  X(cuStreamQuery, 2000, PFN_cuStreamQuery_v2000)                                       \
+  X(cuMemcpyDtoDAsync, 3020, PFN_cuMemcpyDtoDAsync_v3020)                               \
+  X(cuMemcpyAsync, 4000, PFN_cuMemcpyAsync_v4000)                                       \
+  X(cuMemsetD8Async, 3020, PFN_cuMemsetD8Async_v3020)                                   \
+  X(cuPointerGetAttribute, 4000, PFN_cuPointerGetAttribute_v4000)                       \
+  X(cuPointerGetAttributes, 7000, PFN_cuPointerGetAttributes_v7000)                     \
+  X(cuMemGetAllocationGranularity, 10020, PFN_cuMemGetAllocationGranularity_v10020)     \
+  X(cuMemCreate, 10020, PFN_cuMemCreate_v10020)                                         \
+  X(cuMemRelease, 10020, PFN_cuMemRelease_v10020)                                       \
+  X(cuMemExportToShareableHandle, 10020, PFN_cuMemExportToShareableHandle_v10020)       \
+  X(cuMemImportFromShareableHandle, 10020, PFN_cuMemImportFromShareableHandle_v10020)   \
+  X(cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)                         \
+  X(cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                               \
+  X(cuMemMap, 10020, PFN_cuMemMap_v10020)                                               \
+  X(cuMemUnmap, 10020, PFN_cuMemUnmap_v10020)                                           \
+  X(cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)
 
 struct Driver : cuda_internal::CudaDriverTable {
   void* library = nullptr;
@@ -181,8 +198,10 @@ struct Peer {
   Channel channel() const { return Channel(from_child.get(), to_child.get()); }
 };
 
+// `inherit`: more descriptors for the child, (here, there), as SpawnOptions.
 Peer SpawnPeer(const std::string& role, std::vector<std::string> args = {},
-               std::map<std::string, std::string> env = {}) {
+               std::map<std::string, std::string> env = {},
+               std::vector<std::pair<int, int>> inherit = {}) {
   int down[2], up[2];
   EXPECT_EQ(::pipe2(down, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(up, O_CLOEXEC), 0);
@@ -190,10 +209,16 @@ Peer SpawnPeer(const std::string& role, std::vector<std::string> args = {},
   Peer peer;
   peer.to_child = UniqueFd(down[1]);
   peer.from_child = UniqueFd(up[0]);
+  inherit.insert(inherit.begin(), {{down_read.get(), 3}, {up_write.get(), 4}});
+  // Each source above every target, so that no dup2 in the child overwrites
+  // the source of a later one.
+  std::vector<UniqueFd> raised;
+  for (auto& [from, to] : inherit) {
+    raised.emplace_back(::fcntl(from, F_DUPFD_CLOEXEC, 100));
+    from = raised.back().get();
+  }
   auto spawned = ChildProcess::Spawn(
-      role, {.args = std::move(args),
-             .inherit = {{down_read.get(), 3}, {up_write.get(), 4}},
-             .env = std::move(env)});
+      role, {.args = std::move(args), .inherit = std::move(inherit), .env = std::move(env)});
   EXPECT_TRUE(spawned.ok()) << spawned.status();
   if (spawned.ok()) peer.process.emplace(std::move(*spawned));
   return peer;
@@ -503,6 +528,51 @@ TEST_F(StandinDriverTest, FreeingExportedMemoryAfterTheImporterClosedItIsNoBreac
   EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
 }
 
+// Becomes uid argv[0], opens the memory handle it is sent and says what that
+// gave.
+int RunMemoryOpenerAs(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(std::stoll(args.at(0))).ok(), 20);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const Channel channel = ChildChannel();
+  auto handle = Decode<CUipcMemHandle>(channel.Receive());
+  CUdeviceptr opened = 0;
+  const CUresult result =
+      cu.cuIpcOpenMemHandle(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  channel.Send(Name(result));
+  if (result == CUDA_SUCCESS) {
+    BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuIpcCloseMemHandle(opened) == CUDA_SUCCESS, 3);
+  }
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-memory-opener-as", RunMemoryOpenerAs);
+
+// What a process of uid 65534 gets opening memory this process (root)
+// exported, with `env` added to its environment.
+std::string OpenMemoryAsNobody(std::map<std::string, std::string> env) {
+  const Driver& cu = LoadDriver();
+  CUdeviceptr device = 0;
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAlloc(&device, 4096));
+  CUipcMemHandle handle;
+  EXPECT_CU(CUDA_SUCCESS, cu.cuIpcGetMemHandle(&handle, device));
+  Peer peer = SpawnPeer("standin-memory-opener-as", {"65534"}, std::move(env));
+  peer.channel().Send(Encode(handle));
+  const std::string result = peer.channel().Receive();
+  EXPECT_EQ(ExitCode(peer), 0);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemFree(device));
+  return result;
+}
+
+// Not documented either way; the stand-in takes the strictest plausible rule
+// (cuda-rules.md: "treat it as same-user only") and answers as for an IPC
+// event of another uid. BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID=1 lets any uid open.
+TEST_F(StandinDriverTest, IpcMemoryOpensOnlyInAProcessOfItsExportersUidUnlessAnyUidIsSet) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to export as one user, open as another)";
+  EXPECT_EQ(OpenMemoryAsNobody({}), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(OpenMemoryAsNobody({{"BLOCKSWAP_STANDIN_IPC_MEM_ANY_UID", "1"}}), "CUDA_SUCCESS");
+  EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
+}
+
 // ------------------------------------------------------------------ IPC events
 
 TEST_F(StandinDriverTest, AnInterprocessEventNeedsDisableTimingAndOnlySuchAnEventExports) {
@@ -643,12 +713,14 @@ TEST_F(StandinDriverTest, WaitingOnAPendingRecordOfADeadProcessIsReportedAndNeve
   EXPECT_CU(CUDA_SUCCESS, cu.cuEventDestroy(imported));
 }
 
-// Creates an interprocess event under umask `umask` with group `gid` (as
-// root), sends its handle and its file's owner and mode, and waits for the
-// channel to close.
+// Becomes uid argv[1] (when it is not this process's), creates an
+// interprocess event under umask 0 (so that only the driver sets its mode),
+// sends its handle and its file's owner and mode, and waits for the channel
+// to close.
 int RunEventCreator(const std::vector<std::string>& args) {
-  ::umask(static_cast<mode_t>(std::stoi(args.at(0), nullptr, 8)));
-  BLOCKSWAP_STANDIN_ROLE_CHECK(::setgid(static_cast<gid_t>(std::stoi(args.at(1)))) == 0, 9);
+  const int64_t uid = std::stoll(args.at(0));
+  if (uid != ::geteuid()) BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(uid).ok(), 20);
+  ::umask(0);
   BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
   const Driver& cu = LoadDriver();
   CUevent event = nullptr;
@@ -657,33 +729,34 @@ int RunEventCreator(const std::vector<std::string>& args) {
                                    CUDA_SUCCESS, 3);
   CUipcEventHandle handle;
   BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuIpcGetEventHandle(&handle, event) == CUDA_SUCCESS, 4);
-  // The newest event file of this process is this event's.
-  const std::string path = absl::StrCat("/dev/shm/cuda-standin.", ::getpid(), ".event.0");
+  // This process's first file is this event's, named with its uid.
+  const std::string path =
+      absl::StrCat("/dev/shm/cuda-standin.", ::geteuid(), ".", ::getpid(), ".event.0");
   struct stat st {};
   BLOCKSWAP_STANDIN_ROLE_CHECK(::stat(path.c_str(), &st) == 0, 5);
   const Channel channel = ChildChannel();
   channel.Send(Encode(handle));
-  channel.Send(absl::StrCat(st.st_uid, ":", st.st_gid, " ", absl::Hex(st.st_mode & 0777)));
+  channel.Send(absl::StrCat(st.st_uid, " ", absl::Hex(st.st_mode & 0777)));
   channel.Receive();
   BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuEventDestroy(event) == CUDA_SUCCESS, 6);
   return 0;
 }
 BLOCKSWAP_CHILD_ROLE("standin-event-creator", RunEventCreator);
 
-// The event importer as another user (uid = gid = argv[0]).
+// The event importer as uid argv[0] (gid the same).
 int RunEventImporterAs(const std::vector<std::string>& args) {
   BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(std::stoll(args.at(0))).ok(), 20);
   return RunEventImporter(args);
 }
 BLOCKSWAP_CHILD_ROLE("standin-event-importer-as", RunEventImporterAs);
 
-// What another user gets opening an event that root created under `umask`
-// with group `gid`.
-std::string OpenAsNobody(const char* umask, int gid, std::string* file) {
-  Peer creator = SpawnPeer("standin-event-creator", {umask, std::to_string(gid)});
+// What a process of uid `opener` gets opening an event that a process of uid
+// `creator` created; `file` is the event file's "uid mode".
+std::string OpenEventAcrossUids(int creator_uid, int opener_uid, std::string* file) {
+  Peer creator = SpawnPeer("standin-event-creator", {std::to_string(creator_uid)});
   const std::string handle = creator.channel().Receive();
   *file = creator.channel().Receive();
-  Peer importer = SpawnPeer("standin-event-importer-as", {"65534"});
+  Peer importer = SpawnPeer("standin-event-importer-as", {std::to_string(opener_uid)});
   importer.channel().Send(handle);
   const std::string result = importer.channel().Receive();
   if (result == "CUDA_SUCCESS") {  // else the importer has exited
@@ -696,19 +769,20 @@ std::string OpenAsNobody(const char* umask, int gid, std::string* file) {
   return result;
 }
 
-// The observation in cuda-rules.md (LMCache/LMCache#4551): an IPC event
-// resolves through a /dev/shm file with its creator's uid, gid and umask, so
-// a process of another user opens it only where that file lets it.
-TEST_F(StandinDriverTest, AnIpcEventFileHasItsCreatorsOwnerAndUmaskSoAnotherUserOpensItOnlyThen) {
+// cuda-rules.md, "IPC events do not cross users": the driver names an IPC
+// event's file from its creator's uid (mode 0600) and cuIpcOpenEventHandle
+// rebuilds the name from the opener's own uid, so a process of another uid,
+// root included, finds nothing: CUDA_ERROR_INVALID_VALUE. No group or umask
+// changes that.
+TEST_F(StandinDriverTest, AnIpcEventOpensOnlyInAProcessOfItsCreatorsUid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (to create as one user, open as another)";
   std::string file;
-  // Root's group and umask 022: rw-r--r--, nobody may not open it read-write.
-  EXPECT_EQ(OpenAsNobody("022", 0, &file), "CUDA_ERROR_INVALID_VALUE");
-  EXPECT_EQ(file, "0:0 1a4");  // 0644
-  // The clients' group (nogroup, 65534) and umask 007, as the systemd unit's
-  // Group= and UMask= give the daemon: rw-rw----, a member opens it.
-  EXPECT_EQ(OpenAsNobody("007", 65534, &file), "CUDA_SUCCESS");
-  EXPECT_EQ(file, "0:65534 1b0");  // 0660
+  EXPECT_EQ(OpenEventAcrossUids(0, 0, &file), "CUDA_SUCCESS");
+  EXPECT_EQ(file, "0 180");  // 0600 under umask 0
+  EXPECT_EQ(OpenEventAcrossUids(0, 65534, &file), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(OpenEventAcrossUids(65534, 0, &file), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(file, "65534 180");
+  EXPECT_EQ(OpenEventAcrossUids(65534, 65534, &file), "CUDA_SUCCESS");
 }
 
 // ------------------------------------------------------------------ stream memory operations
@@ -823,6 +897,443 @@ TEST_F(StandinDriverTest, WithoutStreamMemoryOperationsTheyAreNotSupported) {
   Peer peer = SpawnPeer("standin-without-stream-mem-ops", {},
                         {{"BLOCKSWAP_STANDIN_STREAM_MEM_OPS", "0"}});
   EXPECT_EQ(ExitCode(peer), 0);
+}
+
+// ------------------------------------------------------------------ virtual memory management
+
+constexpr size_t kTwoMib = size_t{2} << 20;
+
+// Pinned memory on `device`, shareable as a descriptor when `shareable`.
+CUmemAllocationProp VmmProperties(int device = 0, bool shareable = true) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+  prop.requestedHandleTypes =
+      shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  return prop;
+}
+
+// A mapping of `handle` (of `size` bytes) in a reservation of its own.
+struct VmmMapping {
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr ptr = 0;
+  size_t size = 0;
+};
+
+// Maps `handle` in a new reservation; with access for `devices` (read-write).
+VmmMapping Map(CUmemGenericAllocationHandle handle, size_t size, std::vector<int> devices = {0}) {
+  const Driver& cu = LoadDriver();
+  VmmMapping m{handle, 0, size};
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAddressReserve(&m.ptr, size, 0, 0, 0));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemMap(m.ptr, size, 0, handle, 0));
+  for (int device : devices) {
+    CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    EXPECT_CU(CUDA_SUCCESS, cu.cuMemSetAccess(m.ptr, size, &desc, 1));
+  }
+  return m;
+}
+
+// `size` bytes of new VMM memory on device 0, mapped as Map does.
+VmmMapping CreateAndMap(size_t size, std::vector<int> devices = {0}) {
+  CUmemGenericAllocationHandle handle = 0;
+  const CUmemAllocationProp prop = VmmProperties();
+  EXPECT_CU(CUDA_SUCCESS, LoadDriver().cuMemCreate(&handle, size, &prop, 0));
+  return Map(handle, size, std::move(devices));
+}
+
+// Unmaps, frees the reservation and releases the handle (unless released).
+void UnmapAndRelease(const VmmMapping& m, bool release = true) {
+  const Driver& cu = LoadDriver();
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemUnmap(m.ptr, m.size));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAddressFree(m.ptr, m.size));
+  if (release) {
+    EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(m.handle));
+  }
+}
+
+// The first byte at `ptr`, read back by a copy on the NULL stream.
+int FirstByte(CUdeviceptr ptr) {
+  uint8_t byte = 0;
+  if (LoadDriver().cuMemcpyDtoHAsync(&byte, ptr, 1, nullptr) != CUDA_SUCCESS) return -1;
+  return byte;
+}
+
+TEST_F(StandinDriverTest, TheVmmEntryPointsAreExportedAndResolveFromVersion10020) {
+  for (const char* name : {"cuMemGetAllocationGranularity", "cuMemCreate", "cuMemRelease",
+                           "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle",
+                           "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap", "cuMemUnmap",
+                           "cuMemSetAccess"}) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status;
+    EXPECT_CU(CUDA_SUCCESS, cu.cuGetProcAddress(name, &fn, 10020, 0, &status)) << name;
+    EXPECT_EQ(fn, ::dlsym(cu.library, name)) << name;
+    EXPECT_NE(fn, nullptr) << name;
+    EXPECT_CU(CUDA_ERROR_NOT_FOUND, cu.cuGetProcAddress(name, &fn, 10010, 0, &status)) << name;
+    EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) << name;
+  }
+}
+
+// cuMemCreate, cuMemMap: sizes, offsets and addresses must be multiples of
+// the granularity, which the stand-in makes 2 MiB (minimum and recommended).
+TEST_F(StandinDriverTest, VmmGranularityIsTwoMibAndAnythingUnalignedIsInvalidValue) {
+  const CUmemAllocationProp prop = VmmProperties();
+  size_t minimum = 0, recommended = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetAllocationGranularity(&minimum, &prop,
+                                                           CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetAllocationGranularity(&recommended, &prop,
+                                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  EXPECT_EQ(minimum, kTwoMib);
+  EXPECT_EQ(recommended, kTwoMib);
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemCreate(&handle, kTwoMib / 2, &prop, 0));
+  CUdeviceptr ptr = 0;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemAddressReserve(&ptr, kTwoMib + 4096, 0, 0, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemAddressReserve(&ptr, kTwoMib, 0, 4096, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemAddressReserve(&ptr, 2 * kTwoMib, 0, 0, 0));
+  EXPECT_EQ(ptr % kTwoMib, 0u);
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr + 4096, kTwoMib, 0, handle, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr, kTwoMib, kTwoMib, handle, 0));  // offset
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemMap(ptr + kTwoMib, kTwoMib, 0, handle, 0));
+  CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemSetAccess(ptr + kTwoMib, 4096, &desc, 1));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemUnmap(ptr + kTwoMib + 4096, kTwoMib - 4096));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemUnmap(ptr + kTwoMib, kTwoMib));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAddressFree(ptr, 2 * kTwoMib));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(handle));
+}
+
+// cuMemCreate: pinned memory on a device; exported only as a handle type
+// its properties requested, and counted as allocated until released.
+TEST_F(StandinDriverTest, CuMemCreateMakesPinnedDeviceMemoryExportableAsTheRequestedTypeOnly) {
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemAllocationProp prop = VmmProperties();
+  prop.type = CU_MEM_ALLOCATION_TYPE_INVALID;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+  prop = VmmProperties();
+  prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+  prop = VmmProperties(7);
+  EXPECT_CU(CUDA_ERROR_INVALID_DEVICE, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetInfo(&free_before, &total));
+  prop = VmmProperties(0, /*shareable=*/false);
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_before - free_after, kTwoMib);
+  int fd = -1;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemExportToShareableHandle(
+                                          &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(handle));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_after, free_before);
+
+  prop = VmmProperties();
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemCreate(&handle, kTwoMib, &prop, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
+            cu.cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_FABRIC, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemExportToShareableHandle(
+                              &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  EXPECT_GE(fd, 0);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(handle));
+  EXPECT_EQ(::close(fd), 0);  // the caller's own descriptor
+}
+
+// cuMemMap: only on a reservation, "only ... on VA range reservations that
+// are not currently mapped"; the stand-in maps whole allocations only. A
+// reservation still mapped is not freed (assumed).
+TEST_F(StandinDriverTest, AMappingTakesAWholeAllocationAtAReservedRangeNotMappedYet) {
+  const CUmemAllocationProp prop = VmmProperties();
+  CUmemGenericAllocationHandle handle = 0, other = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemCreate(&handle, 2 * kTwoMib, &prop, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemCreate(&other, kTwoMib, &prop, 0));
+  CUdeviceptr ptr = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemAddressReserve(&ptr, 4 * kTwoMib, 0, 0, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr, kTwoMib, 0, handle, 0));  // part of it
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr + 3 * kTwoMib, 2 * kTwoMib, 0, handle, 0));
+  CUdeviceptr allocated = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemAlloc(&allocated, kTwoMib));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(allocated, kTwoMib, 0, other, 0));  // unreserved
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemMap(ptr, 2 * kTwoMib, 0, handle, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr + kTwoMib, kTwoMib, 0, other, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemMap(ptr, 2 * kTwoMib, 0, handle, 0));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemMap(ptr + 2 * kTwoMib, kTwoMib, 0, other, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemAddressFree(ptr, 4 * kTwoMib));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemFree(ptr));  // not cuMemAlloc's
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemUnmap(ptr, 3 * kTwoMib));  // both mappings, whole
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemAddressFree(ptr, 4 * kTwoMib));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(handle));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemRelease(other));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemFree(allocated));
+}
+
+// cuMemUnmap: "cannot unmap a sub-range of an address range mapped by
+// cuMemCreate / cuMemMap"; what is unmapped is a reservation again.
+TEST_F(StandinDriverTest, UnmappingPartOfAMappingIsInvalidValue) {
+  const VmmMapping m = CreateAndMap(2 * kTwoMib);
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemUnmap(m.ptr, kTwoMib));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemUnmap(m.ptr + kTwoMib, kTwoMib));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemUnmap(m.ptr, 3 * kTwoMib));
+  EXPECT_EQ(FirstByte(m.ptr), 0xcd);  // still mapped, not zeroed
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemUnmap(m.ptr, m.size));
+  EXPECT_EQ(FirstByte(m.ptr), -1);  // an address the driver knows no memory at
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemMap(m.ptr, m.size, 0, m.handle, 0));
+  UnmapAndRelease(m);
+}
+
+// cuMemRelease: "The generic memory handle can be freed when there are still
+// outstanding mappings"; the memory goes with the last of them. Releasing
+// a handle twice is undefined: reported.
+TEST_F(StandinDriverTest, ReleasedVmmMemoryStaysUntilItsLastMappingIsUnmapped) {
+  size_t free_before = 0, free_now = 0, total = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetInfo(&free_before, &total));
+  const VmmMapping m = CreateAndMap(kTwoMib);
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemsetD8Async(m.ptr, 0x3c, kTwoMib, nullptr));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemRelease(m.handle));
+  EXPECT_EQ(FirstByte(m.ptr), 0x3c);
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetInfo(&free_now, &total));
+  EXPECT_EQ(free_before - free_now, kTwoMib);
+  UnmapAndRelease(m, /*release=*/false);
+  EXPECT_TRUE(Eventually([&] {  // the last copy may still hold the mapping a moment
+    return cu.cuMemGetInfo(&free_now, &total) == CUDA_SUCCESS && free_now == free_before;
+  }));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemRelease(m.handle));
+  ExpectOneViolation("cuMemRelease of handle");
+}
+
+// Wherever cuMemAlloc's memory works: copies of every kind, memset, stream
+// memory operations, pointer attributes, address ranges, the test hook.
+TEST_F(StandinDriverTest, VmmMemoryWorksWhereverCuMemAllocMemoryDoes) {
+  const VmmMapping a = CreateAndMap(kTwoMib);
+  const VmmMapping b = CreateAndMap(kTwoMib);
+  CUstream stream = nullptr;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  std::vector<uint8_t> bytes(4096, 0x11), seen(4096, 0);
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemcpyHtoDAsync(a.ptr + 4096, bytes.data(), 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemcpyDtoDAsync(b.ptr, a.ptr + 4096, 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemsetD8Async(b.ptr + 100, 0x22, 1, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemcpyAsync(a.ptr, b.ptr, 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamWriteValue32(stream, a.ptr + 8192, 5, 0));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamWaitValue32(stream, a.ptr + 8192, 5, CU_STREAM_WAIT_VALUE_EQ));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemcpyDtoHAsync(seen.data(), a.ptr, 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamSynchronize(stream));
+  EXPECT_EQ(seen[0], 0x11);
+  EXPECT_EQ(seen[100], 0x22);
+  const auto* host = static_cast<const uint8_t*>(cu.host_address(a.ptr));
+  EXPECT_EQ(host[100], 0x22);
+  EXPECT_EQ(reinterpret_cast<const uint32_t*>(host)[8192 / 4], 5u);
+
+  unsigned type = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a.ptr));
+  EXPECT_EQ(type, CU_MEMORYTYPE_DEVICE);
+  int ordinal = -1;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* data[] = {&ordinal};
+  ASSERT_CU(CUDA_SUCCESS, cu.cuPointerGetAttributes(1, attributes, data, a.ptr + 4096));
+  EXPECT_EQ(ordinal, 0);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemGetAddressRange(&base, &size, b.ptr + 12345));
+  EXPECT_EQ(base, b.ptr);
+  EXPECT_EQ(size, kTwoMib);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuStreamDestroy(stream));
+  UnmapAndRelease(a);
+  UnmapAndRelease(b);
+  EXPECT_EQ(cu.violation_count(), 0) << LastViolation();
+}
+
+// The GPU's answer to an access it has no rights to: a fault, sticky in the
+// context of the stream whose work touched it. Device 1's copy touches a
+// mapping only device 0 may access; then device 0's, one nobody may.
+int RunVmmWithoutAccess(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(1).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const VmmMapping shared = CreateAndMap(kTwoMib, {0});
+  std::vector<uint8_t> bytes(4096, 1);
+  const CUresult queued = cu.cuMemcpyHtoDAsync(shared.ptr, bytes.data(), 4096, nullptr);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(queued == CUDA_SUCCESS || queued == CUDA_ERROR_ILLEGAL_ADDRESS, 3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuCtxSynchronize() == CUDA_ERROR_ILLEGAL_ADDRESS, 4);
+  CUdeviceptr more = 0;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemAlloc(&more, 4096) == CUDA_ERROR_ILLEGAL_ADDRESS, 5);
+
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 6);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemsetD8Async(shared.ptr, 7, 4096, nullptr) == CUDA_SUCCESS,
+                               7);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuCtxSynchronize() == CUDA_SUCCESS, 8);
+  const VmmMapping closed = CreateAndMap(kTwoMib, {});
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemcpyDtoDAsync(shared.ptr, closed.ptr, 4096, nullptr) !=
+                                   CUDA_ERROR_INVALID_VALUE, 9);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuCtxSynchronize() == CUDA_ERROR_ILLEGAL_ADDRESS, 10);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-vmm-without-access", RunVmmWithoutAccess);
+
+// cuMemMap: "calling cuMemMap does not make the address accessible, the
+// caller needs to update accessibility ... by calling cuMemSetAccess".
+TEST_F(StandinDriverTest, TouchingAMappingWithoutAccessSetFaultsTheStreamsContext) {
+  Peer peer = SpawnPeer("standin-vmm-without-access");
+  EXPECT_EQ(ExitCode(peer), 0);
+}
+
+// Imports descriptor 5 (as uid argv[0] when given), maps it and says what the
+// import gave and the first byte; the descriptor stays its own.
+int RunVmmImporter(const std::vector<std::string>& args) {
+  if (!args.empty()) BLOCKSWAP_STANDIN_ROLE_CHECK(BecomeUser(std::stoll(args.at(0))).ok(), 20);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const Channel channel = ChildChannel();
+  CUmemGenericAllocationHandle handle = 0;
+  const CUresult imported = cu.cuMemImportFromShareableHandle(
+      &handle, reinterpret_cast<void*>(uintptr_t{5}), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(::close(5) == 0, 3);  // not taken by the import
+  if (imported != CUDA_SUCCESS) {
+    channel.Send(Name(imported));
+    return 0;
+  }
+  const VmmMapping m = Map(handle, kTwoMib);
+  channel.Send(absl::StrCat(Name(imported), " ", FirstByte(m.ptr)));
+  UnmapAndRelease(m);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-vmm-importer", RunVmmImporter);
+
+// What a process of uid `uid` gets importing 2 MiB of 0x5e this process
+// exported as a descriptor, with `env` added to its environment.
+std::string ImportAs(int uid, std::map<std::string, std::string> env) {
+  const Driver& cu = LoadDriver();
+  const VmmMapping m = CreateAndMap(kTwoMib);
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemsetD8Async(m.ptr, 0x5e, kTwoMib, nullptr));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuCtxSynchronize());
+  int fd = -1;
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemExportToShareableHandle(
+                              &fd, m.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  UniqueFd owned(fd);
+  Peer peer = SpawnPeer("standin-vmm-importer", {std::to_string(uid)}, std::move(env),
+                        {{owned.get(), 5}});
+  const std::string result = peer.channel().Receive();
+  EXPECT_EQ(ExitCode(peer), 0);
+  UnmapAndRelease(m);
+  return result;
+}
+
+// An assumption: the reference implies that whoever holds the descriptor
+// may import it and says nothing of users. BLOCKSWAP_STANDIN_VMM_SAME_UID_ONLY=1
+// refuses an importer of another uid than the memory's creator.
+TEST_F(StandinDriverTest, AnExportedDescriptorImportsInAProcessOfAnyUidUnlessSameUidOnly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to export as one user, import as another)";
+  EXPECT_EQ(ImportAs(65534, {}), "CUDA_SUCCESS 94");  // 0x5e
+  EXPECT_EQ(ImportAs(65534, {{"BLOCKSWAP_STANDIN_VMM_SAME_UID_ONLY", "1"}}),
+            "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_EQ(ImportAs(0, {{"BLOCKSWAP_STANDIN_VMM_SAME_UID_ONLY", "1"}}), "CUDA_SUCCESS 94");
+}
+
+// Creates 2 MiB of 0x77, sends its descriptor on the socket at descriptor
+// 5, and exits once the socket closes.
+int RunVmmExporter(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const VmmMapping m = CreateAndMap(kTwoMib);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemsetD8Async(m.ptr, 0x77, kTwoMib, nullptr) == CUDA_SUCCESS,
+                               3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuCtxSynchronize() == CUDA_SUCCESS, 4);
+  int fd = -1;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemExportToShareableHandle(
+                                   &fd, m.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+                                   CUDA_SUCCESS, 5);
+  const UniqueFd socket(5), exported(fd);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(SendWithFds(socket, "memory", {exported.get()}).ok(), 6);
+  (void)ReceiveWithFds(socket);  // until the test closes it
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-vmm-exporter", RunVmmExporter);
+
+// An assumption (the reference says the memory is freed once every mapping
+// and handle, "including it's shareable counterparts", is gone, and says
+// nothing of the exporting process): an importer's mapping keeps the bytes
+// after the process that created and exported them has exited.
+TEST_F(StandinDriverTest, AnImportersMappingKeepsTheBytesAfterTheExporterExited) {
+  int sockets[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets), 0);
+  UniqueFd here(sockets[0]), there(sockets[1]);
+  Peer exporter = SpawnPeer("standin-vmm-exporter", {}, {}, {{there.get(), 5}});
+  there.Reset();
+  absl::StatusOr<ReceivedMessage> message = ReceiveWithFds(here);
+  ASSERT_TRUE(message.ok()) << message.status();
+  ASSERT_EQ(message->fds.size(), 1u);
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemImportFromShareableHandle(
+                              &handle, reinterpret_cast<void*>(uintptr_t(message->fds[0].get())),
+                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  message->fds.clear();
+  const VmmMapping m = Map(handle, kTwoMib);
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemRelease(handle));  // the mapping alone holds it now
+  here.Reset();
+  ASSERT_EQ(ExitCode(exporter), 0);
+  EXPECT_EQ(FirstByte(m.ptr + kTwoMib - 1), 0x77);
+  UnmapAndRelease(m, /*release=*/false);
+}
+
+// Says the value of device attribute argv[0] on device 0.
+int RunAttributeReader(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  int value = -1;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      LoadDriver().cuDeviceGetAttribute(
+          &value, static_cast<CUdevice_attribute>(std::stoi(args.at(0))), 0) == CUDA_SUCCESS,
+      3);
+  ChildChannel().Send(std::to_string(value));
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-attribute-reader", RunAttributeReader);
+
+// Device attribute `attribute` of a process with `env` added to its environment.
+std::string AttributeWith(CUdevice_attribute attribute, std::map<std::string, std::string> env) {
+  Peer peer = SpawnPeer("standin-attribute-reader", {std::to_string(attribute)}, std::move(env));
+  const std::string value = peer.channel().Receive();
+  EXPECT_EQ(ExitCode(peer), 0);
+  return value;
+}
+
+// With BLOCKSWAP_STANDIN_VMM=0 (its environment): no virtual memory
+// management, as on a device without it.
+int RunWithoutVmm(const std::vector<std::string>& args) {
+  BLOCKSWAP_STANDIN_ROLE_CHECK(UseDevice(0).empty(), 2);
+  const Driver& cu = LoadDriver();
+  const CUmemAllocationProp prop = VmmProperties();
+  CUmemGenericAllocationHandle handle = 0;
+  BLOCKSWAP_STANDIN_ROLE_CHECK(cu.cuMemCreate(&handle, kTwoMib, &prop, 0) ==
+                                   CUDA_ERROR_NOT_SUPPORTED, 3);
+  BLOCKSWAP_STANDIN_ROLE_CHECK(
+      cu.cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(uintptr_t{0}),
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+          CUDA_ERROR_NOT_SUPPORTED, 4);
+  return 0;
+}
+BLOCKSWAP_CHILD_ROLE("standin-without-vmm", RunWithoutVmm);
+
+TEST_F(StandinDriverTest, DevicesSupportVmmAndDescriptorsUnlessVmmIsOff) {
+  for (CUdevice_attribute attribute : {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                       CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED}) {
+    int value = -1;
+    ASSERT_CU(CUDA_SUCCESS, cu.cuDeviceGetAttribute(&value, attribute, 1));
+    EXPECT_EQ(value, 1) << attribute;
+    EXPECT_EQ(AttributeWith(attribute, {{"BLOCKSWAP_STANDIN_VMM", "0"}}), "0") << attribute;
+  }
+  Peer peer = SpawnPeer("standin-without-vmm", {}, {{"BLOCKSWAP_STANDIN_VMM", "0"}});
+  EXPECT_EQ(ExitCode(peer), 0);
+}
+
+// CU_MEMHOSTREGISTER_READ_ONLY is supported where registration is (the
+// attribute only: read-only registration itself is not modelled).
+TEST_F(StandinDriverTest, ReadOnlyHostRegistrationIsSupportedWhereHostRegistrationIs) {
+  int value = -1;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuDeviceGetAttribute(
+                              &value, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, 0));
+  EXPECT_EQ(value, 1);
+  EXPECT_EQ(AttributeWith(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                          {{"BLOCKSWAP_STANDIN_HOST_REGISTER", "0"}}),
+            "0");
 }
 
 // ------------------------------------------------------------------ host functions, sticky errors
