@@ -54,8 +54,9 @@ build_tree=${BLOCKSWAP_DEVICE_CHECK_PROGRAMS:-}
 python=${BLOCKSWAP_DEVICE_CHECK_PYTHON:-python3}
 # The user the clients run as (the probe's process B, gpu_test's
 # two-client case), beside a daemon of root, as trainers beside the system
-# service (CUDA IPC across users): nobody unless set; set empty, the
-# daemon's own user. Handed to gpu_test as BLOCKSWAP_GPU_TEST_CLIENT_USER.
+# service (device memory and pages cross users as descriptors): nobody unless
+# set; set empty, the daemon's own user. Handed to gpu_test as
+# BLOCKSWAP_GPU_TEST_CLIENT_USER.
 client_user=${BLOCKSWAP_DEVICE_CHECK_CLIENT_USER-nobody}
 # The limits are a GPU's. Over the stand-in (host threads with random pauses
 # on a shared build machine, not a GPU) each is multiplied by this.
@@ -159,8 +160,9 @@ run_core() {
     check probe 45 primitives_probe
   fi
   info environment 10 probe_environment
-  # Without the driver, a context or IPC memory, nothing below can work.
-  if grep -Eq '^FAIL (cuda\.driver|cuda\.init|cuda\.ipc-memory)' "${summary}"; then
+  # Without the driver, a context or device memory that crosses processes,
+  # nothing below can work.
+  if grep -Eq '^FAIL (cuda\.driver|cuda\.init|cuda\.vmm-fd\.import\.same-uid)' "${summary}"; then
     echo "STOP the probe failed where everything depends on it: the core's checks were not run" \
       >>"${summary}"
     end_part

@@ -9,10 +9,7 @@
 //
 // --client-user: the user process B runs as when the probe runs as root
 // (default nobody; empty: the probe's own user). --shm-needed-mib: the free
-// space on /dev/shm the check needs (default 1024).
-// --a-outside-client-group: A keeps its own group and umask instead of the
-// client user's group and 0007 (what a daemon without the system unit's
-// Group= and UMask= meets: B cannot open A's IPC events). Exits 1 when a line
+// space on /dev/shm the check needs (default 1024). Exits 1 when a line
 // FAILed, 124 past its 60 s limit.
 #include <fcntl.h>
 #include <poll.h>
@@ -126,7 +123,7 @@ void Kernel(Report& report) {
                                          container, "; /proc/version: ", version));
 }
 
-// /dev/shm holds the masters and, under CUDA, the IPC events' files.
+// /dev/shm holds the masters.
 void DevShm(Report& report, uint64_t needed_mib) {
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) != 0) {
@@ -146,7 +143,7 @@ void DevShm(Report& report, uint64_t needed_mib) {
 
 // The user process B (a trainer) runs as: another user only when the probe
 // is root and the user exists.
-std::optional<PeerUser> ClientUser(Report& report, const std::string& name, bool a_in_user_group) {
+std::optional<PeerUser> ClientUser(Report& report, const std::string& name) {
   if (name.empty()) {
     report.Skip("env.client-user",
                 absl::StrCat("none asked for: B runs as uid ", ::getuid(), ", A's own user"));
@@ -166,13 +163,9 @@ std::optional<PeerUser> ClientUser(Report& report, const std::string& name, bool
   }
   report.Pass("env.client-user",
               absl::StrCat("B runs as '", name, "' (uid ", entry->pw_uid, ", gid ", entry->pw_gid,
-                           "), A as root ",
-                           a_in_user_group
-                               ? "in that group with umask 0007, as the system unit's Group= and "
-                                 "UMask= run the daemon"
-                               : absl::StrCat("in its own group (gid ", ::getgid(),
-                                              ") and umask: --a-outside-client-group")));
-  return PeerUser{entry->pw_uid, entry->pw_gid, a_in_user_group};
+                           "), A and A2 as root in root's group, as the system unit runs the "
+                           "daemon"));
+  return PeerUser{entry->pw_uid, entry->pw_gid};
 }
 
 // The optional tools: the LibTorch build needs cmake and ninja; nvcc only
@@ -353,20 +346,14 @@ int main(int argc, char** argv) {
   using namespace blockswap::probe;
   std::string client_user = "nobody";
   uint64_t shm_needed_mib = 1024;
-  bool a_in_user_group = true;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (absl::ConsumePrefix(&arg, "--client-user=")) {
       client_user = std::string(arg);
-    } else if (arg == "--a-outside-client-group") {
-      a_in_user_group = false;
     } else if (absl::ConsumePrefix(&arg, "--shm-needed-mib=") &&
                absl::SimpleAtoi(arg, &shm_needed_mib)) {
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--client-user=NAME] [--shm-needed-mib=N] [--a-outside-client-group]\n",
-          argv[0]);
+      std::fprintf(stderr, "usage: %s [--client-user=NAME] [--shm-needed-mib=N]\n", argv[0]);
       return 2;
     }
   }
@@ -375,7 +362,7 @@ int main(int argc, char** argv) {
   Report report;
   Kernel(report);
   DevShm(report, shm_needed_mib);
-  std::optional<PeerUser> peer_user = ClientUser(report, client_user, a_in_user_group);
+  std::optional<PeerUser> peer_user = ClientUser(report, client_user);
   Tools(report);
   PidfdOpen(report);
   PeerCredentials(report);
