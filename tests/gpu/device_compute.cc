@@ -2,8 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -125,51 +128,18 @@ class CudaCompute final : public DeviceCompute {
   std::vector<DeviceBuffer> kept_;
 };
 
-// --- host functions: the host backend (dry run), the stand-in driver -------
+// --- host functions: the host backend (dry run), the stand-in driver, and
+// the runtime-free reads -----------------------------------------------------
 
-// The compute as host functions on a backend stream. On the host backend a
-// device pointer is a host address. Over the stand-in CUDA driver
-// (tests/standin_driver/), which runs no kernels, it is the cuda backend's
-// device memory, read where the stand-in keeps its bytes (`host_address`,
-// looked up before any host function runs: they must not call the driver).
-class HostCompute final : public DeviceCompute {
+// The compute as host functions on a backend stream: a spin sleeps, and the
+// comparisons, each a host function queued after what the stream waited for,
+// set their flags. Subclasses say how a comparison reads the slot.
+class HostFunctionCompute : public DeviceCompute {
  public:
-  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(
-      Device& device, size_t checks, BlockswapStandinHostAddressFn host_address = nullptr) {
-    auto compute = std::unique_ptr<HostCompute>(new HostCompute(device, checks, host_address));
-    BLOCKSWAP_ASSIGN_OR_RETURN(compute->stream_, device.CreateStream());
-    return compute;
-  }
-
   Stream& stream() override { return *stream_; }
-
-  absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
-    if (host_address_ == nullptr) {
-      kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
-      return kept_.back()->data();
-    }
-    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> copy,
-                               device_.Allocate(std::max<size_t>(bytes.size(), 1)));
-    BLOCKSWAP_RETURN_IF_ERROR(stream_->CopyHostToDevice(copy->data(), bytes.data(), bytes.size()));
-    BLOCKSWAP_RETURN_IF_ERROR(stream_->Synchronize());
-    kept_on_device_.push_back(std::move(copy));
-    return kept_on_device_.back()->data();
-  }
 
   absl::Status Spin(absl::Duration duration) override {
     return stream_->LaunchHostFunc([duration] { absl::SleepFor(duration); });
-  }
-
-  absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
-    if (check >= flags_.size()) {
-      return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", flags_.size()));
-    }
-    // Read through the stream, as a device kernel would: after its waits.
-    const void* a = HostView(slot);
-    const void* b = HostView(kept);
-    return stream_->LaunchHostFunc([this, a, b, bytes, check] {
-      if (std::memcmp(a, b, bytes) != 0) flags_[check] = 1;
-    });
   }
 
   absl::StatusOr<uint64_t> CountMismatches() override {
@@ -181,9 +151,70 @@ class HostCompute final : public DeviceCompute {
 
   absl::Status Synchronize() override { return stream_->Synchronize(); }
 
+ protected:
+  explicit HostFunctionCompute(size_t checks) : flags_(checks, 0) {}
+
+  absl::Status CreateStream(Device& device) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(stream_, device.CreateStream());
+    return absl::OkStatus();
+  }
+  absl::Status CheckIndex(size_t check) const {
+    if (check < flags_.size()) return absl::OkStatus();
+    return absl::OutOfRangeError(absl::StrCat("check ", check, " >= ", flags_.size()));
+  }
+  // Queues the comparison of `a` and `b` (host memory once the stream
+  // reaches it), setting flag `check` when they differ.
+  absl::Status CompareOnStream(const void* a, const void* b, size_t bytes, size_t check) {
+    return stream_->LaunchHostFunc([this, a, b, bytes, check] {
+      if (std::memcmp(a, b, bytes) != 0) flags_[check] = 1;
+    });
+  }
+  // Subclasses destroy it first (their destructor), before what its host
+  // functions use.
+  void DestroyStream() { stream_.reset(); }
+
+ private:
+  std::vector<uint8_t> flags_;  // written by the stream's thread, read after Synchronize
+  std::unique_ptr<Stream> stream_;
+};
+
+// The host backend, and the stand-in CUDA driver (tests/standin_driver/)
+// where kernels are asked for: it runs none. On the host backend a device
+// pointer is a host address; over the stand-in it is the cuda backend's
+// device memory, read where the stand-in keeps its bytes (`host_address`,
+// looked up before any host function runs: they must not call the driver).
+class HostCompute final : public HostFunctionCompute {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(
+      Device& device, size_t checks, BlockswapStandinHostAddressFn host_address = nullptr) {
+    auto compute = std::unique_ptr<HostCompute>(new HostCompute(device, checks, host_address));
+    BLOCKSWAP_RETURN_IF_ERROR(compute->CreateStream(device));
+    return compute;
+  }
+  ~HostCompute() override { DestroyStream(); }
+
+  absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
+    if (host_address_ == nullptr) {
+      kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
+      return kept_.back()->data();
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> copy,
+                               device_.Allocate(std::max<size_t>(bytes.size(), 1)));
+    BLOCKSWAP_RETURN_IF_ERROR(stream().CopyHostToDevice(copy->data(), bytes.data(), bytes.size()));
+    BLOCKSWAP_RETURN_IF_ERROR(stream().Synchronize());
+    kept_on_device_.push_back(std::move(copy));
+    return kept_on_device_.back()->data();
+  }
+
+  absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckIndex(check));
+    // Read through the stream, as a device kernel would: after its waits.
+    return CompareOnStream(HostView(slot), HostView(kept), bytes, check);
+  }
+
  private:
   HostCompute(Device& device, size_t checks, BlockswapStandinHostAddressFn host_address)
-      : device_(device), host_address_(host_address), flags_(checks, 0) {}
+      : HostFunctionCompute(checks), device_(device), host_address_(host_address) {}
 
   const void* HostView(const void* device_pointer) const {
     if (host_address_ == nullptr) return device_pointer;
@@ -192,11 +223,49 @@ class HostCompute final : public DeviceCompute {
 
   Device& device_;
   const BlockswapStandinHostAddressFn host_address_;  // null on the host backend
-  std::vector<uint8_t> flags_;  // written by the stream's thread, read after Synchronize
   std::vector<std::unique_ptr<std::vector<std::byte>>> kept_;
   std::vector<std::unique_ptr<DeviceMemory>> kept_on_device_;
-  // Declared last, so destroyed first: its host functions use the above.
-  std::unique_ptr<Stream> stream_;
+};
+
+// ComputeKind::kHostCopies, on any backend: each comparison copies the slot
+// into pinned host memory on the stream (after its waits, as a kernel would
+// read it) and compares it there with the kept bytes, which stay on the
+// host. One buffer serves every comparison: the stream runs a copy only
+// after the comparison before it.
+class CopyCompute final : public HostFunctionCompute {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(Device& device, size_t checks) {
+    auto compute = std::unique_ptr<CopyCompute>(new CopyCompute(device, checks));
+    BLOCKSWAP_RETURN_IF_ERROR(compute->CreateStream(device));
+    return compute;
+  }
+  ~CopyCompute() override { DestroyStream(); }
+
+  absl::StatusOr<const void*> Keep(const std::vector<std::byte>& bytes) override {
+    kept_.push_back(std::make_unique<std::vector<std::byte>>(bytes));
+    return kept_.back()->data();
+  }
+
+  absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) override {
+    BLOCKSWAP_RETURN_IF_ERROR(CheckIndex(check));
+    if (buffers_.empty() || buffers_.back()->size() < bytes) {
+      // A larger one; the smaller stays alive for what the stream still
+      // queues on it.
+      BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<PinnedHostBuffer> buffer,
+                                 device_.AllocatePinnedHostBuffer(std::max<size_t>(bytes, 1)));
+      buffers_.push_back(std::move(buffer));
+    }
+    std::byte* read = buffers_.back()->data();
+    BLOCKSWAP_RETURN_IF_ERROR(stream().CopyDeviceToHost(read, slot, bytes));
+    return CompareOnStream(read, kept, bytes, check);
+  }
+
+ private:
+  CopyCompute(Device& device, size_t checks) : HostFunctionCompute(checks), device_(device) {}
+
+  Device& device_;
+  std::vector<std::unique_ptr<std::vector<std::byte>>> kept_;
+  std::vector<std::unique_ptr<PinnedHostBuffer>> buffers_;
 };
 
 }  // namespace
@@ -213,8 +282,9 @@ absl::Status DeviceCompute::SynchronizeWithin(absl::Duration timeout) {
 }
 
 absl::StatusOr<std::unique_ptr<DeviceCompute>> DeviceCompute::Create(BackendKind kind,
-                                                                     Device& device,
-                                                                     size_t checks) {
+                                                                     Device& device, size_t checks,
+                                                                     ComputeKind compute) {
+  if (compute == ComputeKind::kHostCopies) return CopyCompute::Create(device, checks);
   if (kind == BackendKind::kCuda) {
     if (BlockswapStandinHostAddressFn host_address = LoadedStandinHostAddress();
         host_address != nullptr) {

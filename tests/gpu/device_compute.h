@@ -4,11 +4,15 @@
 // stream, so they run after the stream's waits exactly as a trainer's
 // kernels would.
 //
-// On cuda these are real kernels (gpu_kernels.cu) on a cudaStream_t; on the
-// host backend (BLOCKSWAP_GPU_TEST_BACKEND=host, a dry run of the GPU suite
-// on a machine without one) and over the stand-in CUDA driver
-// (tests/standin_driver/, which runs no kernels) the same calls are host
-// functions on a backend stream. One thread uses an object.
+// With ComputeKind::kKernels, on cuda these are real kernels (gpu_kernels.cu,
+// through the CUDA runtime) on a cudaStream_t; on the host backend
+// (BLOCKSWAP_GPU_TEST_BACKEND=host, a dry run of the GPU suite on a machine
+// without one) and over the stand-in CUDA driver (tests/standin_driver/,
+// which runs no kernels) the same calls are host functions on a backend
+// stream. ComputeKind::kHostCopies needs no CUDA runtime, on any backend: a
+// comparison copies the slot to pinned host memory on the stream and
+// compares it on the host, a spin is a host function. One thread uses an
+// object.
 #ifndef BLOCKSWAP_TESTS_GPU_DEVICE_COMPUTE_H_
 #define BLOCKSWAP_TESTS_GPU_DEVICE_COMPUTE_H_
 
@@ -24,12 +28,21 @@
 
 namespace blockswap::gpu_testing {
 
+// How the comparisons read a slot: kernels (a trainer's way, through the
+// CUDA runtime, which needs a driver of at least its own major version), or
+// a device-to-host copy compared on the host, through the backend only (the
+// GPU check's first call, which must run on the oldest driver blockswap
+// supports).
+enum class ComputeKind { kKernels, kHostCopies };
+
 class DeviceCompute {
  public:
-  // On `device` of a backend of `kind`. On cuda the calling thread's current
-  // device becomes `device` (a test client drives one device).
-  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(BackendKind kind, Device& device,
-                                                               size_t checks);
+  // On `device` of a backend of `kind`. With kernels on cuda the calling
+  // thread's current device becomes `device` (a test client drives one
+  // device).
+  static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(
+      BackendKind kind, Device& device, size_t checks,
+      ComputeKind compute = ComputeKind::kKernels);
   virtual ~DeviceCompute() = default;
 
   // The stream to order ring loads, waits and releases against.

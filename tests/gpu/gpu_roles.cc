@@ -2,10 +2,11 @@
 // binary. Each attaches to a real blockswapd through the client library,
 // registers a model of pseudo-random blocks (content from --seed, so that
 // clients with one seed share one model), and consumes every loaded slot
-// with real kernels on a stream of its own: an optional spin (the block's
-// compute), then a byte comparison against a device copy of what the block
-// must hold. The comparison runs after the spin, so a slot overwritten while
-// the "compute" ran is caught. Results go to --report=FILE
+// on a stream of its own: an optional spin (the block's compute), then a
+// byte comparison with what the block must hold, by kernels or, with
+// --compute=copies, with no CUDA runtime (a copy to the host, compared
+// there: DeviceCompute). The comparison runs after the spin, so a slot
+// overwritten while the "compute" ran is caught. Results go to --report=FILE
 // (tests/support/role_report.h); the exit code is a ClientExit.
 #include "tests/gpu/gpu_roles.h"
 
@@ -127,9 +128,15 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   // device has no stream memory operations, on its ready events.
   report.Add("ready_path",
              client.ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "events");
+  const std::string compute = args.Str("compute", "kernels");
+  if (compute != "kernels" && compute != "copies") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compute=", compute, ": kernels or copies expected"));
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(
       client.compute,
-      DeviceCompute::Create(client.connection->backend_kind(), client.ring->device(), checks));
+      DeviceCompute::Create(client.connection->backend_kind(), client.ring->device(), checks,
+                            compute == "copies" ? ComputeKind::kHostCopies : ComputeKind::kKernels));
   for (uint32_t b = 0; b < blocks && verify; ++b) {
     BLOCKSWAP_ASSIGN_OR_RETURN(const void* kept, client.compute->Keep(content[b]));
     client.kept.push_back(kept);

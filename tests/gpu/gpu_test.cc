@@ -1,5 +1,8 @@
 // The cuda backend end to end: a real blockswapd --backend=cuda and client
-// processes (gpu_roles.cc) that consume every slot with real kernels. Without
+// processes (gpu_roles.cc) that consume every slot with real kernels, or, in
+// the cases of the GPU check's first call (the two clients, the daemon's
+// death), with copies to the host compared there, which need no CUDA
+// runtime newer than the product's lowest driver (docs/gpu.md). Without
 // a usable GPU every test skips, saying why. BLOCKSWAP_GPU_TEST_BACKEND=host
 // runs the same tests on the host backend (the kernels become host
 // functions): a dry run of this suite where there is no GPU.
@@ -107,24 +110,20 @@ class GpuTest : public testing::DaemonRolesTest {
   }
 
   void StartDaemon(std::map<std::string, std::string> env = {},
-                   std::vector<std::string> extra_args = {},
-                   std::optional<gid_t> group = std::nullopt) {
+                   std::vector<std::string> extra_args = {}) {
     DaemonRolesTest::StartDaemon(DaemonFlags{.extra_args = std::move(extra_args),
                                              .env = std::move(env),
-                                             .backend = TestBackend(),
-                                             .group = group});
+                                             .backend = TestBackend()});
   }
 
   // For clients of `uid` (whose group is gid `uid`, BecomeUser), as beside
-  // the system service: the daemon under the unit's UMask=0007 and in the
-  // clients' group, as its Group= puts it, which is also the socket's, so
-  // that the files CUDA's IPC creates (owned by the daemon's group) reach
-  // them; the way to the socket and the clients' report files open to them.
-  // The args that make a role that user.
+  // the system service: the daemon in its own group and umask (no Group=, no
+  // UMask=: device memory and pages reach the clients only as descriptors
+  // over the socket), the socket in the clients' group; the way to the
+  // socket and the clients' report files open to them. The args that make a
+  // role that user.
   std::vector<std::string> StartDaemonForUser(uid_t uid, const std::vector<std::string>& names) {
-    const mode_t previous = ::umask(0007);
-    StartDaemon({}, {absl::StrCat("--socket-group=", uid)}, static_cast<gid_t>(uid));
-    ::umask(previous);
+    StartDaemon({}, {absl::StrCat("--socket-group=", uid)});
     EXPECT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
     for (const std::string& name : names) {
       std::ofstream(ReportPath(name)).flush();
@@ -163,7 +162,8 @@ TEST_P(GpuStreamingTest, TwoClientsStreamRandomBlocksByteExact) {
     // One model (same seed), clients spread over the GPUs where there are
     // several.
     std::vector<std::string> args = {
-        "--loads=600", "--blocks=12", "--compute-us=100", absl::StrCat("--slots=", slots),
+        "--loads=600", "--blocks=12", "--compute-us=100", "--compute=copies",
+        absl::StrCat("--slots=", slots),
         absl::StrCat("--device=", c % AvailableDevices().count)};
     args.insert(args.end(), as_user.begin(), as_user.end());
     clients.push_back(Spawn("gpu-stream", absl::StrCat("client", c), std::move(args)));
@@ -340,7 +340,8 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   StartDaemon();
   ChildProcess client =
-      Spawn("gpu-stream", "orphan", {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000"});
+      Spawn("gpu-stream", "orphan",
+            {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000", "--compute=copies"});
   ASSERT_TRUE(AwaitReport("orphan", "streaming")) << Describe("orphan");
   if (FirstValue(Report("orphan"), "ready_path") != "words") {
     client.Kill(SIGKILL);
