@@ -208,12 +208,13 @@ class VmmMemory {
     return status;
   }
 
-  // Copies `bytes` in (from the host) and back out, on `stream`, in full.
+  // Copies `bytes` in from the host on `stream`, and waits for the copy.
   absl::Status Write(CUstream stream, const std::vector<uint8_t>& bytes, absl::string_view who) {
     BLOCKSWAP_RETURN_IF_ERROR(
         BLOCKSWAP_PROBE_CU(cuMemcpyHtoDAsync, (address_, bytes.data(), bytes.size(), stream)));
     return Sync(stream, absl::StrCat(who, "'s copy into the shared device memory"));
   }
+  // Copies the memory out on `stream` and compares it with `expected`.
   absl::Status Expect(CUstream stream, const std::vector<uint8_t>& expected,
                       absl::string_view what) {
     std::vector<uint8_t> seen(expected.size());
