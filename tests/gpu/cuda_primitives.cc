@@ -237,7 +237,8 @@ class VmmMemory {
   }
 
   absl::Status MapForDevice() {
-    BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_PROBE_CU(cuMemAddressReserve, (&address_, bytes_, 0, 0, 0)));
+    BLOCKSWAP_RETURN_IF_ERROR(
+        BLOCKSWAP_PROBE_CU(cuMemAddressReserve, (&address_, bytes_, 0, 0, 0)));
     BLOCKSWAP_RETURN_IF_ERROR(BLOCKSWAP_PROBE_CU(cuMemMap, (address_, bytes_, 0, handle_, 0)));
     mapped_ = true;
     CUmemAccessDesc access{};
@@ -367,9 +368,9 @@ absl::Status RelayUntilExporterExit(Channel& to_a2, Channel& to_b, pid_t a2, boo
     int status = 0;
     while (::waitpid(a2, &status, WNOHANG) == 0) {
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "A2 (pid ", a2, ") had not exited ", absl::FormatDuration(kCompletionTimeout),
-            " after releasing its memory"));
+        return absl::DeadlineExceededError(absl::StrCat("A2 (pid ", a2, ") had not exited ",
+                                                        absl::FormatDuration(kCompletionTimeout),
+                                                        " after releasing its memory"));
       }
       absl::SleepFor(absl::Milliseconds(1));
     }
@@ -501,7 +502,8 @@ absl::Status ReadOnlyPage(Channel& channel, Role role, Channel::PeerEnd* peer) {
   constexpr uint32_t step = kReadOnlyPage;
   Page page;
   absl::Status mine = [&]() -> absl::Status {
-    BLOCKSWAP_RETURN_IF_ERROR(AdoptOrCreate(channel, role, step, "blockswap-probe-read-only", page));
+    BLOCKSWAP_RETURN_IF_ERROR(
+        AdoptOrCreate(channel, role, step, "blockswap-probe-read-only", page));
     if (role == Role::kA) {
       BLOCKSWAP_ASSIGN_OR_RETURN(page.mapping, page.memory.Map(Access::kReadWrite));
       BLOCKSWAP_RETURN_IF_ERROR(Register(page, 0));
@@ -722,7 +724,9 @@ std::optional<Channel> Fork(Report& report, Role who, pid_t* pid,
   std::fflush(stdout);
   *pid = ::fork();
   if (*pid < 0) {
-    report.Fail("cuda.init", ErrnoStatus(errno, absl::StrCat("fork of process ", who == Role::kB ? "B" : "A2")).message());
+    report.Fail("cuda.init",
+                ErrnoStatus(errno, absl::StrCat("fork of process ", who == Role::kB ? "B" : "A2"))
+                    .message());
     return std::nullopt;
   }
   if (*pid == 0) {
@@ -764,9 +768,8 @@ void RunCudaPrimitives(Report& report, std::optional<PeerUser> peer_user) {
     RunB(channel, peers);
   });
   if (!to_b.has_value()) return;
-  std::optional<Channel> to_a2 = Fork(report, Role::kA2, &peers.a2, [](Channel& channel) {
-    RunA2(channel);
-  });
+  std::optional<Channel> to_a2 =
+      Fork(report, Role::kA2, &peers.a2, [](Channel& channel) { RunA2(channel); });
   if (to_a2.has_value()) RunA(*to_b, *to_a2, peers, report);
   // B and A2 end right after their last step; one that hangs anyway is killed.
   to_b.reset();

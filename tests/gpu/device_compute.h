@@ -41,8 +41,7 @@ class DeviceCompute {
   // thread's current device becomes `device` (a test client drives one
   // device).
   static absl::StatusOr<std::unique_ptr<DeviceCompute>> Create(
-      BackendKind kind, Device& device, size_t checks,
-      ComputeKind compute = ComputeKind::kKernels);
+      BackendKind kind, Device& device, size_t checks, ComputeKind compute = ComputeKind::kKernels);
   virtual ~DeviceCompute() = default;
 
   // The stream to order ring loads, waits and releases against.
@@ -54,8 +53,7 @@ class DeviceCompute {
   virtual absl::Status Spin(absl::Duration duration) = 0;
   // Queues comparison `check` (< `checks` of Create) of `bytes` at `slot`
   // with a kept copy.
-  virtual absl::Status Compare(const void* slot, const void* kept, size_t bytes,
-                               size_t check) = 0;
+  virtual absl::Status Compare(const void* slot, const void* kept, size_t bytes, size_t check) = 0;
   // Waits for the stream, then counts the comparisons that found a
   // difference.
   virtual absl::StatusOr<uint64_t> CountMismatches() = 0;

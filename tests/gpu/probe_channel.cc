@@ -34,8 +34,7 @@ absl::StatusOr<UniqueFd> Received::TakeFd(absl::string_view what) {
   return std::move(fds[0]);
 }
 
-absl::Status Channel::Send(uint32_t step, uint32_t phase, const void* data, size_t size,
-                           int fd) {
+absl::Status Channel::Send(uint32_t step, uint32_t phase, const void* data, size_t size, int fd) {
   Wire wire;
   wire.step = step;
   wire.phase = phase;
@@ -56,8 +55,8 @@ absl::StatusOr<Received> Channel::Await(uint32_t step, uint32_t phase) {
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
       return absl::DeadlineExceededError(absl::StrCat("no message from the other process within ",
-                                                      absl::FormatDuration(kPeerTimeout),
-                                                      " (step ", step, ", phase ", phase, ")"));
+                                                      absl::FormatDuration(kPeerTimeout), " (step ",
+                                                      step, ", phase ", phase, ")"));
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(ReceivedMessage message, ReceiveWithFds(socket_));
     if (message.payload.size() != sizeof(Wire)) {
@@ -79,8 +78,7 @@ absl::StatusOr<Received> Channel::Await(uint32_t step, uint32_t phase) {
   }
 }
 
-Channel::PeerEnd Channel::Finish(uint32_t step, const absl::Status& mine,
-                                 const std::string& info) {
+Channel::PeerEnd Channel::Finish(uint32_t step, const absl::Status& mine, const std::string& info) {
   Wire wire;
   wire.step = step;
   wire.phase = kEnd;
@@ -101,16 +99,16 @@ Channel::PeerEnd Channel::Finish(uint32_t step, const absl::Status& mine,
 absl::Status Channel::SendWire(const Wire& wire, int fd) {
   std::vector<int> fds;
   if (fd >= 0) fds.push_back(fd);
-  return SendWithFds(socket_,
-                     absl::string_view(reinterpret_cast<const char*>(&wire), sizeof(wire)), fds);
+  return SendWithFds(socket_, absl::string_view(reinterpret_cast<const char*>(&wire), sizeof(wire)),
+                     fds);
 }
 
 void Conclude(Report& report, absl::string_view name, const absl::Status& mine,
               const std::vector<Channel::PeerEnd>& peers, absl::string_view passed) {
   std::vector<absl::Status> all;
-  all.push_back(mine.ok() ? mine
-                          : absl::Status(mine.code(), absl::StrCat(Who(Role::kA), ": ",
-                                                                   mine.message())));
+  all.push_back(mine.ok()
+                    ? mine
+                    : absl::Status(mine.code(), absl::StrCat(Who(Role::kA), ": ", mine.message())));
   for (const Channel::PeerEnd& peer : peers) all.push_back(peer.status);
   for (const absl::Status& status : all) {
     if (absl::IsUnimplemented(status)) {
