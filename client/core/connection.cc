@@ -114,7 +114,13 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   token_ = reply.session_token();
   boot_id_ = reply.daemon_boot_id();
   device_uuids_.clear();
-  for (const v1::Device& device : reply.devices()) device_uuids_.push_back(device.uuid());
+  rings_unavailable_.clear();
+  for (const v1::Device& device : reply.devices()) {
+    device_uuids_.push_back(device.uuid());
+    if (!device.rings_unavailable().empty()) {
+      rings_unavailable_[device.uuid()] = device.rings_unavailable();
+    }
+  }
   return reply;
 }
 
@@ -268,6 +274,13 @@ absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
     return Annotate(device.status(), "the daemon's device is not visible in this process");
   }
   return device;
+}
+
+absl::Status Connection::RingsAvailable(absl::string_view uuid) const {
+  auto it = rings_unavailable_.find(uuid);
+  if (it == rings_unavailable_.end()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", it->second));
 }
 
 absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {

@@ -52,6 +52,9 @@ class Connection {
   const std::vector<std::string>& device_uuids() const { return device_uuids_; }
   // This process's handle on a device of the daemon, by UUID.
   absl::StatusOr<Device*> LocalDevice(absl::string_view uuid) const;
+  // OK where the daemon said at Attach that the device can serve rings;
+  // otherwise FAILED_PRECONDITION with its reason.
+  absl::Status RingsAvailable(absl::string_view uuid) const;
   const std::string& token() const { return token_; }
   uint64_t boot_id() const { return boot_id_; }
   v1::BlockSwap::Stub& stub() { return *stub_; }
@@ -160,6 +163,8 @@ class Connection {
   std::string token_;
   uint64_t boot_id_ = 0;
   std::vector<std::string> device_uuids_;
+  // By UUID, why the daemon cannot serve rings on a device (Attach).
+  std::map<std::string, std::string, std::less<>> rings_unavailable_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SideChannelClient> side_channel_;
   std::atomic<uint64_t> next_offer_{1};

@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
                                                    absl::string_view device_uuid,
                                                    uint32_t slot_count, uint64_t slot_bytes) {
   BLOCKSWAP_ASSIGN_OR_RETURN(Device * device, connection.LocalDevice(device_uuid));
+  BLOCKSWAP_RETURN_IF_ERROR(connection.RingsAvailable(device_uuid));
   BLOCKSWAP_ASSIGN_OR_RETURN(LoadTransport transport, LoadTransportFromEnvironment());
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection, *device, slot_count, slot_bytes, transport));
@@ -128,8 +129,8 @@ absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
   const auto keep_first = [&first](const absl::Status& status) {
     if (first.ok() && !status.ok()) first = status;
   };
-  // A daemon that is gone will neither copy again nor free anything: its
-  // events are a dead process's, not to be recorded.
+  // A daemon that is gone will neither copy again nor free anything: there
+  // is nothing to release to it.
   const bool daemon_alive =
       connection_.Liveness().ok() &&
       ring_->control().status.boot_id.load(std::memory_order_relaxed) == ring_->boot_id();
@@ -158,7 +159,7 @@ absl::Status Ring::Close(Stream& stream, absl::Duration timeout) {
   consumer_.reset();
   if (notifier_ != nullptr) keep_first(notifier_->Synchronize());
   notifier_.reset();
-  // 3. Close the imported memory and events, their watches first: the
+  // 3. Close the imported memory and words, their watches first: the
   //    connection's reader thread runs a watch when it loses the daemon,
   //    and a watch destroyed waits for one running.
   loss_watches_.clear();
@@ -242,9 +243,14 @@ absl::Status Ring::Wait(uint32_t slot, Stream& stream, absl::Duration timeout) {
   return Explain(consumer_->AwaitLoaded(slot, stream, timeout));
 }
 
-absl::StatusOr<uint64_t> Ring::WaitTimed(uint32_t slot, Stream& stream, absl::Duration timeout) {
+absl::StatusOr<std::optional<uint64_t>> Ring::WaitTimed(uint32_t slot, Stream& stream,
+                                                        absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
+  if (ring_->ready_words() == nullptr) {
+    BLOCKSWAP_RETURN_IF_ERROR(Explain(consumer_->AwaitLoaded(slot, stream, timeout)));
+    return std::nullopt;
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(WaitTimer * timer, meter_.Acquire());
   if (absl::Status waited = consumer_->AwaitLoaded(slot, stream, timeout, timer); !waited.ok()) {
     meter_.Unused();

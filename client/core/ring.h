@@ -81,8 +81,10 @@ class Ring {
   // stream's stall; StallMeter) without blocking for the measurement;
   // returns the wait's ticket. Each measured wait is kept for
   // TakeMeasuredStalls and, when it idled at least kSmallestTracedStall,
-  // traced (kStall).
-  absl::StatusOr<uint64_t> WaitTimed(uint32_t slot, Stream& stream, absl::Duration timeout);
+  // traced (kStall). nullopt where the stream itself does not wait (a ring
+  // without ready words: the caller's thread waited on the host instead).
+  absl::StatusOr<std::optional<uint64_t>> WaitTimed(uint32_t slot, Stream& stream,
+                                                    absl::Duration timeout);
   // The timed waits measured since the last call, in ticket order. With
   // `wait_for_all`, blocks until the streams have passed every wait timed so
   // far: a ticket issued before such a call and not returned is never

@@ -21,7 +21,7 @@ class StallMeterTest : public ::testing::Test {
         device_(*backend_->devices()[0]),
         recorder_(device_.CreateStream().value()),
         compute_(device_.CreateStream().value()),
-        event_(device_.CreateInterprocessEvent().value()),
+        event_(device_.CreateEvent().value()),
         meter_(device_, [this](const MeasuredStall& stall) { traced_.push_back(stall.ticket); }) {}
 
   // One wait of the compute stream on the event's latest record, timed.

@@ -122,7 +122,8 @@ absl::StatusOr<WaitOutcome> RingSlotDriver::Wait(uint32_t slot) {
   WaitOutcome outcome;
   absl::Status waited = WithRecovery(std::nullopt, [&] {
     outcome.was_ready = ring_.Filled(slot);
-    absl::StatusOr<uint64_t> ticket = ring_.WaitTimed(slot, stream_, options_.timeout);
+    absl::StatusOr<std::optional<uint64_t>> ticket =
+        ring_.WaitTimed(slot, stream_, options_.timeout);
     if (!ticket.ok()) return ticket.status();
     outcome.stall_ticket = *ticket;
     return absl::OkStatus();

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Event>> CopyTracker::TakeEvent() {
     return event;
   }
   // Never exported: only the daemon records it.
-  return device_.CreateInterprocessEvent();
+  return device_.CreateEvent();
 }
 
 absl::Status CopyTracker::Track(std::vector<Copy> copies) {

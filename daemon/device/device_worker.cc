@@ -13,10 +13,10 @@
 namespace blockswap::daemon {
 namespace {
 
-// The fallback poll of a copy that waits for its slot's `free` event: the
-// client's notification normally wakes the worker when the event completes,
-// so this only serves a client that does not notify (slowly: it costs that
-// client, not the daemon's core nor other clients). Each ring's period
+// The fallback poll of a copy that waits for its slot's release: the
+// client's doorbell normally wakes the worker when it publishes the release,
+// so this only serves a client that publishes without ringing (slowly: it
+// costs that client, not the daemon's core nor other clients). Each ring's period
 // doubles up to kFallbackPollMax while its polls make no progress; a new
 // request for the ring or an issued copy resets it.
 constexpr absl::Duration kFallbackPoll = absl::Milliseconds(1);
@@ -417,7 +417,7 @@ absl::Time DeviceWorker::PollRings() {
     if (!ring.producer->awaits_release()) continue;
     const bool fallback_poll = now >= ring.next_fallback_poll;
     ready_.clear();
-    absl::StatusOr<int> found = ring.producer->FindReleased(fallback_poll, &ready_);
+    absl::StatusOr<int> found = ring.producer->FindReleased(&ready_);
     for (const RingProducer::Ready& copy : ready_) {
       RecordTrace(TraceKind::kCopyReady, ring, copy.slot, copy.generation, copy.bytes,
                   copy.ready_ns);
@@ -494,9 +494,6 @@ void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Iss
                       load.notified_ns);
         }
         break;
-      case RingProducer::ReleaseSeen::kByPoll:
-        releases_polled_.fetch_add(1, std::memory_order_relaxed);
-        break;
     }
     RecordTrace(TraceKind::kCopyIssued, ring, load.slot, load.generation, load.bytes,
                 load.issued_ns);
@@ -519,7 +516,7 @@ absl::Time DeviceWorker::RetireCopies() {
                                         copy.generation, copy.block, TraceKind::kCopyDone, 0});
         // The ring's client reads its copy times from the control block.
         if (auto ring = rings.find(copy.ring_id); ring != rings.end()) {
-          ring->second->producer->PublishCopied(stream_time);
+          ring->second->producer->PublishCopied(copy.slot, copy.generation, stream_time);
         }
         if (copy.issued_ns != 0 && completed_ns >= copy.issued_ns) {
           latency.Observe(static_cast<double>(completed_ns - copy.issued_ns) / 1e9);
@@ -566,16 +563,10 @@ bool DeviceWorker::FreeRetiredRings() {
       ++it;
       continue;
     }
-    bool released = !copies_.InFlight(state.ring_id);
-    // A client that closed the ring recorded `free` after its last use of
-    // each slot; a dead client's records may never complete.
-    if (released && state.retired_for == RetireReason::kClosedByClient) {
-      for (uint32_t s = 0; s < state.ring->shape().slot_count && released; ++s) {
-        absl::StatusOr<bool> done = state.ring->free(s).Query();
-        released = !done.ok() || *done;
-      }
-    }
-    if (released) {
+    // Only the daemon's own copies matter: the client's view of the memory
+    // is its own mapping, which keeps the memory for as long as the client
+    // holds it (backend.h, ImportMemory).
+    if (!copies_.InFlight(state.ring_id)) {
       if (LogEnabled(LogLevel::kDebug)) {
         Log(LogLevel::kDebug, absl::StrCat("ring ", state.ring_id, " of session ", state.session_id,
                                            " freed on ", device_.info().uuid, " after ",
@@ -684,7 +675,6 @@ DeviceStats DeviceWorker::stats() const {
   stats.bytes = bytes_.load(std::memory_order_relaxed);
   stats.releases_at_request = releases_at_request_.load(std::memory_order_relaxed);
   stats.releases_notified = releases_notified_.load(std::memory_order_relaxed);
-  stats.releases_polled = releases_polled_.load(std::memory_order_relaxed);
   stats.staged_loads = staged_loads_.load(std::memory_order_relaxed);
   stats.staged_bytes = staged_bytes_.load(std::memory_order_relaxed);
   absl::MutexLock lock(&rings_mu_);

@@ -8,10 +8,10 @@
 // with the timeout of its next fallback poll, copy-completion check or
 // heartbeat: the daemon's own threads ring it after queueing work (Submit,
 // Reject, RetireRing), and clients ring it after writing their rings' request
-// rings (shared/protocol/request_queue.h) and when a slot's free[s] has
-// completed (their release notifications, shared/protocol/load_protocol.h).
-// A ring it cannot wake the worker for is one whose client does not notify:
-// its copies wait for the fallback poll, which slows that client only.
+// rings (shared/protocol/request_queue.h) and when they release a slot
+// (releasable_seq, shared/protocol/load_protocol.h). A client that publishes
+// a release without ringing waits for the fallback poll, which slows that
+// client only.
 //
 // Clients share the copy stream fairly: ready copies are issued in each
 // ring's request order, and between rings in the order of a CopyScheduler
@@ -153,7 +153,6 @@ struct DeviceStats {
   // (RingProducer::ReleaseSeen).
   uint64_t releases_at_request = 0;
   uint64_t releases_notified = 0;
-  uint64_t releases_polled = 0;
   // Of loads and bytes: those copied through the staging buffers.
   uint64_t staged_loads = 0;
   uint64_t staged_bytes = 0;
@@ -218,16 +217,14 @@ class DeviceWorker {
   // `error` (so a client waiting on the ring hears of it) and reports it.
   void Reject(LoadTask task, absl::Status error);
 
-  // Why a ring is retired, which decides when it may be freed. CUDA frees
-  // exported memory and events only after every import of them is closed
-  // (cudaFree before the importer's cudaIpcCloseMemHandle is undefined), and
-  // only the client can say that it closed them.
+  // Why a ring is retired, which decides when it may be freed. The client's
+  // view of the ring's memory is its own mapping, which keeps the memory for
+  // as long as it holds it (backend.h, ImportMemory); the daemon frees its
+  // own once its copies into the ring are done.
   enum class RetireReason {
     // DestroyRing, or a Detach of the session: the client has closed its
     // imports (client::Ring::Close; a connection detaches after its rings).
-    // Freed once the copy stream is done with the ring and every `free` the
-    // client recorded has completed, however long that takes: a client whose
-    // stream never completes keeps its ring (and its charge) until it exits.
+    // Freed once the copy stream is done with the ring.
     kClosedByClient,
     // The client's process has exited (or never received the ring): its
     // imports ended with it. Freed once the copy stream is done with it.
@@ -362,7 +359,6 @@ class DeviceWorker {
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> releases_at_request_{0};
   std::atomic<uint64_t> releases_notified_{0};
-  std::atomic<uint64_t> releases_polled_{0};
   std::atomic<uint64_t> staged_loads_{0};
   std::atomic<uint64_t> staged_bytes_{0};
 

@@ -63,8 +63,8 @@ BLOCKSWAP_CHILD_ROLE("living", RunLiving);
 struct TestRing {
   uint64_t id = 0;
   std::unique_ptr<RingImport> client;
-  // The client's release notifications, when it sends them; destroyed
-  // (drained) before `client`, into which its host functions write.
+  // The client's release notifications; destroyed (drained) before
+  // `client`, into which its host functions write.
   std::unique_ptr<Stream> notifier;
   std::unique_ptr<RingConsumer> consumer;
 
@@ -148,12 +148,11 @@ class DeviceWorkerTest : public ::testing::Test {
     worker_ = std::move(started).value();
   }
 
-  // Creates ring `id` on the worker and imports it as a client would; with
-  // `notify` its consumer tells the worker when a slot's free completes, as
-  // the client library does. `uid`: whose ring it is (its copy weight).
+  // Creates ring `id` on the worker and imports it as a client would; its
+  // consumer tells the worker when a slot's free completes, as the client
+  // library does. `uid`: whose ring it is (its copy weight).
   TestRing& CreateRing(uint64_t id, uint32_t slots = 2,
-                       std::shared_ptr<const LoadResolver> resolver = nullptr,
-                       bool notify = false, uint32_t uid = 0) {
+                       std::shared_ptr<const LoadResolver> resolver = nullptr, uint32_t uid = 0) {
     auto exported = worker_->CreateRing(
         id, kSessionId, RingShape{slots, kSlotBytes},
         RingOwner{static_cast<uint32_t>(::getpid()), "test", uid}, std::move(resolver));
@@ -163,11 +162,9 @@ class DeviceWorkerTest : public ::testing::Test {
     auto ring = std::make_unique<TestRing>();
     ring->id = id;
     ring->client = std::move(imported).value();
-    if (notify) {
-      auto notifier = device_->CreateStream();
-      EXPECT_TRUE(notifier.ok()) << notifier.status();
-      ring->notifier = std::move(notifier).value();
-    }
+    auto notifier = device_->CreateStream();
+    EXPECT_TRUE(notifier.ok()) << notifier.status();
+    ring->notifier = std::move(notifier).value();
     ring->consumer = std::make_unique<RingConsumer>(
         *ring->client, ConsumerOptions{.notifier = ring->notifier.get()});
     rings_.push_back(std::move(ring));
@@ -223,10 +220,12 @@ class DeviceWorkerTest : public ::testing::Test {
 
   // Once the loads requested are accepted: their slots' `free` records done
   // (the compute stream runs them on its own thread, which a loaded machine
-  // delays), then two fallback polls (at most 8 ms apart) so that the worker
-  // has found every one of them released: every accepted copy is ready.
+  // delays) and the releases published, then two passes after the fallback
+  // poll's period (at most 8 ms) so that the worker has found every one of
+  // them released: every accepted copy is ready.
   void AwaitEveryAcceptedCopyReady() {
     ASSERT_TRUE(compute_->Synchronize().ok());
+    for (const auto& ring : rings_) ASSERT_TRUE(ring->notifier->Synchronize().ok());
     absl::SleepFor(absl::Milliseconds(20));
     AwaitWorkerPasses(2);
   }
@@ -322,6 +321,8 @@ TEST_F(DeviceWorkerTest, TheNextGenerationOfASlotOverwritesItOnceReleased) {
 
 TEST_F(DeviceWorkerTest, ALoadIsCopiedOnlyAfterTheSlotsFreeEventHasCompleted) {
   TestRing& ring = CreateRing(1);
+  RequestLoad(ring, 0, block_b_);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
   // The client's compute still uses slot 0 when it asks for the next load:
   // free[0] is recorded behind that work.
   HoldCompute();
@@ -330,39 +331,39 @@ TEST_F(DeviceWorkerTest, ALoadIsCopiedOnlyAfterTheSlotsFreeEventHasCompleted) {
   std::vector<RingSnapshot> held = SnapshotOf(ring.id);
   ASSERT_EQ(held.size(), 1u);
   EXPECT_TRUE(held[0].slots[0].loaded) << "the worker accepted the load";
-  EXPECT_EQ(ring.filled_seq(0), 0u) << "copied into a slot the client still uses";
+  EXPECT_EQ(ring.filled_seq(0), 1u) << "copied into a slot the client still uses";
   EXPECT_EQ(worker_->stats().queue_depth, 1u) << "the copy waits in the worker";
-  EXPECT_FALSE(SlotHolds(ring, 0, block_a_)) << "the slot's bytes changed under the client";
+  EXPECT_TRUE(SlotHolds(ring, 0, block_b_)) << "the slot's bytes changed under the client";
 
   release_compute_.Notify();
   ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
-  EXPECT_EQ(ring.filled_seq(0), 1u);
+  EXPECT_EQ(ring.filled_seq(0), 2u);
   EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
   EXPECT_EQ(worker_->stats().queue_depth, 0u);
 }
 
+// A slot never used is free: its first copy waits for nothing, however busy
+// the client's stream is (the ring starts with releasable_seq = 1).
+TEST_F(DeviceWorkerTest, TheFirstLoadOfASlotWaitsForNoRelease) {
+  TestRing& ring = CreateRing(1);
+  HoldCompute();
+  RequestLoad(ring, 0, block_a_);
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while (ring.filled_seq(0) != 1 && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(100));
+  EXPECT_EQ(ring.filled_seq(0), 1u);
+  release_compute_.Notify();
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
+}
+
 // The second load waits for the held compute; its release is then seen by
-// the notification.
-// A fallback poll that runs between free[s] completing and the client's host
-// function publishing the release finds it first: both are correct, the poll
-// is only slower. So the load is tried on up to three rings, each release is
-// counted exactly once, and at least one must be seen through its
-// notification alone (a client whose notifications never arrive fails).
+// the client's notification, which is traced.
 TEST_F(DeviceWorkerTest, AReleaseTheClientNotifiesIsSeenByTheNotification) {
-  constexpr uint64_t kAttempts = 3;
-  bool seen_notified = false;
-  for (uint64_t id = 1; id <= kAttempts && !seen_notified; ++id) {
-    TestRing& ring = CreateRing(id, 2, nullptr, /*notify=*/true);
-    const DeviceStats before = LoadAgainBehindHeldCompute(ring);
-    const DeviceStats after = worker_->stats();
-    EXPECT_EQ(after.releases_at_request, before.releases_at_request);
-    const uint64_t notified = after.releases_notified - before.releases_notified;
-    const uint64_t polled = after.releases_polled - before.releases_polled;
-    EXPECT_EQ(notified + polled, 1u) << "attempt " << id;
-    seen_notified = notified == 1 && polled == 0;
-  }
-  EXPECT_TRUE(seen_notified) << "no release of " << kAttempts
-                             << " notifying rings was seen through its notification";
+  TestRing& ring = CreateRing(1);
+  const DeviceStats before = LoadAgainBehindHeldCompute(ring);
+  const DeviceStats after = worker_->stats();
+  EXPECT_EQ(after.releases_at_request, before.releases_at_request);
+  EXPECT_EQ(after.releases_notified - before.releases_notified, 1u);
   std::vector<TraceEvent> notified;
   for (const TraceEvent& event : worker_->ReadTrace(0).events) {
     if (event.kind == TraceKind::kReleaseNotified) notified.push_back(event);
@@ -371,38 +372,47 @@ TEST_F(DeviceWorkerTest, AReleaseTheClientNotifiesIsSeenByTheNotification) {
   EXPECT_EQ(notified.back().generation, 2u);
 }
 
-TEST_F(DeviceWorkerTest, AReleaseNobodyNotifiesIsFoundByTheFallbackPoll) {
-  TestRing& ring = CreateRing(1);
-  const DeviceStats before = LoadAgainBehindHeldCompute(ring);
-  const DeviceStats after = worker_->stats();
-  EXPECT_EQ(after.releases_at_request, before.releases_at_request);
-  EXPECT_EQ(after.releases_notified - before.releases_notified, 0u);
-  EXPECT_EQ(after.releases_polled - before.releases_polled, 1u);
+// The client's word is the daemon's one sign that a slot is free (no event
+// crosses processes): a client that publishes a release early gets its own
+// slot overwritten, and nobody else's.
+TEST_F(DeviceWorkerTest, AReleaseTheClientPublishesEarlyIsTrustedForItsOwnRingOnly) {
+  TestRing& liar = CreateRing(1);
+  TestRing& other = CreateRing(2);
+  RequestLoad(other, 0, block_b_);
+  ASSERT_TRUE(AwaitLoaded(other, 0).ok());
+  RequestLoad(liar, 0, block_b_);
+  ASSERT_TRUE(AwaitLoaded(liar, 0).ok());
+  HoldCompute();
+  const uint32_t generation = RequestLoad(liar, 0, block_a_);
+  liar.client->client_control().releasable_seq[0].store(generation, std::memory_order_release);
+  liar.client->doorbell()->Ring();
+  const absl::Time deadline = absl::Now() + kHangGuard;
+  while (liar.filled_seq(0) != generation && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  EXPECT_EQ(liar.filled_seq(0), generation) << "the client's release was not trusted";
+  EXPECT_EQ(other.filled_seq(0), 1u);
+  EXPECT_TRUE(SlotHolds(other, 0, block_b_)) << "another ring's slot changed";
+  release_compute_.Notify();
 }
 
-// The notification only wakes the worker: it copies once its own query of
-// free[s] says so, whatever the client wrote.
-TEST_F(DeviceWorkerTest, AReleaseAnnouncedBeforeTheSlotsFreeCompletedCopiesNothing) {
+// A release of a generation the client has not been given is its protocol
+// error: the ring fails, saying so, and copies nothing.
+TEST_F(DeviceWorkerTest, AReleaseAheadOfTheRequestedGenerationFailsTheRing) {
   TestRing& ring = CreateRing(1);
+  RequestLoad(ring, 0, block_b_);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
   HoldCompute();
   const uint32_t generation = RequestLoad(ring, 0, block_a_);
-  ClientControlBlock& control = ring.client->client_control();
-  control.releasable_seq[0].store(generation, std::memory_order_release);
+  ring.client->client_control().releasable_seq[0].store(generation + 5,
+                                                        std::memory_order_release);
   ring.client->doorbell()->Ring();
-  AwaitWorkerPasses(3);
-  EXPECT_EQ(ring.filled_seq(0), 0u) << "a client's word made the daemon copy early";
-  EXPECT_FALSE(SlotHolds(ring, 0, block_a_)) << "the slot's bytes changed under the client";
-  // Nor does it keep the worker awake: an announcement already looked at is
-  // not work until the client announces again. This process is otherwise
-  // asleep (the compute stream waits on a notification), so a worker that
-  // spun would show as about a whole core.
-  const double cpu_before = ProcessCpuSeconds(::getpid());
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_LT(ProcessCpuSeconds(::getpid()) - cpu_before, 0.05)
-      << "the worker spins on an announcement it has already queried";
+  AwaitRingError(ring);
+  EXPECT_EQ(ring.error_code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ring.error_message(), HasSubstr("releasable_seq=7"));
+  EXPECT_EQ(ring.filled_seq(0), 1u);
+  EXPECT_TRUE(SlotHolds(ring, 0, block_b_));
   release_compute_.Notify();
-  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
-  EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
 }
 
 // An eviction drops the model store's reference to a model's masters; the
@@ -410,7 +420,7 @@ TEST_F(DeviceWorkerTest, AReleaseAnnouncedBeforeTheSlotsFreeCompletedCopiesNothi
 // completed, not until the slot's next request.
 TEST_F(DeviceWorkerTest, AnEvictedMasterStaysMappedUntilTheQueuedCopyFromItCompletes) {
   HoldCopies();
-  TestRing& ring = CreateRing(1, 2, nullptr, /*notify=*/true);
+  TestRing& ring = CreateRing(1);
   auto master_a = std::make_shared<std::vector<std::byte>>(block_a_);
   auto master_b = std::make_shared<std::vector<std::byte>>(block_b_);
   std::weak_ptr<std::vector<std::byte>> a = master_a, b = master_b;
@@ -445,6 +455,8 @@ TEST_F(DeviceWorkerTest, ACopyHeldBackOnOneRingDoesNotDelayAnotherRing) {
   // A second client stream, free to run, for the other ring.
   auto other_stream = device_->CreateStream();
   ASSERT_TRUE(other_stream.ok());
+  RequestLoad(held, 0, block_b_);
+  ASSERT_TRUE(AwaitLoaded(held, 0).ok());
   HoldCompute();
   RequestLoad(held, 0, block_a_);
   absl::StatusOr<uint32_t> generation = other.consumer->BeginLoad(0, **other_stream);
@@ -453,7 +465,7 @@ TEST_F(DeviceWorkerTest, ACopyHeldBackOnOneRingDoesNotDelayAnotherRing) {
   ASSERT_TRUE(other.consumer->AwaitLoaded(0, **other_stream, kHangGuard).ok());
   ASSERT_TRUE((*other_stream)->Synchronize().ok());
   EXPECT_TRUE(SlotHolds(other, 0, block_b_));
-  EXPECT_EQ(held.filled_seq(0), 0u) << "the held ring's slot is still in use";
+  EXPECT_EQ(held.filled_seq(0), 1u) << "the held ring's slot is still in use";
   release_compute_.Notify();
   EXPECT_TRUE(AwaitLoaded(held, 0).ok());
 }
@@ -468,7 +480,8 @@ std::vector<uint64_t> IssuedRings(const DeviceWorker& worker) {
 }
 
 // Waits (bounded) until `count` copies are issued: the slots' `free`
-// completes on the compute stream's worker, and the fallback poll finds it.
+// completes on the compute stream's worker, and the client's release reaches
+// the worker.
 void AwaitIssued(const DeviceWorker& worker, size_t count) {
   const absl::Time deadline = absl::Now() + kHangGuard;
   while (IssuedRings(worker).size() < count && absl::Now() < deadline) {
@@ -559,7 +572,7 @@ TEST_F(DeviceWorkerTest, ARingOfAUidOfWeightTwoTakesTwoCopiesPerTurn) {
   TestRing& blocker = CreateRing(3, 4);
   for (uint32_t slot = 0; slot < 4; ++slot) RequestLoad(blocker, slot, block_a_);
   AwaitIssued(*worker_, 4);
-  TestRing& heavy = CreateRing(1, 8, nullptr, false, kHeavyUid);
+  TestRing& heavy = CreateRing(1, 8, nullptr, kHeavyUid);
   TestRing& light = CreateRing(2, 8);
   for (uint32_t slot = 0; slot < 8; ++slot) {
     RequestLoad(heavy, slot, block_a_);
@@ -782,17 +795,16 @@ TEST_F(DeviceWorkerTest, ARetiredRingIsNoLongerServed) {
   EXPECT_EQ(worker_->stats().rings, 0u);
 }
 
-TEST_F(DeviceWorkerTest, ARetiredRingIsFreedOnlyOnceItsClientHasReleasedItsSlots) {
+// The daemon frees a closed ring once no copy of its own into it can run:
+// the client's view is its own mapping (closed before it asks), which keeps
+// the memory for as long as it holds it.
+TEST_F(DeviceWorkerTest, AClosedRingIsFreedAndItsClientTraceKept) {
   TestRing& ring = CreateRing(3);
-  HoldCompute();
-  ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());  // free[0] behind held work
+  RequestLoad(ring, 0, block_a_);
+  ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
   ring.Close();
   worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kClosedByClient);
-  AwaitWorkerPasses(5);
-  EXPECT_FALSE(worker_->idle()) << "freed while the client's stream still uses a slot";
-
-  release_compute_.Notify();
-  EXPECT_TRUE(AwaitIdle()) << "the released ring was not freed";
+  EXPECT_TRUE(AwaitIdle()) << "the closed ring was not freed";
   // Its client trace is kept, marked as the one read when it was freed.
   DeviceTrace trace = worker_->ReadTrace(0);
   ASSERT_EQ(trace.rings.size(), 1u);
@@ -829,10 +841,10 @@ TEST_F(DeviceWorkerTest, AFailedRingIsFreedOnlyOnceTheWritesToItsReadyWordsHaveR
   EXPECT_EQ(host_lifetime::LifetimeViolationCount(), 0u);
 }
 
-// Without stream words the client's stream may wait only on a ready[s]
-// record that has completed (a wait on a pending record of a daemon that then
-// dies could never be released): the client waits for the copy on the host
-// first, so a copy still queued keeps AwaitLoaded from returning.
+// Without stream words the client's stream cannot wait on the device for
+// the daemon's signal (no event crosses processes): the client waits on the
+// host until the daemon has seen the copy complete (landed_seq), so a copy
+// still queued keeps AwaitLoaded from returning.
 TEST_F(DeviceWorkerTest, WithoutStreamWordsTheClientWaitsOnTheHostUntilTheCopyHasCompleted) {
   UseDeviceWithoutStreamWords();
   HoldCopies();
@@ -844,16 +856,19 @@ TEST_F(DeviceWorkerTest, WithoutStreamWordsTheClientWaitsOnTheHostUntilTheCopyHa
   ASSERT_EQ(ring.filled_seq(0), 1u);
   absl::Status early = ring.consumer->AwaitLoaded(0, *compute_, absl::Milliseconds(200));
   EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded)
-      << "the stream was let wait on a ready record still pending: " << early;
+      << "the client was let use a slot whose copy is still queued: " << early;
+  EXPECT_THAT(early.message(), HasSubstr("landed_seq=0"));
 
   held_->ReleaseCopies();
   ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
   EXPECT_TRUE(SlotHolds(ring, 0, block_a_));
 }
 
-// What a ring was charged (the client's quotas) is held by
-// the ring itself, retired or not, until the worker frees it.
+// What a ring was charged (the client's quotas) is held by the ring itself,
+// retired or not, until the worker frees it: once no copy into it can still
+// run.
 TEST_F(DeviceWorkerTest, ARetiredRingKeepsItsChargeUntilItIsFreed) {
+  HoldCopies();
   Ledger rings("process 1", "rings");
   Reservation charged;
   charged.Add(*rings.Reserve(1, {}));
@@ -863,15 +878,25 @@ TEST_F(DeviceWorkerTest, ARetiredRingKeepsItsChargeUntilItIsFreed) {
   auto imported = RingImport::Import(*device_, std::move(exported).value());
   ASSERT_TRUE(imported.ok()) << imported.status();
   auto consumer = std::make_unique<RingConsumer>(**imported);
-  HoldCompute();
-  ASSERT_TRUE(consumer->Release(0, *compute_).ok());  // free[0] behind held work
+  absl::StatusOr<uint32_t> generation = consumer->BeginLoad(0, *compute_);
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  LoadTask task;
+  task.ring_id = 3;
+  task.slot = 0;
+  task.generation = *generation;
+  task.source = block_a_.data();
+  task.bytes = kSlotBytes;
+  task.model_id = "model";
+  task.sink = sink_;
+  worker_->Submit(std::move(task));
+  AwaitIssued(*worker_, 1);  // its copy is held on the stream
   consumer.reset();
   imported->reset();  // closed before the ring is destroyed
   worker_->RetireRing(3, DeviceWorker::RetireReason::kClosedByClient);
   AwaitWorkerPasses(5);
   ASSERT_FALSE(worker_->idle());
   EXPECT_EQ(rings.used(), 1u) << "a retired ring not yet freed stopped counting";
-  release_compute_.Notify();
+  held_->ReleaseCopies();
   ASSERT_TRUE(AwaitIdle());
   EXPECT_EQ(rings.used(), 0u) << "a freed ring still counts";
 }
@@ -903,16 +928,6 @@ TEST_F(DeviceWorkerTest, ARingThatWouldLeaveLessThanTheDeviceReserveFreeIsRefuse
               HasSubstr("bytes free, and the ring would leave less than "
                         "device_memory_reserve_bytes = 4611686018427387904"));
   EXPECT_EQ(worker_->stats().rings, 0u);
-}
-
-TEST_F(DeviceWorkerTest, ARingRetiredAfterItsClientDiedIsFreedWithoutWaitingForItsSlots) {
-  TestRing& ring = CreateRing(3);
-  HoldCompute();
-  ASSERT_TRUE(ring.consumer->Release(0, *compute_).ok());
-  ring.Close();  // as a process's exit closes its imports
-  // A dead client's free events may never complete.
-  worker_->RetireRing(ring.id, DeviceWorker::RetireReason::kOwnerExited);
-  EXPECT_TRUE(AwaitIdle());
 }
 
 // A session that ended while its process lives (Detach) leaves that process

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
   pool->buffer_bytes_ = options.buffer_bytes;
   pool->buffers_.resize(options.buffers);
   for (Buffer& buffer : pool->buffers_) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(buffer.consumed, device.CreateInterprocessEvent());
+    BLOCKSWAP_ASSIGN_OR_RETURN(buffer.consumed, device.CreateEvent());
   }
   return pool;
 }

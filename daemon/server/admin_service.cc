@@ -208,7 +208,6 @@ v1::StatsReply BuildStats(const DaemonView& view) {
     out->set_rings(static_cast<uint32_t>(stats.rings));
     out->set_releases_at_request(stats.releases_at_request);
     out->set_releases_notified(stats.releases_notified);
-    out->set_releases_polled(stats.releases_polled);
     out->set_staged_loads(stats.staged_loads);
     out->set_staged_bytes(stats.staged_bytes);
     for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;

@@ -221,9 +221,6 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   per_device("device_releases_notified_total", "counter",
              "copies issued when the client's notification said their slot was free",
              [](const DeviceMetrics& d) { return d.stats.releases_notified; });
-  per_device("device_releases_polled_total", "counter",
-             "copies whose free slot the fallback poll found (the client did not notify)",
-             [](const DeviceMetrics& d) { return d.stats.releases_polled; });
   per_device("device_staged_loads_total", "counter",
              "block loads copied through the staging buffers (masters not pinned)",
              [](const DeviceMetrics& d) { return d.stats.staged_loads; });

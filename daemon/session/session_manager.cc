@@ -112,6 +112,9 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     if (absl::Status words = device->stream_words_status(); !words.ok()) {
       out->set_stream_words_unusable(std::string(words.message()));
     }
+    if (absl::Status rings = device->memory_export_status(); !rings.ok()) {
+      out->set_rings_unavailable(std::string(rings.message()));
+    }
   }
   return reply;
 }

@@ -54,22 +54,24 @@ struct DeviceInfo {
   uint64_t total_memory_bytes = 0;
 };
 
-// What crosses a process boundary for one exported object: opaque bytes (a
-// CUDA IPC handle) and, on the host backend, a descriptor (sent over
-// SCM_RIGHTS, see fd_passing.h).
+// What crosses a process boundary for exported device memory: a descriptor,
+// sent over SCM_RIGHTS (fd_passing.h), since only a descriptor reaches a
+// process of another uid (cuda: a VMM allocation's POSIX descriptor; host: a
+// shared-memory object), and opaque bytes that the backend may add.
 struct ExportedHandle {
   std::string blob;
-  UniqueFd fd;  // invalid when the backend needs none
+  UniqueFd fd;
 };
 
-// A cross-process event (cudaEventInterprocess | cudaEventDisableTiming).
+// An event of this process (cuda: CU_EVENT_DISABLE_TIMING). Events never
+// cross processes: the driver lets only a process of the creator's uid open
+// an IPC event, so signals between processes are memory words
+// (docs/protocol.md, "Users").
 class Event {
  public:
   virtual ~Event() = default;
   // True when the work captured by the most recent record has completed.
   virtual absl::StatusOr<bool> Query() = 0;
-  // Only events created with Device::CreateInterprocessEvent can be exported.
-  virtual absl::StatusOr<ExportedHandle> Export() const = 0;
 };
 
 // Device memory: one allocation, or one imported from another process.
@@ -153,8 +155,7 @@ class WaitTimer {
 
 // An in-order work queue. Not thread-safe: one thread issues work on a
 // stream. Destroying a stream waits for the work already issued, except for
-// waits on events that can no longer complete (a dead peer), which are
-// abandoned.
+// waits on words nobody will write any more, which are abandoned.
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -189,17 +190,24 @@ class Device {
   virtual const DeviceInfo& info() const = 0;
 
   // Ring memory: `bytes` rounded up to the backend's export granularity.
+  // Fails with memory_export_status() on a device that cannot export it.
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) = 0;
+  // OK where this device's memory can reach another process, of any uid, as
+  // a descriptor; else FAILED_PRECONDITION saying why (cuda: naming the
+  // device attribute it lacks: virtual memory management or POSIX
+  // descriptors). Asked once, then remembered. Thread-safe.
+  virtual absl::Status memory_export_status() = 0;
   // Bytes of device memory free now, for every process (cuda:
   // cudaMemGetInfo; host: the host's MemAvailable, since its "device
   // memory" is host memory). Advisory: others allocate too.
   virtual absl::StatusOr<uint64_t> FreeMemoryBytes() = 0;
-  // Maps memory exported by another process. `bytes` is what the exporter
-  // announced; the import fails if the handle cannot back that many.
+  // Maps memory exported by another process, of any uid. `bytes` is what the
+  // exporter announced; the import fails if the handle cannot back that many
+  // (cuda: it must be the allocation's whole size). The mapping keeps the
+  // memory alive after the exporter freed it or died.
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
                                                                      size_t bytes) = 0;
-  virtual absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() = 0;
-  virtual absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() = 0;
   // A non-owning view of the caller's own stream, so that the protocol's
@@ -214,8 +222,8 @@ class Device {
   // a memfd that another process maps too) usable by this device's streams
   // (WriteWord, WaitWord). FAILED_PRECONDITION, saying why, where the device
   // has no working stream memory operations (cuda: a real write-and-wait
-  // round trip, probed at the first call on the device, failed): the caller
-  // falls back to events, and the client gates each wait on the host.
+  // round trip, probed at the first call on the device, failed): the ring
+  // goes without ready words, and the client waits on the host instead.
   virtual absl::StatusOr<std::unique_ptr<StreamWords>> MapStreamWords(Mapping mapping) = 0;
   // What MapStreamWords has found out so far: OK while stream words work or
   // have not been tried on this device yet; otherwise its

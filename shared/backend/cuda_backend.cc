@@ -58,75 +58,88 @@ std::string AddressString(const void* address) {
   return absl::StrCat("0x", absl::Hex(reinterpret_cast<uintptr_t>(address)));
 }
 
-// What every CUDA IPC handle is on the wire: its raw bytes, no descriptor.
-template <typename Handle>
-ExportedHandle ExportBytes(const Handle& handle) {
-  ExportedHandle exported;
-  exported.blob.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
-  return exported;
-}
-
-template <typename Handle>
-absl::StatusOr<Handle> ParseHandle(const ExportedHandle& exported, const char* what) {
-  Handle handle;
-  if (exported.blob.size() != sizeof(handle)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " handle has ", exported.blob.size(),
-                                                   " bytes; a CUDA IPC handle has ",
-                                                   sizeof(handle)));
-  }
-  std::memcpy(&handle, exported.blob.data(), sizeof(handle));
-  return handle;
-}
-
-// Device memory allocated here (exportable) or imported from another process.
+// Device memory made through the driver's virtual memory management, so
+// that it crosses processes — of any uid — as a file descriptor
+// (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, sent over SCM_RIGHTS), never as
+// a legacy IPC handle, whose opening across users CUDA does not document.
+// Each process maps its own view: a physical allocation (the handle) mapped
+// read-write for this device at a range reserved for it. Unmapping drops the
+// view; the physical memory goes with the last mapping of any process
+// (cuMemRelease), so an importer's view stays valid after its exporter let
+// go or died.
 class CudaDeviceMemory final : public DeviceMemory {
  public:
-  enum class Origin { kAllocated, kImported };
-
-  CudaDeviceMemory(DeviceHealth& health, CUdeviceptr data, size_t size, Origin origin)
-      : health_(health), data_(data), size_(size), origin_(origin) {}
+  // Maps `allocation` (owned from here on) for `device` at a new range of
+  // `bytes` (the allocation's whole size, a multiple of the granularity).
+  static absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> Map(
+      DeviceHealth& health, CUdevice device, CUmemGenericAllocationHandle allocation,
+      size_t bytes, bool exportable) {
+    std::unique_ptr<CudaDeviceMemory> memory(
+        new CudaDeviceMemory(health, allocation, bytes, exportable));
+    const CudaDriverTable& cu = health.cu();
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuMemAddressReserve(&memory->data_, bytes, 0, 0, 0));
+    memory->reserved_ = true;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuMemMap(memory->data_, bytes, 0, allocation, 0));
+    memory->mapped_ = true;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health, cu.cuMemSetAccess(memory->data_, bytes, &access, 1));
+    return memory;
+  }
   CudaDeviceMemory(const CudaDeviceMemory&) = delete;
   CudaDeviceMemory& operator=(const CudaDeviceMemory&) = delete;
 
-  // Freeing memory that another process still has mapped is undefined
-  // (cuIpcOpenMemHandle); the owner of a ring destroys it only once every
-  // importer has closed it or died.
+  // The owner of a ring destroys it only once nothing on its device can
+  // still touch it (the copy stream has passed every copy into it).
   ~CudaDeviceMemory() override {
     ScopedContext guard = ScopedContext::EnterForCleanup(health_);
-    if (origin_ == Origin::kAllocated) {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemFree(data_));
-    } else {
-      (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuIpcCloseMemHandle(data_));
-    }
+    const CudaDriverTable& cu = health_.cu();
+    if (mapped_) (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuMemUnmap(data_, size_));
+    if (reserved_) (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuMemAddressFree(data_, size_));
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, cu.cuMemRelease(allocation_));
   }
 
   std::byte* data() const override { return reinterpret_cast<std::byte*>(data_); }
   size_t size() const override { return size_; }
 
+  // A new descriptor of the physical allocation; no blob.
   absl::StatusOr<ExportedHandle> Export() const override {
-    if (origin_ == Origin::kImported) {
+    if (!exportable_) {
       return absl::FailedPreconditionError(
           absl::StrCat("device memory imported from another process cannot be exported again (on ",
                        health_.label(), ")"));
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    CUipcMemHandle handle;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcGetMemHandle(&handle, data_));
-    return ExportBytes(handle);
+    int fd = -1;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuMemExportToShareableHandle(
+                      &fd, allocation_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    ExportedHandle exported;
+    exported.fd = UniqueFd(fd);
+    return exported;
   }
 
  private:
+  CudaDeviceMemory(DeviceHealth& health, CUmemGenericAllocationHandle allocation, size_t size,
+                   bool exportable)
+      : health_(health), allocation_(allocation), size_(size), exportable_(exportable) {}
+
   DeviceHealth& health_;
-  const CUdeviceptr data_;
+  const CUmemGenericAllocationHandle allocation_;
   const size_t size_;
-  const Origin origin_;
+  const bool exportable_;
+  CUdeviceptr data_ = 0;
+  bool reserved_ = false;  // data_ is a reserved range
+  bool mapped_ = false;    // the allocation is mapped there
 };
 
-// An interprocess event created here (exportable) or imported.
+// An event of this process (events never cross processes: docs/protocol.md,
+// "Users").
 class CudaEvent final : public Event {
  public:
-  CudaEvent(DeviceHealth& health, CUevent event, bool exportable)
-      : health_(health), event_(event), exportable_(exportable) {}
+  CudaEvent(DeviceHealth& health, CUevent event) : health_(health), event_(event) {}
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
@@ -143,25 +156,12 @@ class CudaEvent final : public Event {
     return true;
   }
 
-  absl::StatusOr<ExportedHandle> Export() const override {
-    if (!exportable_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("an event imported from another process cannot be exported again (on ",
-                       health_.label(), ")"));
-    }
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    CUipcEventHandle handle;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcGetEventHandle(&handle, event_));
-    return ExportBytes(handle);
-  }
-
   CUevent get() const { return event_; }
   const DeviceHealth& health() const { return health_; }
 
  private:
   DeviceHealth& health_;
   const CUevent event_;
-  const bool exportable_;
 };
 
 absl::StatusOr<CudaEvent*> AsCudaEvent(Event& event) {
@@ -578,30 +578,36 @@ class CudaDevice final : public Device {
     return BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuCtxSetCurrent(health_.context()));
   }
 
-  // A plain cuMemAlloc per ring: memory from a pool or a sub-allocator could
-  // not be exported on its own (cuIpcGetMemHandle takes an allocation's
-  // base).
+  // One physical allocation per ring, exportable as a file descriptor, in
+  // multiples of the device's allocation granularity.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
-    constexpr size_t kGranularity = cuda_internal::kAllocationGranularityBytes;
+    BLOCKSWAP_RETURN_IF_ERROR(memory_export_status());
     if (bytes == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot allocate 0 bytes of device memory on ", health_.label()));
     }
-    if (bytes > SIZE_MAX - kGranularity) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot allocate ", bytes, " bytes of device memory on ", health_.label(),
-                       ": the size overflows when rounded up to ", kGranularity));
-    }
-    size_t rounded = RoundUp(bytes, kGranularity);
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    CUdeviceptr data = 0;
-    absl::Status status = BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemAlloc(&data, rounded));
-    if (!status.ok()) {
-      return Annotate(status, absl::StrCat("allocating ", rounded, " bytes (", bytes,
-                                           " rounded up to ", kGranularity, ")"));
+    const CUmemAllocationProp prop = AllocationProperties();
+    size_t granularity = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuMemGetAllocationGranularity(&granularity, &prop,
+                                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    if (granularity == 0 || bytes > SIZE_MAX - granularity) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot allocate ", bytes, " bytes of device memory on ", health_.label(),
+          ": the size overflows when rounded up to the granularity of ", granularity));
     }
-    return std::make_unique<CudaDeviceMemory>(health_, data, rounded,
-                                              CudaDeviceMemory::Origin::kAllocated);
+    const size_t rounded = RoundUp(bytes, granularity);
+    CUmemGenericAllocationHandle allocation = 0;
+    absl::Status created =
+        BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemCreate(&allocation, rounded, &prop, 0));
+    if (!created.ok()) {
+      return Annotate(created, absl::StrCat("allocating ", rounded, " bytes (", bytes,
+                                            " rounded up to ", granularity, ")"));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto memory, CudaDeviceMemory::Map(health_, device_, allocation,
+                                                                  rounded, /*exportable=*/true));
+    return std::unique_ptr<DeviceMemory>(std::move(memory));
   }
 
   absl::StatusOr<uint64_t> FreeMemoryBytes() override {
@@ -611,47 +617,45 @@ class CudaDevice final : public Device {
     return static_cast<uint64_t>(free_bytes);
   }
 
-  // Mapped on this device; memory of another device is reached through peer
-  // access, enabled on demand (CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS). The handle
-  // cannot be opened in the process that exported it.
+  // Maps the allocation behind the descriptor for this device. `bytes` must
+  // be its whole size (what the exporter announced); the driver refuses a
+  // mapping the allocation cannot back. The descriptor may come from a
+  // process of any uid.
   absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
                                                              size_t bytes) override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle,
-                               ParseHandle<CUipcMemHandle>(handle, "device memory"));
+    BLOCKSWAP_RETURN_IF_ERROR(memory_export_status());
+    if (!handle.fd.valid() || !handle.blob.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device memory for ", health_.label(),
+          " must arrive as one file descriptor and nothing else (got ",
+          handle.fd.valid() ? "a descriptor" : "no descriptor", " and ", handle.blob.size(),
+          " bytes)"));
+    }
     if (bytes == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot import 0 bytes of device memory on ", health_.label()));
     }
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    CUdeviceptr data = 0;
+    CUmemGenericAllocationHandle allocation = 0;
     BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_,
-        health_.cu().cuIpcOpenMemHandle(&data, ipc_handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
-    // Owned from here on: closed again if the size check fails.
-    auto memory = std::make_unique<CudaDeviceMemory>(health_, data, bytes,
-                                                     CudaDeviceMemory::Origin::kImported);
-    BLOCKSWAP_RETURN_IF_ERROR(CheckBacked(data, bytes));
-    return memory;
+        &health_, health_.cu().cuMemImportFromShareableHandle(
+                      &allocation, reinterpret_cast<void*>(static_cast<uintptr_t>(handle.fd.get())),
+                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> memory =
+        CudaDeviceMemory::Map(health_, device_, allocation, bytes, /*exportable=*/false);
+    if (!memory.ok()) {
+      return Annotate(memory.status(), absl::StrCat("mapping the ", bytes,
+                                                    "-byte device memory announced for import"));
+    }
+    return std::unique_ptr<DeviceMemory>(*std::move(memory));
   }
 
-  absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
     BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
     CUevent event = nullptr;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
-        &health_,
-        health_.cu().cuEventCreate(&event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
-    return std::make_unique<CudaEvent>(health_, event, /*exportable=*/true);
-  }
-
-  // The importer must stop using the event before its creator destroys it
-  // (or dies): that is undefined in CUDA. Hence the daemon creates every
-  // event and never imports one (docs/protocol.md, "Objects").
-  absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ipc_handle, ParseHandle<CUipcEventHandle>(handle, "event"));
-    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
-    CUevent event = nullptr;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuIpcOpenEventHandle(&event, ipc_handle));
-    return std::make_unique<CudaEvent>(health_, event, /*exportable=*/false);
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_,
+                                   health_.cu().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+    return std::make_unique<CudaEvent>(health_, event);
   }
 
   // Non-blocking: the legacy default stream, which PyTorch and others use,
@@ -760,22 +764,52 @@ class CudaDevice final : public Device {
     return buffer;
   }
 
- private:
-  // The imported mapping must span the announced bytes: the driver tells the
-  // allocation an address lies in (cuMemGetAddressRange), so an announcement
-  // longer than the exporter's allocation is refused.
-  absl::Status CheckBacked(CUdeviceptr data, size_t bytes) {
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    BLOCKSWAP_CUDA_RETURN_IF_ERROR(&health_, health_.cu().cuMemGetAddressRange(&base, &size, data));
-    if (data - base > size || size - (data - base) < bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the imported device memory does not span the announced ", bytes,
-                       " bytes (its mapping has ", size - std::min<size_t>(size, data - base),
-                       " bytes from the imported address, on ", health_.label(), ")"));
+  // OK where this device's memory can cross processes as a file descriptor:
+  // the driver's virtual memory management with POSIX descriptors (both
+  // CUDA 10.2, but a device or platform may lack them). Else
+  // FAILED_PRECONDITION naming the attribute, for every ring on the device:
+  // the one way this backend shares device memory.
+  absl::Status memory_export_status() override {
+    absl::MutexLock lock(&memory_export_mu_);
+    if (memory_export_status_) return *memory_export_status_;
+    const struct {
+      CUdevice_attribute attribute;
+      const char* name;
+    } kNeeded[] = {
+        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+         "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"},
+        {CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+         "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED"},
+    };
+    absl::Status status;
+    for (const auto& needed : kNeeded) {
+      int value = 0;
+      status = BLOCKSWAP_CUDA_STATUS(
+          &health_, health_.cu().cuDeviceGetAttribute(&value, needed.attribute, device_));
+      if (!status.ok()) break;
+      if (value == 0) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            health_.label(), " cannot share device memory as a file descriptor (", needed.name,
+            " is 0): blockswap's rings need the driver's virtual memory management with POSIX "
+            "descriptors"));
+        break;
+      }
     }
-    return absl::OkStatus();
+    memory_export_status_ = status;
+    return status;
   }
+
+ private:
+  // Ring memory on this device, exportable as a POSIX file descriptor.
+  CUmemAllocationProp AllocationProperties() const {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device_;
+    return prop;
+  }
+
 
   // Registers `mapping` (mapped, portable) and finds its device address.
   // Inside a ScopedContext of the device.
@@ -874,6 +908,8 @@ class CudaDevice final : public Device {
   std::unique_ptr<CudaClockAnchor> clock_anchor_ ABSL_GUARDED_BY(anchor_mu_);
   mutable absl::Mutex probe_mu_;
   std::optional<absl::Status> probed_ ABSL_GUARDED_BY(probe_mu_);
+  absl::Mutex memory_export_mu_;
+  std::optional<absl::Status> memory_export_status_ ABSL_GUARDED_BY(memory_export_mu_);
 };
 
 class CudaBackend final : public Backend {

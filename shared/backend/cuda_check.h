@@ -34,11 +34,6 @@
 
 namespace blockswap::cuda_internal {
 
-// Device memory is allocated in multiples of this. IPC mappings are made in
-// units of the device's large page, so a rounded size is exactly what the
-// importer's mapping backs, and an announced size can be checked against it.
-inline constexpr size_t kAllocationGranularityBytes = size_t{2} << 20;
-
 // One cuMemHostRegister per piece of the backend's pinning piece size.
 inline constexpr size_t kHostRegisterChunkBytes = kHostPinPieceBytes;
 

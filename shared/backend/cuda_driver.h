@@ -56,11 +56,19 @@
   X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)                   \
   X(cuMemHostUnregister, 4000, PFN_cuMemHostUnregister_v4000)               \
   X(cuMemHostGetDevicePointer, 3020, PFN_cuMemHostGetDevicePointer_v3020)   \
-  X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)                   \
-  X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)               \
-  X(cuIpcCloseMemHandle, 4010, PFN_cuIpcCloseMemHandle_v4010)               \
-  X(cuIpcGetEventHandle, 4010, PFN_cuIpcGetEventHandle_v4010)               \
-  X(cuIpcOpenEventHandle, 4010, PFN_cuIpcOpenEventHandle_v4010)             \
+  X(cuMemGetAllocationGranularity, 10020,                                   \
+    PFN_cuMemGetAllocationGranularity_v10020)                               \
+  X(cuMemCreate, 10020, PFN_cuMemCreate_v10020)                             \
+  X(cuMemRelease, 10020, PFN_cuMemRelease_v10020)                           \
+  X(cuMemExportToShareableHandle, 10020,                                    \
+    PFN_cuMemExportToShareableHandle_v10020)                                \
+  X(cuMemImportFromShareableHandle, 10020,                                  \
+    PFN_cuMemImportFromShareableHandle_v10020)                              \
+  X(cuMemAddressReserve, 10020, PFN_cuMemAddressReserve_v10020)             \
+  X(cuMemAddressFree, 10020, PFN_cuMemAddressFree_v10020)                   \
+  X(cuMemMap, 10020, PFN_cuMemMap_v10020)                                   \
+  X(cuMemUnmap, 10020, PFN_cuMemUnmap_v10020)                               \
+  X(cuMemSetAccess, 10020, PFN_cuMemSetAccess_v10020)                       \
   X(cuEventCreate, 2000, PFN_cuEventCreate_v2000)                           \
   X(cuEventDestroy, 4000, PFN_cuEventDestroy_v4000)                         \
   X(cuEventRecord, 2000, PFN_cuEventRecord_v2000)                           \

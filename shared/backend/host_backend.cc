@@ -1,10 +1,8 @@
 // The host backend: device memory is a shared-memory mapping, a stream is a
-// queue drained by a worker thread, and an event is a pair of counters in
-// shared memory — with CUDA's semantics (backend.h), so that every hazard of
+// queue drained by a worker thread, and an event is a pair of counters — with
+// CUDA's semantics (backend.h), so that every hazard of
 // the load protocol exists here too and CI can catch it without a GPU.
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,133 +34,23 @@ using host_lifetime::ImportClaim;
 using host_lifetime::ImportLedger;
 
 constexpr absl::string_view kMemoryBlob = "blockswap-host-memory-v1";
-constexpr absl::string_view kEventBlob = "blockswap-host-event-v1";
-constexpr uint32_t kEventMagic = 0x42534556;  // "BSEV"
-constexpr size_t kEventBytes = 4096;
 // How long a stream being destroyed still honours a wait before abandoning it
 // (its peer may be dead and never record again).
 constexpr absl::Duration kShutdownWaitGrace = absl::Milliseconds(200);
 
-// An event's shared state. record_count is bumped when a record is ISSUED,
+// An event's state. record_count is bumped when a record is ISSUED,
 // completed_count set when the recording stream's worker REACHES it, so a
 // wait issued now snapshots "the most recent record" exactly as CUDA does.
-// creator_pid: the process that created the event (the daemon, for a ring's
-// events), which is the one that records what the importer waits for.
-// ledger: who holds an import of it (host_lifetime.h).
+// Events never leave their process (backend.h), so the state is plain memory;
+// the counters are still futex words (shared: a stream worker sleeps on them).
 struct HostEventState {
-  uint32_t magic;
-  uint32_t creator_pid;
-  std::atomic<uint32_t> record_count;
-  std::atomic<uint32_t> completed_count;
-  ImportLedger ledger;
-};
-static_assert(sizeof(HostEventState) <= kEventBytes);
-
-// The creator of an imported event, watched through a pidfd, so that a wait
-// on a record the creator will never complete (it died) ends instead of
-// blocking for ever. Empty (never "dead") for an event of this process, or
-// when the pid cannot be opened: a creator in another pid namespace is not
-// watched (the host backend is the test backend; its daemon and clients
-// share one).
-class EventCreator {
- public:
-  static std::shared_ptr<EventCreator> Watch(uint32_t pid) {
-    auto creator = std::make_shared<EventCreator>();
-    creator->pid_ = pid;
-    if (pid != 0 && pid != static_cast<uint32_t>(::getpid())) {
-      creator->pidfd_.Reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-    }
-    return creator;
-  }
-  // True once the creator has exited (a pidfd is readable from then on).
-  bool Dead() const {
-    if (!pidfd_.valid()) return false;
-    pollfd pfd{pidfd_.get(), POLLIN, 0};
-    return ::poll(&pfd, 1, 0) > 0;
-  }
-  absl::Status DeadError() const {
-    return absl::UnavailableError(absl::StrCat(
-        "waited on an event whose recorder (pid ", pid_,
-        ") exited before completing it: what the wait guarded is not guaranteed"));
-  }
-
- private:
-  uint32_t pid_ = 0;
-  UniqueFd pidfd_;
+  std::atomic<uint32_t> record_count{0};
+  std::atomic<uint32_t> completed_count{0};
 };
 
 class HostEvent final : public Event {
  public:
-  static absl::StatusOr<std::unique_ptr<HostEvent>> Create() {
-    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm, SharedMemory::Create("event", kEventBytes));
-    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
-    auto* state = static_cast<HostEventState*>(mapping.data());
-    state->magic = kEventMagic;
-    state->creator_pid = static_cast<uint32_t>(::getpid());
-    host_lifetime::InitializeLedger(state->ledger);
-    return std::unique_ptr<HostEvent>(
-        new HostEvent(std::move(shm), std::move(mapping), EventCreator::Watch(0), ImportClaim()));
-  }
-
-  static absl::StatusOr<std::unique_ptr<HostEvent>> Import(ExportedHandle handle) {
-    if (handle.blob != kEventBlob || !handle.fd.valid()) {
-      return absl::InvalidArgumentError("not a host-backend event handle");
-    }
-    BLOCKSWAP_ASSIGN_OR_RETURN(SharedMemory shm,
-                               SharedMemory::Adopt(std::move(handle.fd), kEventBytes));
-    BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, shm.Map(Access::kReadWrite));
-    const auto* state = static_cast<HostEventState*>(mapping.data());
-    if (state->magic != kEventMagic) {
-      return absl::InvalidArgumentError("host-backend event handle has a bad magic number");
-    }
-    auto* ledger = &static_cast<HostEventState*>(mapping.data())->ledger;
-    BLOCKSWAP_ASSIGN_OR_RETURN(ImportClaim claim, ImportClaim::Claim(*ledger, "an event"));
-    std::shared_ptr<EventCreator> creator = EventCreator::Watch(state->creator_pid);
-    return std::unique_ptr<HostEvent>(
-        new HostEvent(std::move(shm), std::move(mapping), std::move(creator), std::move(claim)));
-  }
-
-  // The exporter's destruction (cudaEventDestroy) must come after every
-  // importer's: an import used after it is undefined on CUDA.
-  ~HostEvent() override {
-    if (imported()) return;
-    if (std::string holders = host_lifetime::MarkFreed(state()->ledger); !holders.empty()) {
-      host_lifetime::ReportLifetimeViolation(absl::FailedPreconditionError(absl::StrCat(
-          "an exported event was destroyed while ", holders,
-          " still held an import of it (the importer must destroy its import first)")));
-    }
-  }
-
-  absl::StatusOr<bool> Query() override {
-    BLOCKSWAP_RETURN_IF_ERROR(CheckUsable("querying"));
-    return Reached(state(), WaitTarget());
-  }
-
-  // Whether this process may operate on the event now: always for the
-  // exporter; for an importer, not once the exporter destroyed it (a breach,
-  // reported) nor once the exporter has died (UNAVAILABLE: the race with a
-  // dying daemon cannot be closed, so it is an error, not a breach).
-  absl::Status CheckUsable(absl::string_view operation) const {
-    if (!imported()) return absl::OkStatus();
-    if (host_lifetime::Freed(state()->ledger)) {
-      absl::Status breach = absl::FailedPreconditionError(
-          absl::StrCat(operation, " an imported event after its exporter (pid ",
-                       state()->creator_pid, ") destroyed it"));
-      host_lifetime::ReportLifetimeViolation(breach);
-      return breach;
-    }
-    if (creator_->Dead()) {
-      return absl::UnavailableError(absl::StrCat(
-          operation, " an event of pid ", state()->creator_pid,
-          ", which has exited (undefined on CUDA: the process that created the event is gone)"));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<ExportedHandle> Export() const override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, shm_.fd().Duplicate());
-    return ExportedHandle{std::string(kEventBlob), std::move(fd)};
-  }
+  absl::StatusOr<bool> Query() override { return Reached(state(), WaitTarget()); }
 
   // Record, as issued: the new record's sequence number.
   uint32_t IssueRecord() {
@@ -180,25 +68,13 @@ class HostEvent final : public Event {
     return SeqAtLeast(state->completed_count.load(std::memory_order_acquire), target);
   }
 
-  // Pending stream work keeps the mapping alive past the event's destruction,
+  // Pending stream work keeps the state alive past the event's destruction,
   // as CUDA keeps an event's resources until its work is done.
-  std::shared_ptr<Mapping> mapping() const { return mapping_; }
-  HostEventState* state() const { return static_cast<HostEventState*>(mapping_->data()); }
-  const std::shared_ptr<EventCreator>& creator() const { return creator_; }
+  const std::shared_ptr<HostEventState>& shared_state() const { return state_; }
+  HostEventState* state() const { return state_.get(); }
 
  private:
-  HostEvent(SharedMemory shm, Mapping mapping, std::shared_ptr<EventCreator> creator,
-            ImportClaim claim)
-      : shm_(std::move(shm)),
-        mapping_(std::make_shared<Mapping>(std::move(mapping))),
-        creator_(std::move(creator)),
-        claim_(std::move(claim)) {}
-  // Made by Import: an import holds an entry of the ledger.
-  bool imported() const { return claim_.held(); }
-  SharedMemory shm_;
-  std::shared_ptr<Mapping> mapping_;
-  std::shared_ptr<EventCreator> creator_;
-  ImportClaim claim_;  // after mapping_ (its ledger): cleared first
+  std::shared_ptr<HostEventState> state_ = std::make_shared<HostEventState>();
 };
 
 absl::StatusOr<HostEvent*> AsHostEvent(Event& event) {
@@ -352,7 +228,7 @@ class HostMemory final : public DeviceMemory {
   ImportClaim claim_;  // after mapping_ (its ledger): cleared first
 };
 
-// A failed stream (it waited on an event whose recorder died) behaves as a
+// A failed stream (destroyed while a wait on a word was pending) behaves as a
 // CUDA stream after a sticky error: the work queued behind the failure is
 // skipped (it would read what the wait guarded), every later call returns
 // the error, and only records and synchronisations still complete, so that
@@ -433,10 +309,9 @@ class HostStream final : public Stream {
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
     BLOCKSWAP_RETURN_IF_ERROR(failure());
-    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("recording"));
     uint32_t seq = host_event->IssueRecord();
-    return Enqueue([state = host_event->state(), seq,
-                    keep = host_event->mapping()] { HostEvent::CompleteRecord(state, seq); },
+    return Enqueue([state = host_event->shared_state(),
+                    seq] { HostEvent::CompleteRecord(state.get(), seq); },
                    /*even_after_failure=*/true);
   }
 
@@ -476,12 +351,10 @@ class HostStream final : public Stream {
   // `timer`, when set, gets the worker's idle time at the wait.
   absl::Status EnqueueWait(Event& event, std::shared_ptr<HostWaitTimerState> timer) {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
-    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("waiting on"));
-    HostEventState* state = host_event->state();
     // The snapshot is what makes an early wait bind to the previous record.
     uint32_t target = host_event->WaitTarget();
-    return EnqueueTimed([this, state, target, keep = host_event->mapping(),
-                         creator = host_event->creator()] { AwaitRecord(state, target, *creator); },
+    return EnqueueTimed([this, state = host_event->shared_state(),
+                         target] { AwaitRecord(state.get(), target); },
                         std::move(timer));
   }
 
@@ -507,17 +380,13 @@ class HostStream final : public Stream {
     return queued;
   }
 
-  // On the worker: blocks until `target` of the event completed, its
-  // recorder died (the stream fails) or the stream is being destroyed.
-  void AwaitRecord(HostEventState* state, uint32_t target, const EventCreator& creator) {
+  // On the worker: blocks until `target` of the event completed or the
+  // stream is being destroyed.
+  void AwaitRecord(HostEventState* state, uint32_t target) {
     absl::Time abandon_at = absl::InfiniteFuture();
     while (true) {
       uint32_t done = state->completed_count.load(std::memory_order_acquire);
       if (HostEvent::Reached(state, target)) return;
-      if (creator.Dead()) {
-        Fail(creator.DeadError());
-        return;
-      }
       if (absl::Now() >= abandon_at) return;
       if (abandon_at == absl::InfiniteFuture() && Stopping()) {
         abandon_at = absl::Now() + kShutdownWaitGrace;
@@ -602,7 +471,6 @@ class InlineHostStream final : public Stream {
   }
   absl::Status Record(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
-    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("recording"));
     HostEvent::CompleteRecord(host_event->state(), host_event->IssueRecord());
     return absl::OkStatus();
   }
@@ -618,20 +486,15 @@ class InlineHostStream final : public Stream {
   }
   absl::Status Wait(Event& event) override {
     BLOCKSWAP_ASSIGN_OR_RETURN(HostEvent * host_event, AsHostEvent(event));
-    BLOCKSWAP_RETURN_IF_ERROR(host_event->CheckUsable("waiting on"));
     const HostEventState* state = host_event->state();
     uint32_t target = host_event->WaitTarget();
-    const EventCreator& creator = *host_event->creator();
     absl::Status waited =
         FutexAwait(&state->completed_count, wait_timeout_, [&]() -> absl::StatusOr<bool> {
-          if (HostEvent::Reached(state, target)) return true;
-          if (creator.Dead()) return creator.DeadError();
-          return false;
+          return HostEvent::Reached(state, target);
         });
     if (absl::IsDeadlineExceeded(waited)) {
-      return absl::DeadlineExceededError(absl::StrCat("event not completed within ",
-                                                      absl::FormatDuration(wait_timeout_),
-                                                      " (its recorder may be gone)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "event not completed within ", absl::FormatDuration(wait_timeout_)));
     }
     return waited;
   }
@@ -769,13 +632,9 @@ class HostDevice final : public Device {
                                         std::move(claim));
   }
 
-  absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Create());
-    return std::unique_ptr<Event>(std::move(event));
-  }
-  absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto event, HostEvent::Import(std::move(handle)));
-    return std::unique_ptr<Event>(std::move(event));
+  absl::Status memory_export_status() override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override {
+    return std::make_unique<HostEvent>();
   }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     return std::make_unique<HostStream>(jitter_us_, copy_delay_);

@@ -21,7 +21,7 @@ class HostBackendTest : public ::testing::Test {
   HostBackendTest() : backend_(OpenHostBackend({.device_count = 2, .jitter_us = 50})) {}
   Device& device() { return *backend_->devices()[0]; }
   std::unique_ptr<Stream> NewStream() { return device().CreateStream().value(); }
-  std::unique_ptr<Event> NewEvent() { return device().CreateInterprocessEvent().value(); }
+  std::unique_ptr<Event> NewEvent() { return device().CreateEvent().value(); }
 
   std::unique_ptr<Backend> backend_;
 };
@@ -69,20 +69,6 @@ TEST_F(HostBackendTest, QueryFollowsTheMostRecentRecord) {
   EXPECT_TRUE(event->Query().value());
 }
 
-TEST_F(HostBackendTest, ImportedEventSharesRecordsWithItsExporter) {
-  auto stream = NewStream();
-  auto event = NewEvent();
-  auto imported = device().ImportEvent(event->Export().value());
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  absl::Notification release;
-  ASSERT_TRUE(stream->LaunchHostFunc([&] { release.WaitForNotification(); }).ok());
-  ASSERT_TRUE(stream->Record(**imported).ok());
-  EXPECT_FALSE(event->Query().value());
-  release.Notify();
-  ASSERT_TRUE(stream->Synchronize().ok());
-  EXPECT_TRUE(event->Query().value());
-}
-
 TEST_F(HostBackendTest, StreamRunsWorkInIssueOrder) {
   auto stream = NewStream();
   std::vector<int> order;
@@ -113,9 +99,6 @@ TEST_F(HostBackendTest, ImportRefusesForeignOrOversizedHandles) {
   EXPECT_EQ(device().ImportMemory(std::move(handle), 4096).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(device().ImportMemory((*memory)->Export().value(), 1 << 20).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  auto event = NewEvent();
-  EXPECT_EQ(device().ImportEvent((*memory)->Export().value()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

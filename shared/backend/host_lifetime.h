@@ -2,16 +2,13 @@
 // "Lifetime checks"), whose breach is undefined behaviour on a GPU and would
 // otherwise pass unseen on the host, where a memfd stays valid for as long as
 // anybody maps it:
-//   - exported memory is freed (cudaFree), or an exported event destroyed,
-//     while an importer still holds it;
-//   - an importer uses an event after its exporter destroyed it (a mapping
-//     whose exporter freed it under the importer reads poison instead:
-//     host_backend.cc);
-//   - an importer records or waits on an event of a process that has died.
-// The first two are breaches by whoever freed or used too early: reported
-// here (ReportLifetimeViolation). The last is a race nobody can close (a
-// daemon can die at any moment), so the backend call fails with UNAVAILABLE
-// instead (host_backend.cc).
+//   - exported memory is freed while an importer still maps it (a mapping
+//     whose exporter freed it under the importer reads poison:
+//     host_backend.cc). Stricter than CUDA's VMM, where the memory lives on
+//     with its last mapping: the product's order (the client unmaps before
+//     the daemon frees) keeps to both, and the host backend checks it.
+// A breach by whoever freed too early: reported here
+// (ReportLifetimeViolation).
 //
 // Who holds what lives beside the object, in its own shared memory: an
 // ImportLedger, written with atomics only (no locks in shared memory:

@@ -75,12 +75,7 @@ TEST_F(HostLifetimeTest, ImportsClosedBeforeTheExporterFreesBreakNoRule) {
   const uint64_t before = LifetimeViolationCount();
   {
     auto memory = device().Allocate(4096).value();
-    auto event = device().CreateInterprocessEvent().value();
     auto imported_memory = device().ImportMemory(memory->Export().value(), 4096).value();
-    auto imported_event = device().ImportEvent(event->Export().value()).value();
-    auto stream = device().CreateStream().value();
-    ASSERT_TRUE(stream->Record(*imported_event).ok());
-    ASSERT_TRUE(stream->Synchronize().ok());
     // Destroyed in reverse order: the imports first.
   }
   EXPECT_EQ(LifetimeViolationCount(), before);
@@ -96,24 +91,6 @@ TEST_F(HostLifetimeTest, FreeingMemoryThatIsStillMappedIsReportedAndPoisonsTheMa
   // The importer reads garbage, as it may on a GPU, not the bytes it had.
   EXPECT_EQ(imported->data()[0], std::byte{0xdb});
   EXPECT_EQ(imported->data()[4095], std::byte{0xdb});
-}
-
-TEST_F(HostLifetimeTest, DestroyingAnEventThatIsStillImportedIsReportedAndTheImportRefusesUse) {
-  auto event = device().CreateInterprocessEvent().value();
-  auto imported = device().ImportEvent(event->Export().value()).value();
-  const uint64_t before = LifetimeViolationCount();
-  event.reset();
-  EXPECT_EQ(LifetimeViolationCount(), before + 1);
-  auto stream = device().CreateStream().value();
-  auto caller = device().WrapStream(nullptr).value();
-  absl::Status recorded = stream->Record(*imported);
-  EXPECT_EQ(recorded.code(), absl::StatusCode::kFailedPrecondition) << recorded;
-  EXPECT_NE(recorded.message().find("recording an imported event after its exporter"),
-            std::string::npos)
-      << recorded;
-  EXPECT_EQ(caller->Wait(*imported).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(imported->Query().status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(LifetimeViolationCount(), before + 4) << "each use after the free is a breach";
 }
 
 TEST_F(HostLifetimeTest, AnotherProcessStillMappingIsReportedOneThatExitedIsNot) {

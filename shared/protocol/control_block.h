@@ -3,11 +3,11 @@
 //
 // Two parts, each in its own shared-memory object and each written by ONE
 // side only; the other side maps it read-only:
-//   DaemonControlBlock  filled_seq per slot, the status word and the copy
-//                       times (daemon)
+//   DaemonControlBlock  filled_seq and landed_seq per slot, the status word
+//                       and the copy times (daemon)
 //   ClientControlBlock  consumed_seq per slot (client), the request ring of
 //                       the shared-memory load fast path (request_queue.h),
-//                       and the release notifications (releasable_seq)
+//                       and the releases (releasable_seq)
 // No locks live here (a process that died holding one would block everybody);
 // waiters sleep on the 32-bit sequence words with shared futexes (futex.h).
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_CONTROL_BLOCK_H_
@@ -23,7 +23,7 @@ namespace blockswap {
 
 inline constexpr uint32_t kDaemonControlMagic = 0x42534443;  // "BSDC"
 inline constexpr uint32_t kClientControlMagic = 0x42534343;  // "BSCC"
-inline constexpr uint32_t kControlBlockVersion = 2;
+inline constexpr uint32_t kControlBlockVersion = 3;
 inline constexpr uint32_t kMaxRingSlots = 64;
 inline constexpr size_t kControlBlockBytes = 4096;
 // Entries of a ring's request ring: at least kMaxRingSlots, so a client with
@@ -55,9 +55,15 @@ struct DaemonControlBlock {
   uint32_t slot_count;
   uint32_t reserved;
   RingStatusWord status;
-  // Generation g of slot s is filled (its copy is ISSUED, ready[s] recorded
-  // after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
+  // Generation g of slot s is filled (its copy is ISSUED, the ready word's
+  // write queued after it) once filled_seq[s] == g. Also the futex word waiters sleep on.
   alignas(64) std::atomic<uint32_t> filled_seq[kMaxRingSlots];
+  // Generation g of slot s has landed once landed_seq[s] reaches g
+  // (WordReached): the daemon's own query of its copy stream found the copy
+  // complete. Where the device has no stream words, the client's wait before
+  // using the slot (it cannot wait on the device for another process's
+  // signal); published for every ring. Also a futex word.
+  alignas(64) std::atomic<uint32_t> landed_seq[kMaxRingSlots];
   // How many request-ring entries the daemon has taken (request_queue.h).
   alignas(64) std::atomic<uint32_t> request_head;
   // Why the ring failed, NUL-terminated: written once, BEFORE error_code is
@@ -96,12 +102,16 @@ struct ClientControlBlock {
   // Entries published so far (wraps); entry i lives at i % capacity.
   alignas(64) std::atomic<uint32_t> request_tail;
   alignas(64) RequestEntry requests[kRequestRingCapacity];
-  // --- release notifications (docs/protocol.md, "Release notification"). Written by
-  // the client's notifier (a host function on a side stream that waited on
-  // free[s]) once free[s] has completed: generation releasable_seq[s] may be
-  // copied into slot s, and released_ns[s] is when the notifier ran
-  // (CLOCK_MONOTONIC; for the trace). 0: never notified. A hint only: the
-  // daemon wakes on it, then queries free[s] itself before any copy.
+  // --- releases (docs/protocol.md, "Release"). Written by the client's
+  // notifier (a host function on a side stream that waited on the client's
+  // own free[s] event) once the work that used the slot has completed:
+  // generation releasable_seq[s] may be copied into slot s, and
+  // released_ns[s] is when the notifier ran (CLOCK_MONOTONIC; for the
+  // trace). Starts at 1 (the daemon writes it before the client has the
+  // ring): a slot never used is free. The daemon's one signal that a slot is free:
+  // it trusts the word for this client's ring only (a client that lies
+  // corrupts only its own slots), and a value ahead of the requested
+  // generation is the ring's protocol error.
   alignas(64) std::atomic<uint32_t> releasable_seq[kMaxRingSlots];
   alignas(64) std::atomic<uint64_t> released_ns[kMaxRingSlots];
 };

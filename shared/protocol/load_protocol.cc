@@ -48,8 +48,6 @@ absl::string_view ProtocolStepName(ProtocolStep step) {
       return "daemon-await-staging";
     case ProtocolStep::kDaemonAwaitStagingReuse:
       return "daemon-await-staging-reuse";
-    case ProtocolStep::kClientGateReadyOnHost:
-      return "client-gate-ready-on-host";
   }
   return "unknown";
 }
@@ -64,13 +62,7 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
   for (ProtocolStep step : kSafetyProtocolSteps) {
     if (ProtocolStepName(step) == name) return step;
   }
-  for (ProtocolStep step : kSpeedProtocolSteps) {
-    if (ProtocolStepName(step) == name) return step;
-  }
   for (ProtocolStep step : kStagingProtocolSteps) {
-    if (ProtocolStepName(step) == name) return step;
-  }
-  for (ProtocolStep step : kHostGatedProtocolSteps) {
     if (ProtocolStepName(step) == name) return step;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));
@@ -141,70 +133,48 @@ absl::Status RingProducer::Submit(uint32_t slot, uint32_t generation, const void
   return absl::OkStatus();
 }
 
-bool RingProducer::Announced(uint32_t slot, const PendingLoad& load) const {
+bool RingProducer::Released(uint32_t slot, const PendingLoad& load) const {
   return ring_.client_control().releasable_seq[slot].load(std::memory_order_acquire) ==
          load.generation;
-}
-
-bool RingProducer::NewlyAnnounced(uint32_t slot, const PendingLoad& load) const {
-  // released_ns before releasable_seq's acquire would not be ordered after it.
-  return Announced(slot, load) && ring_.client_control().released_ns[slot].load(
-                                      std::memory_order_relaxed) != load.announcement_queried_ns;
 }
 
 bool RingProducer::HasAnnouncedRelease() const {
   if (!status_.ok()) return false;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
     const PendingLoad& load = pending_[slot];
-    // A ready load waits for its turn on the copy stream, not for a query.
-    if (load.active && !load.ready && (!load.looked_at || NewlyAnnounced(slot, load))) {
-      return true;
-    }
+    // A ready load waits for its turn on the copy stream, not for a look.
+    if (load.active && !load.ready && (!load.looked_at || Released(slot, load))) return true;
   }
   return false;
 }
 
-absl::StatusOr<int> RingProducer::FindReleased(bool fallback_poll, std::vector<Ready>* ready) {
+absl::StatusOr<int> RingProducer::FindReleased(std::vector<Ready>* ready) {
   BLOCKSWAP_RETURN_IF_ERROR(status_);
   int found = 0;
   for (uint32_t slot = 0; slot < pending_.size(); ++slot) {
     PendingLoad& load = pending_[slot];
     if (!load.active || load.ready) continue;
-    ReleaseSeen seen = ReleaseSeen::kAtRequest;
-    if (load.looked_at) {
-      seen = Announced(slot, load) ? ReleaseSeen::kByNotification : ReleaseSeen::kByPoll;
-      // Between fallback polls only a new announcement is worth a query.
-      if (!fallback_poll && (seen == ReleaseSeen::kByPoll || !NewlyAnnounced(slot, load))) {
-        continue;
-      }
-    }
+    const ReleaseSeen seen =
+        load.looked_at ? ReleaseSeen::kByNotification : ReleaseSeen::kAtRequest;
+    load.looked_at = true;
     if (!Skipped(ProtocolStep::kDaemonAwaitFree)) {
-      // The daemon's own query, whatever the client announced: a client's
-      // word can wake the worker, never make it copy early. A host-side
-      // query, never a GPU-side wait: a client that dies with its free record
-      // pending must not be able to hang the copy stream.
-      absl::StatusOr<bool> released = ring_.free(slot).Query();
-      if (!released.ok()) {
-        Fail(released.status(), slot);
-        return released.status();
-      }
-      load.looked_at = true;
-      if (!*released) {
-        if (seen == ReleaseSeen::kByNotification) {
-          load.announcement_queried_ns =
-              ring_.client_control().released_ns[slot].load(std::memory_order_relaxed);
+      // The client's word, never a GPU-side wait on anything of the
+      // client's: a client that dies with its work pending cannot hang the
+      // copy stream, and a word that lies lets the daemon overwrite only
+      // that client's own slot.
+      const uint32_t releasable =
+          ring_.client_control().releasable_seq[slot].load(std::memory_order_acquire);
+      if (releasable != load.generation) {
+        // The client releases generation g+1 only after it has seen g
+        // filled, which has not happened while g is pending.
+        if (static_cast<int32_t>(releasable - load.generation) > 0) {
+          absl::Status error = absl::FailedPreconditionError(absl::StrCat(
+              "slot ", slot, " generation ", load.generation,
+              " is pending, but the client published releasable_seq=", releasable,
+              " (a release of a generation it has not been given)"));
+          Fail(error, slot);
+          return error;
         }
-        continue;
-      }
-    }
-    // A client that notifies (it announced some generation of this slot
-    // before) gets kNotifyGrace for the notification to land.
-    if (seen == ReleaseSeen::kByPoll &&
-        ring_.client_control().releasable_seq[slot].load(std::memory_order_relaxed) != 0) {
-      const uint64_t now = MonotonicNanos();
-      if (load.unannounced_since_ns == 0) load.unannounced_since_ns = now;
-      if (now - load.unannounced_since_ns <
-          static_cast<uint64_t>(absl::ToInt64Nanoseconds(kNotifyGrace))) {
         continue;
       }
     }
@@ -253,8 +223,8 @@ absl::Status RingProducer::IssueOldestReady(std::vector<Issued>* issued) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RingProducer::Poll(bool fallback_poll, std::vector<Issued>* issued) {
-  BLOCKSWAP_RETURN_IF_ERROR(FindReleased(fallback_poll).status());
+absl::StatusOr<int> RingProducer::Poll(std::vector<Issued>* issued) {
+  BLOCKSWAP_RETURN_IF_ERROR(FindReleased().status());
   int count = 0;
   while (OldestReadySlot() != pending_.size()) {
     BLOCKSWAP_RETURN_IF_ERROR(IssueOldestReady(issued));
@@ -270,18 +240,16 @@ absl::Status RingProducer::Issue(uint32_t slot, const PendingLoad& load, Release
       load.copier != nullptr
           ? load.copier->Copy(copy_stream_, ring_.slot(slot), load.source, load.bytes)
           : copy_stream_.CopyHostToDevice(ring_.slot(slot), load.source, load.bytes));
-  if (!Skipped(ProtocolStep::kDaemonRecordReady)) {
-    // The ready word where there is one: a client can release a wait on it
-    // when the daemon dies, not one on the daemon's event.
-    StreamWords* words = ring_.ready_words();
-    BLOCKSWAP_RETURN_IF_ERROR(words != nullptr
-                                  ? copy_stream_.WriteWord(*words, slot, load.generation)
-                                  : copy_stream_.Record(ring_.ready(slot)));
+  // The ready word where there is one; without, landed_seq is published
+  // when the copy is seen complete (PublishCopied).
+  if (StreamWords* words = ring_.ready_words();
+      words != nullptr && !Skipped(ProtocolStep::kDaemonRecordReady)) {
+    BLOCKSWAP_RETURN_IF_ERROR(copy_stream_.WriteWord(*words, slot, load.generation));
   }
   if (!Skipped(ProtocolStep::kDaemonPublishFilled)) {
-    // Published at issue: the client's GPU-side wait on ready[s] covers
-    // completion (docs/protocol.md, "A dead daemon", says why not at
-    // completion).
+    // Published at issue: the client's wait on the ready word, or on
+    // landed_seq, covers completion (docs/protocol.md, "A dead daemon", says
+    // why not at completion).
     std::atomic<uint32_t>& filled = ring_.control().filled_seq[slot];
     filled.store(load.generation, std::memory_order_release);
     FutexWakeAll(&filled);
@@ -341,8 +309,16 @@ void RingProducer::Heartbeat() {
   ring_.control().status.heartbeat_ms.store(MonotonicMillis(), std::memory_order_release);
 }
 
-void RingProducer::PublishCopied(absl::Duration stream_time) {
+void RingProducer::PublishCopied(uint32_t slot, uint32_t generation, absl::Duration stream_time) {
   DaemonControlBlock& control = ring_.control();
+  if (slot < ring_.shape().slot_count && !Skipped(ProtocolStep::kDaemonRecordReady)) {
+    std::atomic<uint32_t>& landed = control.landed_seq[slot];
+    // Copies of one slot complete in order; a late report never moves back.
+    if (WordReached(generation, landed.load(std::memory_order_relaxed))) {
+      landed.store(generation, std::memory_order_release);
+      FutexWakeAll(&landed);
+    }
+  }
   const uint64_t ns =
       static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(stream_time)));
   // One writer (the device worker): plain read-modify-writes suffice.
@@ -388,25 +364,29 @@ absl::Status RingConsumer::Release(uint32_t slot, Stream& stream) {
     ring_.client_control().consumed_seq[slot].store(requested_[slot], std::memory_order_release);
   }
   RecordTrace(TraceKind::kRelease, slot, requested_[slot], MonotonicNanos());
-  return NotifyRelease(slot, requested_[slot] + 1);
+  return absl::OkStatus();
 }
 
-absl::Status RingConsumer::NotifyRelease(uint32_t slot, uint32_t releasable) {
-  Doorbell* doorbell = ring_.doorbell();
-  if (options_.notifier == nullptr || doorbell == nullptr ||
-      Skipped(ProtocolStep::kClientNotifyRelease)) {
-    return absl::OkStatus();
-  }
-  // The side stream's wait binds to the record just issued. Its host
-  // function touches only shared memory and the doorbell (no backend call,
-  // as a CUDA host function must not make CUDA calls).
-  BLOCKSWAP_RETURN_IF_ERROR(options_.notifier->Wait(ring_.free(slot)));
+absl::Status RingConsumer::NotifyRelease(uint32_t slot, uint32_t releasable, Stream& stream) {
+  if (Skipped(ProtocolStep::kClientNotifyRelease)) return absl::OkStatus();
   ClientControlBlock& control = ring_.client_control();
-  return options_.notifier->LaunchHostFunc([&control, doorbell, slot, releasable] {
+  Doorbell* doorbell = ring_.doorbell();
+  auto publish = [&control, doorbell, slot, releasable] {
     control.released_ns[slot].store(MonotonicNanos(), std::memory_order_relaxed);
     control.releasable_seq[slot].store(releasable, std::memory_order_release);
-    doorbell->Ring();
-  });
+    if (doorbell != nullptr) doorbell->Ring();
+  };
+  if (options_.notifier == nullptr) {
+    BLOCKSWAP_RETURN_IF_ERROR(stream.Synchronize());
+    publish();
+    return absl::OkStatus();
+  }
+  // The side stream's wait binds to the record just issued (both are this
+  // thread's). Its host function touches only shared memory and the
+  // doorbell (no backend call, as a CUDA host function must not make CUDA
+  // calls).
+  BLOCKSWAP_RETURN_IF_ERROR(options_.notifier->Wait(ring_.free(slot)));
+  return options_.notifier->LaunchHostFunc(publish);
 }
 
 void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,
@@ -424,6 +404,10 @@ void RingConsumer::RecordTrace(TraceKind kind, uint32_t slot, uint32_t generatio
 
 absl::StatusOr<uint32_t> RingConsumer::BeginLoad(uint32_t slot, Stream& stream) {
   BLOCKSWAP_RETURN_IF_ERROR(Release(slot, stream));
+  // Only the release just recorded may announce the next generation: an
+  // earlier one's (the slot released, then used again by a backward pass)
+  // would let the daemon copy while that later use still reads.
+  BLOCKSWAP_RETURN_IF_ERROR(NotifyRelease(slot, requested_[slot] + 1, stream));
   requested_[slot] += 1;
   filled_seen_[slot] = false;
   RecordTrace(TraceKind::kRequest, slot, requested_[slot], MonotonicNanos());
@@ -446,56 +430,48 @@ absl::Status RingConsumer::AwaitLoaded(uint32_t slot, Stream& stream, absl::Dura
         absl::StrCat("slot ", slot, " was never loaded (load it before waiting)"));
   }
   // Also on a slot already released (a backward pass re-reading a block):
-  // the daemon cannot have re-recorded ready[s] since, as no request
-  // followed, so the wait binds to this generation's record.
+  // no request followed, so the daemon has not copied into it since.
   if (!filled_seen_[slot] && !Skipped(ProtocolStep::kClientAwaitFilled)) {
     BLOCKSWAP_RETURN_IF_ERROR(AwaitFilled(slot, requested_[slot], timeout));
   }
   filled_seen_[slot] = true;
-  if (!Skipped(ProtocolStep::kClientStreamWaitReady)) {
-    if (StreamWords* words = ring_.ready_words(); words != nullptr) {
-      BLOCKSWAP_RETURN_IF_ERROR(stream.WaitWord(*words, slot, requested_[slot], timer));
-      // The watchdog let the words go (the daemon was lost): a wait that
-      // returned, or a stream that runs on, does not mean the copy was made.
-      // A host trainer's wait has already returned here, so say so now. A
-      // wait committed before the watchdog ran is judged by it instead
-      // (RingImport::TakeUnfinishedWaits).
-      if (!ring_.CommitStreamWait(slot, requested_[slot])) {
-        return absl::UnavailableError(absl::StrCat(
-            "slot ", slot, " generation ", requested_[slot],
-            ": the daemon was lost before its copy was known to be done"));
-      }
-    } else {
-      // Without ready words the stream may wait only on a record that has
-      // already completed: a wait on the daemon's pending record could never be
-      // released if the daemon died (docs/protocol.md, "A dead daemon"). So the
-      // copy's completion is awaited here, on the host, first.
-      if (!Skipped(ProtocolStep::kClientGateReadyOnHost)) {
-        BLOCKSWAP_RETURN_IF_ERROR(AwaitReadyOnHost(slot, timeout));
-      }
-      BLOCKSWAP_RETURN_IF_ERROR(timer != nullptr ? stream.WaitTimed(ring_.ready(slot), *timer)
-                                                 : stream.Wait(ring_.ready(slot)));
-    }
+  if (Skipped(ProtocolStep::kClientStreamWaitReady)) return absl::OkStatus();
+  StreamWords* words = ring_.ready_words();
+  if (words == nullptr) {
+    // Without ready words the stream cannot wait for another process's
+    // signal on the device (no event crosses processes), so the copy's
+    // completion is awaited here, on the host, and the stream needs no wait.
+    return AwaitLanded(slot, requested_[slot], timeout);
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(stream.WaitWord(*words, slot, requested_[slot], timer));
+  // The watchdog let the words go (the daemon was lost): a wait that
+  // returned, or a stream that runs on, does not mean the copy was made.
+  // A host trainer's wait has already returned here, so say so now. A
+  // wait committed before the watchdog ran is judged by it instead
+  // (RingImport::TakeUnfinishedWaits).
+  if (!ring_.CommitStreamWait(slot, requested_[slot])) {
+    return absl::UnavailableError(
+        absl::StrCat("slot ", slot, " generation ", requested_[slot],
+                     ": the daemon was lost before its copy was known to be done"));
   }
   return absl::OkStatus();
 }
 
-absl::Status RingConsumer::AwaitReadyOnHost(uint32_t slot, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration pause = absl::Microseconds(10);
-  while (true) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(bool done, ring_.ready(slot).Query());
-    if (done) return absl::OkStatus();
+absl::Status RingConsumer::AwaitLanded(uint32_t slot, uint32_t generation,
+                                       absl::Duration timeout) {
+  const std::atomic<uint32_t>& landed = ring_.control().landed_seq[slot];
+  absl::Status waited = FutexAwait(&landed, timeout, [&]() -> absl::StatusOr<bool> {
     BLOCKSWAP_RETURN_IF_ERROR(CheckHealth());
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "slot ", slot, " generation ", requested_[slot], ": its copy had not completed ",
-          absl::FormatDuration(timeout),
-          " after the request (the device has no stream words, so the wait is on the host)"));
-    }
-    absl::SleepFor(pause);
-    pause = std::min(pause * 2, absl::Milliseconds(1));
+    return WordReached(landed.load(std::memory_order_acquire), generation);
+  });
+  if (absl::IsDeadlineExceeded(waited)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "slot ", slot, " generation ", generation, ": its copy was not seen complete within ",
+        absl::FormatDuration(timeout), " (ring ", ring_.ring_id(),
+        ", landed_seq=", landed.load(std::memory_order_relaxed),
+        "; the device has no stream words, so the wait is on the host)"));
   }
+  return waited;
 }
 
 void RingConsumer::RecordStall(uint32_t slot, uint32_t generation, const WaitIdle& idle) {

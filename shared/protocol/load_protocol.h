@@ -2,25 +2,28 @@
 // written once: the daemon uses RingProducer and the client library uses RingConsumer.
 //
 // Generation g of slot s:
-//  1. client  (RingConsumer::BeginLoad)  record free[s] on the stream that used
-//             the slot, publish consumed_seq[s] = g-1, then send the request.
-//     client  (RingConsumer::Release, with a notifier stream) make a side
-//             stream wait on free[s] and queue there a host function that
-//             publishes releasable_seq[s] = g and rings the device's doorbell
-//             (the compute stream gets no host function).
-//  2. daemon  (RingProducer::Submit/Poll) check consumed_seq[s] == g-1; once
-//             free[s] has completed — woken by the notification, but trusting
-//             only its own query of free[s] (never a GPU-side wait on a
-//             client's event); a slow fallback poll covers a client that does
-//             not notify — copy master -> slot, then have the copy stream
-//             write ready word s = g (record ready[s] where the device has no
-//             stream memory operations), publish filled_seq[s] = g and wake
-//             waiters.
+//  1. client  (RingConsumer::BeginLoad)  record free[s] — the client's own
+//             event — on the stream that used the slot, publish
+//             consumed_seq[s] = g-1, then send the request. A side stream
+//             (the notifier) waits on free[s] and then runs a host function
+//             that publishes releasable_seq[s] = g and rings the device's
+//             doorbell (the compute stream gets no host function).
+//  2. daemon  (RingProducer::Submit/FindReleased) check consumed_seq[s] ==
+//             g-1; once releasable_seq[s] == g (a value ahead of g is the
+//             client's protocol error) copy master -> slot, have the copy
+//             stream write ready word s = g where the device has stream memory
+//             operations, and publish filled_seq[s] = g. Once its own query
+//             finds the copy complete, it publishes landed_seq[s] = g
+//             (RingProducer::PublishCopied).
 //  3. client  (RingConsumer::AwaitLoaded) wait until filled_seq[s] == g,
 //             checking the status word, then make the stream wait until ready
-//             word s reaches g (or on ready[s]).
-// So every cross-process wait is issued only after the record it must bind
-// to: a wait issued early binds to the previous record and reads stale bytes.
+//             word s reaches g, or, without ready words, wait on the host until
+//             landed_seq[s] reaches g.
+// No event crosses processes: every signal between them is a memory word, so
+// daemon and client may be of different uids (the driver opens an IPC event
+// only in its creator's uid). Every wait is for a value, so none can bind to
+// an earlier signal; the order that still matters is the client's own: its
+// notifier's wait must follow the free[s] record it stands for.
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_
 #define BLOCKSWAP_SHARED_PROTOCOL_LOAD_PROTOCOL_H_
 
@@ -51,11 +54,14 @@ enum class ProtocolStep : uint32_t {
   kClientRecordFree,
   kClientPublishConsumed,
   kClientAwaitFilled,
-  kClientStreamWaitReady,  // on the ready word, or on ready[s]
-  kDaemonAwaitFree,        // the daemon's own query of free[s] before a copy
-  kDaemonRecordReady,      // the ready word's write, or ready[s]'s record
+  // The client's wait for the copy: its stream's on the ready word, or,
+  // without ready words, its own on landed_seq.
+  kClientStreamWaitReady,
+  kDaemonAwaitFree,  // the daemon's check of releasable_seq before a copy
+  // The ready word's write behind the copy, or landed_seq's publication.
+  kDaemonRecordReady,
   kDaemonPublishFilled,
-  // Speed only: without it the daemon finds releases by its fallback poll.
+  // The notifier: the daemon's one sign that a slot is free.
   kClientNotifyRelease,
   // A staged copy (daemon/device/staged_copier.h): the device copy of a
   // chunk is queued only once its memcpy into a staging buffer completed,
@@ -63,9 +69,6 @@ enum class ProtocolStep : uint32_t {
   // completed.
   kDaemonAwaitStaging,
   kDaemonAwaitStagingReuse,
-  // On a device without stream words (its probe failed): the client's wait
-  // on the host until ready[s] has completed, before its stream waits on it.
-  kClientGateReadyOnHost,
 };
 // The steps whose loss is a correctness bug: skipping any one of them must
 // make a test see wrong bytes or an error.
@@ -73,16 +76,11 @@ inline constexpr ProtocolStep kSafetyProtocolSteps[] = {
     ProtocolStep::kClientRecordFree,   ProtocolStep::kClientPublishConsumed,
     ProtocolStep::kClientAwaitFilled,  ProtocolStep::kClientStreamWaitReady,
     ProtocolStep::kDaemonAwaitFree,    ProtocolStep::kDaemonRecordReady,
-    ProtocolStep::kDaemonPublishFilled};
-// The steps whose loss costs only speed; tests check their counters instead.
-inline constexpr ProtocolStep kSpeedProtocolSteps[] = {ProtocolStep::kClientNotifyRelease};
+    ProtocolStep::kDaemonPublishFilled, ProtocolStep::kClientNotifyRelease};
 // The safety steps of staged copies only: their loss must show in a daemon
 // that stages its masters (pinning = "never").
 inline constexpr ProtocolStep kStagingProtocolSteps[] = {ProtocolStep::kDaemonAwaitStaging,
                                                          ProtocolStep::kDaemonAwaitStagingReuse};
-// The safety step of a device without stream words only: its loss must show
-// where the device has none (HostBackendOptions::without_stream_words).
-inline constexpr ProtocolStep kHostGatedProtocolSteps[] = {ProtocolStep::kClientGateReadyOnHost};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);
@@ -107,8 +105,8 @@ bool ProtocolStepSkipped(ProtocolStep step);
 absl::Status SkipProtocolStepsFromEnvironment();
 
 // The daemon's half for one ring. Never blocks: a request whose slot is still
-// in use waits in the producer until FindReleased() (or Poll()) finds free[s]
-// completed; ready copies are then issued in request order.
+// in use waits in the producer until FindReleased() (or Poll()) finds it
+// released (releasable_seq); ready copies are then issued in request order.
 // Thread-compatible: the daemon's device worker owns it.
 // How the bytes of one copy reach a slot, when not by one CopyHostToDevice
 // from a pinned source: a master that is not pinned is staged through pinned
@@ -125,13 +123,6 @@ class SlotCopier {
 
 class RingProducer {
  public:
-  // How long a notifying client's notification may lag its free[s]'s
-  // completion before the fallback poll issues the copy without it. Long
-  // enough for a notifier thread descheduled on a loaded machine (a
-  // notification that lands issues the copy at once); it delays only a
-  // client that notified before and then stopped.
-  static constexpr absl::Duration kNotifyGrace = absl::Milliseconds(20);
-
   // `ring` and `copy_stream` (on the ring's device) must outlive this object.
   RingProducer(DaemonRing& ring, Stream& copy_stream);
 
@@ -143,11 +134,10 @@ class RingProducer {
   absl::Status Submit(uint32_t slot, uint32_t generation, const void* source, size_t bytes,
                       SlotCopier* copier = nullptr);
 
-  // How the daemon learnt that a copy's slot was released.
+  // When the daemon learnt that a copy's slot was released.
   enum class ReleaseSeen : uint8_t {
-    kAtRequest,       // free[s] had completed when the request was first looked at
-    kByNotification,  // the client's notification (releasable_seq) said so
-    kByPoll,          // the fallback poll found it without a notification
+    kAtRequest,       // releasable_seq said so when the request was first looked at
+    kByNotification,  // it said so later: the copy waited for the client
   };
 
   // What Poll issued, for the daemon's trace (trace_log.h) and statistics.
@@ -169,14 +159,11 @@ class RingProducer {
     uint64_t ready_ns = 0;  // when its release was found
   };
 
-  // Finds the queued copies whose slot has been released and marks them
-  // ready; returns how many, and appends each to `ready` when given. A slot
-  // is queried (free[s]) when its request is new, when the client announced
-  // its release (releasable_seq), and when `fallback_poll` is set (the
-  // caller's slow timer). A client that notifies is given kNotifyGrace for
-  // its notification to land before the fallback poll finds a release, so
-  // that the counters say which path saw it. A device error fails the ring.
-  absl::StatusOr<int> FindReleased(bool fallback_poll, std::vector<Ready>* ready = nullptr);
+  // Finds the queued copies whose slot the client has released
+  // (releasable_seq) and marks them ready; returns how many, and appends
+  // each to `ready` when given. A released value ahead of a copy's
+  // generation fails the ring (the client broke the protocol).
+  absl::StatusOr<int> FindReleased(std::vector<Ready>* ready = nullptr);
   // The ready copy requested first (a client's request order is its wait
   // order), if any: what IssueOldestReady would issue.
   std::optional<Ready> OldestReady() const;
@@ -185,10 +172,10 @@ class RingProducer {
   absl::Status IssueOldestReady(std::vector<Issued>* issued = nullptr);
   // FindReleased, then every ready copy in request order; returns how many
   // were issued. For a ring that shares its copy stream with nobody.
-  absl::StatusOr<int> Poll(bool fallback_poll, std::vector<Issued>* issued = nullptr);
+  absl::StatusOr<int> Poll(std::vector<Issued>* issued = nullptr);
 
-  // Whether a pending copy's slot was announced released by the client and
-  // not yet looked at: the device worker's reason not to sleep.
+  // Whether a pending copy's slot was released by the client and not yet
+  // found: the device worker's reason not to sleep.
   bool HasAnnouncedRelease() const;
 
   bool has_pending() const { return pending_count() > 0; }
@@ -206,9 +193,10 @@ class RingProducer {
   bool TakeQueuedWordWrites() { return std::exchange(word_writes_queued_, false); }
   // Marks the daemon alive for the client's staleness check.
   void Heartbeat();
-  // Publishes that one more copy into the ring completed, having taken
-  // `stream_time` of the copy stream (DaemonControlBlock::copy_ns).
-  void PublishCopied(absl::Duration stream_time);
+  // Publishes that the copy of (`slot`, `generation`) completed, as the
+  // daemon's own query of its copy stream found, having taken `stream_time`
+  // of the copy stream: landed_seq, and DaemonControlBlock::copy_ns.
+  void PublishCopied(uint32_t slot, uint32_t generation, absl::Duration stream_time);
   absl::Status status() const;
 
  private:
@@ -219,23 +207,13 @@ class RingProducer {
     size_t bytes = 0;
     SlotCopier* copier = nullptr;  // null: one CopyHostToDevice
     uint64_t request_seq = 0;      // the order of Submit calls
-    bool looked_at = false;        // free[s] was queried once since the request
-    // free[s] was found complete: waits for IssueOldestReady, seen thus.
+    bool looked_at = false;        // FindReleased saw it once
+    // Found released: waits for IssueOldestReady, seen thus.
     bool ready = false;
     ReleaseSeen seen = ReleaseSeen::kAtRequest;
-    // released_ns[s] of the announcement last queried and found not yet
-    // complete (a newer free[s] record was pending): until the client
-    // announces again, the announcement is no reason to query or to stay
-    // awake — else a client could keep the worker spinning.
-    uint64_t announcement_queried_ns = 0;
-    // When the fallback poll first found free[s] complete without a
-    // notification from a client that notifies (0: not yet).
-    uint64_t unannounced_since_ns = 0;
   };
-  // Whether the client announced that `load`'s slot may take its generation.
-  bool Announced(uint32_t slot, const PendingLoad& load) const;
-  // The same, and not yet queried since this announcement.
-  bool NewlyAnnounced(uint32_t slot, const PendingLoad& load) const;
+  // Whether the client released `load`'s slot for its generation.
+  bool Released(uint32_t slot, const PendingLoad& load) const;
   absl::Status Issue(uint32_t slot, const PendingLoad& load, ReleaseSeen release,
                      std::vector<Issued>* issued);
 
@@ -260,10 +238,11 @@ struct ConsumerOptions {
   std::function<absl::Status()> liveness = {};
   // The side stream (on the ring's device) that tells the daemon when a
   // slot's free[s] has completed: it waits on free[s], then a host function
-  // publishes releasable_seq and rings the ring's doorbell. Null, or a ring
-  // without a doorbell: no notifications (the daemon's fallback poll finds
-  // the releases, slowly). Must outlive the consumer's notifications: the
-  // caller destroys (drains) it before the ring.
+  // publishes releasable_seq and rings the ring's doorbell, if any. Null: the
+  // release is published on the host after synchronising the stream that
+  // used the slot (for a stream whose work runs inline, as a host trainer's
+  // does). Must outlive the consumer's notifications: the caller destroys
+  // (drains) it before the ring.
   Stream* notifier = nullptr;
 };
 
@@ -277,19 +256,25 @@ class RingConsumer {
   // it: once its outstanding generation is filled (a slot's next free is
   // recorded only after filled_seq reached the outstanding generation, even
   // one that was never used), records free[s] on `stream` and publishes
-  // consumed_seq. Releasing again after a further use records again.
+  // consumed_seq. Releasing again after a further use records again. Tells
+  // the daemon nothing: BeginLoad's release, the last before a request, is
+  // the one announced (releasable_seq).
   absl::Status Release(uint32_t slot, Stream& stream);
 
-  // Step 1 for `slot`: releases it and returns the generation to request.
+  // Step 1 for `slot`: releases it, queues the announcement of that release
+  // (releasable_seq, once its free[s] has completed) and returns the
+  // generation to request.
   absl::StatusOr<uint32_t> BeginLoad(uint32_t slot, Stream& stream);
 
   // Step 3 for `slot`'s outstanding generation: waits (timeout, status word)
-  // until it is filled, then makes `stream` wait on ready[s]. Also allowed on
-  // a released slot whose block is used again (a backward pass).
+  // until it is filled, then makes `stream` wait on the ready word (or waits
+  // on the host until landed_seq). Also allowed on a released slot whose
+  // block is used again (a backward pass).
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream);
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout);
   // The same, with `timer` (of the ring's device) measuring how long
-  // `stream` sits idle at its wait on ready[s] (Stream::WaitTimed).
+  // `stream` sits idle at its wait on the ready word. Without ready words
+  // the stream waits for nothing and `timer` is left untouched.
   absl::Status AwaitLoaded(uint32_t slot, Stream& stream, absl::Duration timeout, WaitTimer* timer);
   // Traces a measured compute-stream stall at the wait for (slot,
   // generation): TraceKind::kStall. The ring's trace has one writer, this
@@ -315,14 +300,14 @@ class RingConsumer {
 
  private:
   absl::Status AwaitFilled(uint32_t slot, uint32_t generation, absl::Duration timeout);
-  // Waits (timeout, status word) until ready[s]'s record has completed: the
-  // ring's ready wait where it has no ready words.
-  absl::Status AwaitReadyOnHost(uint32_t slot, absl::Duration timeout);
+  // Waits (timeout, status word) until landed_seq[slot] reaches
+  // `generation`: the ring's ready wait where it has no ready words.
+  absl::Status AwaitLanded(uint32_t slot, uint32_t generation, absl::Duration timeout);
   // CheckHealth's verdict, without its consequence.
   absl::Status RingHealth() const;
   // Queues the notification that generation `releasable` may be copied into
-  // `slot` once the free[s] just recorded has completed.
-  absl::Status NotifyRelease(uint32_t slot, uint32_t releasable);
+  // `slot` once the free[s] just recorded on `stream` has completed.
+  absl::Status NotifyRelease(uint32_t slot, uint32_t releasable, Stream& stream);
   absl::Status CheckSlot(uint32_t slot) const;
   // Into the ring's trace buffer (trace_log.h): a clock read and a few stores.
   void RecordTrace(TraceKind kind, uint32_t slot, uint32_t generation, uint64_t time_ns,

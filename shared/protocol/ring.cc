@@ -30,12 +30,6 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
   const uint64_t stride = RoundUp(shape.slot_bytes, kSlotAlignment);
   for (uint32_t s = 0; s < shape.slot_count; ++s) ring->slot_offsets_.push_back(s * stride);
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->memory_, device.Allocate(stride * shape.slot_count));
-  for (uint32_t s = 0; s < shape.slot_count; ++s) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.CreateInterprocessEvent());
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateInterprocessEvent());
-    ring->ready_.push_back(std::move(ready));
-    ring->free_.push_back(std::move(free));
-  }
   BLOCKSWAP_RETURN_IF_ERROR(ring->CreateReadyWords());
 
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -64,6 +58,10 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
     client->magic = kClientControlMagic;
     client->version = kControlBlockVersion;
     client->slot_count = shape.slot_count;
+    // A slot never used is free: its first generation needs no release.
+    for (uint32_t s = 0; s < shape.slot_count; ++s) {
+      client->releasable_seq[s].store(1, std::memory_order_relaxed);
+    }
     TraceLog(static_cast<std::byte*>(init.data()) + kClientTraceOffset, kClientTraceCapacity)
         .Initialize();
   }
@@ -78,7 +76,8 @@ absl::Status DaemonRing::CreateReadyWords() {
       SharedMemory::Create(absl::StrCat("ring-", ring_id_, "-ready-words"), kReadyWordsBytes));
   BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, memory.Map(Access::kReadWrite));
   absl::StatusOr<std::unique_ptr<StreamWords>> words = device_.MapStreamWords(std::move(mapping));
-  // A device without stream memory operations keeps to the ready events.
+  // A device without stream memory operations: the client waits on the host
+  // for landed_seq.
   if (absl::IsFailedPrecondition(words.status())) return absl::OkStatus();
   BLOCKSWAP_RETURN_IF_ERROR(words.status());
   ready_words_memory_ = std::move(memory);
@@ -101,12 +100,6 @@ absl::StatusOr<RingExport> DaemonRing::Export() const {
   out.memory_bytes = memory_->size();
   out.boot_id = control().status.boot_id.load(std::memory_order_relaxed);
   BLOCKSWAP_ASSIGN_OR_RETURN(out.memory, memory_->Export());
-  for (uint32_t s = 0; s < shape_.slot_count; ++s) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, ready_[s]->Export());
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, free_[s]->Export());
-    out.ready_events.push_back(std::move(ready));
-    out.free_events.push_back(std::move(free));
-  }
   // A read-only open file description: the client cannot map it writable.
   BLOCKSWAP_ASSIGN_OR_RETURN(out.daemon_control, daemon_control_.fd().ReopenReadOnly());
   BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, client_control_.fd().Duplicate());
@@ -120,13 +113,10 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
                                                                RingExport exported) {
   const RingShape& shape = exported.shape;
   BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
-  if (exported.slot_offsets.size() != shape.slot_count ||
-      exported.ready_events.size() != shape.slot_count ||
-      exported.free_events.size() != shape.slot_count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring ", exported.ring_id, " announces ", shape.slot_count, " slots but carries ",
-        exported.slot_offsets.size(), " offsets, ", exported.ready_events.size(), " ready and ",
-        exported.free_events.size(), " free events"));
+  if (exported.slot_offsets.size() != shape.slot_count) {
+    return absl::InvalidArgumentError(absl::StrCat("ring ", exported.ring_id, " announces ",
+                                                   shape.slot_count, " slots but carries ",
+                                                   exported.slot_offsets.size(), " offsets"));
   }
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
     uint64_t offset = exported.slot_offsets[s];
@@ -161,14 +151,12 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
   BLOCKSWAP_ASSIGN_OR_RETURN(
       ring->memory_, device.ImportMemory(std::move(exported.memory), exported.memory_bytes));
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.ImportEvent(std::move(exported.ready_events[s])));
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.ImportEvent(std::move(exported.free_events[s])));
-    ring->ready_.push_back(std::move(ready));
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateEvent());
     ring->free_.push_back(std::move(free));
   }
   if (exported.ready_words.valid()) {
-    // The daemon writes these words instead of recording the ready events:
-    // a client that could not wait on them would read unfilled slots.
+    // The daemon writes these words and nothing else on its stream: a client
+    // that could not wait on them would read unfilled slots.
     BLOCKSWAP_ASSIGN_OR_RETURN(
         SharedMemory words, SharedMemory::Adopt(std::move(exported.ready_words), kReadyWordsBytes));
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, words.Map(Access::kReadWrite));

@@ -1,10 +1,12 @@
-// One ring: B slots of device memory on one device, a `ready` and a `free`
-// event per slot, and the two halves of the control block (control_block.h).
+// One ring: B slots of device memory on one device, the two halves of the
+// control block (control_block.h) and, where the device has stream memory
+// operations, a page of ready words.
 //
-// The daemon creates every part of a ring (DaemonRing::Create) — including
-// both events, because an imported event is undefined once its creator has
-// died, so the daemon must never depend on an event a client created — and
-// exports it to exactly one client, which imports it (RingImport::Import).
+// The daemon creates every part of a ring (DaemonRing::Create) and exports it
+// to exactly one client, which imports it (RingImport::Import). Everything
+// crosses as a file descriptor, so the client may be of any uid; no event
+// crosses (the driver opens an IPC event only in its creator's uid). The
+// client's `free` events are its own (RingImport).
 #ifndef BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 #define BLOCKSWAP_SHARED_PROTOCOL_RING_H_
 
@@ -54,8 +56,6 @@ struct RingExport {
   std::vector<uint64_t> slot_offsets;
   uint64_t memory_bytes = 0;
   ExportedHandle memory;
-  std::vector<ExportedHandle> ready_events;
-  std::vector<ExportedHandle> free_events;
   UniqueFd daemon_control;  // read-only descriptor of a 0400 object sealed against new writers
   UniqueFd client_control;  // read-write descriptor
   uint64_t boot_id = 0;
@@ -65,7 +65,8 @@ struct RingExport {
   // writing the request ring and by the client's release notifications.
   DoorbellExport doorbell;
   // The ready words (kReadyWordsBytes, read-write), where the device has
-  // stream memory operations; invalid: the ready events serve instead.
+  // stream memory operations; invalid: the client waits on the host for
+  // landed_seq instead.
   UniqueFd ready_words;
 };
 
@@ -94,10 +95,8 @@ class DaemonRing {
   Device& device() const { return device_; }
   const RingShape& shape() const { return shape_; }
   std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
-  Event& ready(uint32_t s) const { return *ready_[s]; }
-  Event& free(uint32_t s) const { return *free_[s]; }
   // The ready words (word s: the last generation copied into slot s), or
-  // null where the device has no stream memory operations (ready events).
+  // null where the device has no stream memory operations (landed_seq).
   StreamWords* ready_words() const { return ready_words_.get(); }
   // Moves the words at once, from the host (as
   // RingImport::AbandonReadyWords): for a failed ring whose copy stream
@@ -125,8 +124,6 @@ class DaemonRing {
   const RingShape shape_;
   std::vector<uint64_t> slot_offsets_;
   std::unique_ptr<DeviceMemory> memory_;
-  std::vector<std::unique_ptr<Event>> ready_;
-  std::vector<std::unique_ptr<Event>> free_;
   SharedMemory ready_words_memory_;  // valid with ready_words_
   std::unique_ptr<StreamWords> ready_words_;
   std::atomic<bool> abandoned_{false};  // AbandonReadyWords ran
@@ -137,8 +134,9 @@ class DaemonRing {
 };
 
 // The client's side, a ring imported: everything the daemon exported
-// (memory, control blocks, events), mapped and validated. client::Ring owns
-// one beside the ring's id in the session.
+// (memory, control blocks, words), mapped and validated, and the client's own
+// `free` event per slot. client::Ring owns one beside the ring's id in the
+// session.
 class RingImport {
  public:
   // Validates what arrived (counts, offsets inside the memory, magic numbers)
@@ -149,9 +147,10 @@ class RingImport {
   uint64_t boot_id() const { return boot_id_; }
   const RingShape& shape() const { return shape_; }
   std::byte* slot(uint32_t s) const { return memory_->data() + slot_offsets_[s]; }
-  Event& ready(uint32_t s) const { return *ready_[s]; }
+  // This process's event for slot s: recorded after the work that used the
+  // slot, awaited by the release notifier (load_protocol.h).
   Event& free(uint32_t s) const { return *free_[s]; }
-  // The daemon's ready words, when it sent them (else the ready events).
+  // The daemon's ready words, when it sent them (else landed_seq).
   StreamWords* ready_words() const { return ready_words_.get(); }
   // The watchdog's move when the daemon is lost: every ready word jumps to
   // AbandonedWordValue, so that no wait of a stream on this ring is left for
@@ -196,7 +195,6 @@ class RingImport {
   RingShape shape_;
   std::vector<uint64_t> slot_offsets_;
   std::unique_ptr<DeviceMemory> memory_;
-  std::vector<std::unique_ptr<Event>> ready_;
   std::vector<std::unique_ptr<Event>> free_;
   std::unique_ptr<StreamWords> ready_words_;
   mutable std::atomic<bool> abandoned_{false};     // AbandonReadyWords ran

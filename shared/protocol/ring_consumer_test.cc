@@ -23,17 +23,20 @@ class RingConsumerTest : public ::testing::Test {
     client_ring_ = RingImport::Import(*device_, daemon_ring_->Export().value()).value();
     copy_stream_ = device_->CreateStream().value();
     producer_ = std::make_unique<RingProducer>(*daemon_ring_, *copy_stream_);
-    consumer_ = std::make_unique<RingConsumer>(*client_ring_);
+    notifier_ = device_->CreateStream().value();
+    consumer_ =
+        std::make_unique<RingConsumer>(*client_ring_, ConsumerOptions{.notifier = notifier_.get()});
     compute_ = device_->CreateStream().value();
   }
 
   // Runs the daemon's half until the copy is issued (its slot's `free`
-  // completes on the compute stream's worker).
+  // completes on the compute stream's worker, then the notifier publishes
+  // the release).
   void Serve(uint32_t slot, uint32_t generation) {
     ASSERT_TRUE(producer_->Submit(slot, generation, source_, sizeof(source_)).ok());
     for (absl::Time until = absl::Now() + absl::Seconds(5);
          producer_->has_pending() && absl::Now() < until; absl::SleepFor(absl::Microseconds(50))) {
-      ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
+      ASSERT_TRUE(producer_->Poll().ok());
     }
     ASSERT_FALSE(producer_->has_pending());
   }
@@ -43,6 +46,7 @@ class RingConsumerTest : public ::testing::Test {
   Device* device_ = nullptr;
   std::unique_ptr<DaemonRing> daemon_ring_;
   std::unique_ptr<RingImport> client_ring_;
+  std::unique_ptr<Stream> notifier_;  // drained before client_ring_ goes
   std::unique_ptr<Stream> copy_stream_;
   std::unique_ptr<RingProducer> producer_;
   std::unique_ptr<RingConsumer> consumer_;
@@ -61,11 +65,12 @@ TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
   // ...so the next load must wait for that use, not for the first one.
   uint32_t g2 = consumer_->BeginLoad(0, *compute_).value();
   ASSERT_TRUE(producer_->Submit(0, g2, source_, sizeof(source_)).ok());
-  ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
+  ASSERT_TRUE(producer_->Poll().ok());
   EXPECT_TRUE(producer_->has_pending()) << "the copy would overwrite a slot still in use";
   finish_compute.Notify();
   ASSERT_TRUE(compute_->Synchronize().ok());
-  ASSERT_TRUE(producer_->Poll(/*fallback_poll=*/true).ok());
+  ASSERT_TRUE(notifier_->Synchronize().ok());
+  ASSERT_TRUE(producer_->Poll().ok());
   EXPECT_FALSE(producer_->has_pending()) << "the use is over: the copy may go";
   EXPECT_TRUE(consumer_->AwaitLoaded(0, *compute_).ok());
 }
@@ -76,12 +81,13 @@ TEST_F(RingConsumerTest, ReadyCopiesAreIssuedInRequestOrderNotSlotOrder) {
   const uint32_t g1 = consumer_->BeginLoad(1, *compute_).value();
   const uint32_t g0 = consumer_->BeginLoad(0, *compute_).value();
   ASSERT_TRUE(compute_->Synchronize().ok());  // both slots' `free` complete
+  ASSERT_TRUE(notifier_->Synchronize().ok());  // and their releases published
   ASSERT_TRUE(producer_->Submit(1, g1, source_, sizeof(source_)).ok());
   ASSERT_TRUE(producer_->Submit(0, g0, source_, sizeof(source_)).ok());
   std::vector<RingProducer::Ready> ready;
-  ASSERT_EQ(producer_->FindReleased(/*fallback_poll=*/true, &ready).value(), 2);
+  ASSERT_EQ(producer_->FindReleased(&ready).value(), 2);
   EXPECT_FALSE(producer_->awaits_release());
-  EXPECT_FALSE(producer_->HasAnnouncedRelease()) << "ready copies need no further query";
+  EXPECT_FALSE(producer_->HasAnnouncedRelease()) << "ready copies need no further look";
   ASSERT_TRUE(producer_->OldestReady().has_value());
   EXPECT_EQ(producer_->OldestReady()->slot, 1u) << "slot 1 was requested first";
   std::vector<RingProducer::Issued> issued;
@@ -99,10 +105,11 @@ TEST_F(RingConsumerTest, ReadyCopiesAreIssuedInRequestOrderNotSlotOrder) {
   const uint32_t h1 = consumer_->BeginLoad(1, *compute_).value();
   const uint32_t h0 = consumer_->BeginLoad(0, *compute_).value();
   ASSERT_TRUE(compute_->Synchronize().ok());
+  ASSERT_TRUE(notifier_->Synchronize().ok());
   ASSERT_TRUE(producer_->Submit(1, h1, source_, sizeof(source_)).ok());
   ASSERT_TRUE(producer_->Submit(0, h0, source_, sizeof(source_)).ok());
   issued.clear();
-  ASSERT_EQ(producer_->Poll(/*fallback_poll=*/true, &issued).value(), 2);
+  ASSERT_EQ(producer_->Poll(&issued).value(), 2);
   ASSERT_EQ(issued.size(), 2u);
   EXPECT_EQ(issued[0].slot, 1u);
   EXPECT_EQ(issued[1].slot, 0u);
@@ -148,10 +155,35 @@ TEST_F(RingConsumerTest, ComputeQueuedBeforeATimedWaitIsNotAStall) {
 
 TEST_F(RingConsumerTest, TheCopyTimeThePublisherAddsIsWhatTheConsumerReads) {
   EXPECT_EQ(consumer_->CopyTimeSoFar(), absl::ZeroDuration());
-  producer_->PublishCopied(absl::Microseconds(300));
-  producer_->PublishCopied(absl::Microseconds(450));
+  producer_->PublishCopied(0, 1, absl::Microseconds(300));
+  producer_->PublishCopied(1, 1, absl::Microseconds(450));
   EXPECT_EQ(consumer_->CopyTimeSoFar(), absl::Microseconds(750));
   EXPECT_EQ(client_ring_->control().copies_done.load(), 2u);
+}
+
+// landed_seq (the wait of a client without ready words) follows the
+// daemon's completions of each slot's copies, and never moves back.
+TEST_F(RingConsumerTest, ACompletedCopyIsPublishedAsLandedAndALateReportNeverMovesItBack) {
+  const DaemonControlBlock& control = client_ring_->control();
+  EXPECT_EQ(control.landed_seq[1].load(), 0u);
+  producer_->PublishCopied(1, 2, absl::ZeroDuration());
+  EXPECT_EQ(control.landed_seq[1].load(), 2u);
+  producer_->PublishCopied(1, 1, absl::ZeroDuration());
+  EXPECT_EQ(control.landed_seq[1].load(), 2u) << "a late report moved landed_seq back";
+  EXPECT_EQ(control.landed_seq[0].load(), 0u) << "only the copy's own slot";
+}
+
+// The client's word is the daemon's one sign of a release: a value ahead of
+// the requested generation is the client's protocol error, and fails the
+// ring before anything is copied.
+TEST_F(RingConsumerTest, AReleaseAheadOfThePendingGenerationFailsTheRing) {
+  ASSERT_TRUE(producer_->Submit(0, 1, source_, sizeof(source_)).ok());
+  client_ring_->client_control().releasable_seq[0].store(3, std::memory_order_release);
+  absl::StatusOr<int> found = producer_->FindReleased();
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition) << found.status();
+  EXPECT_EQ(client_ring_->control().status.error_code.load(),
+            static_cast<uint32_t>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(client_ring_->control().filled_seq[0].load(), 0u);
 }
 
 TEST_F(RingConsumerTest, WaitOnASlotNeverLoadedIsRefused) {

@@ -69,12 +69,6 @@ RingOnWire RingToWire(RingExport exported, uint64_t batch) {
   for (uint64_t offset : exported.slot_offsets) d.add_slot_offsets(offset);
   d.set_memory_bytes(exported.memory_bytes);
   *d.mutable_memory() = HandleToWire(std::move(exported.memory), batch, wire.fds);
-  for (ExportedHandle& event : exported.ready_events) {
-    *d.add_ready_events() = HandleToWire(std::move(event), batch, wire.fds);
-  }
-  for (ExportedHandle& event : exported.free_events) {
-    *d.add_free_events() = HandleToWire(std::move(event), batch, wire.fds);
-  }
   *d.mutable_daemon_control() = AddFd(std::move(exported.daemon_control), batch, wire.fds);
   *d.mutable_client_control() = AddFd(std::move(exported.client_control), batch, wire.fds);
   d.set_daemon_boot_id(exported.boot_id);
@@ -100,16 +94,6 @@ absl::StatusOr<RingExport> RingFromWire(const v1::RingDescriptor& d, std::vector
   out.slot_offsets.assign(d.slot_offsets().begin(), d.slot_offsets().end());
   out.memory_bytes = d.memory_bytes();
   BLOCKSWAP_ASSIGN_OR_RETURN(out.memory, taker.TakeHandle(d.memory(), "memory"));
-  for (int i = 0; i < d.ready_events_size(); ++i) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(
-        auto event, taker.TakeHandle(d.ready_events(i), absl::StrCat("ready_events[", i, "]")));
-    out.ready_events.push_back(std::move(event));
-  }
-  for (int i = 0; i < d.free_events_size(); ++i) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(
-        auto event, taker.TakeHandle(d.free_events(i), absl::StrCat("free_events[", i, "]")));
-    out.free_events.push_back(std::move(event));
-  }
   BLOCKSWAP_ASSIGN_OR_RETURN(out.daemon_control, taker.Take(d.daemon_control(), "daemon_control"));
   BLOCKSWAP_ASSIGN_OR_RETURN(out.client_control, taker.Take(d.client_control(), "client_control"));
   out.boot_id = d.daemon_boot_id();

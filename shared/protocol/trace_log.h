@@ -44,14 +44,14 @@ enum class TraceKind : uint16_t {
   // Daemon.
   kAccepted = 16,   // a request passed the protocol checks; value = bytes
   kCopyIssued = 17, // its copy was queued on the copy stream; value = bytes
-  kFilled = 18,     // ready[s] recorded and filled_seq published
+  kFilled = 18,     // the ready word's write queued and filled_seq published
   kCopyDone = 19,   // the worker saw the copy complete (an event it queries)
   kRejected = 20,   // a request broke the protocol; its ring failed
   kReleaseNotified = 21,  // the copy of (slot, generation) was waiting for
-                          // free[s] and the client's notification said it
-                          // completed: time_ns = when the client's host
-                          // function ran (as the client wrote it)
-  kCopyReady = 22,  // the daemon found free[s] complete: the copy waits for
+                          // its slot, and the client's notification released
+                          // it: time_ns = when the client's host function ran
+                          // (as the client wrote it)
+  kCopyReady = 22,  // the daemon found the slot released: the copy waits for
                     // its ring's turn on the copy stream (the fair issue
                     // order, daemon/device/copy_scheduler.h); value = bytes
 };

@@ -14,10 +14,9 @@ absl::StatusOr<std::unique_ptr<InProcessPipeline>> InProcessPipeline::Create(Bac
                              gpu_testing::DeviceCompute::Create(kind, device, /*checks=*/0));
   BLOCKSWAP_ASSIGN_OR_RETURN(pipeline->copy_stream_, device.CreateStream());
   for (uint32_t slot = 0; slot < kSlots; ++slot) {
-    // The backend's only events are interprocess ones; used in one process
-    // here, they order the two streams exactly as the reference's do.
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.CreateInterprocessEvent());
-    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateInterprocessEvent());
+    // In-process events order the two streams exactly as the reference's do.
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto ready, device.CreateEvent());
+    BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateEvent());
     pipeline->ready_.push_back(std::move(ready));
     pipeline->free_.push_back(std::move(free));
   }

@@ -523,16 +523,13 @@ void CheckWorkerServes(Daemon& daemon) {
       if (client_ring.control().filled_seq[slot].load() == 1) {
         // Copied once the slot's ready word reached the generation (the
         // daemon's copy stream writes it after the copy); on a device without
-        // stream words, once ready[s]'s record completed. filled_seq alone is
-        // published when the copy is issued.
-        bool copied = false;
-        if (const StreamWords* words = client_ring.ready_words(); words != nullptr) {
-          copied = SeqAtLeast(words->word(slot).load(std::memory_order_acquire), 1);
-        } else {
-          absl::StatusOr<bool> done = client_ring.ready(slot).Query();
-          Require(done.ok(), done.status().ToString());
-          copied = *done;
-        }
+        // stream words, once landed_seq did. filled_seq alone is published
+        // when the copy is issued.
+        const StreamWords* words = client_ring.ready_words();
+        const bool copied =
+            words != nullptr
+                ? SeqAtLeast(words->word(slot).load(std::memory_order_acquire), 1)
+                : SeqAtLeast(client_ring.control().landed_seq[slot].load(), 1);
         if (copied) break;
       }
       Require(absl::Now() < deadline,

@@ -127,7 +127,7 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
   // (a dead daemon's are released by this process's watchdog) or, where the
   // device has no stream memory operations, on its ready events.
   report.Add("ready_path",
-             client.ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "events");
+             client.ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "landed");
   const std::string compute = args.Str("compute", "kernels");
   if (compute != "kernels" && compute != "copies") {
     return absl::InvalidArgumentError(

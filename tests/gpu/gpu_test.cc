@@ -201,7 +201,7 @@ TEST(GpuWaitTimer, AStreamBehindAnotherStreamsWorkMeasuresItsIdleTimeOnTheHostCl
   Device& device = *backend->devices()[0];
   std::unique_ptr<Stream> busy = device.CreateStream().value();
   std::unique_ptr<Stream> waiter = device.CreateStream().value();
-  std::unique_ptr<Event> event = device.CreateInterprocessEvent().value();
+  std::unique_ptr<Event> event = device.CreateEvent().value();
   std::unique_ptr<WaitTimer> timer = device.CreateWaitTimer().value();
 
   const uint64_t issued_ns = MonotonicNanos();
@@ -335,19 +335,14 @@ TEST_F(GpuTest, ClientKilledDuringALongKernelStallsNobody) {
 // with UNAVAILABLE within its timeout, and its own stream stays sound and
 // drains: its waits are on the daemon's ready words, which the client's
 // watchdog releases when it loses the daemon (docs/protocol.md, "A dead
-// daemon"). Where the device has no stream memory operations the ring keeps
-// to its events, whose waits nothing can release: the test says so and skips.
+// daemon"); where the device has no stream memory operations its stream
+// waits for nothing (the client waits on the host for landed_seq).
 TEST_F(GpuTest, DaemonKilledUnderAClientFailsItsStepWithUnavailable) {
   StartDaemon();
   ChildProcess client =
       Spawn("gpu-stream", "orphan",
             {"--loads=10000000", "--compute-us=200", "--timeout-ms=5000", "--compute=copies"});
   ASSERT_TRUE(AwaitReport("orphan", "streaming")) << Describe("orphan");
-  if (FirstValue(Report("orphan"), "ready_path") != "words") {
-    client.Kill(SIGKILL);
-    GTEST_SKIP() << "this device has no stream memory operations (the ring waits on events): a "
-                    "daemon death can leave its client's stream waiting";
-  }
   ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
   const absl::Time killed = absl::Now();
   const int code = Finish(client, "orphan", absl::Seconds(20));

@@ -32,12 +32,8 @@ class HeldCopyDevice final : public Device {
                                                              size_t bytes) override {
     return device_.ImportMemory(std::move(handle), bytes);
   }
-  absl::StatusOr<std::unique_ptr<Event>> CreateInterprocessEvent() override {
-    return device_.CreateInterprocessEvent();
-  }
-  absl::StatusOr<std::unique_ptr<Event>> ImportEvent(ExportedHandle handle) override {
-    return device_.ImportEvent(std::move(handle));
-  }
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override { return device_.CreateEvent(); }
+  absl::Status memory_export_status() override { return device_.memory_export_status(); }
   absl::StatusOr<std::unique_ptr<WaitTimer>> CreateWaitTimer() override {
     return device_.CreateWaitTimer();
   }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shared/backend/backend.h"
+#include "shared/base/status.h"
 #include "shared/base/test_hooks.h"
 #include "shared/os/fd_passing.h"
 #include "shared/protocol/load_protocol.h"
@@ -137,6 +139,25 @@ int RunProducer(const std::vector<std::string>& argv) {
   }
 
   RingProducer producer(**ring, **stream);
+  // The copies issued and not yet seen complete, each batch behind an event
+  // of this process, as the daemon's copy tracker keeps them: landed_seq is
+  // published once the event says the batch is done.
+  struct Batch {
+    std::unique_ptr<Event> done;
+    std::vector<RingProducer::Issued> copies;
+  };
+  std::deque<Batch> in_flight;
+  auto retire = [&]() -> absl::Status {
+    while (!in_flight.empty()) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(bool done, in_flight.front().done->Query());
+      if (!done) break;
+      for (const RingProducer::Issued& copy : in_flight.front().copies) {
+        producer.PublishCopied(copy.slot, copy.generation, absl::ZeroDuration());
+      }
+      in_flight.pop_front();
+    }
+    return absl::OkStatus();
+  };
   bool rejected = false;
   bool blocked = false;
   auto timed = [&](auto&& call) {
@@ -167,12 +188,20 @@ int RunProducer(const std::vector<std::string>& argv) {
     }
     if (producer.status().ok()) {
       // A failed Poll fails the ring; the consumer sees it in the status word.
-      (void)timed([&] { return producer.Poll(/*fallback_poll=*/true); });
+      std::vector<RingProducer::Issued> issued;
+      (void)timed([&] { return producer.Poll(&issued); });
+      if (!issued.empty()) {
+        absl::StatusOr<std::unique_ptr<Event>> done = device.CreateEvent();
+        absl::Status recorded = done.ok() ? (*stream)->Record(**done) : done.status();
+        if (!recorded.ok()) return Fail("producer", recorded, kPeerSetupFailed);
+        in_flight.push_back(Batch{*std::move(done), std::move(issued)});
+      }
+      if (absl::Status retired = retire(); !retired.ok()) producer.Fail(retired);
     }
     producer.Heartbeat();
     if (got < 0) {
       pollfd pfd{socket.get(), POLLIN, 0};
-      ::poll(&pfd, 1, producer.has_pending() ? 0 : 1);
+      ::poll(&pfd, 1, producer.has_pending() || !in_flight.empty() ? 0 : 1);
     }
   }
   (void)(*stream)->Synchronize();
@@ -211,6 +240,11 @@ int RunConsumer(const std::vector<std::string>& argv) {
   if (!ring.ok()) return Fail("consumer", ring.status(), kPeerSetupFailed);
   auto stream = (*device)->CreateStream();
   if (!stream.ok()) return Fail("consumer", stream.status(), kPeerSetupFailed);
+  // The release notifier, as the client library has one: drained before the
+  // ring goes (its host functions write the ring's control block).
+  auto notifier = (*device)->CreateStream();
+  if (!notifier.ok()) return Fail("consumer", notifier.status(), kPeerSetupFailed);
+  options.notifier = notifier->get();
 
   const RingShape shape = (*ring)->shape();
   const uint32_t slots = shape.slot_count;
@@ -234,6 +268,7 @@ int RunConsumer(const std::vector<std::string>& argv) {
   // stream's reads done, the imports closed (host_lifetime.h), then kDone.
   auto done = [&] {
     (void)(*stream)->Synchronize();
+    (void)(*notifier)->Synchronize();
     ring->reset();
     send(PeerMessage{MessageType::kDone, 0, 0, 0});
   };

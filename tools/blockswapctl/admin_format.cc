@@ -429,19 +429,18 @@ std::string StatsText(const v1::StatsReply& reply) {
   if (reply.devices().empty()) {
     out = "no devices\n";
   } else {
-    // RELEASES: how the daemon learnt that each copy's slot was free —
-    // already at the request / by the client's notification / by the
-    // fallback poll (a client that does not notify).
+    // RELEASES: when the daemon learnt that each copy's slot was free —
+    // already at the request / later, by the client's release.
     TextTable devices({"DEVICE", "LOADS", "BYTES", "COPY TIME", "GB/s", "QUEUE", "PROTOCOL ERRORS",
-                       "RINGS", "RELEASES REQ/NOTIFIED/POLLED"});
+                       "RINGS", "RELEASES REQ/NOTIFIED"});
     for (const v1::DeviceStats& device : reply.devices()) {
       devices.AddRow({device.device_uuid(), absl::StrCat(device.loads()),
                       HumanBytes(device.bytes_copied()), HumanDuration(device.copy_seconds()),
                       HumanRate(device.bytes_copied(), device.copy_seconds()),
                       absl::StrCat(device.queue_depth()), absl::StrCat(device.protocol_errors()),
                       absl::StrCat(device.rings()),
-                      absl::StrCat(device.releases_at_request(), "/", device.releases_notified(),
-                                   "/", device.releases_polled())});
+                      absl::StrCat(device.releases_at_request(), "/",
+                                   device.releases_notified())});
     }
     out = devices.Render();
   }
@@ -570,7 +569,6 @@ json StatsJson(const v1::StatsReply& reply) {
                        {"rings", device.rings()},
                        {"releases_at_request", device.releases_at_request()},
                        {"releases_notified", device.releases_notified()},
-                       {"releases_polled", device.releases_polled()},
                        {"staged_loads", device.staged_loads()},
                        {"staged_bytes", device.staged_bytes()}});
   }

@@ -528,7 +528,6 @@ v1::StatsReply SampleStats() {
   busy->set_rings(2);
   busy->set_releases_at_request(3);
   busy->set_releases_notified(1190);
-  busy->set_releases_polled(7);
   v1::DeviceStats* idle = reply.add_devices();
   idle->set_device_uuid("HOST-1");
 
@@ -567,11 +566,11 @@ TEST(StatsText, DeviceTableComputesGigabytesPerSecond) {
   ASSERT_GE(lines.size(), 3u);
   EXPECT_EQ(lines[0],
             "DEVICE  LOADS  BYTES     COPY TIME  GB/s  QUEUE  PROTOCOL ERRORS  RINGS  "
-            "RELEASES REQ/NOTIFIED/POLLED");
+            "RELEASES REQ/NOTIFIED");
   EXPECT_EQ(lines[1],
-            "HOST-0  1200   22.9 GiB  2.0 s      12.3  1      0                2      3/1190/7");
+            "HOST-0  1200   22.9 GiB  2.0 s      12.3  1      0                2      3/1190");
   EXPECT_EQ(lines[2],
-            "HOST-1  0      0 B       0 s        -     0      0                0      0/0/0");
+            "HOST-1  0      0 B       0 s        -     0      0                0      0/0");
 }
 
 TEST(StatsText, ClientTableShowsTheLatestPassOfEachDirection) {
@@ -610,7 +609,6 @@ TEST(StatsJson, HasRatesCountsAndTheLatestPasses) {
   EXPECT_EQ(json["devices"][0]["protocol_errors"], 0);
   EXPECT_EQ(json["devices"][0]["rings"], 2);
   EXPECT_EQ(json["devices"][0]["releases_notified"], 1190);
-  EXPECT_EQ(json["devices"][0]["releases_polled"], 7);
   EXPECT_TRUE(json["devices"][1]["gb_per_second"].is_null());
 
   ASSERT_EQ(json["clients"].size(), 2u);
