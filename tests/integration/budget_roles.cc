@@ -17,7 +17,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "client/core/connection.h"
 #include "client/core/ring.h"
 #include "shared/protocol/grpc_status.h"
@@ -81,11 +80,6 @@ int RunGreedy(const std::vector<std::string>& argv) {
   // Every attempt in a fresh session of this process when --sessions is
   // given (a quota per session would be multiplied by them), else in one.
   const bool session_each = args.Int("sessions", 0) != 0;
-  // --destroy: slot 0's `free` is recorded behind work that waits for
-  // `unblock`, then the ring is destroyed: the daemon must keep it retired
-  // (and counted) until that `free` completes.
-  absl::Notification unblock;
-  std::vector<std::unique_ptr<Stream>> blocked;
   std::vector<std::unique_ptr<client::Connection>> connections;
   std::vector<std::unique_ptr<client::Ring>> granted;
   absl::Status refused;
@@ -106,16 +100,6 @@ int RunGreedy(const std::vector<std::string>& argv) {
                                        static_cast<uint32_t>(args.Int("slots", 1)),
                                        static_cast<uint64_t>(args.Int("slot-bytes", 4096)));
       got = ring.status();
-      if (ring.ok() && args.Int("destroy", 0) != 0) {
-        auto stream = (*ring)->device().CreateStream();
-        if (!stream.ok()) return kClientSetupFailed;
-        if (!(*stream)->LaunchHostFunc([&unblock] { unblock.WaitForNotification(); }).ok() ||
-            !(*ring)->Release(0, **stream).ok() || !RawDestroyRing(c, (*ring)->id()).ok()) {
-          std::cerr << "greedy: could not hold and destroy ring " << (*ring)->id() << "\n";
-          return kClientSetupFailed;
-        }
-        blocked.push_back(*std::move(stream));
-      }
       if (ring.ok()) granted.push_back(*std::move(ring));
     } else if (name == "upload") {
       got = BeginUpload(c, static_cast<uint32_t>(args.Int("blocks", 1)),
@@ -135,8 +119,6 @@ int RunGreedy(const std::vector<std::string>& argv) {
     }
   }
   report.Add("granted", absl::StrCat(granted_count));
-  unblock.Notify();
-  for (auto& stream : blocked) (void)stream->Synchronize();
   if (absl::IsResourceExhausted(refused) && absl::StrContains(refused.message(), expect)) {
     std::cerr << "greedy " << name << ": refused as expected after " << granted_count
               << " granted: " << refused << "\n";
