@@ -45,6 +45,9 @@ namespace {
   X(cuMemsetD8Async, 3020, PFN_cuMemsetD8Async_v3020)                                   \
   X(cuPointerGetAttribute, 4000, PFN_cuPointerGetAttribute_v4000)                       \
   X(cuPointerGetAttributes, 7000, PFN_cuPointerGetAttributes_v7000)                     \
+  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                                             \
+  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                                               \
+  X(cuMemGetAddressRange, 3020, PFN_cuMemGetAddressRange_v3020)                         \
   X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)                               \
   X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)                           \
   X(cuIpcCloseMemHandle, 4010, PFN_cuIpcCloseMemHandle_v4010)                           \
