@@ -192,6 +192,10 @@ class Device {
   // Ring memory: `bytes` rounded up to the backend's export granularity.
   // Fails with memory_export_status() on a device that cannot export it.
   virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) = 0;
+  // Device memory only this process uses (a trainer's own ring, filled by
+  // its own copies): cuda cuMemAlloc, which needs no virtual memory
+  // management, so it works on every device; Export() fails.
+  virtual absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocatePrivate(size_t bytes) = 0;
   // OK where this device's memory can reach another process, of any uid, as
   // a descriptor; else FAILED_PRECONDITION saying why (cuda: naming the
   // device attribute it lacks: virtual memory management or POSIX
@@ -236,6 +240,14 @@ class Device {
   // limit); AllocatePinnedHostBuffer still works there.
   virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                                size_t bytes) = 0;
+  // Pins memory this process maps read-only (a client's view of the daemon's
+  // masters) for copies from it, never to it (cuda:
+  // CU_MEMHOSTREGISTER_READ_ONLY, which the driver needs to pin a read-only
+  // mapping). One piece of at most kHostPinPieceBytes. UNIMPLEMENTED, saying
+  // why, on a device without CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED
+  // or one that cannot register host memory at all.
+  virtual absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterReadOnlyHostMemory(
+      const void* data, size_t bytes) = 0;
   // `bytes` (> 0) of host memory pinned by the driver for this device's
   // copies (cuda: cuMemAllocHost in this device's context; host: plain memory,
   // counted against pin_limit_bytes like a registration), touched so that the

@@ -135,6 +135,34 @@ class CudaDeviceMemory final : public DeviceMemory {
   bool mapped_ = false;    // the allocation is mapped there
 };
 
+// Device memory of this process alone (cuMemAlloc): a trainer's own ring,
+// which its own copies fill. Works on a device without virtual memory
+// management.
+class CudaPrivateMemory final : public DeviceMemory {
+ public:
+  CudaPrivateMemory(DeviceHealth& health, CUdeviceptr data, size_t size)
+      : health_(health), data_(data), size_(size) {}
+  CudaPrivateMemory(const CudaPrivateMemory&) = delete;
+  CudaPrivateMemory& operator=(const CudaPrivateMemory&) = delete;
+  // After every stream that touched it has passed its last use.
+  ~CudaPrivateMemory() override {
+    ScopedContext guard = ScopedContext::EnterForCleanup(health_);
+    (void)BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemFree(data_));
+  }
+
+  std::byte* data() const override { return reinterpret_cast<std::byte*>(data_); }
+  size_t size() const override { return size_; }
+  absl::StatusOr<ExportedHandle> Export() const override {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "private device memory of ", health_.label(), " cannot be exported (it is not a ring's)"));
+  }
+
+ private:
+  DeviceHealth& health_;
+  const CUdeviceptr data_;
+  const size_t size_;
+};
+
 // An event of this process (events never cross processes: docs/protocol.md,
 // "Users").
 class CudaEvent final : public Event {
@@ -512,9 +540,11 @@ class CudaHostRegistration final : public HostRegistration {
 
   // Pins one piece; it is unpinned when this registration dies, also when a
   // later piece fails.
-  absl::Status Pin(void* chunk, size_t bytes) {
+  // `flags` beyond CU_MEMHOSTREGISTER_PORTABLE (READ_ONLY).
+  absl::Status Pin(void* chunk, size_t bytes, unsigned int flags = 0) {
     absl::Status status = BLOCKSWAP_CUDA_STATUS(
-        &health_, health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+        &health_,
+        health_.cu().cuMemHostRegister(chunk, bytes, CU_MEMHOSTREGISTER_PORTABLE | flags));
     if (status.code() == absl::StatusCode::kUnimplemented) {
       // CUDA_ERROR_NOT_SUPPORTED: the device or platform refuses registration
       // itself (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0); no
@@ -608,6 +638,21 @@ class CudaDevice final : public Device {
     BLOCKSWAP_ASSIGN_OR_RETURN(auto memory, CudaDeviceMemory::Map(health_, device_, allocation,
                                                                   rounded, /*exportable=*/true));
     return std::unique_ptr<DeviceMemory>(std::move(memory));
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocatePrivate(size_t bytes) override {
+    if (bytes == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot allocate 0 bytes of device memory on ", health_.label()));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    CUdeviceptr data = 0;
+    absl::Status allocated =
+        BLOCKSWAP_CUDA_STATUS(&health_, health_.cu().cuMemAlloc(&data, bytes));
+    if (!allocated.ok()) {
+      return Annotate(allocated, absl::StrCat("allocating ", bytes, " bytes of device memory"));
+    }
+    return std::make_unique<CudaPrivateMemory>(health_, data, bytes);
   }
 
   absl::StatusOr<uint64_t> FreeMemoryBytes() override {
@@ -742,6 +787,35 @@ class CudaDevice final : public Device {
                                              ") of ", bytes, " at ", AddressString(data)));
       }
     }
+    return registration;
+  }
+
+  // CU_MEMHOSTREGISTER_READ_ONLY: the device only reads the range, and the
+  // driver needs the flag to pin a mapping the process cannot write ("On
+  // platforms without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+  // this flag is required in order to register memory mapped to the CPU as
+  // read-only"). The attribute is asked first: the flag on a device without
+  // it fails CUDA_ERROR_NOT_SUPPORTED, said here in words.
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterReadOnlyHostMemory(
+      const void* data, size_t bytes) override {
+    if (data == nullptr || bytes == 0 || bytes > cuda_internal::kHostRegisterChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot pin ", bytes, " read-only bytes at ", AddressString(data), " (empty or over ",
+          cuda_internal::kHostRegisterChunkBytes, " bytes)"));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(ScopedContext guard, ScopedContext::Enter(health_));
+    int supported = 0;
+    BLOCKSWAP_CUDA_RETURN_IF_ERROR(
+        &health_, health_.cu().cuDeviceGetAttribute(
+                      &supported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, device_));
+    if (supported == 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          health_.label(), " cannot register read-only host memory "
+                           "(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED is 0)"));
+    }
+    auto registration = std::make_unique<CudaHostRegistration>(health_, 1);
+    BLOCKSWAP_RETURN_IF_ERROR(registration->Pin(const_cast<void*>(data), bytes,
+                                                CU_MEMHOSTREGISTER_READ_ONLY));
     return registration;
   }
 

@@ -48,6 +48,8 @@
   X(cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent_v4000)                       \
   X(cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent_v4000)                       \
   X(cuMemGetInfo, 3020, PFN_cuMemGetInfo_v3020)                             \
+  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                                 \
+  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                                   \
   X(cuMemAllocHost, 3020, PFN_cuMemAllocHost_v3020)                         \
   X(cuMemFreeHost, 2000, PFN_cuMemFreeHost_v2000)                           \
   X(cuMemHostRegister, 6050, PFN_cuMemHostRegister_v6050)                   \

@@ -572,6 +572,25 @@ class HostPinnedBuffer final : public PinnedHostBuffer {
   const size_t size_;
 };
 
+// A trainer's own ring on the host backend: plain memory of this process.
+class HostPrivateMemory final : public DeviceMemory {
+ public:
+  HostPrivateMemory(void* data, size_t size) : data_(static_cast<std::byte*>(data)), size_(size) {}
+  HostPrivateMemory(const HostPrivateMemory&) = delete;
+  HostPrivateMemory& operator=(const HostPrivateMemory&) = delete;
+  ~HostPrivateMemory() override { ::munmap(data_, size_); }
+
+  std::byte* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  absl::StatusOr<ExportedHandle> Export() const override {
+    return absl::FailedPreconditionError("private device memory cannot be exported");
+  }
+
+ private:
+  std::byte* const data_;
+  const size_t size_;
+};
+
 class HostDevice final : public Device {
  public:
   HostDevice(int index, const HostBackendOptions& options)
@@ -612,6 +631,18 @@ class HostDevice final : public Device {
     header->magic = kMemoryMagic;
     host_lifetime::InitializeLedger(header->ledger);
     return std::make_unique<HostMemory>(std::move(shm), std::move(mapping), size, ImportClaim());
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocatePrivate(size_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes of device memory");
+    // Pre-faulted, as Allocate's.
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (data == MAP_FAILED) {
+      return ErrnoStatus(errno,
+                         absl::StrCat("allocating ", bytes, " bytes of device memory on ", info_.uuid));
+    }
+    return std::make_unique<HostPrivateMemory>(data, bytes);
   }
 
   absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
@@ -661,6 +692,10 @@ class HostDevice final : public Device {
       }
     } while (!pinned_->compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
     return std::make_unique<CountedRegistration>(pinned_, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterReadOnlyHostMemory(
+      const void*, size_t bytes) override {
+    return RegisterHostMemory(nullptr, bytes);
   }
   absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
       size_t bytes) override {

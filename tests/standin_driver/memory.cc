@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -62,6 +64,26 @@ void CheckImportAlive(const std::shared_ptr<Allocation>& allocation, const char*
   }
 }
 
+// Whether every page of [data, data + bytes) is mapped writable by this
+// process (/proc/self/maps: the kernel's own view of the mappings).
+bool MappedWritable(const void* data, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = begin + bytes;
+  uintptr_t covered = begin;  // [begin, covered) is known writable
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (covered < end && std::getline(maps, line)) {
+    uintptr_t from = 0, to = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s", &from, &to, perms) != 3) continue;
+    if (from <= covered && covered < to) {
+      if (perms[1] != 'w') return false;
+      covered = to;
+    }
+  }
+  return covered >= end;
+}
+
 // Queues a copy between any two kinds of memory (unified addressing).
 CUresult QueueCopy(CUstream handle, uintptr_t dst, bool dst_host, uintptr_t src, bool src_host,
                    size_t bytes, const char* name) {
@@ -71,6 +93,12 @@ CUresult QueueCopy(CUstream handle, uintptr_t dst, bool dst_host, uintptr_t src,
   Resolved to = Resolve(dst, bytes, dst_host);
   Resolved from = Resolve(src, bytes, src_host);
   if (to.kind == Resolved::Kind::kUnknown || from.kind == Resolved::Kind::kUnknown) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Memory registered CU_MEMHOSTREGISTER_READ_ONLY "is considered read-only
+  // by the device": what a device write to it does is not documented, so
+  // the strictest rule (assumed): refused at the call.
+  if (to.kind == Resolved::Kind::kPinnedHost && (to.range.flags & CU_MEMHOSTREGISTER_READ_ONLY)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   const bool host_to_device =
@@ -236,6 +264,13 @@ CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
   // attribute set will cause cuMemHostRegister to error with
   // CUDA_ERROR_NOT_SUPPORTED" (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED).
   if (!GetSettings().host_register) return CUDA_ERROR_NOT_SUPPORTED;
+  // "On platforms without CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+  // this flag is required in order to register memory mapped to the CPU as
+  // read-only" (CU_MEMHOSTREGISTER_READ_ONLY); the stand-in is such a
+  // platform. The error code is not documented: INVALID_VALUE (assumed).
+  if ((flags & CU_MEMHOSTREGISTER_READ_ONLY) == 0 && !MappedWritable(p, bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   auto* data = static_cast<std::byte*>(p);
   Driver& driver = GetDriver();
   std::lock_guard<std::mutex> lock(driver.mu);

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,8 +46,6 @@ namespace {
   X(cuMemsetD8Async, 3020, PFN_cuMemsetD8Async_v3020)                                   \
   X(cuPointerGetAttribute, 4000, PFN_cuPointerGetAttribute_v4000)                       \
   X(cuPointerGetAttributes, 7000, PFN_cuPointerGetAttributes_v7000)                     \
-  X(cuMemAlloc, 3020, PFN_cuMemAlloc_v3020)                                             \
-  X(cuMemFree, 3020, PFN_cuMemFree_v3020)                                               \
   X(cuMemGetAddressRange, 3020, PFN_cuMemGetAddressRange_v3020)                         \
   X(cuIpcGetMemHandle, 4010, PFN_cuIpcGetMemHandle_v4010)                               \
   X(cuIpcOpenMemHandle, 11000, PFN_cuIpcOpenMemHandle_v11000)                           \
@@ -1322,8 +1321,43 @@ TEST_F(StandinDriverTest, DevicesSupportVmmAndDescriptorsUnlessVmmIsOff) {
   EXPECT_EQ(ExitCode(peer), 0);
 }
 
-// CU_MEMHOSTREGISTER_READ_ONLY is supported where registration is (the
-// attribute only: read-only registration itself is not modelled).
+// A read-only mapping is pinned only with CU_MEMHOSTREGISTER_READ_ONLY (the
+// flag's documentation: required "to register memory mapped to the CPU as
+// read-only" on this kind of platform), and the device never writes what
+// was pinned so (assumed: refused at the copy's call). A writable mapping
+// takes either.
+TEST_F(StandinDriverTest, AReadOnlyMappingIsPinnedOnlyReadOnlyAndTheDeviceNeverWritesIt) {
+  void* page = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemHostRegister(page, 4096, 0));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
+            cu.cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_PORTABLE));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_READ_ONLY));
+  CUdeviceptr device = 0;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemAlloc(&device, 4096));
+  CUstream stream = nullptr;
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemcpyHtoDAsync(device, page, 4096, stream)) << "reading it";
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemcpyDtoHAsync(page, device, 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamSynchronize(stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemHostUnregister(page));
+
+  std::vector<std::byte> writable(4096);
+  ASSERT_CU(CUDA_SUCCESS,
+            cu.cuMemHostRegister(writable.data(), 4096, CU_MEMHOSTREGISTER_READ_ONLY));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cu.cuMemcpyDtoHAsync(writable.data(), device, 4096, stream))
+      << "pinned read-only: the device may not write it, however it is mapped";
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemHostUnregister(writable.data()));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemHostRegister(writable.data(), 4096, 0));
+  EXPECT_CU(CUDA_SUCCESS, cu.cuMemcpyDtoHAsync(writable.data(), device, 4096, stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamSynchronize(stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemHostUnregister(writable.data()));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuStreamDestroy(stream));
+  ASSERT_CU(CUDA_SUCCESS, cu.cuMemFree(device));
+  ::munmap(page, 4096);
+}
+
+// CU_MEMHOSTREGISTER_READ_ONLY is supported where registration is.
 TEST_F(StandinDriverTest, ReadOnlyHostRegistrationIsSupportedWhereHostRegistrationIs) {
   int value = -1;
   ASSERT_CU(CUDA_SUCCESS, cu.cuDeviceGetAttribute(

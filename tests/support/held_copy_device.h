@@ -28,6 +28,9 @@ class HeldCopyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<DeviceMemory>> Allocate(size_t bytes) override {
     return device_.Allocate(bytes);
   }
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> AllocatePrivate(size_t bytes) override {
+    return device_.AllocatePrivate(bytes);
+  }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> ImportMemory(ExportedHandle handle,
                                                              size_t bytes) override {
     return device_.ImportMemory(std::move(handle), bytes);
@@ -49,6 +52,10 @@ class HeldCopyDevice final : public Device {
   absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterHostMemory(void* data,
                                                                        size_t bytes) override {
     return device_.RegisterHostMemory(data, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<HostRegistration>> RegisterReadOnlyHostMemory(
+      const void* data, size_t bytes) override {
+    return device_.RegisterReadOnlyHostMemory(data, bytes);
   }
   absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> AllocatePinnedHostBuffer(
       size_t bytes) override {
