@@ -82,22 +82,23 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                              ModelStore::Open(std::move(store_options), devices[0].get()));
 
   // On the host backend a ring's "device memory" is the daemon's own memory.
-  RingMemoryOptions ring_memory{
-      daemon->backend_->kind() == BackendKind::kHost ? daemon->memory_.get() : nullptr,
-      o.device_memory_reserve_bytes};
+  WorkerMemoryOptions worker_memory{
+      .host_budget =
+          daemon->backend_->kind() == BackendKind::kHost ? daemon->memory_.get() : nullptr,
+      .device_reserve_bytes = o.device_memory_reserve_bytes,
+      .staging_budget = daemon->memory_.get()};
   // Staging buffers wherever a master may be staged, charged to the node's
   // budget; on the host backend their memcpy gets its jitter too.
   std::optional<StagingOptions> staging;
   if (o.pinning != PinningPolicy::kAlways) {
     staging = o.staging;
-    staging->budget = daemon->memory_.get();
     if (daemon->backend_->kind() == BackendKind::kHost) staging->jitter_us = o.host.jitter_us;
   }
   std::map<std::string, DeviceWorker*> workers;
   std::map<std::string, const DeviceWorker*> admin_workers;
   for (const auto& device : devices) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
-        auto worker, DeviceWorker::Start(*device, daemon->boot_id_, ring_memory, staging,
+        auto worker, DeviceWorker::Start(*device, daemon->boot_id_, worker_memory, staging,
                                          /*staging_at_start=*/o.pinning == PinningPolicy::kNever,
                                          o.copy_weights));
     workers[device->info().uuid] = worker.get();
@@ -108,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                                        daemon->boot_id_, RequestLimits{},
                                                        ModelVisibility(o.model_access));
   daemon->sessions_->quotas().Set(o.quotas);
+  daemon->sessions_->set_default_copy(o.copy);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
   daemon->blockswap_service_ = std::make_unique<BlockSwapService>(

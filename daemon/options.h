@@ -15,12 +15,13 @@
 #include "absl/time/time.h"
 #include "daemon/budget/master_limits.h"
 #include "daemon/device/copy_scheduler.h"
-#include "daemon/device/staging_pool.h"
 #include "daemon/runtime/logging.h"
 #include "daemon/session/model_visibility.h"
 #include "daemon/session/quota.h"
 #include "daemon/store/master_pinning.h"
 #include "shared/backend/backend.h"
+#include "shared/copy/staging_pool.h"
+#include "shared/protocol/copy_path.h"
 
 namespace blockswap::daemon {
 
@@ -41,6 +42,9 @@ struct DaemonOptions {
   // and the staging buffers of each device (budget: left empty here).
   PinningPolicy pinning = PinningPolicy::kAuto;
   StagingOptions staging;
+  // Who copies blocks into a trainer's ring, unless its client asks
+  // (shared/protocol/copy_path.h).
+  CopyPath copy = CopyPath::kDaemon;
   // Added to the default allow list (the daemon's uid, root, the socket's
   // group).
   std::vector<uid_t> allow_uids;

@@ -22,7 +22,7 @@
 namespace blockswap::daemon {
 
 // kStaging: the staging areas of uploads; kCopyStaging: the device workers'
-// pinned buffers that staged copies go through (daemon/device/staging_pool.h).
+// pinned buffers that staged copies go through (shared/copy/staging_pool.h).
 enum class MemoryUse { kMasters, kStaging, kRings, kCopyStaging };
 inline constexpr int kMemoryUses = 4;
 absl::string_view MemoryUseName(MemoryUse use);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/device/staging_charge.h"
 #include "daemon/runtime/logging.h"
 #include "shared/base/status.h"
 
@@ -72,15 +73,15 @@ v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generatio
 }
 
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
-    Device& device, uint64_t boot_id, RingMemoryOptions memory,
+    Device& device, uint64_t boot_id, WorkerMemoryOptions memory,
     std::optional<StagingOptions> staging, bool staging_at_start, CopyWeights copy_weights) {
   std::unique_ptr<StagedCopier> staged_copier;
   Reservation staging_charge;
   if (staging.has_value()) {
     // The pool's bytes are charged here, whenever it is made: so the pool
     // itself charges nothing.
-    BLOCKSWAP_ASSIGN_OR_RETURN(staging_charge, ChargeStagingPool(device, *staging));
-    staging->budget = nullptr;
+    BLOCKSWAP_ASSIGN_OR_RETURN(staging_charge,
+                               ChargeStagingPool(device, *staging, memory.staging_budget));
     if (staging_at_start) {
       BLOCKSWAP_ASSIGN_OR_RETURN(staged_copier, StagedCopier::Start(device, *staging));
     }
@@ -93,7 +94,7 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
       std::move(staging_charge), std::move(copy_weights), std::move(stream), std::move(doorbell)));
 }
 
-DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
+DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, WorkerMemoryOptions memory,
                            std::optional<StagingOptions> staging,
                            std::unique_ptr<StagedCopier> staged_copier, Reservation staging_charge,
                            CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,

@@ -43,7 +43,7 @@
 #include "daemon/device/copy_tracker.h"
 #include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
-#include "daemon/device/staged_copier.h"
+#include "shared/copy/staged_copier.h"
 #include "shared/backend/backend.h"
 #include "shared/os/doorbell.h"
 #include "shared/protocol/load_protocol.h"
@@ -161,8 +161,9 @@ struct DeviceStats {
   LatencyHistogram load_latency;
 };
 
-// What a ring's memory is checked against before the worker allocates it.
-struct RingMemoryOptions {
+// What a ring's memory and the staging buffers are checked against before
+// the worker allocates them.
+struct WorkerMemoryOptions {
   // Set when the device's memory is host memory (the host backend): each
   // ring is charged to the node's max_memory_bytes. Must outlive the worker.
   MemoryBudget* host_budget = nullptr;
@@ -170,6 +171,8 @@ struct RingMemoryOptions {
   // than this much of the device's memory free (for the trainers' own
   // allocations and every other process on the device).
   uint64_t device_reserve_bytes = 0;
+  // The node's budget the staging buffers are charged to (null: none).
+  MemoryBudget* staging_budget = nullptr;
 };
 
 class DeviceWorker {
@@ -179,14 +182,14 @@ class DeviceWorker {
   // (staged_copier.h), made at start when `staging_at_start` (pinning =
   // "never": every load needs it), else at the first staged load (a node
   // that pins everything holds no pinned staging buffers). Either way the
-  // options are checked and the buffers' bytes charged to staging->budget
+  // options are checked and the buffers' bytes charged to memory.staging_budget
   // at start, so that masters filling max_memory_bytes cannot leave the
   // first staged load without its buffers; a pool the driver then refuses
   // to pin fails that load's ring with the reason. Without `staging`, a
   // staged load fails its ring. `copy_weights`: each ring's share of the
   // copy stream, by its owner's uid (RingOwner::uid).
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
-      Device& device, uint64_t boot_id, RingMemoryOptions memory = {},
+      Device& device, uint64_t boot_id, WorkerMemoryOptions memory = {},
       std::optional<StagingOptions> staging = std::nullopt, bool staging_at_start = false,
       CopyWeights copy_weights = {});
   // Stops the thread, waits for issued copies and frees every ring.
@@ -258,7 +261,7 @@ class DeviceWorker {
  private:
   struct RingState;
 
-  DeviceWorker(Device& device, uint64_t boot_id, RingMemoryOptions memory,
+  DeviceWorker(Device& device, uint64_t boot_id, WorkerMemoryOptions memory,
                std::optional<StagingOptions> staging, std::unique_ptr<StagedCopier> staged_copier,
                Reservation staging_charge, CopyWeights copy_weights,
                std::unique_ptr<Stream> copy_stream, std::unique_ptr<Doorbell> doorbell);
@@ -315,7 +318,7 @@ class DeviceWorker {
 
   Device& device_;
   const uint64_t boot_id_;
-  const RingMemoryOptions memory_;
+  const WorkerMemoryOptions memory_;
   const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;

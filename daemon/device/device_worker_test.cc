@@ -141,7 +141,7 @@ class DeviceWorkerTest : public ::testing::Test {
     compute_ = std::move(compute).value();
   }
 
-  void RestartWorker(RingMemoryOptions memory) {
+  void RestartWorker(WorkerMemoryOptions memory) {
     worker_.reset();
     auto started = DeviceWorker::Start(*device_, kBootId, memory);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -630,8 +630,8 @@ TEST_F(DeviceWorkerTest, AStagedLoadIsCopiedThroughTheStagingBuffersAndCounted) 
 TEST_F(DeviceWorkerTest, TheStagingPoolIsChargedAtStartAndBadOptionsRefuseIt) {
   worker_.reset();
   MemoryBudget budget(10000);
-  StagingOptions options{.buffer_bytes = 1000, .buffers = 3, .threads = 1, .budget = &budget};
-  auto started = DeviceWorker::Start(*device_, kBootId, {}, options);
+  StagingOptions options{.buffer_bytes = 1000, .buffers = 3, .threads = 1};
+  auto started = DeviceWorker::Start(*device_, kBootId, {.staging_budget = &budget}, options);
   ASSERT_TRUE(started.ok()) << started.status();
   EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), 3000u) << "charged before any staged load";
   auto masters = budget.Reserve(MemoryUse::kMasters, 7000, "masters filling the rest");
@@ -652,7 +652,7 @@ TEST_F(DeviceWorkerTest, TheStagingPoolIsChargedAtStartAndBadOptionsRefuseIt) {
 
   auto more = budget.Reserve(MemoryUse::kMasters, 1, "one more byte of masters");
   ASSERT_TRUE(more.ok()) << more.status();
-  auto over = DeviceWorker::Start(*device_, kBootId, {}, options);
+  auto over = DeviceWorker::Start(*device_, kBootId, {.staging_budget = &budget}, options);
   EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
   options.buffers = 0;
   auto zero = DeviceWorker::Start(*device_, kBootId, {}, options);

@@ -1,7 +1,7 @@
 // MasterPinning: whether each master region the store registers is pinned
 // (registered with the device, so a load is one DMA from it) or staged (left
 // pageable; the device workers copy it through their pools of pinned staging
-// buffers, daemon/device/staged_copier.h). The one place that decides it, per
+// buffers, shared/copy/staged_copier.h). The one place that decides it, per
 // region, by the daemon's `pinning` policy:
 //   always  pinned, or the registration fails (over max_pinned_bytes, or the
 //           device refused), with the reason;

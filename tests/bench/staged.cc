@@ -3,7 +3,7 @@
 // one pins its masters (pinning = "always": each load one copy from the
 // pinned master), one stages them (pinning = "never": each load bounced
 // through the pinned staging buffers by its staging threads,
-// daemon/device/staged_copier.h). One gpu-stream client streams the same
+// shared/copy/staged_copier.h). One gpu-stream client streams the same
 // block size through each, alternately, --repeat times; the best round of
 // each is kept. The metric is staged delivered GB/s ÷ direct GB/s:
 //   --backend=cuda  goal >= 0.8 (tests/gpu/device-check.sh runs it);

@@ -1,5 +1,5 @@
 // Masters that are not pinned stream through the daemon's staging
-// buffers (daemon/device/staged_copier.h) with the same load protocol and the
+// buffers (shared/copy/staged_copier.h) with the same load protocol and the
 // same client code. The real daemon on the host backend, whose staging path
 // is real code (a bounce through pinned buffers filled by staging threads,
 // with the host backend's jitter on both sides), and real client processes.

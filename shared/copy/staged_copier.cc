@@ -1,4 +1,4 @@
-#include "daemon/device/staged_copier.h"
+#include "shared/copy/staged_copier.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "shared/base/status.h"
 
-namespace blockswap::daemon {
+namespace blockswap {
 namespace {
 
 // How the worker waits for a buffer's `consumed` record: queries a few times
@@ -127,4 +127,4 @@ absl::Status StagedCopier::Copy(Stream& stream, void* device_dst, const void* so
   return absl::OkStatus();
 }
 
-}  // namespace blockswap::daemon
+}  // namespace blockswap

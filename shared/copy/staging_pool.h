@@ -5,10 +5,10 @@
 // pool also works on a device that refuses registration and stages every
 // master) and carries `consumed`, the event the copy stream records after the device
 // copy that read the buffer: the buffer may be refilled once that record has
-// completed. The buffers are charged to max_memory_bytes (MemoryUse::kCopyStaging)
-// for as long as the pool exists.
-#ifndef BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
-#define BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
+// completed. The daemon charges the buffers to max_memory_bytes
+// (daemon/device/staging_charge.h); a trainer's pool is its own memory.
+#ifndef BLOCKSWAP_SHARED_COPY_STAGING_POOL_H_
+#define BLOCKSWAP_SHARED_COPY_STAGING_POOL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,13 +17,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/budget/ledger.h"
-#include "daemon/budget/memory_budget.h"
 #include "shared/backend/backend.h"
 
-namespace blockswap::daemon {
+namespace blockswap {
 
-// The daemon's staging_* keys (deploy/blockswapd.toml).
+// The daemon's staging_* keys (deploy/blockswapd.toml); a trainer's copies
+// use the same defaults.
 struct StagingOptions {
   // Bytes of one buffer: one chunk of a staged copy. Big enough that a device
   // copy's fixed cost (some microseconds) is small beside its transfer, small
@@ -34,8 +33,6 @@ struct StagingOptions {
   uint32_t buffers = 6;
   // Threads that fill the buffers (staged_copier.h says why 4).
   uint32_t threads = 4;
-  // The node's budget the buffers are charged to (null: none).
-  MemoryBudget* budget = nullptr;
   // A test switch, the host backend's jitter: each staging memcpy starts
   // after a random delay (usually up to jitter_us, 1 in 16 times up to 21x
   // that), so that a copy queued before its chunk is staged reads the wrong
@@ -43,19 +40,15 @@ struct StagingOptions {
   int64_t jitter_us = 0;
 };
 
-// Checks `options` (INVALID_ARGUMENT naming the key that is 0) and reserves
-// the pool's bytes from options.budget (RESOURCE_EXHAUSTED when they do not
-// fit max_memory_bytes; empty without a budget). StagingPool::Create does
-// both itself; a caller that makes the pool later reserves first with this
-// and creates it without a budget.
-absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const StagingOptions& options);
+// INVALID_ARGUMENT naming the key that is 0 (StagingPool::Create checks it
+// too; the daemon checks before it charges the pool).
+absl::Status CheckStagingOptions(const Device& device, const StagingOptions& options);
 
 // Thread-compatible: the device worker's thread uses `consumed`; the staging
 // threads write a buffer's bytes only while the worker lets them.
 class StagingPool {
  public:
-  // RESOURCE_EXHAUSTED when the buffers do not fit max_memory_bytes; the
-  // device's error when it cannot allocate them pinned (a staged copy needs pinned
+  // The device's error when it cannot allocate them pinned (a staged copy needs pinned
   // buffers: a pageable one would make every device copy synchronous).
   static absl::StatusOr<std::unique_ptr<StagingPool>> Create(Device& device,
                                                              const StagingOptions& options);
@@ -72,14 +65,11 @@ class StagingPool {
   };
   StagingPool() = default;
 
-  // Declared in the order they are acquired, so that they are released in
-  // reverse: free the memory, and only then return the budget's charge.
-  Reservation charge_;
   std::unique_ptr<PinnedHostBuffer> memory_;
   size_t buffer_bytes_ = 0;
   std::vector<Buffer> buffers_;
 };
 
-}  // namespace blockswap::daemon
+}  // namespace blockswap
 
-#endif  // BLOCKSWAP_DAEMON_DEVICE_STAGING_POOL_H_
+#endif  // BLOCKSWAP_SHARED_COPY_STAGING_POOL_H_

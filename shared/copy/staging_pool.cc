@@ -1,9 +1,9 @@
-#include "daemon/device/staging_pool.h"
+#include "shared/copy/staging_pool.h"
 
 #include "absl/strings/str_cat.h"
 #include "shared/base/status.h"
 
-namespace blockswap::daemon {
+namespace blockswap {
 namespace {
 
 std::string PoolName(const std::string& uuid, const StagingOptions& options) {
@@ -13,7 +13,7 @@ std::string PoolName(const std::string& uuid, const StagingOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const StagingOptions& options) {
+absl::Status CheckStagingOptions(const Device& device, const StagingOptions& options) {
   const std::string& uuid = device.info().uuid;
   if (options.buffer_bytes == 0 || options.buffers == 0 || options.threads == 0) {
     return absl::InvalidArgumentError(
@@ -22,9 +22,7 @@ absl::StatusOr<Reservation> ChargeStagingPool(const Device& device, const Stagin
                      "staging_threads of at least 1 (got ",
                      options.buffer_bytes, ", ", options.buffers, ", ", options.threads, ")"));
   }
-  if (options.budget == nullptr) return Reservation();
-  return options.budget->Reserve(MemoryUse::kCopyStaging, options.buffer_bytes * options.buffers,
-                                 PoolName(uuid, options));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
@@ -33,7 +31,7 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(Device& device,
   const uint64_t total = options.buffer_bytes * options.buffers;
   const std::string what = PoolName(uuid, options);
   auto pool = std::unique_ptr<StagingPool>(new StagingPool());
-  BLOCKSWAP_ASSIGN_OR_RETURN(pool->charge_, ChargeStagingPool(device, options));
+  BLOCKSWAP_RETURN_IF_ERROR(CheckStagingOptions(device, options));
   // One allocation the driver pins itself: no host registration, which some
   // devices refuse (CUDA_ERROR_NOT_SUPPORTED) while they stage every master.
   absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> memory = device.AllocatePinnedHostBuffer(total);
@@ -55,4 +53,4 @@ std::byte* StagingPool::data(size_t buffer) const {
   return memory_->data() + buffer * buffer_bytes_;
 }
 
-}  // namespace blockswap::daemon
+}  // namespace blockswap

@@ -32,8 +32,8 @@
 // staged (the DMA of the chunks before runs meanwhile): the copies of every
 // ring of the device queue on its one copy stream anyway, so what waits is
 // only the worker's look at new requests, for about one block's copy time.
-#ifndef BLOCKSWAP_DAEMON_DEVICE_STAGED_COPIER_H_
-#define BLOCKSWAP_DAEMON_DEVICE_STAGED_COPIER_H_
+#ifndef BLOCKSWAP_SHARED_COPY_STAGED_COPIER_H_
+#define BLOCKSWAP_SHARED_COPY_STAGED_COPIER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -47,11 +47,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/device/staging_pool.h"
+#include "shared/copy/staging_pool.h"
 #include "shared/backend/backend.h"
 #include "shared/protocol/load_protocol.h"
 
-namespace blockswap::daemon {
+namespace blockswap {
 
 class StagedCopier final : public SlotCopier {
  public:
@@ -96,6 +96,6 @@ class StagedCopier final : public SlotCopier {
   std::vector<std::thread> threads_;  // last: started once the rest exists
 };
 
-}  // namespace blockswap::daemon
+}  // namespace blockswap
 
-#endif  // BLOCKSWAP_DAEMON_DEVICE_STAGED_COPIER_H_
+#endif  // BLOCKSWAP_SHARED_COPY_STAGED_COPIER_H_

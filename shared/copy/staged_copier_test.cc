@@ -1,9 +1,9 @@
 // The staging pool and the staged copier on the host backend, whose streams
 // run their copies on their own threads (with jitter): the chunks of a staged
 // copy must land byte-exact, a buffer must not be refilled before the device
-// copy that read it ran, and the pool must be charged and pinned or refused
-// with the reason.
-#include "daemon/device/staged_copier.h"
+// copy that read it ran, and a pool the device cannot pin is refused with
+// the reason.
+#include "shared/copy/staged_copier.h"
 
 #include <gtest/gtest.h>
 
@@ -15,12 +15,11 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "daemon/budget/memory_budget.h"
-#include "daemon/device/staging_pool.h"
+#include "shared/copy/staging_pool.h"
 #include "shared/backend/backend.h"
 #include "tests/support/held_copy_device.h"
 
-namespace blockswap::daemon {
+namespace blockswap {
 namespace {
 
 std::vector<std::byte> RandomBytes(size_t bytes, uint64_t seed) {
@@ -35,45 +34,12 @@ StagingOptions SmallPool(uint32_t buffers = 3, uint32_t threads = 2, int64_t jit
       .buffer_bytes = 64 << 10, .buffers = buffers, .threads = threads, .jitter_us = jitter_us};
 }
 
-TEST(StagingPool, IsChargedToTheNodeBudgetUntilDestroyed) {
-  auto backend = OpenHostBackend({});
-  MemoryBudget budget(1 << 20);
-  StagingOptions options = SmallPool();
-  options.budget = &budget;
-  {
-    auto pool = StagingPool::Create(*backend->devices()[0], options);
-    ASSERT_TRUE(pool.ok()) << pool.status();
-    EXPECT_EQ((*pool)->count(), 3u);
-    EXPECT_EQ((*pool)->buffer_bytes(), size_t{64} << 10);
-    EXPECT_EQ(budget.used(MemoryUse::kCopyStaging), uint64_t{3} << 16);
-    EXPECT_EQ((*pool)->data(1), (*pool)->data(0) + (64 << 10));
-  }
-  EXPECT_EQ(budget.used(), 0u);
-}
-
-TEST(StagingPool, OverTheBudgetIsRefusedNamingIt) {
-  auto backend = OpenHostBackend({});
-  MemoryBudget budget(100 << 10);
-  StagingOptions options = SmallPool();
-  options.budget = &budget;
-  auto pool = StagingPool::Create(*backend->devices()[0], options);
-  EXPECT_TRUE(absl::IsResourceExhausted(pool.status())) << pool.status();
-  EXPECT_NE(pool.status().message().find("max_memory_bytes"), absl::string_view::npos)
-      << pool.status();
-  EXPECT_NE(pool.status().message().find("staging buffers of HOST-0"), absl::string_view::npos)
-      << pool.status();
-}
-
 TEST(StagingPool, ADeviceThatRefusesToPinThemSaysWhatToChange) {
   auto backend = OpenHostBackend({.pin_limit_bytes = 64 << 10});
-  MemoryBudget budget(1 << 20);
-  StagingOptions options = SmallPool();
-  options.budget = &budget;
-  auto pool = StagingPool::Create(*backend->devices()[0], options);
+  auto pool = StagingPool::Create(*backend->devices()[0], SmallPool());
   EXPECT_TRUE(absl::IsResourceExhausted(pool.status())) << pool.status();
   EXPECT_NE(pool.status().message().find("lower staging_buffer_bytes"), absl::string_view::npos)
       << pool.status();
-  EXPECT_EQ(budget.used(), 0u) << "a refused pool keeps no charge";
 }
 
 TEST(StagingPool, EmptyShapesAreRefused) {
@@ -150,4 +116,4 @@ TEST(StagedCopier, ABufferIsNotRefilledBeforeTheDeviceCopyThatReadItRan) {
 }
 
 }  // namespace
-}  // namespace blockswap::daemon
+}  // namespace blockswap
