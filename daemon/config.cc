@@ -107,6 +107,12 @@ std::vector<FieldSpec> MakeFields() {
       "rest is staged), \"always\" (a master that cannot be pinned is refused) or \"never\" "
       "(every master is copied through the staging buffers)",
       &O::pinning, ParsePinningPolicy, PinningPolicyName));
+  add(ChoiceField(
+      "copy", "--copy",
+      "who copies blocks into a trainer's ring slots: \"daemon\" (its copy stream, into a ring "
+      "it exports) or \"trainer\" (each trainer's own copy stream, from its read-only mapping of "
+      "the masters); a client may ask with BLOCKSWAP_COPY",
+      &O::copy, ParseCopyPath, CopyPathName));
   add(BytesField("staging_buffer_bytes", "--staging-buffer-bytes",
                  "bytes of each pinned staging buffer (one chunk of a staged copy)",
                  [](O& o) -> uint64_t& { return o.staging.buffer_bytes; }));

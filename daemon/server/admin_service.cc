@@ -117,6 +117,7 @@ v1::ClientsReply BuildClients(const DaemonView& view) {
     client->set_pid(static_cast<uint32_t>(session->peer().pid));
     client->set_uid(session->peer().uid);
     client->set_gid(session->peer().gid);
+    client->set_copy(CopyPathToProto(session->copy()));
     client->set_attached_seconds(absl::ToDoubleSeconds(absl::Now() - session->attached_at()));
     absl::MutexLock lock(&session->mu);
     client->set_ring_count(static_cast<uint32_t>(session->rings.size()));

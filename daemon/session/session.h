@@ -19,6 +19,7 @@
 #include "daemon/store/model_store.h"
 #include "shared/base/unique_fd.h"
 #include "shared/os/shared_memory.h"
+#include "shared/protocol/copy_path.h"
 #include "shared/protocol/model_layout.h"
 #include "shared/protocol/ring.h"
 
@@ -54,7 +55,7 @@ class Session {
  public:
   // `charged`: the session's count in its process's and uid's quotas.
   Session(uint64_t id, std::string token, Peer peer, std::string client_name,
-          Reservation charged = {})
+          Reservation charged = {}, CopyPath copy = CopyPath::kDaemon)
       : models(std::make_shared<SessionModels>(id)),
         fast_path_loads(std::make_shared<FastPathLoadCounts>()),
         charged(std::move(charged)),
@@ -62,12 +63,15 @@ class Session {
         token_(std::move(token)),
         peer_(std::move(peer)),
         client_name_(std::move(client_name)),
+        copy_(copy),
         attached_at_(absl::Now()) {}
 
   uint64_t id() const { return id_; }
   const std::string& token() const { return token_; }
   const Peer& peer() const { return peer_; }
   const std::string& client_name() const { return client_name_; }
+  // Who copies into its rings (AttachReply.copy).
+  CopyPath copy() const { return copy_; }
   absl::Time attached_at() const { return attached_at_; }
 
   // The models open in the session, by id and by handle; its own lock, so
@@ -111,6 +115,7 @@ class Session {
   const std::string token_;
   const Peer peer_;
   const std::string client_name_;
+  const CopyPath copy_;
   const absl::Time attached_at_;
 };
 

@@ -76,6 +76,15 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   if (peer.pidfd == nullptr || !peer.pidfd->valid()) {
     return absl::FailedPreconditionError("the connection has no process descriptor");
   }
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::optional<CopyPath> asked, CopyPathFromProto(request.copy()));
+  CopyPath copy = asked.value_or(default_copy_.load(std::memory_order_relaxed));
+  // Rings of the daemon's copies reach a trainer only as descriptors of
+  // its device memory: where no device can share it, the trainer copies.
+  if (copy == CopyPath::kDaemon && !backend_.devices().empty() &&
+      std::all_of(backend_.devices().begin(), backend_.devices().end(),
+                  [](const auto& device) { return !device->memory_export_status().ok(); })) {
+    copy = CopyPath::kTrainer;
+  }
   BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged, ChargeClient(peer, {.sessions = 1}));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
@@ -84,7 +93,7 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     absl::MutexLock lock(&mu_);
     if (!attaching_) return absl::UnavailableError("blockswapd is shutting down");
     session = std::make_shared<Session>(++next_session_id_, token, peer, request.client_name(),
-                                        std::move(charged));
+                                        std::move(charged), copy);
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.u64 = session->id();
@@ -95,12 +104,13 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
     by_token_[token] = session;
     by_id_[session->id()] = session;
   }
-  LogSession(*session, "attached");
+  LogSession(*session, absl::StrCat("attached (copies by the ", CopyPathName(copy), ")"));
   v1::AttachReply reply;
   reply.set_session_token(token);
   reply.set_backend(BackendToProto(backend_.kind()));
   reply.set_daemon_boot_id(boot_id_);
   reply.set_driver(backend_.driver());
+  reply.set_copy(CopyPathToProto(copy));
   for (const auto& device : backend_.devices()) {
     v1::Device* out = reply.add_devices();
     out->set_uuid(device->info().uuid);
@@ -470,6 +480,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
     ref->set_batch(batches[descriptor_of[b] / kMaxFdsPerMessage]);
     ref->set_index(descriptor_of[b] % kMaxFdsPerMessage);
     reply.add_block_master_bytes(model->block_master(b)->file_bytes());
+    reply.add_block_master_staged(model->block_master(b)->staged());
   }
   LogSession(session, absl::StrCat(already_present ? "opened" : "registered", " model ",
                                    model->id().substr(0, 16), " (", model->masters_bytes(),

@@ -51,6 +51,9 @@ class SessionManager final : public SideChannelAcceptor {
   ~SessionManager() override;
 
   absl::StatusOr<v1::AttachReply> Attach(const Peer& peer, const v1::AttachRequest& request);
+  // The copy path of a session whose client asks for none (the daemon's
+  // `copy`); kDaemon until set.
+  void set_default_copy(CopyPath copy) { default_copy_.store(copy, std::memory_order_relaxed); }
   // The session of `token`, if it belongs to the process behind `caller`.
   absl::StatusOr<std::shared_ptr<Session>> Authenticate(absl::string_view token,
                                                         const Peer& caller) const;
@@ -138,6 +141,7 @@ class SessionManager final : public SideChannelAcceptor {
   // retrying in a loop cannot flood the journal.
   void NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal);
   std::atomic<uint64_t> quota_refusals_{0};
+  std::atomic<CopyPath> default_copy_{CopyPath::kDaemon};
   absl::Mutex quota_log_mu_;
   RefusalLog quota_log_ ABSL_GUARDED_BY(quota_log_mu_){
       [](absl::string_view line) { Log(LogLevel::kInfo, line); }, absl::Seconds(10), "request"};

@@ -63,7 +63,7 @@ enum class ProtocolStep : uint32_t {
   kDaemonPublishFilled,
   // The notifier: the daemon's one sign that a slot is free.
   kClientNotifyRelease,
-  // A staged copy (daemon/device/staged_copier.h): the device copy of a
+  // A staged copy (shared/copy/staged_copier.h): the device copy of a
   // chunk is queued only once its memcpy into a staging buffer completed,
   // and a staging buffer is refilled only once the device copy that read it
   // completed.
@@ -110,7 +110,7 @@ absl::Status SkipProtocolStepsFromEnvironment();
 // Thread-compatible: the daemon's device worker owns it.
 // How the bytes of one copy reach a slot, when not by one CopyHostToDevice
 // from a pinned source: a master that is not pinned is staged through pinned
-// buffers (daemon/device/staged_copier.h). Used by one thread, the one that
+// buffers (shared/copy/staged_copier.h). Used by one thread, the one that
 // issues the stream's work.
 class SlotCopier {
  public:

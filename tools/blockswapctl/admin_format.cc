@@ -289,12 +289,25 @@ json StatusJson(const v1::StatusReply& reply) {
 
 // --- clients -----------------------------------------------------------------------
 
+// A client's copy path as its column and JSON field say it.
+std::string CopyName(const v1::ClientInfo& client) {
+  switch (client.copy()) {
+    case v1::COPY_PATH_DAEMON:
+      return "daemon";
+    case v1::COPY_PATH_TRAINER:
+      return "trainer";
+    default:
+      return absl::StrCat("unknown (", client.copy(), ")");
+  }
+}
+
 std::string ClientsText(const v1::ClientsReply& reply) {
   if (reply.clients().empty()) return "no clients attached\n";
-  TextTable table({"SESSION", "PID", "UID", "NAME", "RINGS", "LOADS", "DEVICES", "ATTACHED"});
+  TextTable table(
+      {"SESSION", "PID", "UID", "NAME", "COPY", "RINGS", "LOADS", "DEVICES", "ATTACHED"});
   for (const v1::ClientInfo& client : reply.clients()) {
     table.AddRow({absl::StrCat(client.session_id()), absl::StrCat(client.pid()),
-                  absl::StrCat(client.uid()), OrDash(client.client_name()),
+                  absl::StrCat(client.uid()), OrDash(client.client_name()), CopyName(client),
                   absl::StrCat(client.ring_count()), absl::StrCat(client.loads()),
                   OrDash(absl::StrJoin(client.device_uuids(), ",")),
                   HumanDuration(client.attached_seconds())});
@@ -311,6 +324,7 @@ json ClientsJson(const v1::ClientsReply& reply) {
          {"pid", client.pid()},
          {"uid", client.uid()},
          {"gid", client.gid()},
+         {"copy", CopyName(client)},
          {"ring_count", client.ring_count()},
          {"loads", client.loads()},
          {"device_uuids", json(std::vector<std::string>(client.device_uuids().begin(),

@@ -346,6 +346,7 @@ v1::ClientsReply SampleClients() {
   a->set_pid(4242);
   a->set_uid(1000);
   a->set_gid(1000);
+  a->set_copy(v1::COPY_PATH_DAEMON);
   a->set_ring_count(2);
   a->set_loads(1523);
   a->add_device_uuids("HOST-0");
@@ -354,6 +355,7 @@ v1::ClientsReply SampleClients() {
   v1::ClientInfo* b = reply.add_clients();
   b->set_session_id(17);
   b->set_pid(7);
+  b->set_copy(v1::COPY_PATH_TRAINER);
   b->set_attached_seconds(0.25);
   return reply;
 }
@@ -361,9 +363,12 @@ v1::ClientsReply SampleClients() {
 TEST(ClientsText, ShowsOneAlignedLinePerSession) {
   std::vector<std::string> lines = Lines(ClientsText(SampleClients()));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0], "SESSION  PID   UID   NAME           RINGS  LOADS  DEVICES        ATTACHED");
-  EXPECT_EQ(lines[1], "3        4242  1000  trainer-rank0  2      1523   HOST-0,HOST-1  5m 02s");
-  EXPECT_EQ(lines[2], "17       7     0     -              0      0      -              250 ms");
+  EXPECT_EQ(lines[0],
+            "SESSION  PID   UID   NAME           COPY     RINGS  LOADS  DEVICES        ATTACHED");
+  EXPECT_EQ(lines[1],
+            "3        4242  1000  trainer-rank0  daemon   2      1523   HOST-0,HOST-1  5m 02s");
+  EXPECT_EQ(lines[2],
+            "17       7     0     -              trainer  0      0      -              250 ms");
 }
 
 TEST(ClientsText, SaysSoWhenNoneIsAttached) {
@@ -379,6 +384,8 @@ TEST(ClientsJson, ListsEveryField) {
   EXPECT_EQ(a["pid"], 4242);
   EXPECT_EQ(a["uid"], 1000);
   EXPECT_EQ(a["gid"], 1000);
+  EXPECT_EQ(a["copy"], "daemon");
+  EXPECT_EQ(json["clients"][1]["copy"], "trainer");
   EXPECT_EQ(a["ring_count"], 2);
   EXPECT_EQ(a["loads"], 1523);
   EXPECT_EQ(a["device_uuids"], nlohmann::json({"HOST-0", "HOST-1"}));
