@@ -21,6 +21,7 @@ struct bs_scheduler {
   std::unique_ptr<blockswap::client::StreamScheduler> scheduler;
   std::map<int, blockswap::client::PassStats> last_pass;  // by bs_direction
   absl::Status report_error;                              // the last failure to report a pass
+  bool daemon_lost = false;  // a report found the daemon gone (trainer copies: re-attached later)
   bs_reload_fn on_reload = nullptr;                       // bs_scheduler_set_reload_hook
   void* reload_user_data = nullptr;
   void Forget() {
@@ -148,10 +149,22 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
       };
     }
     bs_scheduler* raw = scheduler.get();
-    callbacks.on_pass = [raw](const PassStats& pass) {
+    callbacks.on_pass = [raw, trainer_copies = ring->ring->copy_path() ==
+                                                blockswap::CopyPath::kTrainer](const PassStats& pass) {
       raw->last_pass[Direction(pass.direction)] = pass;
+      // A ring the trainer fills needs its daemon for nothing in a pass:
+      // a lost daemon is waited for off this thread, and the session comes
+      // back at the first pass boundary after it answers again.
+      if (trainer_copies && raw->daemon_lost) {
+        if (!raw->recovery->RecoverInBackground(raw->report_error).ok()) return;
+        raw->daemon_lost = false;
+      }
       // Statistics are best effort: a failed report never fails training.
       raw->report_error = raw->connection->ReportStats({PassStatsToProto(pass)});
+      if (trainer_copies && blockswap::client::SessionRecovery::IsDaemonLost(raw->report_error)) {
+        raw->daemon_lost = true;
+        (void)raw->recovery->RecoverInBackground(raw->report_error);
+      }
     };
     callbacks.on_before_reload = [raw](uint32_t slot) {
       if (raw->on_reload != nullptr) raw->on_reload(raw->reload_user_data, slot);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +30,16 @@ void AnnounceOnce(const std::string& message) {
   std::fprintf(stderr, "blockswap: %s\n", message.c_str());
 }
 
+// Who copies this process's blocks and why, said once per process on stderr.
+void SayCopyPathOnce(CopyPath path, absl::string_view why) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr, "blockswap: blocks are copied into this process's rings by %s (%s)\n",
+               path == CopyPath::kTrainer ? "this process's own copy stream"
+                                          : "blockswapd's copy stream",
+               std::string(why).c_str());
+}
+
 std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) {
   std::string text = absl::StrCat(
       "started a private blockswapd (pid ", pid, ") for uid ", ::geteuid(), " at ",
@@ -44,6 +55,14 @@ std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) 
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<CopyPath>> CopyPathFromEnvironment() {
+  const char* value = std::getenv("BLOCKSWAP_COPY");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  absl::StatusOr<CopyPath> path = ParseCopyPath(value);
+  if (!path.ok()) return Annotate(path.status(), "BLOCKSWAP_COPY");
+  return *path;
+}
 
 std::unique_ptr<grpc::ClientContext> Connection::Context(absl::Duration timeout) {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -64,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
                                                                 absl::string_view client_name) {
   BLOCKSWAP_RETURN_IF_ERROR(SkipProtocolStepsFromEnvironment());
   std::unique_ptr<Connection> connection(new Connection());
+  BLOCKSWAP_ASSIGN_OR_RETURN(connection->asked_copy_, CopyPathFromEnvironment());
   const ResolvedSocket resolved = ResolveSocket(socket_path);
   connection->client_name_ = std::string(client_name);
   v1::AttachReply reply;
@@ -88,6 +108,14 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
     connection->backend_ = OpenHostBackend(host);
   }
   BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
+  std::string why = connection->asked_copy_.has_value() ? "BLOCKSWAP_COPY"
+                                                        : "blockswapd's copy setting";
+  if (!connection->asked_copy_.has_value() && connection->copy_path_ == CopyPath::kTrainer &&
+      !connection->rings_unavailable_.empty()) {
+    const auto& [uuid, reason] = *connection->rings_unavailable_.begin();
+    why = absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", reason);
+  }
+  SayCopyPathOnce(connection->copy_path_, why);
   return connection;
 }
 
@@ -103,6 +131,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   request.set_client_name(client_name_);
   request.set_protocol_version(kProtocolVersion);
   request.set_client_abi_version(ThisBuild().abi_version);
+  if (asked_copy_.has_value()) request.set_copy(CopyPathToProto(*asked_copy_));
   v1::AttachReply reply;
   auto context = Context(timeout);
   grpc::Status attached = stub_->Attach(context.get(), request, &reply);
@@ -113,6 +142,10 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   }
   token_ = reply.session_token();
   boot_id_ = reply.daemon_boot_id();
+  // A daemon from before trainer copies says nothing: it copies.
+  absl::StatusOr<std::optional<CopyPath>> copy = CopyPathFromProto(reply.copy());
+  if (!copy.ok()) return Annotate(copy.status(), "the daemon's AttachReply.copy");
+  copy_path_ = copy->value_or(CopyPath::kDaemon);
   device_uuids_.clear();
   rings_unavailable_.clear();
   for (const v1::Device& device : reply.devices()) {

@@ -25,8 +25,13 @@
 #include "client/core/side_channel_client.h"
 #include "client/core/socket_path.h"
 #include "shared/backend/backend.h"
+#include "shared/protocol/copy_path.h"
 
 namespace blockswap::client {
+
+// The copy path BLOCKSWAP_COPY asks for ("daemon" or "trainer"); nullopt
+// when it is unset or empty; INVALID_ARGUMENT for another value.
+absl::StatusOr<std::optional<CopyPath>> CopyPathFromEnvironment();
 
 // How long a unary call to the daemon may take (an upload's commit hashes
 // and copies the model, so it gets its own, longer limit).
@@ -55,6 +60,9 @@ class Connection {
   // OK where the daemon said at Attach that the device can serve rings;
   // otherwise FAILED_PRECONDITION with its reason.
   absl::Status RingsAvailable(absl::string_view uuid) const;
+  // Who copies into this session's rings (AttachReply.copy): what
+  // BLOCKSWAP_COPY asked for, else the daemon's default.
+  CopyPath copy_path() const { return copy_path_; }
   const std::string& token() const { return token_; }
   uint64_t boot_id() const { return boot_id_; }
   v1::BlockSwap::Stub& stub() { return *stub_; }
@@ -155,6 +163,8 @@ class Connection {
 
   std::string socket_path_;
   std::string client_name_;
+  std::optional<CopyPath> asked_copy_;  // BLOCKSWAP_COPY
+  CopyPath copy_path_ = CopyPath::kDaemon;
   // Set when attached to the private per-user daemon: Reconnect starts a new
   // one when it is gone.
   std::optional<PrivateDaemonOptions> private_daemon_;

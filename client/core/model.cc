@@ -171,6 +171,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromReply(Connection& connection,
         absl::StrCat("the daemon sent ", reply.block_masters_size(), " block masters for ", blocks,
                      " blocks (a daemon older than per-block masters sends none: upgrade it)"));
   }
+  // A daemon from before trainer copies says nothing of staging: its
+  // masters count as staged (never pinned by this process).
+  const bool staging_said = static_cast<size_t>(reply.block_master_staged_size()) == blocks;
+  if (!staging_said && reply.block_master_staged_size() != 0) {
+    return absl::DataLossError(absl::StrCat("the daemon said whether ",
+                                            reply.block_master_staged_size(),
+                                            " masters are staged for ", blocks, " blocks"));
+  }
   // The batches in the order the daemon sent them; one mapping per distinct
   // descriptor, shared by the positions of equal blocks.
   std::map<uint64_t, std::vector<UniqueFd>> batches;
@@ -199,7 +207,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromReply(Connection& connection,
       BLOCKSWAP_ASSIGN_OR_RETURN(
           SharedMemory master,
           SharedMemory::Adopt(std::move(batch->second[ref.index()]), file_bytes));
-      BLOCKSWAP_ASSIGN_OR_RETURN(model->masters_.emplace_back(), master.Map(Access::kReadOnly));
+      BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, master.Map(Access::kReadOnly));
+      model->masters_.push_back(std::make_shared<MasterView>(
+          std::move(mapping), !staging_said || reply.block_master_staged(b)));
     }
     model->block_mapping_.push_back(at->second);
   }
@@ -208,7 +218,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromReply(Connection& connection,
 
 const std::byte* Model::master(uint32_t block) const {
   if (block >= block_mapping_.size()) return nullptr;
-  return static_cast<const std::byte*>(masters_[block_mapping_[block]].data());
+  return masters_[block_mapping_[block]]->data();
+}
+
+std::shared_ptr<MasterView> Model::master_view(uint32_t block) const {
+  if (block >= block_mapping_.size()) return nullptr;
+  return masters_[block_mapping_[block]];
 }
 
 }  // namespace blockswap::client

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/core/connection.h"
+#include "client/core/master_view.h"
 #include "shared/protocol/model_layout.h"
 #include "shared/os/shared_memory.h"
 
@@ -39,6 +40,10 @@ class Model {
   uint32_t block_count() const { return static_cast<uint32_t>(layout_.blocks.size()); }
   // The master bytes of a block (read-only).
   const std::byte* master(uint32_t block) const;
+  // The view that holds them (null for a block out of range): a copy from it
+  // keeps it mapped for as long as the copy may run, whatever happens to
+  // this Model meanwhile.
+  std::shared_ptr<MasterView> master_view(uint32_t block) const;
   // How the session that opened the model names it in request rings
   // and that session's token.
   uint32_t handle() const { return handle_; }
@@ -55,7 +60,7 @@ class Model {
   ModelLayout layout_;
   // Read-only mappings of the daemon's block masters, one per distinct
   // block, and which one each block position reads.
-  std::vector<Mapping> masters_;
+  std::vector<std::shared_ptr<MasterView>> masters_;
   std::vector<size_t> block_mapping_;
   uint32_t handle_ = 0;
   std::string session_token_;

@@ -1,6 +1,13 @@
-// A ring as its client uses it: the imported ring and the client half of
-// the load protocol (RingConsumer), behind one mutex — consumed_seq has one
-// writer.
+// A ring as its client uses it: slots of device memory that blocks of a model
+// are loaded into, ordered against the caller's compute stream. Two
+// implementations, one per copy path (shared/protocol/copy_path.h):
+//   DaemonCopyRing   the daemon's copy stream fills a ring the daemon
+//                    exports (daemon_copy_ring.h: the load protocol);
+//   TrainerCopyRing  this process's own copy stream fills a ring of its own
+//                    memory from its read-only view of the masters
+//                    (trainer_copy_ring.h).
+// The scheduler, the C ABI and the offloaders drive either through this
+// interface.
 #ifndef BLOCKSWAP_CLIENT_CORE_RING_H_
 #define BLOCKSWAP_CLIENT_CORE_RING_H_
 
@@ -10,178 +17,92 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/core/connection.h"
 #include "client/core/model.h"
 #include "client/core/stall_meter.h"
-#include "shared/protocol/load_protocol.h"
+#include "shared/protocol/copy_path.h"
 #include "shared/protocol/ring.h"
 
 namespace blockswap::client {
-
-// How Ring::Load sends its requests: the ring's shared-memory request ring
-// and the device's doorbell (the fast path), or LoadRequests on the
-// session's gRPC Load stream (the reference transport).
-// BLOCKSWAP_LOAD_TRANSPORT=grpc|shm chooses, and only it; shm by default.
-enum class LoadTransport { kGrpc, kShm };
-// The transport the environment asks for; INVALID_ARGUMENT for a value
-// other than grpc or shm.
-absl::StatusOr<LoadTransport> LoadTransportFromEnvironment();
 
 // Thread-safe. `native_stream` arguments are the caller's stream
 // (Device::WrapStream: a cudaStream_t on cuda, nullptr on host).
 class Ring {
  public:
+  // A ring of `slot_count` slots of `slot_bytes` on the device, on the
+  // connection's copy path (Connection::copy_path); a daemon-copy session
+  // on a device the daemon cannot serve rings on copies itself, and says
+  // why once.
   static absl::StatusOr<std::unique_ptr<Ring>> Create(Connection& connection,
                                                       absl::string_view device_uuid,
                                                       uint32_t slot_count, uint64_t slot_bytes);
   // Close(default stream) unless the ring was closed.
-  ~Ring();
+  virtual ~Ring() = default;
 
-  // Ends the ring in the order CUDA's IPC rules need (docs/protocol.md, "Teardown"):
-  // waits for the loads still outstanding, records `free` of every slot on
-  // `stream` (which must follow the caller's last use of every slot), then
-  // synchronises it and the release notifier, closes the imported memory and
-  // events (of this ring and of those Recreate replaced), and only then asks
-  // the daemon to free the ring (DestroyRing): freeing exported memory
-  // before its importer closed it is undefined. With the daemon gone it
-  // records nothing (its events are a dead process's) and sends nothing.
-  // Everything is closed even when a step fails; the first failure is
-  // returned. Later calls on the ring fail FAILED_PRECONDITION; closing again
-  // is a no-op. `native_stream` as in Load.
-  absl::Status Close(Stream& stream, absl::Duration timeout);
+  // Ends the ring: waits for the loads still outstanding, orders every use
+  // of the slots on `stream` (which must follow the caller's last use of
+  // every slot) before the ring's memory goes, and frees it. Everything is
+  // closed even when a step fails; the first failure is returned. Later
+  // calls on the ring fail FAILED_PRECONDITION; closing again is a no-op.
+  virtual absl::Status Close(Stream& stream, absl::Duration timeout) = 0;
   absl::Status Close(void* native_stream, absl::Duration timeout);
 
-  // Replaces the ring by a new one of the same shape on the same device, in
-  // the connection's current session (after Connection::Reconnect): every
-  // slot starts empty, slot() addresses change. The old ring's memory stays
-  // mapped until this Ring is destroyed (work already queued on a stream
-  // may still read it). Not thread-safe: no other call on this ring may run
-  // meanwhile.
-  absl::Status Recreate();
+  // Brings the ring back after Connection::Reconnect: every slot starts
+  // empty and slot() addresses may change. Not thread-safe: no other call on
+  // this ring may run meanwhile.
+  virtual absl::Status Recreate() = 0;
 
-  uint64_t id() const { return id_; }
+  virtual CopyPath copy_path() const = 0;
+  // The daemon's id of the ring; 0 for a ring the daemon does not serve.
+  virtual uint64_t id() const = 0;
   const std::string& device_uuid() const { return device_.info().uuid; }
   const RingShape& shape() const { return shape_; }
+  Device& device() const { return device_; }
   // Null once the ring is closed.
-  void* slot(uint32_t s) const { return ring_ != nullptr ? ring_->slot(s) : nullptr; }
+  virtual void* slot(uint32_t s) const = 0;
 
+  // The slot life cycle of client/scheduler/slot_driver.h: Load (releasing
+  // the slot first if it was not), Wait before the stream reads the slot,
+  // Release once the stream is done with it.
+  virtual absl::Status Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream) = 0;
+  virtual absl::Status Wait(uint32_t slot, Stream& stream, absl::Duration timeout) = 0;
+  virtual absl::Status Release(uint32_t slot, Stream& stream) = 0;
   absl::Status Load(uint32_t slot, const Model& model, uint32_t block, void* native_stream);
   absl::Status Wait(uint32_t slot, void* native_stream, absl::Duration timeout);
   absl::Status Release(uint32_t slot, void* native_stream);
-  // The same against a backend stream of this ring's device (for callers
-  // inside the library and tests that compute asynchronously on the host).
-  absl::Status Load(uint32_t slot, const Model& model, uint32_t block, Stream& stream);
-  absl::Status Wait(uint32_t slot, Stream& stream, absl::Duration timeout);
-  absl::Status Release(uint32_t slot, Stream& stream);
   // Wait, also measuring how long `stream` sits idle at it (the compute
   // stream's stall; StallMeter) without blocking for the measurement;
-  // returns the wait's ticket. Each measured wait is kept for
-  // TakeMeasuredStalls and, when it idled at least kSmallestTracedStall,
-  // traced (kStall). nullopt where the stream itself does not wait (a ring
-  // without ready words: the caller's thread waited on the host instead).
-  absl::StatusOr<std::optional<uint64_t>> WaitTimed(uint32_t slot, Stream& stream,
-                                                    absl::Duration timeout);
+  // returns the wait's ticket. nullopt where the stream itself does not wait
+  // (the caller's thread waited on the host instead).
+  virtual absl::StatusOr<std::optional<uint64_t>> WaitTimed(uint32_t slot, Stream& stream,
+                                                            absl::Duration timeout) = 0;
   // The timed waits measured since the last call, in ticket order. With
   // `wait_for_all`, blocks until the streams have passed every wait timed so
   // far: a ticket issued before such a call and not returned is never
-  // measured (its timer failed). One caller (the ring's scheduler) takes them.
-  absl::StatusOr<std::vector<MeasuredStall>> TakeMeasuredStalls(bool wait_for_all);
-  Device& device() const { return device_; }
-  absl::Status Drain(absl::Duration timeout);
-  // Whether the daemon has already filled `slot`'s most recent load (so a
-  // Wait now need not block on the daemon). A racy snapshot, meant for
-  // statistics: a fill may land right after it returns false.
-  bool Filled(uint32_t slot);
-  // The copy-stream time of this ring's copies the daemon has seen complete
-  // (RingConsumer::CopyTimeSoFar), over every ring Recreate() replaced too,
-  // so it only grows; nullopt once the ring is closed.
-  std::optional<absl::Duration> CopyTime();
-  // The ring's status word, explained: OK, or why the ring failed.
-  absl::Status Health();
-  // DATA_LOSS when the daemon was lost while the caller's stream waited for
-  // a copy it had not finished: the watchdog had to release that wait
-  // (nobody else could), so the work queued behind it read a slot the copy
-  // may never have reached (RingImport::TakeUnfinishedWaits). Said once per
-  // such loss, over this ring and those Recreate() replaced; else OK.
-  absl::Status TakeUnfinishedWaits();
-  // Whether loads travel through the ring's request ring (the daemon
-  // granted one, and the fast path was asked for).
-  bool has_request_ring() const { return ring_ != nullptr && ring_->has_request_ring(); }
-  // The imported ring itself, for tests that misbehave on purpose.
-  RingImport& shared_ring_for_testing() const { return *ring_; }
+  // measured. One caller (the ring's scheduler) takes them.
+  virtual absl::StatusOr<std::vector<MeasuredStall>> TakeMeasuredStalls(bool wait_for_all) = 0;
+  // Every load issued is complete.
+  virtual absl::Status Drain(absl::Duration timeout) = 0;
+  // Whether `slot`'s most recent load has completed (a Wait now would not
+  // block). A racy snapshot, meant for statistics.
+  virtual bool Filled(uint32_t slot) = 0;
+  // The copy-stream time of this ring's completed copies so far (over the
+  // rings Recreate() replaced too), so it only grows; nullopt once closed.
+  virtual std::optional<absl::Duration> CopyTime() = 0;
+  // OK, or why the ring failed.
+  virtual absl::Status Health() = 0;
+  // DATA_LOSS, said once per loss, when a wait had to be let go before its
+  // copy was done (a lost daemon); else OK.
+  virtual absl::Status TakeUnfinishedWaits() = 0;
+
+ protected:
+  Ring(Device& device, RingShape shape) : device_(device), shape_(shape) {}
 
  private:
-  Ring(Connection& connection, Device& device, LoadTransport transport,
-       std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier)
-      : connection_(connection),
-        device_(device),
-        transport_(transport),
-        id_(ring->ring_id()),
-        shape_(ring->shape()),
-        ring_(std::move(ring)),
-        ring_session_(connection.token()),
-        notifier_(std::move(notifier)),
-        consumer_(NewConsumer(*ring_)) {
-    WatchLoss(*ring_);
-  }
-  // Releases `ring`'s ready words when the connection loses the daemon.
-  void WatchLoss(RingImport& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    loss_watches_.push_back(connection_.WatchLoss([&ring] { ring.AbandonReadyWords(); }));
-  }
-  // The CreateRing call and the import, in the connection's current session.
-  static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection, Device& device,
-                                                            uint32_t slot_count,
-                                                            uint64_t slot_bytes,
-                                                            LoadTransport transport);
-  std::unique_ptr<RingConsumer> NewConsumer(RingImport& ring) {
-    return std::make_unique<RingConsumer>(
-        ring,
-        ConsumerOptions{.liveness = [&connection = connection_] { return connection.Liveness(); },
-                        .notifier = notifier_.get()});
-  }
-  absl::Status TakeUnfinishedWaitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A ring that failed says why: the daemon's own message where it sent one.
-  absl::Status Explain(const absl::Status& status) const;
-  // FAILED_PRECONDITION once Close has run.
-  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  Connection& connection_;
   Device& device_;
-  const LoadTransport transport_;
-  uint64_t id_;                                       // of ring_ (kept once it is closed)
-  RingShape shape_;                                   // the same
-  std::unique_ptr<RingImport> ring_;                  // replaced by Recreate(), reset by Close()
-  std::string ring_session_;                          // the token of the session ring_ belongs to
-  std::vector<std::unique_ptr<RingImport>> retired_;  // rings replaced by Recreate()
-  // The side stream of the release notifications (RingConsumer): its host
-  // functions write into ring_ and retired_, so it is destroyed (drained)
-  // before them.
-  std::unique_ptr<Stream> notifier_;
-  // The watchdog: per imported ring (ring_ and retired_), released when the
-  // daemon is lost (RingImport::AbandonReadyWords). Destroyed before them,
-  // by Close (the reader thread may run one meanwhile).
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<Connection::LossWatch>> loss_watches_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<RingConsumer> consumer_ ABSL_GUARDED_BY(mu_);
-  // A shorter idle time is the wait's own cost, not a stall: tracing it
-  // would draw a red hair at every wait (the statistics still count it).
-  static constexpr absl::Duration kSmallestTracedStall = absl::Microseconds(10);
-  // Waits timed before this ticket belong to a ring replaced by Recreate():
-  // their slots and generations mean nothing in consumer_'s trace.
-  uint64_t first_traced_ticket_ ABSL_GUARDED_BY(mu_) = 1;
-  // The copy time the rings replaced by Recreate() had published.
-  absl::Duration retired_copy_time_ ABSL_GUARDED_BY(mu_);
-  StallMeter meter_ ABSL_GUARDED_BY(mu_){
-      device_, [this](const MeasuredStall& stall) {
-        mu_.AssertHeld();  // the meter runs inside this ring's calls
-        if (stall.ticket >= first_traced_ticket_ && stall.idle.idle >= kSmallestTracedStall) {
-          consumer_->RecordStall(stall.slot, stall.generation, stall.idle);
-        }
-      }};
+  const RingShape shape_;
 };
 
 }  // namespace blockswap::client

@@ -4,9 +4,40 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/core/socket_path.h"
 #include "shared/base/status.h"
 
 namespace blockswap::client {
+
+SessionRecovery::~SessionRecovery() { StopWatch(); }
+
+void SessionRecovery::StopWatch() {
+  stop_.store(true);
+  if (watch_.joinable()) watch_.join();
+  stop_.store(false);
+  answered_.store(false);
+}
+
+absl::Status SessionRecovery::RecoverInBackground(const absl::Status& cause) {
+  if (!enabled()) {
+    return absl::UnavailableError(
+        absl::StrCat("lost blockswapd (", cause.message(), "); reconnection is off"));
+  }
+  if (!watch_.joinable()) {
+    watch_ = std::thread([this, path = connection_.socket_path(),
+                          interval = options_.retry_interval] {
+      while (!stop_.load() && !SocketAnswers(path).value_or(false)) absl::SleepFor(interval);
+      answered_.store(true);
+    });
+  }
+  if (!answered_.load()) {
+    return absl::UnavailableError(absl::StrCat("waiting for blockswapd at ",
+                                               connection_.socket_path(), " to come back (",
+                                               cause.message(), ")"));
+  }
+  StopWatch();
+  return Recover(cause);
+}
 
 absl::Status SessionRecovery::Recover(const absl::Status& cause) {
   const absl::Time deadline = absl::Now() + options_.timeout;

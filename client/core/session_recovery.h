@@ -11,7 +11,9 @@
 #ifndef BLOCKSWAP_CLIENT_CORE_SESSION_RECOVERY_H_
 #define BLOCKSWAP_CLIENT_CORE_SESSION_RECOVERY_H_
 
+#include <atomic>
 #include <memory>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -38,6 +40,8 @@ class SessionRecovery {
   SessionRecovery(Connection& connection, const Model& model, Ring& ring,
                   ReconnectOptions options = {})
       : connection_(connection), model_(model), ring_(ring), options_(options) {}
+  // Stops the background watch, if one runs.
+  ~SessionRecovery();
 
   const ReconnectOptions& options() const { return options_; }
   void set_timeout(absl::Duration timeout) { options_.timeout = timeout; }
@@ -58,6 +62,14 @@ class SessionRecovery {
   // devices differ) ends it at once.
   absl::Status Recover(const absl::Status& cause);
 
+  // Recover without ever waiting for the daemon, for a ring this process
+  // fills itself (copy path "trainer"), whose passes need no daemon: the
+  // first call starts a thread that waits, off the caller's thread, until
+  // the socket answers again, and returns UNAVAILABLE; the first call after
+  // it answered re-attaches (Recover: quick, the daemon is up) and returns
+  // its outcome. Disabled recovery: UNAVAILABLE naming `cause`.
+  absl::Status RecoverInBackground(const absl::Status& cause);
+
  private:
   Connection& connection_;
   const Model& model_;
@@ -67,6 +79,12 @@ class SessionRecovery {
   // Keeps the model open in the current session; `model_` (its id, layout
   // and master view) is still what callers use.
   std::unique_ptr<Model> reopened_;
+  // RecoverInBackground's watch: it sets `answered_` once a connect to the
+  // socket succeeds; `stop_` ends it early.
+  std::thread watch_;
+  std::atomic<bool> answered_{false};
+  std::atomic<bool> stop_{false};
+  void StopWatch();
 };
 
 }  // namespace blockswap::client

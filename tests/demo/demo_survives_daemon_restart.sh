@@ -10,6 +10,10 @@
 # reloads, and the demo exits 0 with every block verified. With
 # --reconnect-timeout 0 in DEMO_ARGS the same run must fail instead
 # (EXPECT_FAILURE=1), which shows the restart really happened under it.
+# Under trainer copies (BLOCKSWAP_COPY=trainer) EXPECT_NO_VOID=1 asks that
+# no pass be void, whatever the reconnection setting, and EXPECT_REATTACH=1
+# that the demo's session come back in the restarted daemon (its `clients`,
+# COPY trainer) while the demo still streams.
 set -euo pipefail
 
 bin=$(cd "$1" && pwd)
@@ -61,6 +65,23 @@ echo "restart: blockswapd SIGKILLed under the demo; restarting it in 0.5 s"
 sleep 0.5
 start_daemon
 
+if [[ ${EXPECT_REATTACH:-0} == 1 ]]; then
+  reattached=0
+  for _ in $(seq 100); do
+    if ctl clients 2>/dev/null | grep -q ' trainer '; then reattached=1; break; fi
+    if ! kill -0 "${demo_pid}" 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+  if [[ ${reattached} -ne 1 ]]; then
+    echo "restart: the trainer-copy demo did not re-attach to the restarted daemon while it ran" >&2
+    ctl clients >&2 || true
+    cat "${scratch}/demo.log" >&2
+    exit 1
+  fi
+  echo "restart: the demo re-attached while streaming:"
+  ctl clients
+fi
+
 status=0
 wait "${demo_pid}" || status=$?
 demo_pid=
@@ -78,6 +99,10 @@ fi
 if [[ ${status} -ne 0 ]] ||
   ! grep -Eq '^demo ok: .* loads [1-9][0-9]* checks [1-9][0-9]* mismatches 0 ' "${scratch}/demo.log"; then
   echo "restart: the demo did not ride out the daemon restart" >&2
+  exit 1
+fi
+if [[ ${EXPECT_NO_VOID:-0} == 1 ]] && grep -q ' void, run again: ' "${scratch}/demo.log"; then
+  echo "restart: a pass was void under trainer copies, which need no daemon in a pass" >&2
   exit 1
 fi
 # A pass whose work read a slot the killed daemon had not finished copying

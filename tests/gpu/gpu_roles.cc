@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
 #include "client/core/model.h"
+#include "client/core/daemon_copy_ring.h"
 #include "client/core/ring.h"
 #include "shared/base/status.h"
 #include "tests/gpu/device_compute.h"
@@ -124,10 +125,14 @@ absl::Status Setup(const KeyValueArgs& args, const RoleReport& report, size_t ch
       client.ring, client::Ring::Create(*client.connection, uuid,
                                         static_cast<uint32_t>(args.Int("slots", 2)), slot_bytes));
   // How the client's stream waits for a fill: on the daemon's ready words
-  // (a dead daemon's are released by this process's watchdog) or, where the
-  // device has no stream memory operations, on its ready events.
+  // (a dead daemon's are released by this process's watchdog), where the
+  // device has no stream memory operations on the host for landed_seq, or,
+  // when the trainer copies, on its own copy stream's events.
+  auto* daemon_ring = dynamic_cast<client::DaemonCopyRing*>(client.ring.get());
   report.Add("ready_path",
-             client.ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "landed");
+             daemon_ring == nullptr                                      ? "trainer"
+             : daemon_ring->shared_ring_for_testing().ready_words() != nullptr ? "words"
+                                                                               : "landed");
   const std::string compute = args.Str("compute", "kernels");
   if (compute != "kernels" && compute != "copies") {
     return absl::InvalidArgumentError(

@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
+#include "client/core/daemon_copy_ring.h"
 #include "client/core/model.h"
 #include "client/core/ring.h"
 #include "client/core/session_recovery.h"
@@ -239,8 +240,13 @@ int RunStream(const std::vector<std::string>& argv) {
   report.Add("timed_waits", absl::StrCat(stalls->size()));
   report.Add("loads", absl::StrCat(total));
   // Of them, those sent through the ring's shared-memory request ring.
+  // (None on a ring the trainer fills itself.)
+  auto* daemon_ring = dynamic_cast<client::DaemonCopyRing*>(&ring);
   report.Add("ring_requests",
-             absl::StrCat(ring.shared_ring_for_testing().client_control().request_tail.load()));
+             daemon_ring == nullptr
+                 ? "trainer"
+                 : absl::StrCat(
+                       daemon_ring->shared_ring_for_testing().client_control().request_tail.load()));
   report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
   report.Add("wrong", absl::StrCat(wrong.load()));
   if (wrong.load() > 0) {
@@ -298,8 +304,11 @@ int RunOrphanStream(const std::vector<std::string>& argv) {
   if (!setup.ok()) return Exit(setup.status(), report);
   auto stream = setup->ring->device().CreateStream();
   if (!stream.ok()) return Exit(stream.status(), report);
-  report.Add("ready_path",
-             setup->ring->shared_ring_for_testing().ready_words() != nullptr ? "words" : "events");
+  auto* daemon_ring = dynamic_cast<client::DaemonCopyRing*>(setup->ring.get());
+  report.Add("ready_path", daemon_ring == nullptr ? "trainer"
+                           : daemon_ring->shared_ring_for_testing().ready_words() != nullptr
+                               ? "words"
+                               : "events");
   if (absl::Status s = OrphanStep(*setup, **stream, 0, timeout, report, false); !s.ok()) {
     return Exit(s, report);
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
+#include "client/core/daemon_copy_ring.h"
 #include "client/core/model.h"
 #include "client/core/ring.h"
 #include "shared/protocol/grpc_status.h"
@@ -63,7 +64,7 @@ absl::Status AwaitRingFailed(client::Ring& ring) {
 }
 
 // Writes `entry` into the ring's request ring as it is, and rings the bell.
-absl::Status PushRaw(client::Ring& ring, const RequestValues& entry) {
+absl::Status PushRaw(client::DaemonCopyRing& ring, const RequestValues& entry) {
   RingImport& shared = ring.shared_ring_for_testing();
   BLOCKSWAP_RETURN_IF_ERROR(RequestQueueWriter(shared.client_control(), shared.control()).Push(entry));
   shared.doorbell()->Ring();
@@ -147,13 +148,17 @@ int RunRogue(const std::vector<std::string>& argv) {
   if (!model.ok()) return Check(name, model.status(), {absl::StatusCode::kOk, ""});
   uint64_t slot_bytes = 0;
   for (const BlockSpec& block : (*model)->layout().blocks) slot_bytes = std::max(slot_bytes, block.bytes);
-  auto ring = client::Ring::Create(c, c.device_uuids().front(), 2, slot_bytes);
+  // The daemon's ring, whatever the copy path: its request ring is what a
+  // rogue writes into.
+  auto device = c.LocalDevice(c.device_uuids().front());
+  if (!device.ok()) return Check(name, device.status(), {absl::StatusCode::kOk, ""});
+  auto ring = client::DaemonCopyRing::Create(c, **device, 2, slot_bytes);
   if (!ring.ok()) return Check(name, ring.status(), {absl::StatusCode::kOk, ""});
   const uint64_t ring_id = (*ring)->id();
   const std::string& model_id = (*model)->id();
 
   if (absl::StartsWith(name, "shm-")) {
-    client::Ring& r = **ring;
+    client::DaemonCopyRing& r = **ring;
     if (!r.has_request_ring()) {
       std::cerr << "rogue: blockswapd granted no request ring\n";
       return kClientSetupFailed;
