@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "shared/base/monotonic_clock.h"
 #include "shared/base/status.h"
+#include "shared/protocol/load_protocol.h"
 
 namespace blockswap::client {
 namespace {
@@ -152,7 +153,9 @@ absl::Status TrainerCopyRing::Load(uint32_t slot, const Model& model, uint32_t b
     absl::StatusOr<bool> done = newest_copy_->Query();
     if (done.ok() && *done) reading_.clear();
   }
-  BLOCKSWAP_RETURN_IF_ERROR(copy_stream_->Wait(*target.free));
+  if (!ProtocolStepSkipped(ProtocolStep::kTrainerCopyAwaitFree)) {
+    BLOCKSWAP_RETURN_IF_ERROR(copy_stream_->Wait(*target.free));
+  }
   BLOCKSWAP_RETURN_IF_ERROR(copy_stream_->LaunchHostFunc(
       [clock = clock_] { clock->began_ns.store(MonotonicNanos(), std::memory_order_relaxed); }));
   auto* destination = static_cast<std::byte*>(memory_->data()) +
@@ -178,6 +181,7 @@ absl::Status TrainerCopyRing::Wait(uint32_t slot, Stream& stream, absl::Duration
   if (slots_[slot].loads == 0) {
     return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was never loaded"));
   }
+  if (ProtocolStepSkipped(ProtocolStep::kTrainerStreamWaitFilled)) return absl::OkStatus();
   return stream.Wait(*slots_[slot].filled);
 }
 
@@ -190,6 +194,7 @@ absl::StatusOr<std::optional<uint64_t>> TrainerCopyRing::WaitTimed(uint32_t slot
   if (target.loads == 0) {
     return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " was never loaded"));
   }
+  if (ProtocolStepSkipped(ProtocolStep::kTrainerStreamWaitFilled)) return std::nullopt;
   BLOCKSWAP_ASSIGN_OR_RETURN(WaitTimer * timer, meter_.Acquire());
   if (absl::Status waited = stream.WaitTimed(*target.filled, *timer); !waited.ok()) {
     meter_.Unused();

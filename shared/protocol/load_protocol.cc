@@ -48,6 +48,10 @@ absl::string_view ProtocolStepName(ProtocolStep step) {
       return "daemon-await-staging";
     case ProtocolStep::kDaemonAwaitStagingReuse:
       return "daemon-await-staging-reuse";
+    case ProtocolStep::kTrainerCopyAwaitFree:
+      return "trainer-copy-await-free";
+    case ProtocolStep::kTrainerStreamWaitFilled:
+      return "trainer-stream-wait-filled";
   }
   return "unknown";
 }
@@ -63,6 +67,9 @@ absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name) {
     if (ProtocolStepName(step) == name) return step;
   }
   for (ProtocolStep step : kStagingProtocolSteps) {
+    if (ProtocolStepName(step) == name) return step;
+  }
+  for (ProtocolStep step : kTrainerCopySteps) {
     if (ProtocolStepName(step) == name) return step;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown protocol step '", name, "'"));

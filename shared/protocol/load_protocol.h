@@ -69,6 +69,11 @@ enum class ProtocolStep : uint32_t {
   // completed.
   kDaemonAwaitStaging,
   kDaemonAwaitStagingReuse,
+  // A ring the trainer fills itself (client/core/trainer_copy_ring.h): its
+  // copy stream waits for the compute stream's `free` of the slot, and the
+  // compute stream for the copy's `filled`.
+  kTrainerCopyAwaitFree,
+  kTrainerStreamWaitFilled,
 };
 // The steps whose loss is a correctness bug: skipping any one of them must
 // make a test see wrong bytes or an error.
@@ -81,6 +86,10 @@ inline constexpr ProtocolStep kSafetyProtocolSteps[] = {
 // that stages its masters (pinning = "never").
 inline constexpr ProtocolStep kStagingProtocolSteps[] = {ProtocolStep::kDaemonAwaitStaging,
                                                          ProtocolStep::kDaemonAwaitStagingReuse};
+// The safety steps of trainer copies: their loss must show in a client that
+// copies itself (BLOCKSWAP_COPY=trainer).
+inline constexpr ProtocolStep kTrainerCopySteps[] = {ProtocolStep::kTrainerCopyAwaitFree,
+                                                     ProtocolStep::kTrainerStreamWaitFilled};
 
 absl::string_view ProtocolStepName(ProtocolStep step);
 absl::StatusOr<ProtocolStep> ParseProtocolStep(absl::string_view name);

@@ -287,6 +287,28 @@ TEST_P(GpuMutationTest, SkippingTheStepIsCaught) {
 INSTANTIATE_TEST_SUITE_P(EveryStep, GpuMutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),
                          [](const auto& info) { return ProtocolStepIdentifier(info.param); });
 
+// The same with each client copying its own blocks (BLOCKSWAP_COPY=trainer)
+// and one of the two waits of its copies switched off.
+class GpuTrainerMutationTest : public GpuTest, public ::testing::WithParamInterface<ProtocolStep> {};
+
+TEST_P(GpuTrainerMutationTest, SkippingTheStepIsCaught) {
+  BLOCKSWAP_SKIP_WITHOUT_TEST_HOOKS("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
+  const std::string step(ProtocolStepName(GetParam()));
+  StartDaemon();
+  ChildProcess client =
+      Spawn("gpu-stream", "mutant",
+            {"--loads=240", "--blocks=6", "--slow-every=4", "--slow-ms=20", "--timeout-ms=3000"},
+            {{"BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS", step}, {"BLOCKSWAP_COPY", "trainer"}});
+  const int code = Finish(client, "mutant");
+  EXPECT_EQ(FirstValue(Report("mutant"), "ready_path"), "trainer") << Describe("mutant");
+  EXPECT_NE(code, kGpuClientOk) << "skipping " << step << " went unnoticed on the GPU";
+  std::cerr << "skipping " << step << ": exit " << code << ", " << Describe("mutant") << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTrainerStep, GpuTrainerMutationTest,
+                         ::testing::ValuesIn(kTrainerCopySteps),
+                         [](const auto& info) { return ProtocolStepIdentifier(info.param); });
+
 // --- failures ------------------------------------------------------------
 
 // A client killed while a 2 s kernel runs on its slot, after it recorded

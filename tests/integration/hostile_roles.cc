@@ -7,10 +7,13 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -21,9 +24,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
+#include "client/core/model.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/ring_wire.h"
 #include "tests/integration/client_roles.h"
+#include "tests/integration/test_model.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
 
@@ -123,6 +128,83 @@ int ReopenReadOnlyDescriptors(client::Connection& c) {
     if (error != EACCES) return Fail(name + ": expected EACCES, got " + std::strerror(error));
     std::cerr << "hostile: reopening " << name << " O_RDWR as uid 65534: EACCES, as expected\n";
   }
+  return kClientOk;
+}
+
+// Every route to a master's bytes that a client of another uid has, each
+// tried against a descriptor the daemon sent for a model (the client's own
+// upload) and the read-only mapping the client library makes of it: a
+// writable shared mapping, a read-only mapping made writable, write() and
+// ftruncate() on the descriptor, a read-write reopen through /proc, fchmod,
+// and a plain store through the mapping (in a child, which must die of
+// SIGSEGV); a private writable mapping is allowed but copies on write. The
+// master must read as uploaded after all of it. (The device's route, a
+// copy into a master pinned read-only, is the stand-in's rule:
+// StandinDriverTest.AReadOnlyMappingIsPinnedOnlyReadOnlyAndTheDeviceNeverWritesIt.)
+// A client of the daemon's own uid owns the files and can write them: the
+// guarantee is between users (docs/security.md).
+int WriteMasters(client::Connection& c) {
+  const std::vector<std::vector<uint8_t>> data = ModelTensorData(45, 1, 2 * kPage);
+  auto model = client::Model::Register(c, "masters", ModelUploads(data, 1));
+  if (!model.ok()) return Fail("registering: " + model.status().ToString());
+  v1::OpenModelRequest request;
+  request.set_session_token(c.token());
+  request.set_model_id((*model)->id());
+  v1::ModelReply reply;
+  grpc::ClientContext context;
+  if (grpc::Status s = c.stub().OpenModel(&context, request, &reply); !s.ok()) {
+    return Fail("OpenModel: " + s.error_message());
+  }
+  auto fds = c.ReceiveFds(reply.block_masters(0).batch());
+  if (!fds.ok()) return Fail(fds.status().ToString());
+  const UniqueFd& fd = (*fds)[reply.block_masters(0).index()];
+  const std::byte* view = (*model)->master(0);
+  const std::vector<std::byte> before(view, view + 2 * kPage);
+
+  if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
+      ::prctl(PR_SET_DUMPABLE, 1) != 0) {
+    std::cerr << "hostile: cannot become uid 65534 (not root?)\n";
+    return kClientSetupFailed;
+  }
+  if (void* p = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+      p != MAP_FAILED) {
+    return Fail("the master's descriptor maps writable");
+  }
+  void* shared = ::mmap(nullptr, kPage, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (shared == MAP_FAILED) return Fail("cannot even map the master read-only");
+  if (::mprotect(shared, kPage, PROT_READ | PROT_WRITE) == 0) {
+    return Fail("mprotect made a read-only mapping of the master writable");
+  }
+  if (::mprotect(const_cast<std::byte*>(view), kPage, PROT_READ | PROT_WRITE) == 0) {
+    return Fail("mprotect made the client library's mapping of the master writable");
+  }
+  if (::pwrite(fd.get(), "\0", 1, 0) >= 0) return Fail("write() to the master succeeded");
+  if (::ftruncate(fd.get(), 0) == 0) return Fail("ftruncate() of the master succeeded");
+  if (::fchmod(fd.get(), 0666) == 0) return Fail("fchmod() of the master succeeded");
+  int error = 0;
+  if (ReopenReadWrite(fd, &error).valid()) return Fail("uid 65534 reopened the master O_RDWR");
+  void* own = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+  if (own != MAP_FAILED) {
+    std::memset(own, 0, kPage);  // a private copy: must not reach the master
+    ::munmap(own, kPage);
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    *const_cast<volatile std::byte*>(view) = std::byte{0};
+    ::_exit(0);
+  }
+  int status = 0;
+  if (child < 0 || ::waitpid(child, &status, 0) != child) return Fail("fork/waitpid failed");
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGSEGV) {
+    return Fail(absl::StrCat("a store through the client's mapping of the master did not fault "
+                             "(wait status ", status, ")"));
+  }
+  if (std::memcmp(shared, before.data(), kPage) != 0 ||
+      std::memcmp(view, before.data(), before.size()) != 0) {
+    return Fail("the master's bytes changed");
+  }
+  ::munmap(shared, kPage);
+  std::cerr << "hostile: no route of uid 65534 wrote the master\n";
   return kClientOk;
 }
 
@@ -280,6 +362,7 @@ int RunHostile(const std::vector<std::string>& argv) {
   if (!connection.ok()) return Fail(connection.status().ToString());
   client::Connection& c = **connection;
   if (name == "reopen-read-only") return ReopenReadOnlyDescriptors(c);
+  if (name == "write-masters") return WriteMasters(c);
   if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
   if (name == "unparsable-bodies") return UnparsableBodies(args.Str("socket"));
   std::cerr << "hostile: unknown case '" << name << "'\n";

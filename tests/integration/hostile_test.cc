@@ -38,6 +38,13 @@ TEST_F(HostileClientTest, ReadOnlyDescriptorsCannotBeReopenedWritable) {
   ExpectFailsAloneBesideAStreamer("reopen-read-only");
 }
 
+// A client copies from its own mapping of the masters (copy path
+// "trainer"); another uid cannot write them by any route it has.
+TEST_F(HostileClientTest, NoRouteOfAnotherUidWritesAMaster) {
+  StartDaemon();
+  ExpectFailsAloneBesideAStreamer("write-masters");
+}
+
 TEST_F(HostileClientTest, BadAndHugeStatisticsReportsAreRefusedAndStatsStillAnswers) {
   StartDaemon();
   ExpectFailsAloneBesideAStreamer("bad-and-huge-reports");
