@@ -9,7 +9,7 @@
 #   tests/gpu/device-check.sh run core OUT    # call 1 there (carry .device):
 #                                             # decides alone, <= 240 s
 #   tests/gpu/device-check.sh run rest OUT    # call 2, only if time is left:
-#                                             # <= 290 s
+#                                             # <= 320 s
 #
 # `run core`: the bundled libraries, then blockswap-primitives-probe (one
 # line per environment fact, kernel feature and CUDA primitive between
@@ -194,7 +194,7 @@ run_core() {
   end_part
 }
 
-# Call 2: limits add up to 290 s on a GPU.
+# Call 2: limits add up to 320 s on a GPU.
 run_rest() {
   local out=$1
   part rest
@@ -203,6 +203,9 @@ run_rest() {
   else
     # Its P4-GPU rows run kernels: here, not in call 1.
     info bench-h2d "$(rest_limit 50)" bench_h2d "${out}"
+    # The same clients copying their own blocks (copy = "trainer"), at half
+    # the bytes: which default the GPU's numbers support.
+    info bench-h2d.trainer-copies "$(rest_limit 30)" bench_h2d "${out}" trainer
   fi
   check list-devices "$(rest_limit 10)" blockswapd --list-devices --backend="${backend}"
   check gpu-tests "$(rest_limit 70)" gpu_tests "${out}" gpu-rest \
@@ -400,13 +403,19 @@ sanitizer_on_gpu() {
     gpu_test --gtest_filter='GpuTest.SlowKernelConsumerNeverReadsAStaleSlot'
 }
 
+# bench_h2d OUT [trainer]: with `trainer`, every client copies itself
+# (BLOCKSWAP_COPY=trainer) at half the bytes, appended to bench.txt.
 bench_h2d() {
-  local out=$1
+  local out=$1 copy=${2:-daemon}
   local args=(--backend="${backend}")
   [[ ${backend} == host ]] && args+=(--sizes-mib=1,64 --clients=2 --gigabytes=0.2)
   # P1 at 2 GB a size, one round of each P4 row: what fits its 50 s.
-  [[ ${backend} == cuda ]] && args+=(--gigabytes=2 --repeat=1)
-  blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
+  [[ ${backend} == cuda && ${copy} == daemon ]] && args+=(--gigabytes=2 --repeat=1)
+  [[ ${backend} == cuda && ${copy} == trainer ]] && args+=(--gigabytes=1 --repeat=1)
+  local tee_args=()
+  [[ ${copy} == trainer ]] && tee_args=(-a) && echo "--- BLOCKSWAP_COPY=trainer" >>"${out}/bench.txt"
+  BLOCKSWAP_COPY=${copy} blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' |
+    tee "${tee_args[@]}" "${out}/bench.txt"
   return "${PIPESTATUS[0]}"
 }
 
