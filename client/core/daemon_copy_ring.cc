@@ -1,5 +1,6 @@
 #include "client/core/daemon_copy_ring.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -73,8 +74,10 @@ absl::StatusOr<std::unique_ptr<DaemonCopyRing>> DaemonCopyRing::Create(Connectio
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection, device, slot_count, slot_bytes, transport));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> notifier, device.CreateStream());
-  return std::unique_ptr<DaemonCopyRing>(
-      new DaemonCopyRing(connection, device, transport, std::move(ring), std::move(notifier)));
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> healer, device.CreateStream());
+  return std::unique_ptr<DaemonCopyRing>(new DaemonCopyRing(connection, device, transport,
+                                                            std::move(ring), std::move(notifier),
+                                                            std::move(healer)));
 }
 
 absl::Status DaemonCopyRing::Recreate() {
@@ -86,6 +89,13 @@ absl::Status DaemonCopyRing::Recreate() {
       std::unique_ptr<RingImport> ring,
       Import(connection_, device(), shape().slot_count, shape().slot_bytes, transport_));
   absl::MutexLock lock(&mu_);
+  {
+    // The old ring's healing copies read the masters recorded for it.
+    absl::MutexLock heal(&heal_mu_);
+    (void)healer_->Synchronize();
+    healing_ = ring.get();
+    requested_.assign(shape().slot_count, RequestedLoad());
+  }
   WatchLoss(*ring);
   retired_copy_time_ += consumer_->CopyTimeSoFar();
   id_ = ring->ring_id();
@@ -111,6 +121,7 @@ DaemonCopyRing::~DaemonCopyRing() {
     consumer_.reset();
     notifier_.reset();
     loss_watches_.clear();
+    SynchronizeHealer();
     retired_.clear();
     ring_.reset();
   }
@@ -146,7 +157,7 @@ absl::Status DaemonCopyRing::Close(Stream& stream, absl::Duration timeout) {
   //    load that did not fill, a dead daemon) is let go first, or this would
   //    wait for ever: what it reads then is garbage, and the caller hears
   //    of it (an error above, or DATA_LOSS for a wait already committed).
-  if (!daemon_alive || !drained.ok()) ring_->AbandonReadyWords();
+  if (!daemon_alive || !drained.ok()) AbandonHealing(*ring_);
   keep_first(stream.Synchronize());
   keep_first(TakeUnfinishedWaitsLocked());
   keep_first(meter_.Collect(/*wait_for_all=*/true));
@@ -157,6 +168,7 @@ absl::Status DaemonCopyRing::Close(Stream& stream, absl::Duration timeout) {
   //    connection's reader thread runs a watch when it loses the daemon,
   //    and a watch destroyed waits for one running.
   loss_watches_.clear();
+  SynchronizeHealer();
   retired_.clear();
   ring_.reset();
   // 4. Only now may the daemon free what they were imported from.
@@ -170,6 +182,30 @@ absl::Status DaemonCopyRing::Close(Stream& stream, absl::Duration timeout) {
     if (!destroyed.ok()) keep_first(Connection::CallError(destroyed, "destroying a ring"));
   }
   return first.ok() ? first : Annotate(first, absl::StrCat("closing ring ", id_));
+}
+
+bool DaemonCopyRing::Heal(RingImport& ring, uint32_t slot, uint32_t generation, uint32_t value) {
+  absl::MutexLock lock(&heal_mu_);
+  if (&ring != healing_ || slot >= requested_.size()) return false;
+  const RequestedLoad& load = requested_[slot];
+  if (load.generation != generation || load.master == nullptr || ring.ready_words() == nullptr) {
+    return false;
+  }
+  if (!healer_->CopyHostToDevice(ring.slot(slot), load.master->data(), load.bytes).ok() ||
+      !healer_->WriteWord(*ring.ready_words(), slot, value).ok()) {
+    return false;
+  }
+  std::fprintf(stderr,
+               "blockswap: blockswapd was lost before its copy into ring %llu slot %u generation "
+               "%u was done; this process copied the block from the master itself\n",
+               static_cast<unsigned long long>(ring.ring_id()), slot, generation);
+  return true;
+}
+
+void DaemonCopyRing::SynchronizeHealer() {
+  absl::MutexLock lock(&heal_mu_);
+  (void)healer_->Synchronize();
+  requested_.assign(requested_.size(), RequestedLoad());
 }
 
 absl::Status DaemonCopyRing::CheckOpen() const {
@@ -190,6 +226,10 @@ absl::Status DaemonCopyRing::Load(uint32_t slot, const Model& model, uint32_t bl
   BLOCKSWAP_RETURN_IF_ERROR(CheckOpen());
   absl::StatusOr<uint32_t> generation = consumer_->BeginLoad(slot, stream);
   if (!generation.ok()) return Explain(generation.status());
+  if (block < model.block_count()) {
+    absl::MutexLock heal(&heal_mu_);
+    requested_[slot] = {*generation, model.master_view(block), model.layout().blocks[block].bytes};
+  }
   if (transport_ == LoadTransport::kShm) {
     // A request names the model by its handle in the ring's session: a
     // model opened in an earlier session (before a reconnection) by the

@@ -97,7 +97,8 @@ class DaemonCopyRing final : public Ring {
 
  private:
   DaemonCopyRing(Connection& connection, Device& device, LoadTransport transport,
-                 std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier)
+                 std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier,
+                 std::unique_ptr<Stream> healer)
       : Ring(device, ring->shape()),
         connection_(connection),
         transport_(transport),
@@ -105,13 +106,32 @@ class DaemonCopyRing final : public Ring {
         ring_(std::move(ring)),
         ring_session_(connection.token()),
         notifier_(std::move(notifier)),
-        consumer_(NewConsumer(*ring_)) {
+        consumer_(NewConsumer(*ring_)),
+        healing_(ring_.get()),
+        requested_(shape().slot_count),
+        healer_(std::move(healer)) {
     WatchLoss(*ring_);
   }
-  // Releases `ring`'s ready words when the connection loses the daemon.
+  // Releases `ring`'s ready words when the connection loses the daemon,
+  // first copying itself what the daemon left unfinished (Heal).
   void WatchLoss(RingImport& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    loss_watches_.push_back(connection_.WatchLoss([&ring] { ring.AbandonReadyWords(); }));
+    loss_watches_.push_back(connection_.WatchLoss([this, &ring] { AbandonHealing(ring); }));
   }
+  void AbandonHealing(RingImport& ring) ABSL_LOCKS_EXCLUDED(heal_mu_) {
+    ring.AbandonReadyWords([this, &ring](uint32_t slot, uint32_t generation, uint32_t value) {
+      return Heal(ring, slot, generation, value);
+    });
+  }
+  // A dead daemon's unfinished copy, done by this process: queues on
+  // healer_ the copy of the load of `generation` into `slot` from the
+  // master this process maps, then the ready word's write of `value`. False
+  // where it cannot: a ring Recreate() replaced, a load other than the one
+  // recorded, or a call that failed (the word is then released at once and
+  // the wait is unfinished: DATA_LOSS).
+  bool Heal(RingImport& ring, uint32_t slot, uint32_t generation, uint32_t value)
+      ABSL_LOCKS_EXCLUDED(heal_mu_);
+  // Waits for Heal's work; forgets the recorded loads.
+  void SynchronizeHealer() ABSL_LOCKS_EXCLUDED(heal_mu_);
   // The CreateRing call and the import, in the connection's current session.
   static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection, Device& device,
                                                             uint32_t slot_count,
@@ -153,6 +173,19 @@ class DaemonCopyRing final : public Ring {
   uint64_t first_traced_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   // The copy time the rings replaced by Recreate() had published.
   absl::Duration retired_copy_time_ ABSL_GUARDED_BY(mu_);
+  // What each slot of `healing_` (ring_, recorded apart from mu_: the
+  // watchdog runs while a caller may hold mu_) was last asked to load, for
+  // Heal; and the stream of Heal's copies and word writes, synchronised
+  // before the memory they write goes (Close, Recreate).
+  struct RequestedLoad {
+    uint32_t generation = 0;
+    std::shared_ptr<MasterView> master;
+    uint64_t bytes = 0;
+  };
+  absl::Mutex heal_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  const RingImport* healing_ ABSL_GUARDED_BY(heal_mu_);
+  std::vector<RequestedLoad> requested_ ABSL_GUARDED_BY(heal_mu_);
+  std::unique_ptr<Stream> healer_ ABSL_GUARDED_BY(heal_mu_);
   StallMeter meter_ ABSL_GUARDED_BY(mu_){
       device(), [this](const MeasuredStall& stall) {
         mu_.AssertHeld();  // the meter runs inside this ring's calls

@@ -239,15 +239,27 @@ void DaemonRing::AbandonReadyWords() {
 }
 
 void RingImport::AbandonReadyWords() const {
+  AbandonReadyWords([](uint32_t, uint32_t, uint32_t) { return false; });
+}
+
+void RingImport::AbandonReadyWords(
+    absl::FunctionRef<bool(uint32_t slot, uint32_t generation, uint32_t value)> finish) const {
   absl::MutexLock lock(&waits_mu_);
-  const std::vector<uint32_t> before =
-      AbandonWords(ready_words_.get(), control(), shape_.slot_count, abandoned_);
-  for (uint32_t s = 0; s < before.size(); ++s) {
+  StreamWords* words = ready_words_.get();
+  if (words == nullptr || abandoned_.exchange(true)) return;
+  for (uint32_t s = 0; s < shape_.slot_count; ++s) {
+    std::atomic<uint32_t>& word = words->word(s);
+    const uint32_t value = AbandonedWordValue(control(), s);
     // The daemon's copy stream writes the word only after the copy: a word
     // short of a committed wait's generation means that copy was never seen
-    // done, and the release just given lets the work behind the wait read
-    // the slot anyway.
-    if (committed_[s] && !WordReached(before[s], *committed_[s])) {
+    // done. Its finisher copies it; else the release given here lets the
+    // work behind the wait read the slot anyway.
+    const bool short_of_wait =
+        committed_[s] && !WordReached(word.load(std::memory_order_acquire), *committed_[s]);
+    if (short_of_wait && finish(s, *committed_[s], value)) continue;
+    const uint32_t before = word.exchange(value, std::memory_order_acq_rel);
+    FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
+    if (committed_[s] && !WordReached(before, *committed_[s])) {
       unfinished_.push_back({s, *committed_[s]});
     }
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "shared/backend/backend.h"
@@ -159,6 +160,13 @@ class RingImport {
   // the daemon had not yet written is kept for TakeUnfinishedWaits.
   // Thread-safe; only the first call moves the words.
   void AbandonReadyWords() const;
+  // The same, but a committed wait whose copy the daemon never finished is
+  // first offered to `finish(slot, generation, value)`: when it returns
+  // true it has queued that copy itself and, behind it, the word's write
+  // of `value` (the client's own copy from the master it maps), so the word
+  // is not moved now and the wait is not unfinished.
+  void AbandonReadyWords(
+      absl::FunctionRef<bool(uint32_t slot, uint32_t generation, uint32_t value)> finish) const;
   // Called once a stream's wait on ready word `slot` reaching `generation`
   // is queued, before the caller is told it may use the slot: work queued
   // next reads it. False when the words were already abandoned: the wait

@@ -284,6 +284,7 @@ absl::Status OrphanStep(Setup& setup, Stream& stream, uint32_t block, absl::Dura
         "the stream did not pass its wait for slot 0 within ", absl::FormatDuration(timeout)));
   }
   report.Add("released_ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - since)));
+  report.Add(absl::StrCat("exact_", block), exact->load() ? "1" : "0");
   BLOCKSWAP_RETURN_IF_ERROR(ring.Health());
   if (!exact->load()) return absl::DataLossError(absl::StrCat("block ", block, " arrived wrong"));
   return absl::OkStatus();
@@ -323,8 +324,10 @@ int RunOrphanStream(const std::vector<std::string>& argv) {
   if (after.ok()) after = (*stream)->Synchronize();
   report.Add("stream_after", after.ok() ? std::string("ok") : std::string(after.message()));
   if (!after.ok()) return Exit(after, report);
-  // The check above ran behind a wait the watchdog released before its copy
-  // wrote the word: the ring says so ("unfinished"), once.
+  // The check above ran behind a wait whose copy the daemon never finished:
+  // the client copied the block itself before it let the wait go
+  // ("exact_1"), so nothing is unfinished; where it could not, the ring says
+  // so ("unfinished": DATA_LOSS), once.
   const absl::Status unfinished = setup->ring->TakeUnfinishedWaits();
   report.Add("unfinished",
              absl::StrCat(static_cast<int>(unfinished.code()), " ", unfinished.message()));
