@@ -45,7 +45,12 @@ run() {
   printf '%s\n' "${out}" | grep -v '^blockswapd: ' | tee -a "${log}"
   # A metric line: `P<n> <name> goal=... PASS|MISS` (p7-soak.sh's name and
   # goal hold spaces).
-  mapfile -t lines < <(printf '%s\n' "${out}" | grep -E '^P[0-9][^ ]* .*goal=.*(PASS|MISS)')
+  # A run named NAME@PATH (the same program on another copy path) marks its
+  # metrics' names with @PATH, so that both paths sit side by side.
+  local suffix=
+  [[ ${name} == *@* ]] && suffix="@${name#*@}"
+  mapfile -t lines < <(printf '%s\n' "${out}" | grep -E '^P[0-9][^ ]* .*goal=.*(PASS|MISS)' |
+    sed -E "s/^(P[0-9][^ ]*) ([^ ]+)/\1 \2${suffix}/")
   summary+=("${lines[@]}")
   if (( rc != 0 )); then
     summary+=("${ids} ${name} goal=exit-0 measured=exit-${rc} MISS")
@@ -77,6 +82,8 @@ busy_processes() {
 if (( quick )); then
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8 \
     --clients=2 --gigabytes=0.2 --stall-loads=30
+  run host-copy@trainer P2,P4-host env BLOCKSWAP_COPY=trainer "${bin}/blockswap-bench-h2d" \
+    --backend=host --sizes-mib=1,8 --clients=2 --gigabytes=0.2 --stall-loads=30
   run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8 \
     --gigabytes=0.2 --repeat=1
   run control P3 "${bin}/blockswap-bench-control" --round-trips=2000 --throughput-loads=300
@@ -92,6 +99,9 @@ if (( quick )); then
 else
   run host-copy P2,P4-host "${bin}/blockswap-bench-h2d" --backend=host --sizes-mib=1,8,64,256 \
     --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
+  # The same clients copying their own blocks (copy = "trainer").
+  run host-copy@trainer P2,P4-host env BLOCKSWAP_COPY=trainer "${bin}/blockswap-bench-h2d" \
+    --backend=host --sizes-mib=1,8,64,256 --clients=2 --gigabytes=4 --stall-loads=200 --repeat=3
   run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8,64 \
     --gigabytes=2 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
