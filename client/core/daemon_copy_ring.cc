@@ -74,10 +74,8 @@ absl::StatusOr<std::unique_ptr<DaemonCopyRing>> DaemonCopyRing::Create(Connectio
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<RingImport> ring,
                              Import(connection, device, slot_count, slot_bytes, transport));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> notifier, device.CreateStream());
-  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<Stream> healer, device.CreateStream());
-  return std::unique_ptr<DaemonCopyRing>(new DaemonCopyRing(connection, device, transport,
-                                                            std::move(ring), std::move(notifier),
-                                                            std::move(healer)));
+  return std::unique_ptr<DaemonCopyRing>(
+      new DaemonCopyRing(connection, device, transport, std::move(ring), std::move(notifier)));
 }
 
 absl::Status DaemonCopyRing::Recreate() {
@@ -92,7 +90,7 @@ absl::Status DaemonCopyRing::Recreate() {
   {
     // The old ring's healing copies read the masters recorded for it.
     absl::MutexLock heal(&heal_mu_);
-    (void)healer_->Synchronize();
+    if (healer_ != nullptr) (void)healer_->Synchronize();
     healing_ = ring.get();
     requested_.assign(shape().slot_count, RequestedLoad());
   }
@@ -191,6 +189,12 @@ bool DaemonCopyRing::Heal(RingImport& ring, uint32_t slot, uint32_t generation, 
   if (load.generation != generation || load.master == nullptr || ring.ready_words() == nullptr) {
     return false;
   }
+  // Made at the first loss: a ring that never loses its daemon needs none.
+  if (healer_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Stream>> stream = device().CreateStream();
+    if (!stream.ok()) return false;
+    healer_ = *std::move(stream);
+  }
   if (!healer_->CopyHostToDevice(ring.slot(slot), load.master->data(), load.bytes).ok() ||
       !healer_->WriteWord(*ring.ready_words(), slot, value).ok()) {
     return false;
@@ -204,7 +208,7 @@ bool DaemonCopyRing::Heal(RingImport& ring, uint32_t slot, uint32_t generation, 
 
 void DaemonCopyRing::SynchronizeHealer() {
   absl::MutexLock lock(&heal_mu_);
-  (void)healer_->Synchronize();
+  if (healer_ != nullptr) (void)healer_->Synchronize();
   requested_.assign(requested_.size(), RequestedLoad());
 }
 

@@ -97,8 +97,7 @@ class DaemonCopyRing final : public Ring {
 
  private:
   DaemonCopyRing(Connection& connection, Device& device, LoadTransport transport,
-                 std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier,
-                 std::unique_ptr<Stream> healer)
+                 std::unique_ptr<RingImport> ring, std::unique_ptr<Stream> notifier)
       : Ring(device, ring->shape()),
         connection_(connection),
         transport_(transport),
@@ -108,8 +107,7 @@ class DaemonCopyRing final : public Ring {
         notifier_(std::move(notifier)),
         consumer_(NewConsumer(*ring_)),
         healing_(ring_.get()),
-        requested_(shape().slot_count),
-        healer_(std::move(healer)) {
+        requested_(shape().slot_count) {
     WatchLoss(*ring_);
   }
   // Releases `ring`'s ready words when the connection loses the daemon,
@@ -175,8 +173,9 @@ class DaemonCopyRing final : public Ring {
   absl::Duration retired_copy_time_ ABSL_GUARDED_BY(mu_);
   // What each slot of `healing_` (ring_, recorded apart from mu_: the
   // watchdog runs while a caller may hold mu_) was last asked to load, for
-  // Heal; and the stream of Heal's copies and word writes, synchronised
-  // before the memory they write goes (Close, Recreate).
+  // Heal; and the stream of Heal's copies and word writes (made at the
+  // first loss), synchronised before the memory they write goes (Close,
+  // Recreate).
   struct RequestedLoad {
     uint32_t generation = 0;
     std::shared_ptr<MasterView> master;
