@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/core/remove_ipc.h"
+#include "client/core/say_once.h"
 #include "shared/base/status.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/grpc_status.h"
@@ -26,18 +27,16 @@ constexpr int kMaxMessageBytes = 64 << 20;
 // resolved no configured socket) on stderr.
 void AnnounceOnce(const std::string& message) {
   static std::atomic<bool> announced{false};
-  if (announced.exchange(true)) return;
-  std::fprintf(stderr, "blockswap: %s\n", message.c_str());
+  SayOnce(announced, message);
 }
 
 // Who copies this process's blocks and why, said once per process on stderr.
 void SayCopyPathOnce(CopyPath path, absl::string_view why) {
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr, "blockswap: blocks are copied into this process's rings by %s (%s)\n",
-               path == CopyPath::kTrainer ? "this process's own copy stream"
-                                          : "blockswapd's copy stream",
-               std::string(why).c_str());
+  SayOnce(said, absl::StrCat("blocks are copied into this process's rings by ",
+                             path == CopyPath::kTrainer ? "this process's own copy stream"
+                                                        : "blockswapd's copy stream",
+                             " (", why, ")"));
 }
 
 std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) {

@@ -5,11 +5,6 @@
 
 namespace blockswap::client {
 
-MasterView::~MasterView() {
-  absl::MutexLock lock(&mu_);
-  registration_.reset();
-}
-
 absl::Status MasterView::PinOnce(Device& device) {
   absl::MutexLock lock(&mu_);
   if (pinned_.has_value()) return *pinned_;

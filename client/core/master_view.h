@@ -25,8 +25,6 @@ class MasterView {
   MasterView(Mapping mapping, bool staged) : mapping_(std::move(mapping)), staged_(staged) {}
   MasterView(const MasterView&) = delete;
   MasterView& operator=(const MasterView&) = delete;
-  // Unpinned before it is unmapped.
-  ~MasterView();
 
   const std::byte* data() const { return static_cast<const std::byte*>(mapping_.data()); }
   size_t size() const { return mapping_.size(); }
@@ -40,6 +38,7 @@ class MasterView {
   absl::Status PinOnce(Device& device) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Declared before registration_: unpinned before it is unmapped.
   const Mapping mapping_;
   const bool staged_;
   absl::Mutex mu_;

@@ -1,9 +1,10 @@
 #include "client/core/ring.h"
 
 #include <atomic>
-#include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "client/core/daemon_copy_ring.h"
+#include "client/core/say_once.h"
 #include "client/core/trainer_copy_ring.h"
 #include "shared/base/status.h"
 
@@ -22,10 +23,8 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
     }
     // The daemon's copies cannot reach this device; this process's own can.
     static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      std::fprintf(stderr, "blockswap: %s; this process copies its blocks itself (copy = trainer)\n",
-                   std::string(available.message()).c_str());
-    }
+    SayOnce(said, absl::StrCat(available.message(),
+                               "; this process copies its blocks itself (copy = trainer)"));
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<TrainerCopyRing> ring,
                              TrainerCopyRing::Create(*device, slot_count, slot_bytes));

@@ -1,10 +1,9 @@
 #include "client/core/trainer_copy_ring.h"
 
-#include <cstdio>
-#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/core/say_once.h"
 #include "shared/base/monotonic_clock.h"
 #include "shared/base/status.h"
 #include "shared/protocol/load_protocol.h"
@@ -17,11 +16,8 @@ constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
 // Why this process stages masters the daemon pins, said once per process.
 void SayStagingOnce(const absl::Status& why) {
   static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "blockswap: %s; this process copies such masters through pinned staging buffers "
-               "of its own\n",
-               std::string(why.message()).c_str());
+  SayOnce(said, absl::StrCat(why.message(), "; this process copies such masters through pinned "
+                                            "staging buffers of its own"));
 }
 
 }  // namespace
@@ -31,13 +27,8 @@ absl::StatusOr<std::unique_ptr<TrainerCopyRing>> TrainerCopyRing::Create(Device&
                                                                           uint64_t slot_bytes) {
   const RingShape shape{slot_count, slot_bytes};
   BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
-  const uint64_t stride = RoundUp(slot_bytes, kSlotAlignment);
-  if (stride > UINT64_MAX / slot_count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a ring of ", slot_count, " slots of ", slot_bytes, " bytes overflows"));
-  }
   absl::StatusOr<std::unique_ptr<DeviceMemory>> memory =
-      device.AllocatePrivate(stride * slot_count);
+      device.AllocatePrivate(SlotStride(shape) * slot_count);
   if (!memory.ok()) {
     return Annotate(memory.status(), absl::StrCat("allocating a ring of ", slot_count, " slots of ",
                                                   slot_bytes, " bytes on ", device.info().uuid));
@@ -95,7 +86,7 @@ absl::Status TrainerCopyRing::Close(Stream& stream, absl::Duration timeout) {
 void* TrainerCopyRing::slot(uint32_t s) const {
   absl::MutexLock lock(&mu_);
   if (memory_ == nullptr || s >= shape().slot_count) return nullptr;
-  return memory_->data() + s * RoundUp(shape().slot_bytes, kSlotAlignment);
+  return memory_->data() + s * SlotStride(shape());
 }
 
 absl::Status TrainerCopyRing::CheckUsable(uint32_t slot) const {
@@ -158,9 +149,7 @@ absl::Status TrainerCopyRing::Load(uint32_t slot, const Model& model, uint32_t b
   }
   BLOCKSWAP_RETURN_IF_ERROR(copy_stream_->LaunchHostFunc(
       [clock = clock_] { clock->began_ns.store(MonotonicNanos(), std::memory_order_relaxed); }));
-  auto* destination = static_cast<std::byte*>(memory_->data()) +
-                      slot * RoundUp(shape().slot_bytes, kSlotAlignment);
-  absl::Status queued = QueueCopy(*view, destination, bytes);
+  absl::Status queued = QueueCopy(*view, memory_->data() + slot * SlotStride(shape()), bytes);
   reading_.push_back(std::move(view));  // queued or not, a part of it may run
   BLOCKSWAP_RETURN_IF_ERROR(copy_stream_->LaunchHostFunc([clock = clock_] {
     clock->total_ns.fetch_add(

@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<DaemonRing>> DaemonRing::Create(Device& device, u
                                                                uint64_t boot_id) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateRingShape(shape));
   std::unique_ptr<DaemonRing> ring(new DaemonRing(device, ring_id, shape));
-  const uint64_t stride = RoundUp(shape.slot_bytes, kSlotAlignment);
+  const uint64_t stride = SlotStride(shape);
   for (uint32_t s = 0; s < shape.slot_count; ++s) ring->slot_offsets_.push_back(s * stride);
   BLOCKSWAP_ASSIGN_OR_RETURN(ring->memory_, device.Allocate(stride * shape.slot_count));
   BLOCKSWAP_RETURN_IF_ERROR(ring->CreateReadyWords());
@@ -214,18 +214,22 @@ namespace {
 // every wait either side can have queued. An absolute value, not a step, so
 // that the daemon's end-of-stream writes (RingProducer::Fail) and the
 // client's watchdog can both get there, in either order, any number of
-// times. Once per process (`abandoned`). Returns each word as it was before
-// the move, or nothing where this call moved none.
-std::vector<uint32_t> AbandonWords(StreamWords* words, const DaemonControlBlock& control,
-                                   uint32_t slot_count, std::atomic<bool>& abandoned) {
-  if (words == nullptr || abandoned.exchange(true)) return {};
-  std::vector<uint32_t> before(slot_count);
+// times. Once per process (`abandoned`). Each slot is first offered to
+// `take_over(slot, word now, value)`: true leaves that word to the caller,
+// who queues its write of `value`; `moved(slot, word before)` is told each
+// word moved here.
+void AbandonWords(StreamWords* words, const DaemonControlBlock& control, uint32_t slot_count,
+                  std::atomic<bool>& abandoned,
+                  absl::FunctionRef<bool(uint32_t slot, uint32_t now, uint32_t value)> take_over,
+                  absl::FunctionRef<void(uint32_t slot, uint32_t before)> moved) {
+  if (words == nullptr || abandoned.exchange(true)) return;
   for (uint32_t s = 0; s < slot_count; ++s) {
     std::atomic<uint32_t>& word = words->word(s);
-    before[s] = word.exchange(AbandonedWordValue(control, s), std::memory_order_acq_rel);
+    const uint32_t value = AbandonedWordValue(control, s);
+    if (take_over(s, word.load(std::memory_order_acquire), value)) continue;
+    moved(s, word.exchange(value, std::memory_order_acq_rel));
     FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
   }
-  return before;
 }
 
 }  // namespace
@@ -235,7 +239,9 @@ uint32_t AbandonedWordValue(const DaemonControlBlock& control, uint32_t slot) {
 }
 
 void DaemonRing::AbandonReadyWords() {
-  (void)AbandonWords(ready_words_.get(), control(), shape_.slot_count, abandoned_);
+  AbandonWords(
+      ready_words_.get(), control(), shape_.slot_count, abandoned_,
+      [](uint32_t, uint32_t, uint32_t) { return false; }, [](uint32_t, uint32_t) {});
 }
 
 void RingImport::AbandonReadyWords() const {
@@ -245,24 +251,24 @@ void RingImport::AbandonReadyWords() const {
 void RingImport::AbandonReadyWords(
     absl::FunctionRef<bool(uint32_t slot, uint32_t generation, uint32_t value)> finish) const {
   absl::MutexLock lock(&waits_mu_);
-  StreamWords* words = ready_words_.get();
-  if (words == nullptr || abandoned_.exchange(true)) return;
-  for (uint32_t s = 0; s < shape_.slot_count; ++s) {
-    std::atomic<uint32_t>& word = words->word(s);
-    const uint32_t value = AbandonedWordValue(control(), s);
-    // The daemon's copy stream writes the word only after the copy: a word
-    // short of a committed wait's generation means that copy was never seen
-    // done. Its finisher copies it; else the release given here lets the
-    // work behind the wait read the slot anyway.
-    const bool short_of_wait =
-        committed_[s] && !WordReached(word.load(std::memory_order_acquire), *committed_[s]);
-    if (short_of_wait && finish(s, *committed_[s], value)) continue;
-    const uint32_t before = word.exchange(value, std::memory_order_acq_rel);
-    FutexWakeAll(&word);  // a host-backend stream worker sleeps on it
-    if (committed_[s] && !WordReached(before, *committed_[s])) {
-      unfinished_.push_back({s, *committed_[s]});
-    }
-  }
+  // The daemon's copy stream writes the word only after the copy: a word
+  // short of a committed wait's generation means that copy was never seen
+  // done. Its finisher copies it; else the release given here lets the work
+  // behind the wait read the slot anyway.
+  const auto short_of_wait = [this](uint32_t s, uint32_t word) {
+    waits_mu_.AssertHeld();
+    return committed_[s] && !WordReached(word, *committed_[s]);
+  };
+  AbandonWords(
+      ready_words_.get(), control(), shape_.slot_count, abandoned_,
+      [&](uint32_t s, uint32_t now, uint32_t value) {
+        waits_mu_.AssertHeld();  // AbandonWords runs inside this lock
+        return short_of_wait(s, now) && finish(s, *committed_[s], value);
+      },
+      [&](uint32_t s, uint32_t before) {
+        waits_mu_.AssertHeld();
+        if (short_of_wait(s, before)) unfinished_.push_back({s, *committed_[s]});
+      });
 }
 
 bool RingImport::CommitStreamWait(uint32_t slot, uint32_t generation) const {

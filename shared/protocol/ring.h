@@ -47,6 +47,11 @@ struct RingShape {
 
 // Validates a requested shape: 1..kMaxRingSlots slots of at least one byte.
 absl::Status ValidateRingShape(const RingShape& shape);
+// Slot s of a ring of `shape` starts at s * SlotStride(shape) of its memory,
+// whoever allocates it (the daemon, or a trainer that copies itself).
+inline uint64_t SlotStride(const RingShape& shape) {
+  return RoundUp(shape.slot_bytes, kSlotAlignment);
+}
 
 // Everything a client needs to import a ring. Descriptors travel over
 // SCM_RIGHTS; the rest in a RingDescriptor message (ring_wire.h).
