@@ -109,10 +109,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
   BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
   std::string why = connection->asked_copy_.has_value() ? "BLOCKSWAP_COPY"
                                                         : "blockswapd's copy setting";
-  if (!connection->asked_copy_.has_value() && connection->copy_path_ == CopyPath::kTrainer &&
-      !connection->rings_unavailable_.empty()) {
-    const auto& [uuid, reason] = *connection->rings_unavailable_.begin();
-    why = absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", reason);
+  if (!connection->asked_copy_.has_value() && connection->copy_path_ == CopyPath::kTrainer) {
+    absl::MutexLock lock(&connection->rings_mu_);
+    if (!connection->rings_unavailable_.empty()) {
+      const auto& [uuid, reason] = *connection->rings_unavailable_.begin();
+      why = absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", reason);
+    }
   }
   SayCopyPathOnce(connection->copy_path_, why);
   return connection;
@@ -146,6 +148,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   if (!copy.ok()) return Annotate(copy.status(), "the daemon's AttachReply.copy");
   copy_path_ = copy->value_or(CopyPath::kDaemon);
   device_uuids_.clear();
+  absl::MutexLock lock(&rings_mu_);
   rings_unavailable_.clear();
   for (const v1::Device& device : reply.devices()) {
     device_uuids_.push_back(device.uuid());
@@ -309,10 +312,21 @@ absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
 }
 
 absl::Status Connection::RingsAvailable(absl::string_view uuid) const {
-  auto it = rings_unavailable_.find(uuid);
-  if (it == rings_unavailable_.end()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", it->second));
+  absl::MutexLock lock(&rings_mu_);
+  if (auto it = rings_unavailable_.find(uuid); it != rings_unavailable_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", it->second));
+  }
+  if (auto it = rings_unusable_here_.find(uuid); it != rings_unusable_here_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this process cannot use blockswapd's rings on ", uuid, ": ", it->second));
+  }
+  return absl::OkStatus();
+}
+
+void Connection::MarkRingsUnavailable(absl::string_view uuid, absl::string_view reason) {
+  absl::MutexLock lock(&rings_mu_);
+  rings_unusable_here_.emplace(std::string(uuid), std::string(reason));
 }
 
 absl::StatusOr<std::vector<UniqueFd>> Connection::ReceiveFds(uint64_t batch) {

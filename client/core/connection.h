@@ -57,9 +57,14 @@ class Connection {
   const std::vector<std::string>& device_uuids() const { return device_uuids_; }
   // This process's handle on a device of the daemon, by UUID.
   absl::StatusOr<Device*> LocalDevice(absl::string_view uuid) const;
-  // OK where the daemon said at Attach that the device can serve rings;
-  // otherwise FAILED_PRECONDITION with its reason.
-  absl::Status RingsAvailable(absl::string_view uuid) const;
+  // OK where the daemon said at Attach that the device can serve rings, and
+  // no ring of it proved unusable in this process since; otherwise
+  // FAILED_PRECONDITION with the reason.
+  absl::Status RingsAvailable(absl::string_view uuid) const ABSL_LOCKS_EXCLUDED(rings_mu_);
+  // Records that this process cannot use the daemon's rings on `uuid`: later
+  // rings there, in this session or the next, go straight to trainer copies.
+  void MarkRingsUnavailable(absl::string_view uuid, absl::string_view reason)
+      ABSL_LOCKS_EXCLUDED(rings_mu_);
   // Who copies into this session's rings (AttachReply.copy): what
   // BLOCKSWAP_COPY asked for, else the daemon's default.
   CopyPath copy_path() const { return copy_path_; }
@@ -173,8 +178,12 @@ class Connection {
   std::string token_;
   uint64_t boot_id_ = 0;
   std::vector<std::string> device_uuids_;
-  // By UUID, why the daemon cannot serve rings on a device (Attach).
-  std::map<std::string, std::string, std::less<>> rings_unavailable_;
+  // By UUID, why the daemon cannot serve rings on a device (Attach), and
+  // why this process cannot use them (MarkRingsUnavailable; kept across
+  // sessions: it is this process's driver that refuses).
+  mutable absl::Mutex rings_mu_;
+  std::map<std::string, std::string, std::less<>> rings_unavailable_ ABSL_GUARDED_BY(rings_mu_);
+  std::map<std::string, std::string, std::less<>> rings_unusable_here_ ABSL_GUARDED_BY(rings_mu_);
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SideChannelClient> side_channel_;
   std::atomic<uint64_t> next_offer_{1};

@@ -28,9 +28,11 @@ absl::StatusOr<LoadTransport> LoadTransportFromEnvironment() {
       absl::StrCat("BLOCKSWAP_LOAD_TRANSPORT=", value, " (must be grpc or shm)"));
 }
 
-absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::Import(Connection& connection, Device& device,
-                                                         uint32_t slot_count, uint64_t slot_bytes,
-                                                         LoadTransport transport) {
+absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::Import(Connection& connection,
+                                                                    Device& device,
+                                                                    uint32_t slot_count,
+                                                                    uint64_t slot_bytes,
+                                                                    LoadTransport transport) {
   v1::CreateRingRequest request;
   request.set_session_token(connection.token());
   request.set_device_uuid(device.info().uuid);
@@ -41,6 +43,20 @@ absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::Import(Connection& c
   auto context = Connection::Context();
   grpc::Status created = connection.stub().CreateRing(context.get(), request, &descriptor);
   if (!created.ok()) return Connection::CallError(created, "creating a ring");
+  absl::StatusOr<std::unique_ptr<RingImport>> ring =
+      ImportCreated(connection, device, descriptor, transport);
+  if (!ring.ok()) {
+    // What this process did not take, the daemon frees now rather than at
+    // the session's end (the caller may go on with copies of its own).
+    (void)DestroyOnDaemon(connection, request.session_token(), descriptor.ring_id(),
+                          kCallTimeout);
+  }
+  return ring;
+}
+
+absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::ImportCreated(
+    Connection& connection, Device& device, const v1::RingDescriptor& descriptor,
+    LoadTransport transport) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
                              connection.ReceiveFds(descriptor.daemon_control().batch()));
   BLOCKSWAP_ASSIGN_OR_RETURN(
@@ -63,6 +79,18 @@ absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::Import(Connection& c
     BLOCKSWAP_RETURN_IF_ERROR(connection.OpenLoadStreamIfClosed());
   }
   return ring;
+}
+
+absl::Status DaemonCopyRing::DestroyOnDaemon(Connection& connection,
+                                             const std::string& session_token, uint64_t ring_id,
+                                             absl::Duration timeout) {
+  v1::DestroyRingRequest request;
+  request.set_session_token(session_token);
+  request.set_ring_id(ring_id);
+  v1::DestroyRingReply reply;
+  auto context = Connection::Context(timeout);
+  grpc::Status destroyed = connection.stub().DestroyRing(context.get(), request, &reply);
+  return destroyed.ok() ? absl::OkStatus() : Connection::CallError(destroyed, "destroying a ring");
 }
 
 absl::StatusOr<std::unique_ptr<DaemonCopyRing>> DaemonCopyRing::Create(Connection& connection,
@@ -170,15 +198,7 @@ absl::Status DaemonCopyRing::Close(Stream& stream, absl::Duration timeout) {
   retired_.clear();
   ring_.reset();
   // 4. Only now may the daemon free what they were imported from.
-  if (daemon_alive) {
-    v1::DestroyRingRequest request;
-    request.set_session_token(ring_session_);
-    request.set_ring_id(id_);
-    v1::DestroyRingReply reply;
-    auto context = Connection::Context(timeout);
-    grpc::Status destroyed = connection_.stub().DestroyRing(context.get(), request, &reply);
-    if (!destroyed.ok()) keep_first(Connection::CallError(destroyed, "destroying a ring"));
-  }
+  if (daemon_alive) keep_first(DestroyOnDaemon(connection_, ring_session_, id_, timeout));
   return first.ok() ? first : Annotate(first, absl::StrCat("closing ring ", id_));
 }
 

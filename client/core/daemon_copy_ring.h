@@ -130,11 +130,17 @@ class DaemonCopyRing final : public Ring {
       ABSL_LOCKS_EXCLUDED(heal_mu_);
   // Waits for Heal's work; forgets the recorded loads.
   void SynchronizeHealer() ABSL_LOCKS_EXCLUDED(heal_mu_);
-  // The CreateRing call and the import, in the connection's current session.
+  // The CreateRing call and the import, in the connection's current session;
+  // a ring created but not imported is destroyed on the daemon.
   static absl::StatusOr<std::unique_ptr<RingImport>> Import(Connection& connection, Device& device,
                                                             uint32_t slot_count,
                                                             uint64_t slot_bytes,
                                                             LoadTransport transport);
+  static absl::StatusOr<std::unique_ptr<RingImport>> ImportCreated(
+      Connection& connection, Device& device, const v1::RingDescriptor& descriptor,
+      LoadTransport transport);
+  static absl::Status DestroyOnDaemon(Connection& connection, const std::string& session_token,
+                                      uint64_t ring_id, absl::Duration timeout);
   std::unique_ptr<RingConsumer> NewConsumer(RingImport& ring) {
     return std::make_unique<RingConsumer>(
         ring,

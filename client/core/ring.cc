@@ -1,12 +1,14 @@
 #include "client/core/ring.h"
 
 #include <atomic>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/core/daemon_copy_ring.h"
 #include "client/core/say_once.h"
 #include "client/core/trainer_copy_ring.h"
 #include "shared/base/status.h"
+#include "shared/protocol/ring.h"
 
 namespace blockswap::client {
 
@@ -17,9 +19,13 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Create(Connection& connection,
   if (connection.copy_path() == CopyPath::kDaemon) {
     absl::Status available = connection.RingsAvailable(device_uuid);
     if (available.ok()) {
-      BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<DaemonCopyRing> ring,
-                                 DaemonCopyRing::Create(connection, *device, slot_count, slot_bytes));
-      return ring;
+      absl::StatusOr<std::unique_ptr<DaemonCopyRing>> ring =
+          DaemonCopyRing::Create(connection, *device, slot_count, slot_bytes);
+      if (ring.ok() || !UnusableInThisProcess(ring.status())) return ring;
+      // No way from the daemon's uid to this process on this device (its
+      // driver refuses the daemon's memory or words): no ring of it will do.
+      connection.MarkRingsUnavailable(device_uuid, ring.status().message());
+      available = connection.RingsAvailable(device_uuid);
     }
     // The daemon's copies cannot reach this device; this process's own can.
     static std::atomic<bool> said{false};

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 
@@ -70,7 +71,11 @@ absl::Status ErrnoStatus(int error_number, absl::string_view context) {
 
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  absl::Status annotated(status.code(), absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload([&annotated](absl::string_view type_url, const absl::Cord& payload) {
+    annotated.SetPayload(type_url, payload);
+  });
+  return annotated;
 }
 
 }  // namespace blockswap

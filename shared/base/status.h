@@ -38,7 +38,8 @@ namespace blockswap {
 // "<context>: <strerror>".
 absl::Status ErrnoStatus(int error_number, absl::string_view context);
 
-// Prefixes `status`'s message with `context` ("while importing ring 3: ...").
+// Prefixes `status`'s message with `context` ("while importing ring 3: ..."),
+// keeping its code and payloads.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 }  // namespace blockswap

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -70,6 +71,14 @@ TEST(Annotate, PrefixesTheMessageAndKeepsTheCode) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(status.message(), "while opening ring 3: no model");
   EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());
+}
+
+TEST(Annotate, KeepsThePayloadsThatClassifyTheError) {
+  absl::Status marked = absl::InternalError("driver refused");
+  marked.SetPayload("type.blockswap/kind", absl::Cord("mark"));
+  absl::Status status = Annotate(marked, "importing");
+  ASSERT_TRUE(status.GetPayload("type.blockswap/kind").has_value());
+  EXPECT_EQ(*status.GetPayload("type.blockswap/kind"), "mark");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "shared/base/status.h"
 #include "shared/os/futex.h"
@@ -109,6 +110,21 @@ absl::StatusOr<RingExport> DaemonRing::Export() const {
   return out;
 }
 
+namespace {
+
+constexpr absl::string_view kUnusableHereUrl = "type.blockswap/ring-unusable-in-this-process";
+
+absl::Status MarkUnusableHere(absl::Status error) {
+  error.SetPayload(kUnusableHereUrl, absl::Cord());
+  return error;
+}
+
+}  // namespace
+
+bool UnusableInThisProcess(const absl::Status& error) {
+  return error.GetPayload(kUnusableHereUrl).has_value();
+}
+
 absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
                                                                RingExport exported) {
   const RingShape& shape = exported.shape;
@@ -148,8 +164,13 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
     absl::MutexLock lock(&ring->waits_mu_);
     ring->committed_.resize(shape.slot_count);
   }
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      ring->memory_, device.ImportMemory(std::move(exported.memory), exported.memory_bytes));
+  absl::StatusOr<std::unique_ptr<DeviceMemory>> memory =
+      device.ImportMemory(std::move(exported.memory), exported.memory_bytes);
+  if (!memory.ok()) {
+    return MarkUnusableHere(Annotate(
+        memory.status(), absl::StrCat("ring ", exported.ring_id, ": importing its slots' memory")));
+  }
+  ring->memory_ = *std::move(memory);
   for (uint32_t s = 0; s < shape.slot_count; ++s) {
     BLOCKSWAP_ASSIGN_OR_RETURN(auto free, device.CreateEvent());
     ring->free_.push_back(std::move(free));
@@ -162,10 +183,10 @@ absl::StatusOr<std::unique_ptr<RingImport>> RingImport::Import(Device& device,
     BLOCKSWAP_ASSIGN_OR_RETURN(Mapping mapping, words.Map(Access::kReadWrite));
     absl::StatusOr<std::unique_ptr<StreamWords>> mapped = device.MapStreamWords(std::move(mapping));
     if (!mapped.ok()) {
-      return Annotate(mapped.status(),
-                      absl::StrCat("ring ", exported.ring_id,
-                                   " signals its fills through stream words, which this "
-                                   "process cannot use"));
+      return MarkUnusableHere(Annotate(mapped.status(),
+                                       absl::StrCat("ring ", exported.ring_id,
+                                                    " signals its fills through stream words, "
+                                                    "which this process cannot use")));
     }
     ring->ready_words_ = *std::move(mapped);
   }

@@ -139,6 +139,12 @@ class DaemonRing {
   Mapping client_control_map_;  // read-only: the daemon never writes it
 };
 
+// Whether a ring import failed because this process cannot use the daemon's
+// objects (a driver that does not import memory of the daemon's uid, or
+// cannot wait on its ready words): nothing either side did wrong, and the
+// process's own copies (copy path "trainer") still work.
+bool UnusableInThisProcess(const absl::Status& error);
+
 // The client's side, a ring imported: everything the daemon exported
 // (memory, control blocks, words), mapped and validated, and the client's own
 // `free` event per slot. client::Ring owns one beside the ring's id in the
@@ -146,7 +152,9 @@ class DaemonRing {
 class RingImport {
  public:
   // Validates what arrived (counts, offsets inside the memory, magic numbers)
-  // before trusting it.
+  // before trusting it. Where this process's driver refuses what the daemon
+  // made (the memory's descriptor, or the ready words), the error is marked
+  // so that UnusableInThisProcess(error) holds.
   static absl::StatusOr<std::unique_ptr<RingImport>> Import(Device& device, RingExport exported);
 
   uint64_t ring_id() const { return ring_id_; }

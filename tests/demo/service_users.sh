@@ -14,7 +14,11 @@
 # stopped cleanly on SIGTERM; 77 (skipped) when not run as root; 1 otherwise.
 # With EXPECT_SAID=PATTERN (an extended regex) every demo's output must also
 # match it: how each copies, and why (a device the daemon cannot serve rings
-# on: each trainer copies itself, and says so).
+# on: each trainer copies itself, and says so). EXPECT_SAID_BY_OTHERS and
+# EXPECT_SAID_BY_SERVICE_UID do the same for the demos of root and uid 65534,
+# and for the service uid's own demo (a driver that lets only the daemon's
+# uid import its memory: the others copy themselves); the service uid's must
+# not match EXPECT_NOT_SAID_BY_SERVICE_UID.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -98,8 +102,19 @@ for i in 0 1 2; do
   wait "${demo_pids[i]}" || status=$?
   echo "--- ${names[i]} (exit ${status})"
   tail -n 3 "${scratch}/${names[i]}.log"
-  if [[ -n ${EXPECT_SAID:-} ]] && ! grep -Eq "${EXPECT_SAID}" "${scratch}/${names[i]}.log"; then
-    echo "service_users: the ${names[i]} demo did not say /${EXPECT_SAID}/" >&2
+  expected=${EXPECT_SAID:-}
+  if [[ ${i} -eq 2 ]]; then
+    expected=${EXPECT_SAID_BY_SERVICE_UID:-${expected}}
+  else
+    expected=${EXPECT_SAID_BY_OTHERS:-${expected}}
+  fi
+  if [[ -n ${expected} ]] && ! grep -Eq "${expected}" "${scratch}/${names[i]}.log"; then
+    echo "service_users: the ${names[i]} demo did not say /${expected}/" >&2
+    cat "${scratch}/${names[i]}.log" >&2
+    failed=1
+  elif [[ ${i} -eq 2 && -n ${EXPECT_NOT_SAID_BY_SERVICE_UID:-} ]] &&
+    grep -Eq "${EXPECT_NOT_SAID_BY_SERVICE_UID}" "${scratch}/${names[i]}.log"; then
+    echo "service_users: the ${names[i]} demo said /${EXPECT_NOT_SAID_BY_SERVICE_UID}/" >&2
     cat "${scratch}/${names[i]}.log" >&2
     failed=1
   elif [[ ${status} -ne 0 ]] || ! grep -q 'mismatches 0' "${scratch}/${names[i]}.log"; then
