@@ -24,6 +24,10 @@
 //             the shm run again while another client process sits attached
 //             with an open Load stream and nothing to do (a gpu-hold role).
 //
+// With BLOCKSWAP_COPY=trainer each client copies its block itself (copy path
+// "trainer"): the same latency rows (request to usable slot) and loads per
+// second, without the transports and the daemon's CPU, which it does not use.
+//
 // Ends with one line per metric: `P3 <name> goal=<g> measured=<m> PASS|MISS`.
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,9 +36,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -171,6 +177,53 @@ absl::StatusOr<ChildProcess> IdleClient(const ScratchDirs& dirs) {
   return idle;
 }
 
+// BLOCKSWAP_COPY=trainer (inherited by the clients): each client copies its
+// block itself, so no load crosses to the daemon and the transports and the
+// daemon's CPU per load do not apply.
+bool TrainerCopies() {
+  const char* copy = std::getenv("BLOCKSWAP_COPY");
+  return copy != nullptr && std::string_view(copy) == "trainer";
+}
+
+void PrintRow(const std::string& what, const Percentiles& p, const Percentiles& raw) {
+  std::printf("%-40s %10.1f %10.1f %8.2f %8.2f\n", what.c_str(), p.p50, p.p99, p.p50 / raw.p50,
+              p.p99 / raw.p99);
+}
+
+// The rows of a run under trainer copies: request to usable slot, and loads
+// per second, with the same names as the daemon path's so that run-all.sh
+// sets them side by side (suffixed @trainer).
+absl::Status RunTrainerCopies(const Options& options, const Percentiles& raw,
+                              const Percentiles& latency, StreamClients& clients,
+                              const std::string& model, DaemonProcess& daemon) {
+  std::printf("%-40s %10s %10s %8s %8s\n", "round trip, one in flight", "p50 us", "p99 us",
+              "p50 x", "p99 x");
+  PrintRow(absl::StrCat("unix socket ping-pong, ", options.bytes, " B"), raw, raw);
+  PrintRow("load to usable slot, trainer's own copy", latency, raw);
+  Summary summary;
+  summary.Add("P3", "load-round-trip-p50-vs-socket", "<=4", latency.p50 / raw.p50,
+              latency.p50 / raw.p50 <= 4);
+  summary.Add("P3", "load-round-trip-p99-vs-socket", "<=10", latency.p99 / raw.p99,
+              latency.p99 / raw.p99 <= 10);
+  std::vector<std::string> args = {absl::StrCat("--block-bytes=", options.bytes),
+                                   "--blocks=1",
+                                   "--slots=1",
+                                   "--verify=0",
+                                   "--host-waits=1",
+                                   "--timeout-ms=60000",
+                                   "--model-id=" + model,
+                                   absl::StrCat("--loads=", options.throughput_loads)};
+  for (int n : options.client_counts) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients.Run(n, args));
+    std::printf("%2d concurrent clients, own copies: %8.0f loads/s\n", n, run.loads_per_second);
+    summary.Add("P3", absl::StrCat("loads-per-second-", n, "-clients"), "report",
+                run.loads_per_second, true);
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(StopDaemon(daemon));
+  std::printf("\n%s", summary.text().c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Options& options, ScratchDirs& dirs) {
   BLOCKSWAP_ASSIGN_OR_RETURN(auto daemon, DaemonProcess::Start(dirs, {.backend = "host"}));
   StreamClients clients(dirs);
@@ -204,6 +257,7 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
                         (ProcessCpuSeconds(daemon->pid()) - cpu) * 1e6 / options.round_trips};
   };
   BLOCKSWAP_ASSIGN_OR_RETURN(TransportRun shm, measure(kShm));
+  if (TrainerCopies()) return RunTrainerCopies(options, raw, shm.latency, clients, model, *daemon);
   BLOCKSWAP_ASSIGN_OR_RETURN(TransportRun grpc_loads, measure(kGrpc));
   double cpu_us_beside_idle = -1;
   {
@@ -214,10 +268,7 @@ absl::Status Run(const Options& options, ScratchDirs& dirs) {
   }
   std::printf("%-40s %10s %10s %8s %8s\n", "round trip, one in flight", "p50 us", "p99 us",
               "p50 x", "p99 x");
-  auto row = [&](const std::string& what, const Percentiles& p) {
-    std::printf("%-40s %10.1f %10.1f %8.2f %8.2f\n", what.c_str(), p.p50, p.p99, p.p50 / raw.p50,
-                p.p99 / raw.p99);
-  };
+  auto row = [&](const std::string& what, const Percentiles& p) { PrintRow(what, p, raw); };
   row(absl::StrCat("unix socket ping-pong, ", options.bytes, " B"), raw);
   row("load to filled_seq seen, shm request ring", shm.latency);
   row("load to filled_seq seen, gRPC Load stream", grpc_loads.latency);

@@ -87,6 +87,8 @@ if (( quick )); then
   run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8 \
     --gigabytes=0.2 --repeat=1
   run control P3 "${bin}/blockswap-bench-control" --round-trips=2000 --throughput-loads=300
+  run control@trainer P3 env BLOCKSWAP_COPY=trainer "${bin}/blockswap-bench-control" \
+    --round-trips=2000 --throughput-loads=300
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=64 --block-mib=8 --clients=8
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=4 \
     --clients=8
@@ -105,6 +107,8 @@ else
   run staged P2-staged "${bin}/blockswap-bench-staged" --backend=host --sizes-mib=8,64 \
     --gigabytes=2 --repeat=3
   run control P3 "${bin}/blockswap-bench-control"
+  # Request to usable slot with each client copying its own block.
+  run control@trainer P3 env BLOCKSWAP_COPY=trainer "${bin}/blockswap-bench-control"
   run memory P5 "${bin}/blockswap-bench-memory" --model-mib=1024 --block-mib=32 --clients=8
   run memory-mixed P5-mixed "${bin}/blockswap-bench-memory" --mixed --blocks=16 --block-mib=64 \
     --clients=8
