@@ -132,6 +132,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // The listener's relay lets no header block longer than this through
+  // (connection_relay.h); decoded, HPACK may make it longer, and gRPC then
+  // refuses the stream.
+  const Http2Limits http2;
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                             static_cast<int>(http2.max_header_block_bytes));
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr) return absl::InternalError("the gRPC server did not start");
 
@@ -143,6 +149,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   listener_options.policy = std::move(policy);
   listener_options.group = socket_group;
   listener_options.refused = &daemon->refused_connections_;
+  listener_options.http2 = http2;
   listener_options.max_connections_per_uid = o.max_connections_per_uid;
   listener_options.max_pending_per_uid = o.max_pending_connections_per_uid;
   listener_options.log = [d = daemon.get()](absl::string_view m) { d->Log(m); };

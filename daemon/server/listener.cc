@@ -2,6 +2,7 @@
 
 #include <grpcpp/server.h>
 #include <grpcpp/server_posix.h>
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -45,6 +46,9 @@ constexpr absl::string_view kHelloPrefix(kSideChannelHelloMagic, sizeof(kSideCha
 // flood of silent connections cannot use up the daemon's descriptors.
 constexpr size_t kMaxPending = 256;
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
+// How long after a gRPC connection closed the memory gRPC freed is given
+// back, and how often at most.
+constexpr absl::Duration kTrimDelay = absl::Seconds(1);
 
 std::string Who(const Peer& peer) {
   return absl::StrCat("pid ", peer.pid, " (uid ", peer.uid, ")");
@@ -75,7 +79,13 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Start(ListenerOptions option
   // On failure the destructor closes (and unlinks) whatever was created.
   BLOCKSWAP_RETURN_IF_ERROR(listener->CreateSocket());
   BLOCKSWAP_RETURN_IF_ERROR(listener->CreateEpoll());
-  listener->thread_ = std::thread([raw = listener.get()] { raw->Run(); });
+  Listener* raw = listener.get();
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      listener->relay_,
+      ConnectionRelay::Start({.limits = raw->options_.http2,
+                              .log = [raw](absl::string_view message) { raw->Log(message); },
+                              .closed_over_limits = raw->options_.refused}));
+  listener->thread_ = std::thread([raw] { raw->Run(); });
   return listener;
 }
 
@@ -172,6 +182,7 @@ int Listener::EpollTimeoutMs(absl::Time now) const {
   for (const auto& [id, pending] : pending_) wake = std::min(wake, pending.deadline);
   if (accept_paused_until_ != absl::InfinitePast()) wake = std::min(wake, accept_paused_until_);
   wake = std::min(wake, refusals_.next_flush());
+  wake = std::min(wake, trim_due_);
   if (wake == absl::InfiniteFuture()) return -1;
   if (wake <= now) return 0;
   int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(wake - now, absl::Milliseconds(1)));
@@ -215,7 +226,15 @@ void Listener::Run() {
     }
     ExpirePending(absl::Now());
     refusals_.Flush(absl::Now());
+    TrimIfDue(absl::Now());
   }
+}
+
+void Listener::TrimIfDue(absl::Time now) {
+  if (now < trim_due_) return;
+  ::malloc_trim(0);
+  last_trim_ = now;
+  trim_due_ = absl::InfiniteFuture();
 }
 
 void Listener::ResumeAcceptingIfDue(absl::Time now) {
@@ -399,9 +418,16 @@ void Listener::HandToGrpc(uint64_t id) {
   auto node = pending_.extract(id);
   Pending& pending = node.mapped();
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pending.socket.get(), nullptr);
+  absl::StatusOr<UniqueFd> grpc_end =
+      relay_->Add(std::move(pending.socket), pending.peer.uid, Who(pending.peer));
+  if (!grpc_end.ok()) {
+    Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
+                                          grpc_end.status().message()));
+    return;
+  }
   // The duplicate keeps the connection's number from being reused under the
   // watch and shows the hang-up after gRPC has closed its own descriptor.
-  auto duplicate = pending.socket.Duplicate();
+  auto duplicate = grpc_end->Duplicate();
   if (!duplicate.ok()) {
     Refuse(pending.peer.uid, absl::StrCat("closed a gRPC connection from ", Who(pending.peer), ": ",
                                           duplicate.status().message()));
@@ -415,11 +441,11 @@ void Listener::HandToGrpc(uint64_t id) {
                                           ErrnoStatus(errno, "watching it").message()));
     return;
   }
-  std::string grpc_peer = PeerRegistry::GrpcPeerName(pending.socket.get());
+  std::string grpc_peer = PeerRegistry::GrpcPeerName(grpc_end->get());
   // Registered before gRPC can read a byte, so that no call finds it missing.
   registry_->Register(grpc_peer, pending.peer);
   watched_.emplace(id, Watched{*std::move(duplicate), std::move(grpc_peer), pending.peer.uid});
-  grpc::AddInsecureChannelFromFd(server_, pending.socket.Release());
+  grpc::AddInsecureChannelFromFd(server_, grpc_end->Release());
 }
 
 void Listener::HandToAcceptor(Pending pending, absl::string_view hello) {
@@ -447,6 +473,8 @@ void Listener::OnWatchedHangup(uint64_t id) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, node.mapped().duplicate.get(), nullptr);
   // A no-op when a new connection already has the number.
   registry_->Remove(node.mapped().grpc_peer, id);
+  // gRPC frees the connection's buffers once it has seen the hang-up too.
+  trim_due_ = std::min(trim_due_, std::max(absl::Now() + kTrimDelay, last_trim_ + kTrimDelay));
 }
 
 void Listener::ExpirePending(absl::Time now) {

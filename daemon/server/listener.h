@@ -17,10 +17,17 @@
 // that every call on it answers PERMISSION_DENIED with the reason instead of
 // an unexplained hang-up; its side channels are closed.
 //
+// gRPC never reads a client's socket itself: it gets one end of a socket
+// pair, and a ConnectionRelay passes the bytes between the pair's other end
+// and the client, reading the client's as HTTP/2 frames on the way
+// (connection_relay.h), so that no client can make gRPC buffer without bound.
+//
 // One thread does all of this with epoll and non-blocking sockets, so no peer
 // can stall it. It also keeps a duplicate of each descriptor handed to gRPC
-// and removes the registry entry when that peer hangs up (the number is
-// reused once gRPC closes its descriptor).
+// and removes the registry entry when that connection hangs up (the number is
+// reused once gRPC closes its descriptor), and then gives the memory that
+// gRPC freed back to the system (malloc_trim, at most once a second): glibc
+// keeps what a connection's buffers freed otherwise.
 #ifndef BLOCKSWAP_DAEMON_SERVER_LISTENER_H_
 #define BLOCKSWAP_DAEMON_SERVER_LISTENER_H_
 
@@ -43,6 +50,7 @@
 #include "absl/time/time.h"
 #include "daemon/runtime/refusal_log.h"
 #include "daemon/server/access_policy.h"
+#include "daemon/server/connection_relay.h"
 #include "daemon/server/peer_registry.h"
 #include "daemon/session/peer.h"
 #include "daemon/session/side_channel.h"
@@ -77,9 +85,14 @@ struct ListenerOptions {
   // one line per uid per 10 s, then a count: RefusalLog). Called on the
   // listener's thread; must not block. Empty: standard error.
   std::function<void(absl::string_view)> log;
-  // Counts every connection refused or closed before it was served (for the
-  // metrics); must outlive the listener. Null: not counted.
+  // Counts every connection refused or closed before it was served, or
+  // closed for sending past `http2` (for the metrics); must outlive the
+  // listener. Null: not counted.
   std::atomic<uint64_t>* refused = nullptr;
+  // What a gRPC client may make the daemon buffer before a request is
+  // complete (ConnectionRelay); the gRPC server's metadata limit should be
+  // http2.max_header_block_bytes.
+  Http2Limits http2;
 };
 
 class Listener {
@@ -149,6 +162,9 @@ class Listener {
   void HandToAcceptor(Pending pending, absl::string_view hello);
   void OnWatchedHangup(uint64_t id);
   void ExpirePending(absl::Time now);
+  // Gives freed memory back to the system (malloc_trim) when trim_due_ has
+  // come.
+  void TrimIfDue(absl::Time now);
   void ResumeAcceptingIfDue(absl::Time now);
   void CloseListeningSocket();
   int EpollTimeoutMs(absl::Time now) const;
@@ -171,6 +187,7 @@ class Listener {
   dev_t socket_device_ = 0;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: StopAccepting and the destructor wake epoll_wait
+  std::unique_ptr<ConnectionRelay> relay_;
 
   // Listener thread only.
   std::map<uint64_t, Pending> pending_;
@@ -179,6 +196,10 @@ class Listener {
   // After EMFILE and the like, accepting pauses instead of spinning on a
   // listening socket that stays readable.
   absl::Time accept_paused_until_ = absl::InfinitePast();
+  // When memory is next given back to the system (a gRPC connection closed;
+  // InfiniteFuture when none is due), and when it last was.
+  absl::Time trim_due_ = absl::InfiniteFuture();
+  absl::Time last_trim_ = absl::InfinitePast();
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

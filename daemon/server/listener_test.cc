@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -509,6 +510,33 @@ TEST_F(ListenerTest, APrefaceNotFollowedBySettingsIsClosed) {
             static_cast<ssize_t>(bytes.size()));
   EXPECT_TRUE(ClosedByDaemon(peer, kPatience));
   EXPECT_TRUE(Logged("its HTTP/2 preface is not followed by a SETTINGS frame"));
+}
+
+// gRPC never reads the client itself (ConnectionRelay): a header block over
+// the limit closes the connection, is logged with the peer and counted, and
+// a gRPC call on another connection goes on.
+TEST_F(ListenerTest, AHeaderBlockOverTheLimitClosesTheConnectionAndIsCounted) {
+  std::atomic<uint64_t> refused{0};
+  ListenerOptions options = Options();
+  options.refused = &refused;
+  options.http2.max_header_block_bytes = 1000;
+  StartListener(std::move(options));
+  UniqueFd peer = RawConnect(path_);
+  ASSERT_TRUE(peer.valid());
+  // The preface, SETTINGS, then HEADERS of 600 bytes and a CONTINUATION of
+  // 600 without END_HEADERS.
+  std::string bytes = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24) +
+                      std::string("\0\0\0\x04\0\0\0\0\0", 9);
+  bytes += std::string("\0\x02\x58\x01\0\0\0\0\x01", 9) + std::string(600, 'h');
+  bytes += std::string("\0\x02\x58\x09\0\0\0\0\x01", 9) + std::string(600, 'h');
+  ASSERT_EQ(::send(peer.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  EXPECT_TRUE(ClosedByDaemon(peer, kPatience));
+  EXPECT_TRUE(Logged(absl::StrCat("closed a gRPC connection from pid ", ::getpid())));
+  EXPECT_TRUE(Logged("the header block of stream 1 reached 1200 bytes"));
+  EXPECT_EQ(refused.load(), 1u);
+  auto stub = StubFor(path_);
+  EXPECT_TRUE(CallClients(*stub).ok());
 }
 
 TEST_F(ListenerTest, AUidOverItsPendingCapIsClosedAtOnceNamingTheCap) {

@@ -160,8 +160,8 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   }
   Family(&out, "sessions", "gauge", "attached client sessions").Sample("", s.clients.size());
   Family(&out, "refused_connections_total", "counter",
-         "connections refused (a peer not allowed, over a per-uid cap) or closed before they were "
-         "served (no first message in time)")
+         "connections refused (a peer not allowed, over a per-uid cap), closed before they were "
+         "served (no first message in time) or closed for sending past the transport's limits")
       .Sample("", s.refused_connections);
   Family(&out, "quota_refusals_total", "counter",
          "requests refused with RESOURCE_EXHAUSTED because a per-process or per-uid quota was full")
