@@ -15,6 +15,13 @@
 //           (tests/bench/pipelined_stall.h).
 //   memory  the daemon's device memory with no ring allocated (its CUDA
 //           context), from nvidia-smi.
+//   registration  the read-only host registration a trainer that copies
+//           itself makes once per master it maps, timed per GiB.
+//
+// With BLOCKSWAP_COPY=trainer the clients copy their blocks themselves (copy
+// path "trainer"); with --compute=copies no process of the run uses the
+// CUDA runtime (P4's kernels are host functions on the compute stream), so
+// that it runs in the GPU check's first call, on any driver.
 //
 // Clients are gpu-stream roles (tests/gpu/gpu_roles.cc) spawned from this
 // binary; the daemon is build/bin/blockswapd beside it. --backend=host runs
@@ -30,10 +37,13 @@
 // Ends with one line per metric: `<id> <name> goal=<g> measured=<m>
 // PASS|MISS`.
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -48,6 +58,7 @@
 #include "absl/time/clock.h"
 #include "shared/backend/backend.h"
 #include "shared/base/status.h"
+#include "shared/base/unique_fd.h"
 #include "tests/bench/copy_ceiling.h"
 #include "tests/bench/pipelined_stall.h"
 #include "tests/bench/stream_clients.h"
@@ -70,6 +81,13 @@ struct Options {
   double gigabytes_per_case = 24;   // streamed per measurement
   int repeat = 1;                   // ceiling/one-client alternations, best kept
   PipelinedStallOptions pipelined;  // P4; its rounds are --repeat's
+  // "copies": every client's compute and comparisons through the backend
+  // only, no CUDA runtime (device_compute.h), as the GPU check's first call
+  // needs; "kernels": a trainer's way.
+  std::string compute = "kernels";
+  // Read-only host registration (a trainer's pin of the masters it maps)
+  // timed over this much memory; 0: not measured.
+  double registration_gib = 1;
 };
 
 class Bench {
@@ -144,10 +162,12 @@ class Bench {
     }
     PipelinedStallOptions pipelined = options_.pipelined;
     pipelined.rounds = options_.repeat;
+    if (host_copies()) pipelined.compute = gpu_testing::ComputeKind::kHostCopies;
     BLOCKSWAP_RETURN_IF_ERROR(MeasurePipelinedStall(pipelined, backend->kind(),
                                                     *backend->devices().front(), devices, *daemon_,
                                                     clients_, summary_));
     DaemonMemory();
+    BLOCKSWAP_RETURN_IF_ERROR(RegistrationTime(*backend->devices().front()));
     BLOCKSWAP_RETURN_IF_ERROR(StopDaemon(*daemon_));
     std::printf("\n%s", summary_.text().c_str());
     return absl::OkStatus();
@@ -160,6 +180,7 @@ class Bench {
                                               std::vector<std::string> extra) {
     std::vector<std::string> args = GpuStreamArgs(bytes, kModelBlocks, kSlots, loads, model_id_);
     args.insert(args.end(), extra.begin(), extra.end());
+    if (host_copies()) args.push_back("--compute=copies");
     BLOCKSWAP_ASSIGN_OR_RETURN(StreamRun run, clients_.Run(n, args, devices));
     std::vector<double> result = {run.aggregate_gbps};
     for (const auto& report : run.reports) {
@@ -167,6 +188,59 @@ class Bench {
       result.push_back(testing::NumberValue(report, "gbps"));
     }
     return result;
+  }
+
+  bool host_copies() const { return options_.compute == "copies"; }
+
+  // What a trainer that copies itself pays once per master it maps: the
+  // read-only registration (RegisterReadOnlyHostMemory) of a read-only
+  // shared mapping of --registration-gib GiB, timed, and its release.
+  absl::Status RegistrationTime(Device& device) {
+    if (options_.registration_gib <= 0) return absl::OkStatus();
+    const size_t bytes = static_cast<size_t>(options_.registration_gib * (1ull << 30));
+    UniqueFd memory(::memfd_create("blockswap-bench-registration", MFD_CLOEXEC));
+    if (!memory.valid() || ::ftruncate(memory.get(), static_cast<off_t>(bytes)) != 0) {
+      return ErrnoStatus(errno, "creating the memory to register");
+    }
+    {
+      // Written first, as the daemon's masters are: registration then pins
+      // pages that exist.
+      void* writable =
+          ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memory.get(), 0);
+      if (writable == MAP_FAILED) return ErrnoStatus(errno, "mapping the memory to fill");
+      std::memset(writable, 0x5a, bytes);
+      ::munmap(writable, bytes);
+    }
+    void* view = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, memory.get(), 0);
+    if (view == MAP_FAILED) return ErrnoStatus(errno, "mapping the memory read-only");
+    absl::Duration registered, released;
+    std::string refused;
+    {
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::unique_ptr<HostRegistration>> pinned =
+          device.RegisterReadOnlyHostMemory(view, bytes);
+      registered = absl::Now() - start;
+      if (pinned.ok()) {
+        const absl::Time release_start = absl::Now();
+        pinned->reset();
+        released = absl::Now() - release_start;
+      } else {
+        refused = std::string(pinned.status().message());
+      }
+    }
+    ::munmap(view, bytes);
+    if (!refused.empty()) {
+      std::printf("read-only registration of %.2f GiB refused: %s\n", options_.registration_gib,
+                  refused.c_str());
+      summary_.AddUnmeasured("P1", "read-only-registration-seconds-per-GiB", "report", refused);
+      return absl::OkStatus();
+    }
+    const double per_gib = absl::ToDoubleSeconds(registered) / options_.registration_gib;
+    std::printf("read-only registration of %.2f GiB: %.1f ms (%.3f s per GiB), release %.1f ms\n",
+                options_.registration_gib, absl::ToDoubleMilliseconds(registered), per_gib,
+                absl::ToDoubleMilliseconds(released));
+    summary_.Add("P1", "read-only-registration-seconds-per-GiB", "report", per_gib, true);
+    return absl::OkStatus();
   }
 
   // The daemon's own device memory once no ring exists: its CUDA contexts.
@@ -220,6 +294,12 @@ int main(int argc, char** argv) {
   app.add_option("--p4-factors", options.pipelined.compute_factors,
                  "P4: kernel time as multiples of the copy time")
       ->delimiter(',');
+  app.add_option("--compute", options.compute,
+                 "kernels, or copies: clients and the in-process baseline need no CUDA runtime "
+                 "(P4's kernels become host functions of the same length)")
+      ->check(CLI::IsMember({"kernels", "copies"}));
+  app.add_option("--registration-gib", options.registration_gib,
+                 "GiB of read-only mapping whose registration is timed (0: none)");
   app.add_option("--repeat", options.repeat,
                  "ceiling/one-client rounds per size and P4 rounds per case, best kept");
   return blockswap::bench::BenchmarkMain(

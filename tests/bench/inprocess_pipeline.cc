@@ -5,13 +5,12 @@
 
 namespace blockswap::bench {
 
-absl::StatusOr<std::unique_ptr<InProcessPipeline>> InProcessPipeline::Create(BackendKind kind,
-                                                                             Device& device,
-                                                                             uint64_t bytes) {
+absl::StatusOr<std::unique_ptr<InProcessPipeline>> InProcessPipeline::Create(
+    BackendKind kind, Device& device, uint64_t bytes, gpu_testing::ComputeKind compute) {
   auto pipeline = std::unique_ptr<InProcessPipeline>(new InProcessPipeline());
   BLOCKSWAP_ASSIGN_OR_RETURN(pipeline->working_set_, CopyWorkingSet::Create(device, bytes));
-  BLOCKSWAP_ASSIGN_OR_RETURN(pipeline->compute_,
-                             gpu_testing::DeviceCompute::Create(kind, device, /*checks=*/0));
+  BLOCKSWAP_ASSIGN_OR_RETURN(pipeline->compute_, gpu_testing::DeviceCompute::Create(
+                                                     kind, device, /*checks=*/0, compute));
   BLOCKSWAP_ASSIGN_OR_RETURN(pipeline->copy_stream_, device.CreateStream());
   for (uint32_t slot = 0; slot < kSlots; ++slot) {
     // In-process events order the two streams exactly as the reference's do.

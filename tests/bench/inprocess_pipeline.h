@@ -26,9 +26,11 @@ class InProcessPipeline {
  public:
   // Blocks of `bytes` from a CopyWorkingSet into its kSlots slots, on
   // `device` of a backend of `kind` (on cuda the calling thread's current
-  // device becomes `device`, as for DeviceCompute).
-  static absl::StatusOr<std::unique_ptr<InProcessPipeline>> Create(BackendKind kind, Device& device,
-                                                                   uint64_t bytes);
+  // device becomes `device`, as for DeviceCompute), consumed by "kernels" of
+  // `compute`'s kind.
+  static absl::StatusOr<std::unique_ptr<InProcessPipeline>> Create(
+      BackendKind kind, Device& device, uint64_t bytes,
+      gpu_testing::ComputeKind compute = gpu_testing::ComputeKind::kKernels);
   ~InProcessPipeline();
 
   // The step time of `blocks` blocks, each consumed by a kernel of

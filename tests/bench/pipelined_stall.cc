@@ -3,11 +3,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -121,7 +123,8 @@ class PipelinedStall {
           CopyTime size,
           MeasureCopyTime(device_, BytesTaking(curve, copy_ms / 1e3), options_.rounds));
       BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<InProcessPipeline> pipeline,
-                                 InProcessPipeline::Create(kind_, device_, size.bytes));
+                                 InProcessPipeline::Create(kind_, device_, size.bytes,
+                                                           options_.compute));
       model_id_.clear();  // a model of this case's block size, registered by its first client
       for (double factor : options_.compute_factors) {
         BLOCKSWAP_RETURN_IF_ERROR(Case(copy_ms, size, factor, *pipeline));
@@ -179,6 +182,7 @@ class PipelinedStall {
     std::vector<std::string> args =
         GpuStreamArgs(bytes, kModelBlocks, kSlots, options_.blocks, model_id_);
     args.push_back(absl::StrCat("--compute-us=", absl::ToInt64Microseconds(compute)));
+    if (options_.compute == gpu_testing::ComputeKind::kHostCopies) args.push_back("--compute=copies");
     const uint64_t since_ns = MonotonicNanos();
     BLOCKSWAP_ASSIGN_OR_RETURN(double streaming, ClientSeconds(args));
     BLOCKSWAP_ASSIGN_OR_RETURN(v1::TraceReply trace, Trace(since_ns));
@@ -223,6 +227,13 @@ class PipelinedStall {
 
   void LatencyRows() {
     const std::string p50 = "release-to-issue-p50-us", p99 = "release-to-issue-p99-us";
+    if (const char* copy = std::getenv("BLOCKSWAP_COPY");
+        copy != nullptr && std::string_view(copy) == "trainer") {
+      // The daemon neither issues nor traces a trainer's own copies.
+      std::printf("%s release-to-issue: none (BLOCKSWAP_COPY=trainer: the clients copy)\n",
+                  id_.c_str());
+      return;
+    }
     if (release_to_issue_us_.empty()) {
       // The daemon records kReleaseNotified only once clients notify it of
       // completed releases; a daemon that polls for them has none.

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "shared/backend/backend.h"
 #include "tests/bench/stream_clients.h"
+#include "tests/gpu/device_compute.h"
 #include "tests/support/daemon_process.h"
 
 namespace blockswap::bench {
@@ -31,6 +32,10 @@ struct PipelinedStallOptions {
   std::vector<double> compute_factors = {1.25, 1.0};
   int blocks = 300;  // per pass
   int rounds = 1;    // alternations of blockswap and the baseline; the best of each kept
+  // The "kernels": kHostCopies makes them host functions of the same
+  // length on the compute stream, which occupy it as a kernel would and need
+  // no CUDA runtime (the GPU check's first call).
+  gpu_testing::ComputeKind compute = gpu_testing::ComputeKind::kKernels;
 };
 
 // Measures every (copy time, factor) case with `daemon` (started on the

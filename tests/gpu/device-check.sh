@@ -9,12 +9,13 @@
 #   tests/gpu/device-check.sh run core OUT    # call 1 there (carry .device):
 #                                             # decides alone, <= 240 s
 #   tests/gpu/device-check.sh run rest OUT    # call 2, only if time is left:
-#                                             # <= 320 s
+#                                             # <= 290 s
 #
 # `run core`: the bundled libraries, then blockswap-primitives-probe (one
 # line per environment fact, kernel feature and CUDA primitive between
 # processes), then the protocol's cuda cases, two clients byte-exact as
-# another user, and daemon death: nothing of it needs a CUDA runtime (its
+# another user, daemon death, and P1/P4 on both copy paths with the
+# read-only registration time: nothing of it needs a CUDA runtime (its
 # clients compare bytes copied to the host, no kernels), so it runs on the
 # oldest driver blockswap supports. It starts the LibTorch layer's build in
 # the background for call 2 (it outlives call 1; its state is in
@@ -32,7 +33,8 @@
 #   log.txt      everything the checks printed
 #   gpu.xml      gpu_test's runs, GoogleTest XML one after the other
 #   protocol.xml the load protocol's cuda cases (shared_protocol_test), XML
-#   bench.txt    blockswap-bench-h2d (core); blockswap-bench-staged (rest)
+#   bench.txt    blockswap-bench-h2d on both copy paths (core); bench-h2d and
+#                blockswap-bench-staged (rest)
 #   admin.txt    blockswapctl views during and after two demos (rest)
 #   torch-build.log  building client/torch there, against its torch (rest)
 #
@@ -64,7 +66,7 @@ client_user=${BLOCKSWAP_DEVICE_CHECK_CLIENT_USER-nobody}
 # Call 1's limits: each check's time over the stand-in (measured on the
 # shared 2-core build machine; docs/gpu.md) times this one factor, on a GPU
 # and over the stand-in alike.
-limit_scale=${BLOCKSWAP_DEVICE_CHECK_LIMIT_SCALE:-6}
+limit_scale=${BLOCKSWAP_DEVICE_CHECK_LIMIT_SCALE:-5}
 # Call 2's limits are a GPU's (unmeasured there so far); over the stand-in
 # (host threads with random pauses, not a GPU) each is multiplied by this.
 rest_scale=$([[ -n ${standin} ]] && echo 4 || echo 1)
@@ -167,7 +169,10 @@ rest_limit() {
 }
 
 # Call 1: each check's time over the stand-in, rounded up (docs/gpu.md,
-# 2026-12-05): 35 s in all, so 210 s of limits with limit_scale 6.
+# 2026-12-05): 35 s in all, so 175 s of limits with limit_scale 5; and 30 s
+# (a GPU's guess: the stand-in's timings mean nothing) for P1 and P4 on
+# both copy paths, so that the first GPU run alone tells which default its
+# numbers support.
 run_core() {
   local out=$1
   part core
@@ -191,10 +196,15 @@ run_core() {
   check two-clients "$(core_limit 5)" gpu_tests "${out}" two-clients '*GpuStreamingTest.*'
   check daemon-death "$(core_limit 1)" gpu_tests "${out}" daemon-death \
     'GpuTest.DaemonKilledUnderAClient*'
+  if [[ -n ${standin} ]]; then
+    skip bench-h2d.both-paths "stand-in: its timings would measure the test double, not a GPU"
+  else
+    info bench-h2d.both-paths 30 bench_h2d_both_paths "${out}"
+  fi
   end_part
 }
 
-# Call 2: limits add up to 320 s on a GPU.
+# Call 2: limits add up to 290 s on a GPU.
 run_rest() {
   local out=$1
   part rest
@@ -203,9 +213,6 @@ run_rest() {
   else
     # Its P4-GPU rows run kernels: here, not in call 1.
     info bench-h2d "$(rest_limit 50)" bench_h2d "${out}"
-    # The same clients copying their own blocks (copy = "trainer"), at half
-    # the bytes: which default the GPU's numbers support.
-    info bench-h2d.trainer-copies "$(rest_limit 30)" bench_h2d "${out}" trainer
   fi
   check list-devices "$(rest_limit 10)" blockswapd --list-devices --backend="${backend}"
   check gpu-tests "$(rest_limit 70)" gpu_tests "${out}" gpu-rest \
@@ -406,17 +413,34 @@ sanitizer_on_gpu() {
 # bench_h2d OUT [trainer]: with `trainer`, every client copies itself
 # (BLOCKSWAP_COPY=trainer) at half the bytes, appended to bench.txt.
 bench_h2d() {
-  local out=$1 copy=${2:-daemon}
+  local out=$1
   local args=(--backend="${backend}")
   [[ ${backend} == host ]] && args+=(--sizes-mib=1,64 --clients=2 --gigabytes=0.2)
   # P1 at 2 GB a size, one round of each P4 row: what fits its 50 s.
-  [[ ${backend} == cuda && ${copy} == daemon ]] && args+=(--gigabytes=2 --repeat=1)
-  [[ ${backend} == cuda && ${copy} == trainer ]] && args+=(--gigabytes=1 --repeat=1)
-  local tee_args=()
-  [[ ${copy} == trainer ]] && tee_args=(-a) && echo "--- BLOCKSWAP_COPY=trainer" >>"${out}/bench.txt"
-  BLOCKSWAP_COPY=${copy} blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' |
-    tee "${tee_args[@]}" "${out}/bench.txt"
+  [[ ${backend} == cuda ]] && args+=(--gigabytes=2 --repeat=1)
+  blockswap-bench-h2d "${args[@]}" 2>&1 | grep -v '^blockswapd: ' | tee "${out}/bench.txt"
   return "${PIPESTATUS[0]}"
+}
+
+# Call 1's P1 and P4 on each copy path in turn (the daemon's, then
+# BLOCKSWAP_COPY=trainer), beside the in-process baseline, and the
+# read-only registration time per GiB: no CUDA runtime (--compute=copies,
+# P4's kernels host functions of the same length), 64 MiB blocks, one
+# round. Into bench.txt.
+bench_h2d_both_paths() {
+  local out=$1 copy code=0
+  local args=(--backend="${backend}" --compute=copies --sizes-mib=64 --clients=2 --repeat=1
+              --stall-loads=100)
+  [[ ${backend} == host ]] && args+=(--gigabytes=0.2 --registration-gib=0.25)
+  [[ ${backend} == cuda ]] && args+=(--gigabytes=0.5 --registration-gib=1)
+  : >"${out}/bench.txt"
+  for copy in daemon trainer; do
+    echo "--- BLOCKSWAP_COPY=${copy}" >>"${out}/bench.txt"
+    BLOCKSWAP_COPY=${copy} blockswap-bench-h2d "${args[@]}" 2>&1 | grep -Ev '^blockswapd?: ' |
+      tee -a "${out}/bench.txt"
+    ((PIPESTATUS[0] == 0)) || code=1
+  done
+  return "${code}"
 }
 
 # P2-staged on the GPU: staged copies (masters left pageable, bounced through
