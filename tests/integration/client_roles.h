@@ -29,6 +29,10 @@ std::vector<std::vector<client::TensorUpload>> ModelUploads(
 // DestroyRing straight on the stub (no drain, unlike client::Ring's
 // destructor), for the roles that test the daemon's side of it.
 absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id);
+// RegisterFile straight on the stub naming `offer` (a descriptor already
+// offered on the side channel), for the roles that offer what the client
+// library would not.
+absl::Status RawRegisterFile(client::Connection& c, uint64_t offer);
 
 // A well-formed model id that no test registers.
 inline constexpr char kUnregisteredModelId[] =
