@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/store/parallel_for.h"
+#include "shared/base/regular_file.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -154,9 +155,7 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
     struct stat st {};
     if (::fstat(file.fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat of ", file.path));
     int flags = ::fcntl(file.fd.get(), F_GETFL);
-    if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(file.path, " is not a regular file"));
-    }
+    BLOCKSWAP_RETURN_IF_ERROR(CheckRegularFile(st, file.path));
     if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
       return absl::InvalidArgumentError(
           absl::StrCat("the descriptor of ", file.path, " was not opened for reading"));

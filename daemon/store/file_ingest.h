@@ -8,7 +8,7 @@
 // daemon/session/file_offers.h), never a path: the kernel checked the client's
 // own permissions when it opened the file, so the daemon reads exactly what the
 // client could. A descriptor must be a regular file opened for reading (not
-// O_PATH, not write-only).
+// O_PATH, not write-only); anything else is refused naming what it is.
 //
 // Reading: the header with two preads, then per block runs of up to 1 MiB
 // (and 1024 tensors) adjacent in the file: one preadv lays a run out in a

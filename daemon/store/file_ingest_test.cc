@@ -317,7 +317,7 @@ TEST_F(FileIngestTest, BadFilesAreRefusedPreciselyAndLeaveNothing) {
   std::vector<UniqueFd> directory;
   directory.push_back(OpenRead(file_dir_, O_RDONLY | O_DIRECTORY));
   EXPECT_THAT(std::string(refuse(std::move(directory), kWeights).message()),
-              HasSubstr("is not a regular file"));
+              HasSubstr("is a directory, not a regular file"));
   // A pattern that matches nothing.
   status = refuse(Files(file_), {.block_pattern = R"(^blocks\.(\d+)\.)"});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
