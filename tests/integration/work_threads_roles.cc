@@ -5,8 +5,10 @@
 // once, one thread each on one session; each with --block-pattern, or (the
 // default) its own pattern that matches no tensor, so that no registration
 // waits for another's read of the same file and each costs the daemon a
-// parse of the header. Reports `calling` before the calls, `answered CODE
-// MESSAGE` (or `registered ID`) for each, `seconds` for all of them, `done`.
+// parse of the header. With --deadline-ms=D each call is made on the stub
+// with that deadline (the client library sets none). Reports `calling`
+// before the calls, `answered CODE MESSAGE` (or `registered ID`) for each,
+// `seconds` for all of them, `done`; then keeps its session --hold-ms longer.
 //
 // `upload`: as --uid=N, registers a model of one block of --bytes (an F32
 // and a BF16 tensor, content from --seed) on a new session and reports
@@ -23,6 +25,8 @@
 #include "client/core/connection.h"
 #include "client/core/file_model.h"
 #include "client/core/model.h"
+#include "shared/base/regular_file.h"
+#include "shared/base/status.h"
 #include "tests/integration/client_roles.h"
 #include "tests/integration/test_model.h"
 #include "tests/support/child_process.h"
@@ -34,6 +38,13 @@ namespace {
 
 std::string CodeAndMessage(const absl::Status& status) {
   return absl::StrCat(static_cast<int>(status.code()), " ", status.message());
+}
+
+absl::Status RegisterWithDeadline(client::Connection& c, const std::string& file,
+                                  const std::string& pattern, absl::Duration timeout) {
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(file));
+  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t offer, c.OfferFile(fd));
+  return RawRegisterFile(c, offer, pattern, timeout);
 }
 
 int RunFileFlood(const std::vector<std::string>& argv) {
@@ -54,6 +65,12 @@ int RunFileFlood(const std::vector<std::string>& argv) {
       const std::string pattern = args.Has("block-pattern")
                                       ? args.Str("block-pattern")
                                       : absl::StrCat(R"(^unmatched)", i, R"(\.(\d+)\.)");
+      if (args.Has("deadline-ms")) {
+        report.Add("answered", CodeAndMessage(RegisterWithDeadline(
+                                   **connection, args.Str("file"), pattern,
+                                   absl::Milliseconds(args.Int("deadline-ms", 0)))));
+        return;
+      }
       auto registered =
           client::RegisterFile(**connection, args.Str("file"), {.block_pattern = pattern});
       if (registered.ok()) {
@@ -66,6 +83,7 @@ int RunFileFlood(const std::vector<std::string>& argv) {
   for (std::thread& call : calls) call.join();
   report.Add("seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start)));
   report.Add("done", "1");
+  absl::SleepFor(absl::Milliseconds(args.Int("hold-ms", 0)));
   return kClientOk;
 }
 BLOCKSWAP_CHILD_ROLE("file-flood", RunFileFlood);

@@ -27,7 +27,9 @@ constexpr size_t kTensorsPerBlock = 100;
 constexpr char kBlockPattern[] = R"(^layers\.(\d+)\.)";
 // Registrations each flooding role keeps in flight: more than the daemon has
 // work threads, so that some wait in its queue.
-constexpr int kFloodRegistrations = 8;
+constexpr int kFloodRegistrations = 16;
+// More than an idle daemon's CPU in a second (its heartbeats and polls).
+constexpr double kIdleCpuSeconds = 0.25;
 
 class WorkThreadsTest : public DaemonClientTest {
  protected:
@@ -41,14 +43,16 @@ class WorkThreadsTest : public DaemonClientTest {
   }
 
   // Two roles of uid 65534, each registering `file` kFloodRegistrations times
-  // at once; returns once both have made their calls and the daemon had a
-  // moment to start on them.
-  std::vector<ChildProcess> StartFloods(const std::string& file) {
+  // at once (with `extra_args`); returns once both have made their calls and
+  // the daemon had a moment to start on them.
+  std::vector<ChildProcess> StartFloods(const std::string& file,
+                                        const std::vector<std::string>& extra_args = {}) {
     std::vector<ChildProcess> floods;
     for (const char* name : {"flood-1", "flood-2"}) {
-      floods.push_back(Spawn("file-flood", name,
-                             {"--uid=65534", "--file=" + file,
-                              absl::StrCat("--registrations=", kFloodRegistrations)}));
+      std::vector<std::string> args = {"--uid=65534", "--file=" + file,
+                                       absl::StrCat("--registrations=", kFloodRegistrations)};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      floods.push_back(Spawn("file-flood", name, std::move(args)));
     }
     for (const char* name : {"flood-1", "flood-2"}) {
       EXPECT_TRUE(AwaitReport(name, "calling")) << name << ": " << Describe(name);
@@ -58,6 +62,16 @@ class WorkThreadsTest : public DaemonClientTest {
   }
 
   double DaemonCpuSeconds() { return ProcessCpuSeconds(daemon_->pid()); }
+  // The daemon's CPU time over one second, starting half a second from now:
+  // running work notices its cancellation at its next check.
+  double DaemonCpuOverASecond() {
+    absl::SleepFor(absl::Milliseconds(500));
+    const double before = DaemonCpuSeconds();
+    absl::SleepFor(absl::Seconds(1));
+    const double cpu = DaemonCpuSeconds() - before;
+    std::cout << "daemon CPU over a second: " << cpu << " s\n";
+    return cpu;
+  }
 };
 
 TEST_F(WorkThreadsTest, AFortyThousandTensorHeaderTakesTheDaemonUnderTwoSecondsOfCpu) {
@@ -75,7 +89,7 @@ TEST_F(WorkThreadsTest, AFortyThousandTensorHeaderTakesTheDaemonUnderTwoSecondsO
   EXPECT_LT(cpu, 2.0) << "the header's parse grows faster than the header";
 }
 
-// Both work threads busy with the flood and 12 more of its registrations
+// Both work threads busy with the flood and 28 more of its registrations
 // queued: uid 65533's upload (two work items: reserving the staging area,
 // then hashing and copying it) still waits for at most one flood item each.
 TEST_F(WorkThreadsTest, AnotherUidsUploadWaitsForAtMostOneItemOfTwoHugeHeaderFloods) {
@@ -102,14 +116,29 @@ TEST_F(WorkThreadsTest, RegistrationsOfAClientThatLeftAreDropped) {
     flood.Kill(SIGKILL);
     EXPECT_TRUE(flood.Wait(absl::Seconds(10)).ok());
   }
-  // Running work notices at its next check; then the daemon idles.
-  absl::SleepFor(absl::Seconds(1));
-  const double cpu_before = DaemonCpuSeconds();
-  absl::SleepFor(absl::Seconds(1));
-  const double cpu = DaemonCpuSeconds() - cpu_before;
-  std::cout << "daemon CPU in the second after the flooding clients left: " << cpu << " s\n";
-  EXPECT_LT(cpu, 0.25) << "the daemon kept working for clients that had left";
+  // The sessions end with their processes.
+  EXPECT_LT(DaemonCpuOverASecond(), kIdleCpuSeconds)
+      << "the daemon kept working for clients that had left";
   EXPECT_GT(Stats().devices_size(), 0) << "the daemon no longer answers";
+}
+
+// The flood's calls carry a deadline that passes while most of them still
+// wait in the queue, and its clients stay: the daemon drops the calls it has
+// not started and stops the running ones.
+TEST_F(WorkThreadsTest, RegistrationsWhoseDeadlinePassedAreDropped) {
+  StartSharedDaemon({}, {"flood-1", "flood-2"});
+  const std::string file = WriteManyTensorFile(kFloodTensors);
+  std::vector<ChildProcess> floods = StartFloods(file, {"--deadline-ms=1000", "--hold-ms=30000"});
+  for (const char* name : {"flood-1", "flood-2"}) {
+    ASSERT_TRUE(AwaitReport(name, "done")) << name << ": " << Describe(name);
+    const ReportLines report = Report(name);
+    int late = 0;
+    for (const std::string& answer : report.at("answered")) late += answer.rfind("4 ", 0) == 0;
+    EXPECT_GE(late, kFloodRegistrations / 2) << "expected DEADLINE_EXCEEDED: " << Describe(name);
+  }
+  EXPECT_LT(DaemonCpuOverASecond(), kIdleCpuSeconds) << "the daemon worked past the deadlines";
+  EXPECT_GT(Stats().devices_size(), 0) << "the daemon no longer answers";
+  for (ChildProcess& flood : floods) flood.Kill(SIGKILL);
 }
 
 // A stop while the flood runs and waits in the queue: the stop cancels it
