@@ -198,6 +198,12 @@ void Daemon::Shutdown() {
     }
   }
   if (listener_ != nullptr) listener_->StopAccepting();
+  // Queued uploads, registrations, rings and verifications are answered
+  // UNAVAILABLE at once and running ones end at their next check: no work
+  // holds the stop past its grace (the gRPC server's shutdown below waits
+  // for every call to be answered).
+  if (work_ != nullptr) work_->Stop();
+  if (verify_ != nullptr) verify_->Stop();
   if (sessions_ != nullptr) {
     sessions_->StopAttaching();
     absl::Time deadline = absl::Now() + options_.shutdown_grace;

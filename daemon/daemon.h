@@ -41,7 +41,8 @@ class Daemon {
   // Shuts down if Shutdown was not called.
   ~Daemon();
 
-  // Stops accepting connections and new sessions, gives attached clients
+  // Stops accepting connections and new sessions, cancels the slow work
+  // queued or running (answered UNAVAILABLE), gives attached clients
   // `shutdown_grace` to detach, then ends the remaining sessions (their rings
   // report UNAVAILABLE in the status word), finishes in-flight copies and
   // releases everything but the sealed models. Idempotent.

@@ -1,6 +1,5 @@
 #include "client/core/file_model.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,10 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "shared/base/file_io.h"
-#include "shared/protocol/grpc_status.h"
+#include "shared/base/regular_file.h"
 #include "shared/base/safetensors_header.h"
 #include "shared/base/status.h"
 #include "shared/base/unique_fd.h"
+#include "shared/protocol/grpc_status.h"
 
 namespace blockswap::client {
 namespace {
@@ -20,14 +20,8 @@ namespace {
 // An index is small; anything larger is not one.
 constexpr off_t kMaxIndexBytes = off_t{64} << 20;
 
-absl::StatusOr<UniqueFd> OpenForReading(const std::string& path) {
-  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path));
-  return UniqueFd(raw);
-}
-
 absl::StatusOr<std::vector<std::string>> ShardsOf(const std::string& index_path) {
-  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, OpenForReading(index_path));
+  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(index_path));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat of ", index_path));
   if (st.st_size > kMaxIndexBytes) {
@@ -59,7 +53,7 @@ absl::StatusOr<FileRegistration> RegisterFile(Connection& connection, absl::stri
   request.set_select_rank(options.select_rank);
   request.set_name(options.name);
   for (const std::string& shard : paths) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, OpenForReading(shard));
+    BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(shard));
     BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t offer, connection.OfferFile(fd));
     request.add_file_offers(offer);
   }

@@ -31,6 +31,9 @@ struct FileRegistration {
 
 // `path` is a .safetensors file, or a sharded checkpoint's index JSON (a path
 // ending in ".json"), whose shards are opened beside it in sorted order.
+// Each must be a regular file: anything else (a FIFO, whose open() would wait
+// for a writer, a socket, a device, a directory) is INVALID_ARGUMENT at once,
+// naming what it is (shared/base/regular_file.h).
 absl::StatusOr<FileRegistration> RegisterFile(Connection& connection, absl::string_view path,
                                               const FileRegistrationOptions& options);
 

@@ -1,10 +1,11 @@
 #include "daemon/server/blockswap_service.h"
 
+#include <chrono>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
-#include "shared/protocol/grpc_status.h"
 #include "shared/base/status.h"
+#include "shared/protocol/grpc_status.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -19,17 +20,37 @@ grpc::ServerUnaryReactor* Respond(grpc::CallbackServerContext* context, Reply* r
   return reactor;
 }
 
-// Finishes a unary call later, with the result of `work` run on `queue`
-// (slow work a reactor must not do itself).
-template <typename Reply, typename Work>
-grpc::ServerUnaryReactor* RespondLater(WorkQueue& queue, grpc::CallbackServerContext* context,
-                                       Reply* reply, Work work) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  queue.Post([reactor, reply, work = std::move(work)]() mutable {
-    absl::StatusOr<Reply> result = work();
-    if (result.ok()) *reply = *std::move(result);
-    reactor->Finish(ToGrpcStatus(result.status()));
+// Whether the call is still wanted: gRPC cancels it when its client
+// cancels or leaves (the connection closes) and when its deadline passes.
+Cancellation CallCancellation(grpc::CallbackServerContext* context) {
+  return Cancellation([context]() -> absl::Status {
+    if (context->IsCancelled()) {
+      return absl::CancelledError("the call was cancelled: its client cancelled it or left");
+    }
+    if (std::chrono::system_clock::now() > context->deadline()) {
+      return absl::DeadlineExceededError("the call's deadline passed");
+    }
+    return absl::OkStatus();
   });
+}
+
+// Finishes a unary call later, with the result of `work` run on `queue` in
+// `session`'s uid's turn (slow work a reactor must not do itself). `work`
+// takes the call's Cancellation; a call that nobody wants any more by the
+// time its turn comes is answered without running it.
+template <typename Reply, typename Work>
+grpc::ServerUnaryReactor* RespondLater(WorkQueue& queue, const Session& session,
+                                       grpc::CallbackServerContext* context, Reply* reply,
+                                       Work work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  queue.Post(session.peer().uid, CallCancellation(context),
+             [reactor, reply, work = std::move(work)](const Cancellation& cancellation) mutable {
+               absl::Status wanted = cancellation.Check();
+               absl::StatusOr<Reply> result =
+                   wanted.ok() ? work(cancellation) : absl::StatusOr<Reply>(std::move(wanted));
+               if (result.ok()) *reply = *std::move(result);
+               reactor->Finish(ToGrpcStatus(result.status()));
+             });
   return reactor;
 }
 
@@ -207,9 +228,10 @@ grpc::ServerUnaryReactor* BlockSwapService::BeginUpload(grpc::CallbackServerCont
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
   // Reserving the staging area (fallocate of the whole model) takes time.
-  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
-    return sessions_.BeginUpload(*session, *request);
-  });
+  return RespondLater(work_, **session, context, reply,
+                      [this, request, session = *session](const Cancellation&) {
+                        return sessions_.BeginUpload(*session, *request);
+                      });
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::CommitUpload(grpc::CallbackServerContext* context,
@@ -217,9 +239,10 @@ grpc::ServerUnaryReactor* BlockSwapService::CommitUpload(grpc::CallbackServerCon
                                                          v1::ModelReply* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
-    return sessions_.CommitUpload(*session, *request);
-  });
+  return RespondLater(work_, **session, context, reply,
+                      [this, request, session = *session](const Cancellation& cancellation) {
+                        return sessions_.CommitUpload(*session, *request, cancellation);
+                      });
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::OpenModel(grpc::CallbackServerContext* context,
@@ -243,9 +266,10 @@ grpc::ServerUnaryReactor* BlockSwapService::CreateRing(grpc::CallbackServerConte
                                                        v1::RingDescriptor* reply) {
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
-  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
-    return sessions_.CreateRing(*session, *request);
-  });
+  return RespondLater(work_, **session, context, reply,
+                      [this, request, session = *session](const Cancellation&) {
+                        return sessions_.CreateRing(*session, *request);
+                      });
 }
 
 grpc::ServerUnaryReactor* BlockSwapService::DestroyRing(grpc::CallbackServerContext* context,
@@ -270,9 +294,10 @@ grpc::ServerUnaryReactor* BlockSwapService::RegisterFile(grpc::CallbackServerCon
   auto session = SessionOf(context, request->session_token());
   if (!session.ok()) return Fail(context, session.status());
   // Reads and hashes the whole file (or waits for a concurrent read of it).
-  return RespondLater(work_, context, reply, [this, request, session = *std::move(session)] {
-    return sessions_.RegisterFile(*session, *request);
-  });
+  return RespondLater(work_, **session, context, reply,
+                      [this, request, session = *session](const Cancellation& cancellation) {
+                        return sessions_.RegisterFile(*session, *request, cancellation);
+                      });
 }
 
 grpc::ServerBidiReactor<v1::LoadRequest, v1::LoadEvent>* BlockSwapService::Load(

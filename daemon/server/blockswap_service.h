@@ -1,8 +1,10 @@
 // The BlockSwap gRPC service: thin. Each method finds the caller (the
 // listener's PeerRegistry, by the connection the call came on), checks the
 // access policy and the session token, and hands the request to the
-// SessionManager; slow work (hashing an upload, allocating a ring) runs on
-// the WorkQueue so that no reactor ever blocks.
+// SessionManager; slow work (hashing an upload, reading a model file,
+// allocating a ring) runs on the WorkQueue so that no reactor ever blocks, in
+// its caller's uid's turn, and stops when the call is cancelled (its client
+// left, its deadline passed) or the daemon stops.
 #ifndef BLOCKSWAP_DAEMON_SERVER_BLOCKSWAP_SERVICE_H_
 #define BLOCKSWAP_DAEMON_SERVER_BLOCKSWAP_SERVICE_H_
 

@@ -25,7 +25,11 @@ absl::Status VerifyQueue::Submit(uid_t uid, const std::string& model_id, Done do
     start = waiters.empty();
     waiters.push_back({uid, std::move(done)});
   }
-  if (start) worker_.Post([this, model_id] { Run(model_id); });
+  if (start) {
+    worker_.Post(uid, Cancellation(), [this, model_id](const Cancellation& cancellation) {
+      Run(model_id, cancellation);
+    });
+  }
   return absl::OkStatus();
 }
 
@@ -34,7 +38,7 @@ uint64_t VerifyQueue::verifications() const {
   return verifications_;
 }
 
-void VerifyQueue::Run(const std::string& model_id) {
+void VerifyQueue::Run(const std::string& model_id, const Cancellation& cancellation) {
   std::vector<Waiter> waiters;
   {
     absl::MutexLock lock(&mu_);
@@ -44,7 +48,7 @@ void VerifyQueue::Run(const std::string& model_id) {
     waiters = std::move(node.mapped());
     ++verifications_;
   }
-  absl::StatusOr<VerifyResult> result = store_.Verify(model_id);
+  absl::StatusOr<VerifyResult> result = store_.Verify(model_id, cancellation);
   for (const Waiter& waiter : waiters) waiter.done(result);
   // A call counts until it is answered.
   absl::MutexLock lock(&mu_);

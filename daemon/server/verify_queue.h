@@ -7,7 +7,9 @@
 // it and gets its answer (one that is already running is not joined: it may
 // have hashed a block before the caller asked). Each uid may have at most
 // `max_per_uid` calls waiting or running (0: unlimited); more are
-// RESOURCE_EXHAUSTED at once, naming the limit.
+// RESOURCE_EXHAUSTED at once, naming the limit. Verifications of different
+// uids take turns (WorkQueue's fairness, by the uid of the call that started
+// each). A verification may answer several callers, so only Stop cancels it.
 #ifndef BLOCKSWAP_DAEMON_SERVER_VERIFY_QUEUE_H_
 #define BLOCKSWAP_DAEMON_SERVER_VERIFY_QUEUE_H_
 
@@ -33,7 +35,8 @@ class VerifyQueue {
 
   // `store` must outlive the queue.
   VerifyQueue(const ModelStore& store, uint32_t max_per_uid);
-  // Finishes every call already submitted, then joins the thread.
+  // Answers every call already submitted (UNAVAILABLE for those not
+  // verified yet), then joins the thread.
   ~VerifyQueue() = default;
 
   // Verifies `model_id` for `uid` and calls `done` once with the result, on
@@ -44,12 +47,16 @@ class VerifyQueue {
   // Verifications started since construction (merged calls share one).
   uint64_t verifications() const;
 
+  // Answers the calls waiting with UNAVAILABLE and stops the running
+  // verification at its next block (graceful stop). Returns at once.
+  void Stop() { worker_.Stop(); }
+
  private:
   struct Waiter {
     uid_t uid;
     Done done;
   };
-  void Run(const std::string& model_id);
+  void Run(const std::string& model_id, const Cancellation& cancellation);
 
   const ModelStore& store_;
   const uint32_t max_per_uid_;

@@ -112,5 +112,32 @@ TEST_F(VerifyQueueTest, AUidOverItsLimitIsRefusedAtOnceNamingIt) {
   again.WaitForNotification();
 }
 
+// A graceful stop: the verification waiting behind the running call's
+// answer is answered UNAVAILABLE instead of hashing the model.
+TEST_F(VerifyQueueTest, AStopAnswersTheVerificationsNotDoneUnavailable) {
+  const std::string busy = Register(1000);
+  const std::string model = Register(2000);
+  VerifyQueue queue(*store_, /*max_per_uid=*/0);
+  absl::Notification release;
+  ASSERT_TRUE(
+      queue
+          .Submit(1, busy,
+                  [&](const absl::StatusOr<VerifyResult>&) { release.WaitForNotification(); })
+          .ok());
+  absl::Notification answered;
+  absl::StatusOr<VerifyResult> result = absl::UnknownError("no answer");
+  ASSERT_TRUE(queue
+                  .Submit(2, model,
+                          [&](const absl::StatusOr<VerifyResult>& r) {
+                            result = r;
+                            answered.Notify();
+                          })
+                  .ok());
+  queue.Stop();
+  release.Notify();
+  answered.WaitForNotification();
+  EXPECT_EQ(result.status(), absl::UnavailableError("blockswapd is shutting down"));
+}
+
 }  // namespace
 }  // namespace blockswap::daemon

@@ -378,8 +378,9 @@ absl::StatusOr<v1::HeldBlocksReply> SessionManager::HeldBlocks(
   return reply;
 }
 
-absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
-    Session& session, const v1::CommitUploadRequest& request) {
+absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(Session& session,
+                                                            const v1::CommitUploadRequest& request,
+                                                            const Cancellation& cancellation) {
   std::string name;
   ModelLayout layout;
   const SharedMemory* staging = nullptr;
@@ -416,7 +417,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::CommitUpload(
     if (content.ok()) {
       registered = store_.Register(
           name, layout, static_cast<const std::byte*>(content->data()), content->size(),
-          Registrant{session.peer().uid, session.peer().gid, "upload"}, known);
+          Registrant{session.peer().uid, session.peer().gid, "upload"}, known, cancellation);
       result = registered.status();
     }
   }
@@ -489,7 +490,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
 }
 
 absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
-    Session& session, const v1::RegisterFileRequest& request) {
+    Session& session, const v1::RegisterFileRequest& request, const Cancellation& cancellation) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateRegisterFile(request));
   std::vector<UniqueFd> files;
   {
@@ -517,9 +518,10 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
     }
   }
   IngestSpec spec{request.block_pattern(), request.select(), request.select_rank()};
-  BLOCKSWAP_ASSIGN_OR_RETURN(IngestResult result,
-                             file_ingest_.Register(std::move(files), spec, request.name(),
-                                                   session.peer().uid, session.peer().gid));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      IngestResult result,
+      file_ingest_.Register(std::move(files), spec, request.name(), session.peer().uid,
+                            session.peer().gid, cancellation));
   v1::RegisterFileReply reply;
   reply.set_read_file(result.read_file);
   BLOCKSWAP_ASSIGN_OR_RETURN(*reply.mutable_model(),

@@ -36,6 +36,7 @@
 #include "daemon/store/model_store.h"
 #include "daemon/validation/request_validation.h"
 #include "shared/backend/backend.h"
+#include "shared/base/cancellation.h"
 
 namespace blockswap::daemon {
 
@@ -62,8 +63,11 @@ class SessionManager final : public SideChannelAcceptor {
   absl::StatusOr<v1::BeginUploadReply> BeginUpload(Session& session,
                                                    const v1::BeginUploadRequest& request);
   // Slow (hashes and copies the upload): never call it on a reactor thread.
+  // Stops with `cancellation`'s error while it hashes (ModelStore::Register);
+  // the upload is gone either way.
   absl::StatusOr<v1::ModelReply> CommitUpload(Session& session,
-                                              const v1::CommitUploadRequest& request);
+                                              const v1::CommitUploadRequest& request,
+                                              const Cancellation& cancellation = {});
   // NOT_FOUND, worded as for an unknown id, for a model the session's peer
   // may not see.
   absl::StatusOr<v1::ModelReply> OpenModel(Session& session, const v1::OpenModelRequest& request);
@@ -86,8 +90,10 @@ class SessionManager final : public SideChannelAcceptor {
   // Registers a model from files the client offered on its side channel
   // (daemon/store/file_ingest.h) and opens it (and its extras) in the session.
   // Slow (reads and hashes the file): never call it on a reactor thread.
+  // Stops with `cancellation`'s error when it has one (FileIngest::Register).
   absl::StatusOr<v1::RegisterFileReply> RegisterFile(Session& session,
-                                                     const v1::RegisterFileRequest& request);
+                                                     const v1::RegisterFileRequest& request,
+                                                     const Cancellation& cancellation = {});
   const FileIngest& file_ingest() const { return file_ingest_; }
   const ModelVisibility& visibility() const { return visibility_; }
 

@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "daemon/store/parallel_for.h"
+#include "shared/base/regular_file.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
@@ -24,6 +26,9 @@ namespace {
 // block's hash runs on bytes still in the core's cache.
 constexpr uint64_t kReadRunBytes = uint64_t{1} << 20;
 constexpr size_t kMaxIovecs = 1024;  // IOV_MAX on Linux
+// How often a registration waiting for a concurrent read of the same files
+// asks whether its caller still wants it.
+constexpr absl::Duration kCancellationPoll = absl::Milliseconds(100);
 
 absl::Status PreadAll(int fd, std::vector<iovec> iov, uint64_t position, absl::string_view path) {
   size_t first = 0;
@@ -136,7 +141,8 @@ bool FileIngest::Lookup(const std::string& key, IngestResult* result) const {
 }
 
 absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, const IngestSpec& spec,
-                                                  absl::string_view name, uid_t uid, gid_t gid) {
+                                                  absl::string_view name, uid_t uid, gid_t gid,
+                                                  const Cancellation& cancellation) {
   if (fds.empty() || fds.size() > kMaxShards) {
     return absl::InvalidArgumentError(
         absl::StrCat("a registration names ", fds.size(), " files (1..", kMaxShards, ")"));
@@ -154,9 +160,7 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
     struct stat st {};
     if (::fstat(file.fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat of ", file.path));
     int flags = ::fcntl(file.fd.get(), F_GETFL);
-    if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(file.path, " is not a regular file"));
-    }
+    BLOCKSWAP_RETURN_IF_ERROR(CheckRegularFile(st, file.path));
     if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
       return absl::InvalidArgumentError(
           absl::StrCat("the descriptor of ", file.path, " was not opened for reading"));
@@ -183,7 +187,8 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
       // The same file being read by another call: its result is ours; if it
       // fails, this call reads itself.
       if (!in_progress_.contains(key)) break;
-      done_.Wait(&mu_);
+      done_.WaitWithTimeout(&mu_, kCancellationPoll);
+      BLOCKSWAP_RETURN_IF_ERROR(cancellation.Check());
     }
     if (known.model == nullptr) in_progress_.insert(key);
   }
@@ -196,7 +201,7 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
     }
     return known;
   }
-  auto result = Read(files, spec, name, registrant);
+  auto result = Read(files, spec, name, registrant, cancellation);
   absl::MutexLock lock(&mu_);
   in_progress_.erase(key);
   done_.SignalAll();
@@ -208,21 +213,36 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
 
 absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files,
                                               const IngestSpec& spec, absl::string_view name,
-                                              const Registrant& registrant) {
+                                              const Registrant& registrant,
+                                              const Cancellation& cancellation) {
+  // Every header's length first: the registration's are refused together,
+  // before any is read, when they are too long.
+  std::vector<uint64_t> lengths;
+  uint64_t header_bytes = 0;
+  for (const OpenFile& file : files) {
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        std::string prefix,
+        PreadString(file.fd.get(), 0, std::min<uint64_t>(file.size, 8), file.path));
+    auto length = SafetensorsHeaderBytes(prefix, file.size);
+    if (!length.ok()) return Annotate(length.status(), file.path);
+    lengths.push_back(*length);
+    header_bytes += *length;
+  }
+  if (header_bytes > kMaxHeaderBytesPerRegistration) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the headers of the ", files.size(), " files of this registration take ",
+                     header_bytes, " bytes together (limit ", kMaxHeaderBytesPerRegistration, ")"));
+  }
   std::vector<SafetensorsHeader> headers;
   std::vector<std::string> paths;
   std::vector<int> fds;
-  for (const OpenFile& file : files) {
-    auto annotate = [&](const absl::Status& status) { return Annotate(status, file.path); };
-    auto prefix = PreadString(file.fd.get(), 0, std::min<uint64_t>(file.size, 8), file.path);
-    if (!prefix.ok()) return prefix.status();
-    auto length = SafetensorsHeaderBytes(*prefix, file.size);
-    if (!length.ok()) return annotate(length.status());
-    auto text = PreadString(file.fd.get(), kSafetensorsPrefixBytes, *length, file.path);
-    if (!text.ok()) return text.status();
-    auto header = ParseSafetensorsHeader(*text, file.size);
-    if (!header.ok()) return annotate(header.status());
-    headers.push_back(std::move(header).value());
+  for (size_t i = 0; i < files.size(); ++i) {
+    const OpenFile& file = files[i];
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::string text, PreadString(file.fd.get(), kSafetensorsPrefixBytes,
+                                                             lengths[i], file.path));
+    auto header = ParseSafetensorsHeader(text, file.size, cancellation);
+    if (!header.ok()) return Annotate(header.status(), file.path);
+    headers.push_back(*std::move(header));
     paths.push_back(file.path);
     fds.push_back(file.fd.get());
   }
@@ -261,6 +281,7 @@ absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files
   std::vector<Sha256Digest> extras_hashes(extras_draft ? 1 : 0);
   std::vector<uint64_t> bytes_read(units.size(), 0);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(units.size(), [&](size_t u) -> absl::Status {
+    BLOCKSWAP_RETURN_IF_ERROR(cancellation.Check());
     const Unit& unit = units[u];
     thread_local std::vector<std::byte> bounce;
     bounce.resize(kReadRunBytes);

@@ -8,7 +8,7 @@
 // daemon/session/file_offers.h), never a path: the kernel checked the client's
 // own permissions when it opened the file, so the daemon reads exactly what the
 // client could. A descriptor must be a regular file opened for reading (not
-// O_PATH, not write-only).
+// O_PATH, not write-only); anything else is refused naming what it is.
 //
 // Reading: the header with two preads, then per block runs of up to 1 MiB
 // (and 1024 tensors) adjacent in the file: one preadv lays a run out in a
@@ -44,12 +44,19 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/store/file_ingest_plan.h"
 #include "daemon/store/model_store.h"
+#include "shared/base/cancellation.h"
 #include "shared/base/unique_fd.h"
 
 namespace blockswap::daemon {
 
 // At most this many shards in one registration.
 inline constexpr size_t kMaxShards = 4096;
+// The headers of one registration's shards together, checked from their
+// length prefixes before any is read: each header is at most
+// kSafetensorsMaxHeaderBytes and kSafetensorsMaxTensors, and this bounds what
+// the shards of one registration make the daemon parse and hold (a real
+// sharded checkpoint's headers take a few MB in all).
+inline constexpr uint64_t kMaxHeaderBytesPerRegistration = uint64_t{256} << 20;
 
 struct IngestResult {
   std::shared_ptr<const Model> model;   // the streamed blocks
@@ -76,9 +83,12 @@ class FileIngest {
   // DATA_LOSS for a file cut short while reading. Nothing is left behind on
   // failure. `uid` and `gid` (the caller's, as SO_PEERCRED says) are recorded
   // as a registrant of the model and its extras, from these files, whether
-  // this call read them or they were known.
+  // this call read them or they were known. Asks `cancellation` while it
+  // parses each header, before each block and while it waits for a
+  // concurrent read, and returns its error when it has one.
   absl::StatusOr<IngestResult> Register(std::vector<UniqueFd> files, const IngestSpec& spec,
-                                        absl::string_view name, uid_t uid = 0, gid_t gid = 0);
+                                        absl::string_view name, uid_t uid = 0, gid_t gid = 0,
+                                        const Cancellation& cancellation = {});
 
   FileIngestStats stats() const;
 
@@ -94,7 +104,8 @@ class FileIngest {
   };
 
   absl::StatusOr<IngestResult> Read(const std::vector<OpenFile>& files, const IngestSpec& spec,
-                                    absl::string_view name, const Registrant& registrant);
+                                    absl::string_view name, const Registrant& registrant,
+                                    const Cancellation& cancellation);
   // The models of a known key if the store still has them all.
   bool Lookup(const std::string& key, IngestResult* result) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

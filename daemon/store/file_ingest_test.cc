@@ -317,12 +317,52 @@ TEST_F(FileIngestTest, BadFilesAreRefusedPreciselyAndLeaveNothing) {
   std::vector<UniqueFd> directory;
   directory.push_back(OpenRead(file_dir_, O_RDONLY | O_DIRECTORY));
   EXPECT_THAT(std::string(refuse(std::move(directory), kWeights).message()),
-              HasSubstr("is not a regular file"));
+              HasSubstr("is a directory, not a regular file"));
   // A pattern that matches nothing.
   status = refuse(Files(file_), {.block_pattern = R"(^blocks\.(\d+)\.)"});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(ingest.stats().reads, 0u);
   EXPECT_TRUE(Store().List().empty());
+}
+
+// Three shards whose length prefixes claim headers of 100 MiB each (sparse
+// files): refused together from the prefixes, before any header is read.
+TEST_F(FileIngestTest, ShardsWhoseHeadersTakeTooMuchTogetherAreRefusedBeforeReading) {
+  std::vector<UniqueFd> files;
+  for (int i = 0; i < 3; ++i) {
+    const std::string path = absl::StrCat(file_dir_, "/shard-", i, ".safetensors");
+    std::string prefix(8, '\0');
+    for (int b = 0; b < 8; ++b)
+      prefix[b] = static_cast<char>(kSafetensorsMaxHeaderBytes >> (8 * b));
+    ASSERT_TRUE(testing::WriteFileBytes(path, prefix).ok());
+    fs::resize_file(path, 8 + kSafetensorsMaxHeaderBytes);
+    files.push_back(OpenRead(path));
+  }
+  FileIngest ingest(Store());
+  auto result = ingest.Register(std::move(files), kWeights, "");
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("the headers of the 3 files of this registration take 314572800 bytes "
+                        "together (limit 268435456)"));
+  EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
+}
+
+// Cancelled (its client left) after its first block: the registration ends
+// with the cancellation's status and leaves nothing.
+TEST_F(FileIngestTest, ACancelledRegistrationStopsBetweenBlocksAndLeavesNothing) {
+  std::atomic<int> asked{0};
+  const Cancellation cancellation(
+      [&] { return ++asked > 1 ? absl::CancelledError("the client left") : absl::OkStatus(); });
+  FileIngest ingest(Store());
+  auto result = ingest.Register(Files(file_), kWeights, "", 0, 0, cancellation);
+  EXPECT_EQ(result.status(), absl::CancelledError("the client left"));
+  EXPECT_GE(asked.load(), 2);
+  EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
+  EXPECT_TRUE(Store().List().empty());
+  // Nothing of it is remembered: the next registration reads the file.
+  auto again = ingest.Register(Files(file_), kWeights, "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->read_file);
 }
 
 TEST_F(FileIngestTest, UnreferencedModelsMakeRoomLeastRecentlyUsedFirst) {

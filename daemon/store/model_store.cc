@@ -191,11 +191,13 @@ absl::Status NoSuchModelError(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));
 }
 
-absl::StatusOr<VerifyResult> ModelStore::Verify(absl::string_view id) const {
+absl::StatusOr<VerifyResult> ModelStore::Verify(absl::string_view id,
+                                                const Cancellation& cancellation) const {
   std::shared_ptr<const Model> model = Find(id);
   if (model == nullptr) return NoSuchModelError(id);
   std::vector<char> bad(model->block_count(), 0);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(model->block_count(), [&](size_t b) {
+    BLOCKSWAP_RETURN_IF_ERROR(cancellation.Check());
     bad[b] = Sha256Of(model->block(b), model->block_bytes(b)) != model->block_hashes()[b];
     return absl::OkStatus();
   }));

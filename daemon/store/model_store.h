@@ -74,6 +74,7 @@
 #include "daemon/store/registrants.h"
 #include "daemon/store/uid_holds.h"
 #include "shared/backend/backend.h"
+#include "shared/base/cancellation.h"
 #include "shared/base/unique_fd.h"
 #include "shared/os/shared_memory.h"
 #include "shared/protocol/model_layout.h"
@@ -272,10 +273,14 @@ class ModelStore {
   // A known block is not re-hashed: its hash must give its master's block id
   // (INVALID_ARGUMENT otherwise). One evicted meanwhile is written again from
   // its master, which the caller's reference keeps mapped.
+  //
+  // Asks `cancellation` before hashing each block and returns its error when
+  // it has one (nothing is claimed or written yet then).
   absl::StatusOr<RegisterResult> Register(absl::string_view name, const ModelLayout& layout,
                                           const std::byte* content, size_t content_bytes,
                                           const Registrant& registrant = {},
-                                          const KnownBlocks* known = nullptr);
+                                          const KnownBlocks* known = nullptr,
+                                          const Cancellation& cancellation = {});
 
   // Capacity: when the model would exceed max_pinned_bytes or the directory's
   // free space, sealed models no session holds are evicted, least recently
@@ -316,8 +321,10 @@ class ModelStore {
   // how many references remain otherwise, NOT_FOUND for an unknown id.
   absl::Status Evict(absl::string_view id);
   // Re-hashes every block of the master and compares it with the manifest's
-  // hash: DATA_LOSS naming the blocks that differ.
-  absl::StatusOr<VerifyResult> Verify(absl::string_view id) const;
+  // hash: DATA_LOSS naming the blocks that differ. Asks `cancellation` before
+  // each block and returns its error when it has one.
+  absl::StatusOr<VerifyResult> Verify(absl::string_view id,
+                                      const Cancellation& cancellation = {}) const;
   // References to `model` besides the store's own (sessions, loads in
   // flight): 0 means it is kept only until its room is needed.
   static uint64_t References(const std::shared_ptr<const Model>& model);

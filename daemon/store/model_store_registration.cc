@@ -190,7 +190,8 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
                                                     const ModelLayout& layout,
                                                     const std::byte* content, size_t content_bytes,
                                                     const Registrant& registrant,
-                                                    const KnownBlocks* known) {
+                                                    const KnownBlocks* known,
+                                                    const Cancellation& cancellation) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateNewModel(layout, name));
   BLOCKSWAP_RETURN_IF_ERROR(MasterOffsets(layout).status());  // every block fits one pinned piece
   const size_t count = layout.blocks.size();
@@ -217,6 +218,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
 
   std::vector<Sha256Digest> hashes(count);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(count, [&](size_t b) {
+    BLOCKSWAP_RETURN_IF_ERROR(cancellation.Check());
     if (is_known(b)) {
       hashes[b] = known->hashes[b];
       if (BlockId(layout.blocks[b], hashes[b]) != known->masters[b]->id()) {

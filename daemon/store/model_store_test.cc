@@ -302,6 +302,23 @@ TEST_F(ModelStoreTest, ExceedingThePinnedBudgetIsRefusedAndLeavesNoFiles) {
   EXPECT_EQ(Entries(directory_).size(), 3u);  // only the first model's files and .lock
 }
 
+// A registration whose caller left while it hashed: it ends with the
+// cancellation's status before anything is written.
+TEST_F(ModelStoreTest, ARegistrationEndsWithItsCancellationAndLeavesNoFiles) {
+  TestModel content = MakeModel(6);
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  std::atomic<int> asked{0};
+  const Cancellation cancellation(
+      [&] { return ++asked > 1 ? absl::CancelledError("the client left") : absl::OkStatus(); });
+  auto refused = store->Register("m", content.layout, content.content.data(),
+                                 content.content.size(), {}, nullptr, cancellation);
+  EXPECT_EQ(refused.status(), absl::CancelledError("the client left"));
+  EXPECT_EQ(asked.load(), 3) << "not asked once per block";
+  EXPECT_EQ(Entries(directory_), std::set<std::string>{".lock"});
+  EXPECT_TRUE(store->List().empty());
+}
+
 // pinning = "auto": max_pinned_bytes decides which blocks are pinned, not
 // what is held; the blocks beyond it are staged (pinned_bytes counts only the
 // pinned ones), each block on its own.

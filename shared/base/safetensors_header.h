@@ -8,8 +8,9 @@
 //
 // Part of blockswap_base (no gRPC, no protobuf): it runs on untrusted input
 // in the daemon and under libFuzzer (tests/fuzz/). Every function here is
-// pure and thread-safe, never crashes on any input, and allocates in
-// proportion to the input only.
+// pure and thread-safe, never crashes on any input, allocates in proportion
+// to the input only, and takes time linear in it: a header is parsed as a
+// stream of JSON events, each tensor's entry checked as soon as it ends.
 #ifndef BLOCKSWAP_SHARED_BASE_SAFETENSORS_HEADER_H_
 #define BLOCKSWAP_SHARED_BASE_SAFETENSORS_HEADER_H_
 
@@ -20,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "shared/base/cancellation.h"
 
 namespace blockswap {
 
@@ -27,6 +29,10 @@ namespace blockswap {
 inline constexpr uint64_t kSafetensorsPrefixBytes = 8;
 // The safetensors library refuses larger headers; so does blockswap.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = uint64_t{100} << 20;
+// Tensors in one header. Real checkpoints have up to tens of thousands in a
+// file (a mixture of experts: layers x experts x weights and their scales);
+// this bounds what one registration makes the daemon hold and work through.
+inline constexpr uint64_t kSafetensorsMaxTensors = uint64_t{1} << 18;  // 262,144
 
 struct SafetensorsTensor {
   std::string name;             // as in the file, e.g. "transformer_blocks.3.attn.to_q.weight"
@@ -53,16 +59,22 @@ struct SafetensorsHeader {
 absl::StatusOr<uint64_t> SafetensorsHeaderBytes(absl::string_view prefix, uint64_t file_size);
 
 // Parses the N bytes of JSON `header` of a file of `file_size` bytes. Refuses
-// (INVALID_ARGUMENT, naming the tensor and the rule): invalid JSON (including
-// strings that are not UTF-8), anything but an object at the top, a name that
+// (INVALID_ARGUMENT, naming the tensor and the rule): a header over
+// kSafetensorsMaxHeaderBytes (before parsing), invalid JSON (including
+// strings that are not UTF-8), anything but an object at the top, more than
+// kSafetensorsMaxTensors tensors (at the first one too many), a name that
 // appears twice, an empty name or one with a NUL byte, a tensor entry that is
 // not {"dtype": string, "shape": [unsigned...], "data_offsets": [begin, end]},
 // an unknown dtype, begin > end, end past the data section, end - begin !=
 // shape x dtype size, tensors that overlap, and bytes of the data section that
 // no tensor covers (the format has no holes). "__metadata__" must be an
-// object of strings.
+// object of strings. The first error found ends the parse.
+//
+// Asks `cancellation` every few thousand JSON events and returns its error
+// when it has one.
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view header,
-                                                         uint64_t file_size);
+                                                         uint64_t file_size,
+                                                         const Cancellation& cancellation = {});
 
 // Both steps on the start of a file: `bytes` holds at least its first
 // 8 + N bytes (a whole small file, or what a fuzzer gives).

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "shared/base/cancellation.h"
 #include "tests/support/safetensors_writer.h"
 
 namespace blockswap {
@@ -145,6 +147,71 @@ TEST(SafetensorsHeaderTest, RefusesMalformedEntries) {
               HasSubstr("unknown field 'x'"));
   EXPECT_THAT(Refusal(SafetensorsFileBytesRaw(R"({"__metadata__":{"a":1}})", "")),
               HasSubstr("__metadata__ entry 'a' is number, not a string"));
+}
+
+TEST(SafetensorsHeaderTest, RefusesAHeaderLengthOverTheLimitBeforeReadingIt) {
+  const uint64_t length = kSafetensorsMaxHeaderBytes + 1;
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(length >> (8 * i));
+  auto bytes = SafetensorsHeaderBytes(prefix, uint64_t{1} << 30);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_THAT(std::string(bytes.status().message()),
+              HasSubstr("header length 104857601 exceeds the limit of 104857600 bytes"));
+}
+
+// The limit is reached by a header of exactly kSafetensorsMaxTensors tensors
+// and broken, by name, by one more.
+TEST(SafetensorsHeaderTest, TakesAsManyTensorsAsTheLimitAndRefusesOneMore) {
+  static_assert(kSafetensorsMaxTensors >= 200000, "real checkpoints have tens of thousands");
+  auto header =
+      testing::SafetensorsHeaderJson(testing::ManyTinyTensors(kSafetensorsMaxTensors, 100));
+  ASSERT_TRUE(header.ok()) << header.status();
+  const uint64_t data_bytes = kSafetensorsMaxTensors;  // one byte each
+  auto parsed = ParseSafetensorsHeader(*header, 8 + header->size() + data_bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tensors.size(), kSafetensorsMaxTensors);
+
+  const std::string one_more =
+      absl::StrCat(header->substr(0, header->size() - 1),
+                   R"(,"one.more":{"dtype":"U8","shape":[1],"data_offsets":[)", data_bytes, ",",
+                   data_bytes + 1, "]}}");
+  auto refused = ParseSafetensorsHeader(one_more, 8 + one_more.size() + data_bytes + 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("names more than 262144 tensors (the limit)"));
+}
+
+TEST(SafetensorsHeaderTest, ACancellationEndsTheParseWithItsStatus) {
+  auto file = SafetensorsFileBytes(testing::ManyTinyTensors(20000, 100), 1);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::string header = file->substr(8, file->size() - 8 - 20000);
+  int asked = 0;
+  Cancellation wanted([&] {
+    ++asked;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(ParseSafetensorsHeader(header, file->size(), wanted).ok());
+  EXPECT_GT(asked, 0) << "a parse of 20,000 tensors never asked whether it was still wanted";
+
+  int asked_before_leaving = 0;
+  Cancellation left([&] {
+    return ++asked_before_leaving < 2 ? absl::OkStatus() : absl::CancelledError("the client left");
+  });
+  auto parsed = ParseSafetensorsHeader(header, file->size(), left);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status(), absl::CancelledError("the client left"));
+  EXPECT_EQ(asked_before_leaving, 2) << "the parse went on after its cancellation";
+}
+
+// No tensor's entry nests deeper than two levels; a value nested a million
+// deep is refused before it is built, not formatted into a message.
+TEST(SafetensorsHeaderTest, RefusesAnEntryNestedDeeperThanAnyTensors) {
+  constexpr int kDepth = 1000000;
+  const std::string header = absl::StrCat(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":)",
+                                          std::string(kDepth, '['), std::string(kDepth, ']'), "}}");
+  EXPECT_THAT(Refusal(SafetensorsFileBytesRaw(header, "a")),
+              HasSubstr("tensor 'w' nests deeper than 8 levels"));
 }
 
 TEST(SafetensorsHeaderTest, ListsTheShardsOfAnIndex) {

@@ -19,7 +19,8 @@ quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
 for program in blockswapd blockswap-bench-h2d blockswap-bench-staged blockswap-bench-control \
-    blockswap-bench-memory blockswap-bench-warm-start blockswap-bench-fair-copies; do
+    blockswap-bench-memory blockswap-bench-warm-start blockswap-bench-fair-copies \
+    blockswap-bench-header; do
   if [[ ! -x ${bin}/${program} ]]; then
     echo "run-all.sh: ${bin}/${program} is not built (configuration A: tests/run.sh or" \
          "cmake --build ${build} --target ${program})" >&2
@@ -94,6 +95,7 @@ if (( quick )); then
     --clients=8
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=8 --block-mib=8
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --loads=100 --repeat=1
+  run header-parse P10 "${bin}/blockswap-bench-header" --tensors=10000,40000 --rounds=1
   run saved-weights P9 "${python}" "${root}/tests/bench/saved_weights_bench.py" --dim=128 \
     --steps=3
   run saved-weights-fp8 P9 "${python}" "${root}/tests/bench/saved_weights_bench.py" --dim=128 \
@@ -115,6 +117,8 @@ else
   run warm-start P6-warm "${bin}/blockswap-bench-warm-start" --blocks=16 --block-mib=64
   # P8: a streamer beside a prefetch flooder on one device ÷ alone.
   run fair-copies P8 "${bin}/blockswap-bench-fair-copies" --repeat=5
+  # P10: the safetensors header parse per 10k tensors at 10k, 40k and 200k.
+  run header-parse P10 "${bin}/blockswap-bench-header"
   # LoRA steps through streamed blocks without checkpointing ÷
   # with it, and the saved-tensor pack hook's share of the step (fp32, and
   # an fp8 base dequantized in forward).

@@ -59,13 +59,7 @@ absl::Status ParkOffers(client::Connection& c, int count) {
     if (!offer.ok()) return offer.status();
     if (i == 0) first = *offer;
   }
-  v1::RegisterFileRequest request;
-  request.set_session_token(c.token());
-  request.add_file_offers(first);
-  request.set_block_pattern("blocks\\.(\\d+)\\.");
-  v1::RegisterFileReply reply;
-  grpc::ClientContext context;
-  return FromGrpcStatus(c.stub().RegisterFile(&context, request, &reply));
+  return RawRegisterFile(c, first);
 }
 
 int RunGreedy(const std::vector<std::string>& argv) {

@@ -79,6 +79,20 @@ absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id) {
   return FromGrpcStatus(c.stub().DestroyRing(&context, request, &reply));
 }
 
+absl::Status RawRegisterFile(client::Connection& c, uint64_t offer,
+                             const std::string& block_pattern, absl::Duration timeout) {
+  v1::RegisterFileRequest request;
+  request.set_session_token(c.token());
+  request.add_file_offers(offer);
+  request.set_block_pattern(block_pattern);
+  v1::RegisterFileReply reply;
+  grpc::ClientContext context;
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  return FromGrpcStatus(c.stub().RegisterFile(&context, request, &reply));
+}
+
 // The flat bytes block `b` must have: each tensor at its layout offset,
 // zeros between.
 std::vector<std::byte> ExpectedBlock(const ModelLayout& layout,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "client/core/connection.h"
 #include "client/core/model.h"
 #include "shared/protocol/model_layout.h"
@@ -29,6 +30,12 @@ std::vector<std::vector<client::TensorUpload>> ModelUploads(
 // DestroyRing straight on the stub (no drain, unlike client::Ring's
 // destructor), for the roles that test the daemon's side of it.
 absl::Status RawDestroyRing(client::Connection& c, uint64_t ring_id);
+// RegisterFile straight on the stub naming `offer` (a descriptor already
+// offered on the side channel), for the roles that offer what the client
+// library would not or set a deadline it does not.
+absl::Status RawRegisterFile(client::Connection& c, uint64_t offer,
+                             const std::string& block_pattern = R"(blocks\.(\d+)\.)",
+                             absl::Duration timeout = absl::InfiniteDuration());
 
 // A well-formed model id that no test registers.
 inline constexpr char kUnregisteredModelId[] =

@@ -6,6 +6,9 @@
 #ifndef BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 #define BLOCKSWAP_TESTS_INTEGRATION_DAEMON_CLIENT_FIXTURE_H_
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -35,6 +38,20 @@ class DaemonClientTest : public DaemonRolesTest {
         {.args = std::move(args), .env = {{"BLOCKSWAP_HOST_JITTER_US", kJitterUs}}});
     EXPECT_TRUE(child.ok()) << child.status();
     return *std::move(child);
+  }
+
+  // A daemon that uids 65534 and 65533 may reach besides root (the test
+  // runs as root and its roles act as those users, as attackers and their
+  // neighbours), with the report files of `roles` writable by them.
+  void StartSharedDaemon(DaemonFlags flags, const std::vector<std::string>& roles) {
+    flags.extra_args.insert(flags.extra_args.end(), {"--allow-uid=65534", "--allow-uid=65533"});
+    StartDaemon(std::move(flags));
+    ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
+    for (const std::string& role : roles) {
+      std::ofstream(ReportPath(role)).close();
+      ASSERT_EQ(::chmod(ReportPath(role).c_str(), 0666), 0);
+    }
   }
 
   // Runs each rogue case (rogue_roles.cc: each checks its own precise error)

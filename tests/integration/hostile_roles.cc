@@ -7,7 +7,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +19,8 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -24,6 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/core/connection.h"
+#include "client/core/file_model.h"
 #include "client/core/model.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/ring_wire.h"
@@ -357,9 +362,77 @@ int UnparsableBodies(const std::string& socket) {
   return kClientOk;
 }
 
+// Named files that hold no model: a FIFO (whose plain open() waits for a
+// writer), a socket, a character device and a directory. The client library
+// refuses each at once, naming what it is, well within the time a client
+// gives a call (a watchdog ends the role if a call hangs); and the daemon
+// refuses a FIFO's descriptor offered to it directly (opened without
+// blocking, as the library would not), naming it too.
+int RegisterSpecialFiles(client::Connection& c) {
+  constexpr absl::Duration kClientTimeout = absl::Seconds(5);
+  char dir_template[] = "/tmp/blockswap-hostile.XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return Fail("mkdtemp failed");
+  const std::string dir = dir_template;
+  const std::string fifo = dir + "/fifo.safetensors";
+  const std::string socket_path = dir + "/socket.safetensors";
+  if (::mkfifo(fifo.c_str(), 0600) != 0) return Fail("mkfifo failed");
+  UniqueFd listening(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, socket_path.c_str(), sizeof(address.sun_path) - 1);
+  if (!listening.valid() ||
+      ::bind(listening.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return Fail("cannot make a socket file");
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fifo, "is a FIFO"},
+      {socket_path, "is a socket"},
+      {"/dev/zero", "is a character device"},
+      {dir, "is a directory"}};
+  for (const auto& [path, what] : cases) {
+    absl::Notification returned;
+    std::thread watchdog([&, path = path] {
+      if (!returned.WaitForNotificationWithTimeout(kClientTimeout)) {
+        std::cerr << "hostile: registering " << path << " did not return within " << kClientTimeout
+                  << "\n";
+        ::_exit(kClientTimedOut);
+      }
+    });
+    const absl::Time start = absl::Now();
+    auto registered = client::RegisterFile(c, path, {.block_pattern = R"(^x\.(\d+)\.)"});
+    const absl::Duration took = absl::Now() - start;
+    returned.Notify();
+    watchdog.join();
+    if (registered.ok() || !absl::IsInvalidArgument(registered.status()) ||
+        !absl::StrContains(registered.status().message(), what)) {
+      return Fail(absl::StrCat(path, ": expected INVALID_ARGUMENT saying it ", what, ", got ",
+                               registered.status().ToString()));
+    }
+    std::cerr << "hostile: " << path << " refused in " << took << ": "
+              << registered.status().message() << "\n";
+  }
+  UniqueFd fifo_fd(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fifo_fd.valid()) return Fail("cannot open the FIFO without blocking");
+  absl::StatusOr<uint64_t> offer = c.OfferFile(fifo_fd);
+  if (!offer.ok()) return Fail("offering the FIFO: " + offer.status().ToString());
+  absl::Status offered = RawRegisterFile(c, *offer);
+  if (!absl::IsInvalidArgument(offered) || !absl::StrContains(offered.message(), "is a FIFO")) {
+    return Fail(
+        "the daemon, given a FIFO's descriptor: expected INVALID_ARGUMENT saying it is a "
+        "FIFO, got " +
+        offered.ToString());
+  }
+  std::cerr << "hostile: the daemon refused the FIFO's descriptor: " << offered.message() << "\n";
+  ::unlink(fifo.c_str());
+  ::unlink(socket_path.c_str());
+  ::rmdir(dir.c_str());
+  return kClientOk;
+}
+
 int RunHostile(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const std::string name = args.Str("case");
+  if (!BecomeUid(args)) return kClientSetupFailed;
   auto connection = client::Connection::Connect(args.Str("socket"), "hostile");
   if (!connection.ok()) return Fail(connection.status().ToString());
   client::Connection& c = **connection;
@@ -367,6 +440,7 @@ int RunHostile(const std::vector<std::string>& argv) {
   if (name == "write-masters") return WriteMasters(c);
   if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
   if (name == "unparsable-bodies") return UnparsableBodies(args.Str("socket"));
+  if (name == "register-special-files") return RegisterSpecialFiles(c);
   std::cerr << "hostile: unknown case '" << name << "'\n";
   return kClientSetupFailed;
 }

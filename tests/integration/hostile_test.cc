@@ -58,6 +58,13 @@ TEST_F(HostileClientTest, UnparsableRequestBodiesGetPreciseErrors) {
   ExpectFailsAloneBesideAStreamer("unparsable-bodies");
 }
 
+// A FIFO, a socket, a device or a directory named as a model file: refused
+// at once, naming what it is, for uid 65534; a FIFO's open() never hangs.
+TEST_F(HostileClientTest, FilesThatAreNotRegularAreRefusedAtOnceNamingWhatTheyAre) {
+  StartSharedDaemon({}, {"streamer", "hostile-register-special-files"});
+  ExpectFailsAloneBesideAStreamer("register-special-files", {"--uid=65534"});
+}
+
 // 100 Admin.VerifyModel calls of a 48 MiB model at once from one uid: the
 // first few are merged into one verification on the verify queue, the rest
 // refused at once, and a new client's attach and ring take no longer than

@@ -5,9 +5,7 @@
 // registered before the flood opens and streams.
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -33,25 +31,19 @@ int OpenDescriptors(pid_t pid) {
 
 class StoreFloodTest : public DaemonClientTest {
  protected:
-  // A daemon that uids 65534 and 65533 may reach, with the report files of
-  // `roles` writable by them.
-  void StartSharedDaemon(std::vector<std::string> args, const std::vector<std::string>& roles) {
-    args.insert(args.end(), {"--allow-uid=65534", "--allow-uid=65533"});
-    StartDaemon({.extra_args = std::move(args),
-                 .output_path = dirs_->temp_dir() + "/daemon.log",
-                 .max_open_files = kDaemonMaxOpenFiles});
-    ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
-    ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
-    for (const std::string& role : roles) {
-      std::ofstream(ReportPath(role)).close();
-      ASSERT_EQ(::chmod(ReportPath(role).c_str(), 0666), 0);
-    }
+  // A daemon limited to kDaemonMaxOpenFiles descriptors, as a unit's
+  // LimitNOFILE= would, that uids 65534 and 65533 may reach.
+  void StartLimitedDaemon(std::vector<std::string> args, const std::vector<std::string>& roles) {
+    StartSharedDaemon({.extra_args = std::move(args),
+                       .output_path = dirs_->temp_dir() + "/daemon.log",
+                       .max_open_files = kDaemonMaxOpenFiles},
+                      roles);
   }
   int DaemonDescriptors() { return OpenDescriptors(daemon_->pid()); }
 };
 
 TEST_F(StoreFloodTest, AUidFloodingTinyBlocksIsRefusedAndOtherUsersKeepRegisteringAndOpening) {
-  StartSharedDaemon({}, {"before", "flood", "fresh", "reopen"});
+  StartLimitedDaemon({}, {"before", "flood", "fresh", "reopen"});
   // uid 65533's model, registered (and streamed) before the flood.
   ASSERT_EQ(Run("stream", "before", {"--as-uid=65533", "--seed=2", "--passes=1"}), kClientOk)
       << Describe("before");

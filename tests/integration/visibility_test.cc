@@ -48,14 +48,11 @@ int CodeOf(const ReportLines& report, const std::string& key) {
 
 class ModelVisibilityTest : public DaemonClientTest {
  protected:
-  // A daemon that uids 65534 and 65533 may reach (the socket and the
-  // report files open to them), with metrics on a free port.
-  void StartSharedDaemon(std::vector<std::string> args) {
-    args.insert(args.end(),
-                {"--allow-uid=65534", "--allow-uid=65533", "--metrics-listen=127.0.0.1:0"});
-    StartDaemon({.extra_args = std::move(args), .output_path = LogPath()});
-    ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
-    ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
+  // A shared daemon (DaemonClientTest::StartSharedDaemon) with metrics on a
+  // free port.
+  void StartVisibilityDaemon(std::vector<std::string> args) {
+    args.push_back("--metrics-listen=127.0.0.1:0");
+    StartSharedDaemon({.extra_args = std::move(args), .output_path = LogPath()}, {});
   }
   std::string LogPath() const { return dirs_->temp_dir() + "/daemon.log"; }
 
@@ -120,7 +117,7 @@ class ModelVisibilityTest : public DaemonClientTest {
 };
 
 TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRegistersItsContent) {
-  StartSharedDaemon({"--model-access=registrant-group"});
+  StartVisibilityDaemon({"--model-access=registrant-group"});
   WriteModelFiles();
   auto root = client::Connection::Connect(dirs_->socket_path(), "root");
   ASSERT_TRUE(root.ok()) << root.status();
@@ -197,7 +194,7 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
   file_model->extras.reset();
   root->reset();
   ASSERT_TRUE(daemon_->Stop(SIGTERM).ok());
-  StartSharedDaemon({"--model-access=registrant-group"});
+  StartVisibilityDaemon({"--model-access=registrant-group"});
   ReportLines again = View("nobody-after-restart", 65534, model);
   EXPECT_EQ(CodeOf(again, "open"), 0) << FirstValue(again, "open");
   EXPECT_TRUE(Has(again, "listed", model) && Has(again, "listed", upload));
@@ -212,7 +209,7 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
 // same before and after, and the same as the other's: nothing they read
 // tells whether a model they cannot see holds their content.
 TEST_F(ModelVisibilityTest, GuessedBlocksHeldByAnInvisibleModelShowAsUnsharedAndMoveNoCounter) {
-  StartSharedDaemon({"--model-access=registrant-group"});
+  StartVisibilityDaemon({"--model-access=registrant-group"});
   ReportLines owner = View("owner", -1, kUnregisteredModelId, {"--upload-seed=5", "--blocks=6"});
   ASSERT_FALSE(FirstValue(owner, "uploaded").empty()) << Describe("owner");
   ReportLines before = View("before", 65534, kUnregisteredModelId);
@@ -241,7 +238,7 @@ TEST_F(ModelVisibilityTest, GuessedBlocksHeldByAnInvisibleModelShowAsUnsharedAnd
 }
 
 TEST_F(ModelVisibilityTest, ByDefaultEveryAllowedUserOpensEveryModelButNotAnotherUsersPaths) {
-  StartSharedDaemon({});
+  StartVisibilityDaemon({});
   WriteModelFiles();
   auto root = client::Connection::Connect(dirs_->socket_path(), "root");
   ASSERT_TRUE(root.ok()) << root.status();

@@ -49,6 +49,11 @@ absl::Status WriteFileBytes(const std::string& path, absl::string_view bytes);
 // ("embed.weight" BF16 [rows, 64], "norm_out.scale" F16 scalar).
 std::vector<WriterTensor> TransformerTensors(int blocks, int per_block, uint64_t rows);
 
+// `count` one-byte tensors (U8 [1]) "layers.<b>.experts.<e>.weight",
+// `per_block` of them in each block b: the header of a checkpoint with very
+// many tensors (a mixture of experts) and almost no data.
+std::vector<WriterTensor> ManyTinyTensors(size_t count, size_t per_block);
+
 }  // namespace blockswap::testing
 
 #endif  // BLOCKSWAP_TESTS_SUPPORT_SAFETENSORS_WRITER_H_
