@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <algorithm>
@@ -99,12 +98,7 @@ TEST_F(TransportFloodTest, GrpcAdvertisesTheRelaysHeaderLimit) {
 // must instead be closed once its block passes the bound, the daemon's
 // memory stay within 64 MiB of where it was, and the streamer see nothing.
 TEST_F(TransportFloodTest, HeaderBlocksOfContinuationFramesAreClosedNotBuffered) {
-  StartDaemon({.extra_args = {"--allow-uid=65534"},
-               .output_path = dirs_->temp_dir() + "/daemon.log"});
-  ASSERT_EQ(::chmod(dirs_->temp_dir().c_str(), 0755), 0);
-  ASSERT_EQ(::chmod(dirs_->socket_path().c_str(), 0666), 0);
-  std::ofstream(ReportPath("flood")).close();
-  ASSERT_EQ(::chmod(ReportPath("flood").c_str(), 0666), 0);
+  StartSharedDaemon({.output_path = dirs_->temp_dir() + "/daemon.log"}, {"flood"});
 
   ChildProcess streamer = Spawn("stream", "streamer", {"--passes=100"});
   ASSERT_TRUE(AwaitReport("streamer", "streaming"));
