@@ -77,7 +77,7 @@ struct DaemonOptions {
   // Connections of one uid open at once, and of those waiting for their
   // first message (daemon/server/listener.h); 0: unlimited.
   uint64_t max_connections_per_uid = 256;
-  uint64_t max_pending_connections_per_uid = 16;
+  uint64_t max_pending_connections_per_uid = 64;
   // Exit once no session has been attached for this long (zero: never); the
   // private daemon a client library starts (daemon/idle_exit.h).
   absl::Duration idle_exit = absl::ZeroDuration();
