@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -133,6 +135,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
   request.set_protocol_version(kProtocolVersion);
   request.set_client_abi_version(ThisBuild().abi_version);
   if (asked_copy_.has_value()) request.set_copy(CopyPathToProto(*asked_copy_));
+  request.set_replaces_session_token(replaces_token_);
   v1::AttachReply reply;
   auto context = Context(timeout);
   grpc::Status attached = stub_->Attach(context.get(), request, &reply);
@@ -142,6 +145,7 @@ absl::StatusOr<v1::AttachReply> Connection::Attach(absl::Duration timeout) {
                                             " from client library version ", ThisBuild().version));
   }
   token_ = reply.session_token();
+  replaces_token_.clear();
   boot_id_ = reply.daemon_boot_id();
   // A daemon from before trainer copies says nothing: it copies.
   absl::StatusOr<std::optional<CopyPath>> copy = CopyPathFromProto(reply.copy());
@@ -224,13 +228,13 @@ absl::StatusOr<uint32_t> Connection::ModelHandle(absl::string_view session_token
 absl::Status Connection::Reconnect(absl::Duration timeout) {
   CloseLoadStream();
   side_channel_.reset();
-  // Best effort: a daemon that is still there (shutting down, or stalled
-  // past the heartbeat limit) must not keep the old session while this
-  // process lives. A dead one fails this at once.
-  if (!token_.empty()) {
-    DetachSession(absl::Seconds(1));
-    token_.clear();
-  }
+  // A daemon that is still there (it paused past the heartbeat limit) must
+  // not keep the old session while this process lives: the new Attach names
+  // it, to be replaced. Not a Detach, which says the session's rings are
+  // closed: this process may still map them (retired, not closed, until its
+  // rings close), and a Detach sent to a stopped daemon may arrive after the
+  // Attach.
+  if (!token_.empty()) replaces_token_ = std::exchange(token_, std::string());
   const BackendKind kind = backend_->kind();
   const std::vector<std::string> devices = device_uuids_;
   // Until the new session is attached, Liveness() keeps reporting the loss.

@@ -176,6 +176,9 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::BlockSwap::Stub> stub_;
   std::string token_;
+  // The session a Reconnect left, named in the next Attach so that a daemon
+  // that only paused ends it (AttachRequest.replaces_session_token).
+  std::string replaces_token_;
   uint64_t boot_id_ = 0;
   std::vector<std::string> device_uuids_;
   // By UUID, why the daemon cannot serve rings on a device (Attach), and

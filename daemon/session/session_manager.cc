@@ -85,6 +85,9 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
                   [](const auto& device) { return !device->memory_export_status().ok(); })) {
     copy = CopyPath::kTrainer;
   }
+  // Before the new session is charged: the one it replaces counts against
+  // the same per-process limit.
+  EndReplacedSession(peer, request.replaces_session_token());
   BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged, ChargeClient(peer, {.sessions = 1}));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
@@ -158,6 +161,23 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::stri
 
 void SessionManager::Detach(Session& session) { EndSession(session.id(), SessionEnd::kDetached); }
 
+void SessionManager::EndReplacedSession(const Peer& peer, absl::string_view token) {
+  if (token.empty()) return;
+  uint64_t replaced = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_token_.find(token);
+    // Only the same process's: a forked worker holds its parent's token too
+    // and must not end the parent's session.
+    if (it == by_token_.end() || it->second->peer().pid != peer.pid ||
+        it->second->peer().uid != peer.uid) {
+      return;
+    }
+    replaced = it->second->id();
+  }
+  EndSession(replaced, SessionEnd::kReplaced);
+}
+
 absl::Status SessionManager::AcceptSideChannel(absl::string_view token, const Peer& peer,
                                                UniqueFd socket) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Authenticate(token, peer));
@@ -191,7 +211,9 @@ void SessionManager::EndSession(uint64_t session_id, SessionEnd how) {
   }
   LogSession(*session, how == SessionEnd::kProcessExited ? "ended: its process exited"
                        : how == SessionEnd::kDetached    ? "detached"
-                                                         : "ended: blockswapd is stopping");
+                       : how == SessionEnd::kReplaced
+                           ? "replaced by a new session of its process (it reconnected)"
+                           : "ended: blockswapd is stopping");
   absl::MutexLock lock(&session->mu);
   session->ended = true;
   // A client that detaches has closed its rings (client::Ring closes each
@@ -206,6 +228,7 @@ void SessionManager::EndSession(uint64_t session_id, SessionEnd how) {
         ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
         break;
       case SessionEnd::kDaemonStopping:
+      case SessionEnd::kReplaced:
         ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerDetached,
                                 session->peer().pidfd);
         break;

@@ -130,8 +130,12 @@ class SessionManager final : public SideChannelAcceptor {
     kDetached,        // the client said it is done (Detach): it closed its rings
     kProcessExited,   // its process exited: its imports ended with it
     kDaemonStopping,  // shutdown, the client alive: it may still map its rings
+    kReplaced,        // its process attached anew in its place: it may still map them
   };
   void EndSession(uint64_t session_id, SessionEnd how);
+  // Ends the session under `token` if it is `peer`'s own process's
+  // (AttachRequest.replaces_session_token); nothing otherwise.
+  void EndReplacedSession(const Peer& peer, absl::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
   void ReaperLoop();
   // Sends `fds` over the session's side channel as a new batch.
   absl::StatusOr<uint64_t> SendFds(Session& session, const std::vector<int>& fds)

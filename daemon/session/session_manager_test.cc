@@ -310,6 +310,41 @@ TEST_F(SessionManagerTest, AttachGivesASessionWhoseTokenAuthenticatesIt) {
   EXPECT_EQ(manager_->session_count(), 1u);
 }
 
+// A client whose daemon only paused could not detach its old session; its
+// new Attach names it, and the process keeps one session, not one a pause.
+TEST_F(SessionManagerTest, AnAttachNamingItsProcesssOldSessionReplacesIt) {
+  Client old = AttachWithoutChannel();
+  v1::AttachRequest request = AttachRequest();
+  request.set_replaces_session_token(old.token);
+  auto reply = manager_->Attach(peer_, request);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(manager_->Authenticate(old.token, peer_).ok());
+  EXPECT_TRUE(manager_->Authenticate(reply->session_token(), peer_).ok());
+  EXPECT_EQ(manager_->session_count(), 1u);
+}
+
+// A forked worker inherits its parent's token: naming it ends nothing.
+TEST_F(SessionManagerTest, AnotherProcessNamingASessionDoesNotReplaceIt) {
+  Client parent = AttachWithoutChannel();
+  Peer child = peer_;
+  child.pid = peer_.pid + 1;
+  v1::AttachRequest request = AttachRequest();
+  request.set_replaces_session_token(parent.token);
+  auto reply = manager_->Attach(child, request);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(manager_->Authenticate(parent.token, peer_).ok());
+  EXPECT_EQ(manager_->session_count(), 2u);
+}
+
+TEST_F(SessionManagerTest, AReplacedTokenThatIsNoTokenIsRefused) {
+  v1::AttachRequest request = AttachRequest();
+  request.set_replaces_session_token("short");
+  auto reply = manager_->Attach(peer_, request);
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(reply.status().message(), "replaces_session_token of 5 bytes"))
+      << reply.status();
+}
+
 TEST_F(SessionManagerTest, EverySessionGetsItsOwnToken) {
   Client first = AttachWithoutChannel();
   Client second = AttachWithoutChannel();

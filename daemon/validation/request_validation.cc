@@ -8,6 +8,7 @@
 #include "shared/base/message_text.h"
 #include "shared/base/status.h"
 #include "shared/build_info/build_info.h"
+#include "shared/protocol/side_channel_wire.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -46,6 +47,12 @@ absl::Status ValidateAttach(const v1::AttachRequest& request) {
         kProtocolVersion, " (blockswapd version ", ThisBuild().version,
         "): install the client library (libblockswap, the Python package) and "
         "blockswapd of one release"));
+  }
+  if (!request.replaces_session_token().empty() &&
+      !IsValidSessionToken(request.replaces_session_token())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replaces_session_token of ", request.replaces_session_token().size(),
+        " bytes is not a session token (", kSessionTokenBytes, " printable ASCII bytes)"));
   }
   // A library newer than this daemon may rely on what the daemon lacks; an
   // older one gets what it knew.

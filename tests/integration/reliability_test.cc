@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/integration/client_roles.h"
 #include "tests/integration/daemon_client_fixture.h"
 #include "tests/support/child_process.h"
@@ -35,6 +36,15 @@ class ReliabilityTest : public DaemonClientTest {
       if (client.pid() == static_cast<uint32_t>(pid)) return true;
     }
     return false;
+  }
+  // The ids of the sessions Admin lists for `pid`.
+  std::vector<uint64_t> SessionsOf(pid_t pid) {
+    std::vector<uint64_t> ids;
+    const v1::ClientsReply clients = Clients();
+    for (const v1::ClientInfo& client : clients.clients()) {
+      if (client.pid() == static_cast<uint32_t>(pid)) ids.push_back(client.session_id());
+    }
+    return ids;
   }
   // How long until Admin stops listing `pid` (at most `limit`; InfiniteDuration if it never does).
   absl::Duration TimeUntilGone(pid_t pid, absl::Time since, absl::Duration limit) {
@@ -159,6 +169,44 @@ TEST_F(ReliabilityTest, SchedulerRidesOutADaemonKilledAndRestarted) {
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).model_id(), model);
   EXPECT_EQ(CountShm(".manifest"), 1) << "the restarted daemon must adopt, not re-register";
+}
+
+// A daemon stopped (SIGSTOP) past the rings' 10 s heartbeat limit and
+// continued: its client takes it for lost and re-attaches, but the daemon
+// never died and still holds the old session. The new Attach names it, and
+// the process keeps one session, not one a pause. The rings here have no
+// ready words (as on a GPU without stream memory operations), so the
+// client waits on the host and watches the heartbeat; a stream waiting on a
+// ready word just waits out a pause, its session kept.
+TEST_F(ReliabilityTest, ADaemonPausedPastTheHeartbeatLeavesItsClientOneSession) {
+  StartDaemon({.env = {{"BLOCKSWAP_HOST_NO_STREAM_WORDS", "1"}}});
+  ChildProcess trainer = SpawnAbiClient(
+      "paused", {"--scheduler-blocks=10", "--blocks=4", "--slots=2", "--passes=1000000",
+                 "--reconnect-timeout-ms=60000"});
+  ASSERT_TRUE(AwaitReport("paused", "streaming"));
+  const std::vector<uint64_t> before = SessionsOf(trainer.pid());
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_EQ(::kill(daemon_->pid(), SIGSTOP), 0);
+  // Past the heartbeat limit by more than the clients' check interval.
+  absl::SleepFor(absl::Seconds(14));
+  ASSERT_EQ(::kill(daemon_->pid(), SIGCONT), 0);
+  std::vector<uint64_t> after = before;
+  for (absl::Time until = absl::Now() + absl::Seconds(20);
+       absl::Now() < until && (after.empty() || after == before || after.size() > 1);) {
+    absl::SleepFor(absl::Milliseconds(50));
+    after = SessionsOf(trainer.pid());
+  }
+  // A little longer: a session that stays would still be listed.
+  absl::SleepFor(absl::Milliseconds(500));
+  after = SessionsOf(trainer.pid());
+  ::kill(trainer.pid(), SIGKILL);
+  (void)trainer.Wait(absl::Seconds(10));
+  ASSERT_FALSE(after.empty()) << "the client did not re-attach: "
+                              << FirstValue(ReadRoleReport(ReportPath("paused")), "error");
+  EXPECT_EQ(after.size(), 1u) << "sessions of the client after the pause: "
+                              << absl::StrJoin(after, ", ") << " (before: " << before[0] << ")";
+  EXPECT_NE(after[0], before[0]) << "the client never noticed the pause: "
+                                 << Describe("paused");
 }
 
 // Item 2, no restart: the scheduler tries to re-attach for its configured
