@@ -398,11 +398,9 @@ grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* 
   if (status.ok()) status = ValidateModelId(request->model_id());
   if (status.ok()) status = CheckVisible(*caller, request->model_id());
   if (status.ok()) {
-    status = view_.store->Evict(request->model_id());
-    if (status.ok()) {
-      Log(LogLevel::kInfo, absl::StrCat("evicted model ", request->model_id().substr(0, 16),
-                                        " for uid ", caller->uid));
-    }
+    // The store logs the eviction, with who asked.
+    status = view_.store->Evict(request->model_id(),
+                                absl::StrCat("blockswapctl evict by uid ", caller->uid));
   }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

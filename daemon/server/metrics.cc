@@ -74,7 +74,11 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.master_blocks = status.master_blocks();
   snapshot.staged_bytes = status.staged_bytes();
   snapshot.staged_blocks = status.staged_blocks();
-  snapshot.evictions = status.evictions();
+  const ModelStoreStats store_stats = view.store->stats();
+  for (int reason = 0; reason < kEvictionReasons; ++reason) {
+    snapshot.evictions.emplace_back(EvictionReasonName(static_cast<EvictionReason>(reason)),
+                                    store_stats.evicted_by[reason]);
+  }
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
   if (view.refused_connections != nullptr) {
@@ -151,8 +155,14 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "staged_blocks", "gauge",
          "of master_blocks: those not pinned, copied through the staging buffers")
       .Sample("", s.staged_blocks);
-  Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
-      .Sample("", s.evictions);
+  {
+    Family evictions(&out, "evictions_total", "counter",
+                     "models evicted, by reason: an operator's evict, or the limit a "
+                     "registration that will commit was short of");
+    for (const auto& [reason, count] : s.evictions) {
+      evictions.Sample(absl::StrCat("reason=\"", EscapeLabelValue(reason), "\""), count);
+    }
+  }
   Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")
       .Sample("", s.file_reads);
   Family(&out, "file_read_bytes_total", "counter", "bytes read from safetensors files")

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/device/device_worker.h"
@@ -59,7 +60,9 @@ struct MetricsSnapshot {
   uint64_t models = 0;
   uint64_t master_blocks = 0;  // distinct blocks
   uint64_t staged_blocks = 0;  // of master_blocks
-  uint64_t evictions = 0;
+  // Models evicted, by reason (EvictionReasonName: "operator", or the limit
+  // that was short), every reason listed, in the store's order.
+  std::vector<std::pair<std::string, uint64_t>> evictions;
   uint64_t file_reads = 0;
   uint64_t file_bytes_read = 0;
   uint64_t refused_connections = 0;

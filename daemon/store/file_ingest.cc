@@ -247,6 +247,15 @@ absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files
     fds.push_back(file.fd.get());
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(IngestPlan plan, PlanIngest(headers, paths, spec));
+  // The model's and the extras' room together, from the headers alone: a
+  // registration that could never commit is refused before any tensor is
+  // read and before anyone's model is evicted for it.
+  uint64_t declared_bytes = 0;
+  for (const ModelLayout* layout : {&plan.layout, &plan.extras}) {
+    for (const BlockSpec& block : layout->blocks) declared_bytes += BlockFileBytes(block.bytes);
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(
+      registrant.uid, declared_bytes, plan.layout.blocks.size() + plan.extras.blocks.size()));
 
   std::string model_name(name);
   if (model_name.empty()) model_name = paths[0].substr(paths[0].rfind('/') + 1);

@@ -256,8 +256,10 @@ TEST_F(FileIngestTest, OverThePinnedBudgetIsResourceExhaustedAndLeavesNothing) {
   FileIngest ingest(Store(/*max_pinned_bytes=*/8192));  // 4 blocks of 8 KiB
   auto result = ingest.Register(Files(file_), kWeights, "");
   ASSERT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+  // The blocks' 32 KiB and the extras' 8 KiB, checked together from the
+  // header before anything is read.
   EXPECT_THAT(std::string(result.status().message()),
-              HasSubstr("model of 32768 bytes would exceed --max-pinned-bytes=8192 (0 already "
+              HasSubstr("model of 40960 bytes would exceed --max-pinned-bytes=8192 (0 already "
                         "pinned)"));
   EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
   EXPECT_EQ(Store().masters_bytes(), 0u);

@@ -344,7 +344,7 @@ TEST_F(ModelStoreTest, UnderAutoTheBlocksOverThePinnedBudgetAreStagedNotRefused)
   EXPECT_EQ((*store)->masters_bytes(), 4u * 4096);
   EXPECT_EQ((*store)->staged_blocks().blocks, 1u);
   EXPECT_EQ((*store)->staged_blocks().bytes, 4096u);
-  EXPECT_TRUE((*store)->CheckCapacity(1 << 20, 1).ok()) << "the pin budget refuses nothing";
+  EXPECT_TRUE((*store)->CheckCapacity(1000, 1 << 20, 1).ok()) << "the pin budget refuses nothing";
 }
 
 // A device that refuses to pin (the host backend's pin limit standing in for
@@ -379,15 +379,15 @@ TEST_F(ModelStoreTest, ABlockTheDeviceRefusesIsStagedUnderAutoAndRefusedUnderAlw
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
   auto store = OpenStore(/*max_pinned_bytes=*/8192);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->CheckCapacity(8192, 2).ok());
-  absl::Status refused = store->CheckCapacity(8193, 3);
+  EXPECT_TRUE(store->CheckCapacity(1000, 8192, 2).ok());
+  absl::Status refused = store->CheckCapacity(1000, 8193, 3);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.message().find("would exceed --max-pinned-bytes=8192 (0 already pinned)"),
             absl::string_view::npos)
       << refused;
   auto unlimited = OpenStoreAt(directory_ + "-unlimited");
   ASSERT_NE(unlimited, nullptr);
-  absl::Status too_big = unlimited->CheckCapacity(uint64_t{1} << 60, 1);
+  absl::Status too_big = unlimited->CheckCapacity(1000, uint64_t{1} << 60, 1);
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(too_big.message().find("bytes free"), absl::string_view::npos) << too_big;
   unlimited.reset();
@@ -737,6 +737,14 @@ absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& mo
                         Registrant{.uid = uid, .gid = uid});
 }
 
+// A model of `blocks` blocks registered by `uid` that nobody holds any more
+// (evictable); its id, or "" when it was refused.
+std::string RegisterIdle(ModelStore& store, uint8_t seed, size_t blocks, uid_t uid) {
+  auto registered = RegisterAs(store, MakeModel(seed, blocks), uid);
+  EXPECT_TRUE(registered.ok()) << registered.status();
+  return registered.ok() ? registered->model->id() : "";
+}
+
 int OpenDescriptors() {
   int count = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++count;
@@ -840,6 +848,67 @@ TEST_F(ModelStoreTest, UnderPressureTheUnusedModelsOfTheHeaviestUidGoFirst) {
   EXPECT_NE((*store)->Find(modest_id), nullptr) << "the modest uid's model was evicted";
   EXPECT_EQ((*store)->Find(flood_a_id), nullptr);
   EXPECT_EQ((*store)->uid_blocks(2000), 2u);
+}
+
+// Checks before work: a registration that evicting every unused model would
+// not make room for is refused with nothing evicted, as one over its uid's
+// own limit is, whether it is an upload (Register) or a file's draft
+// (BeginDraft, which reserves room before the file is read).
+TEST_F(ModelStoreTest, AModelThatCouldNeverFitEvictsNothing) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string idle_id = RegisterIdle(**store, 1, 3, 1000);
+
+  auto refused = RegisterAs(**store, MakeModel(2, 5), 2000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "evicting every model no session holds would free only 3 blocks"))
+      << refused.status().message();
+  auto draft = (*store)->BeginDraft(MakeModel(3, 5).layout, "draft", Registrant{.uid = 2000});
+  EXPECT_EQ(draft.status().code(), absl::StatusCode::kResourceExhausted) << draft.status();
+  EXPECT_NE((*store)->Find(idle_id), nullptr) << "an unused model was evicted for nothing";
+  EXPECT_EQ((*store)->stats().evicted, 0u);
+}
+
+TEST_F(ModelStoreTest, ADraftOverItsUidsLimitEvictsNothing) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 3;
+  options.uid_limits.max_blocks = 2;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string idle_id = RegisterIdle(**store, 1, 2, 1000);
+
+  // 3 blocks fit the node once the idle model goes, never uid 2000's limit.
+  auto draft = (*store)->BeginDraft(MakeModel(2, 3).layout, "draft", Registrant{.uid = 2000});
+  ASSERT_EQ(draft.status().code(), absl::StatusCode::kResourceExhausted) << draft.status();
+  EXPECT_TRUE(absl::StrContains(draft.status().message(), "max_master_blocks_per_uid = 2"))
+      << draft.status().message();
+  EXPECT_NE((*store)->Find(idle_id), nullptr) << "an unused model was evicted for nothing";
+  EXPECT_EQ((*store)->stats().evicted, 0u);
+  // Within the limit, room is made: the idle model goes, counted by the
+  // limit that was short.
+  draft = (*store)->BeginDraft(MakeModel(2, 2).layout, "draft", Registrant{.uid = 2000});
+  EXPECT_TRUE(draft.ok()) << draft.status();
+  EXPECT_EQ((*store)->Find(idle_id), nullptr);
+  EXPECT_EQ((*store)->stats().evicted_by[static_cast<int>(EvictionReason::kMaxMasterBlocks)], 1u);
+}
+
+TEST_F(ModelStoreTest, EvictionsAreCountedByReason) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string first_id = RegisterIdle(**store, 1, 2, 1000);
+  RegisterIdle(**store, 2, 2, 1000);
+  ASSERT_TRUE((*store)->Evict(first_id).ok());
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(3, 4), 1001).ok());  // the second goes for room
+  const ModelStoreStats stats = (*store)->stats();
+  EXPECT_EQ(stats.evicted, 2u);
+  EXPECT_EQ(stats.evicted_by[static_cast<int>(EvictionReason::kOperator)], 1u);
+  EXPECT_EQ(stats.evicted_by[static_cast<int>(EvictionReason::kMaxMasterBlocks)], 1u);
+  EXPECT_EQ(EvictionReasonName(EvictionReason::kMaxMasterBlocks), "max_master_blocks");
 }
 
 // Sealed masters keep no descriptor (OpenReadOnly opens the file by name),
