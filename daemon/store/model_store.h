@@ -97,6 +97,10 @@ struct ModelStoreOptions {
   // What the models of one uid may hold (max_master_blocks_per_uid,
   // max_master_bytes_per_uid).
   UidMasterLimits uid_limits = {};
+  // Non-empty (the setting that asks it, "model_access = registrant-group"):
+  // a capacity refusal names the limit and what was asked, never what the
+  // store holds already, which moves with other users' models.
+  std::string totals_withheld = {};
 };
 
 // One sealed model: immutable, shared by every session that opened it as
@@ -319,7 +323,14 @@ class ModelStore {
 
   // Removes a sealed model that no session holds: FAILED_PRECONDITION naming
   // how many references remain otherwise, NOT_FOUND for an unknown id.
-  absl::Status Evict(absl::string_view id);
+  absl::Status Evict(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes `uid`'s registrations of the model (persisted in its manifest
+  // first) and releases what they charged `uid`; the model and its blocks
+  // stay for its other registrants. When they were its only registrations,
+  // the model is evicted as Evict does. PERMISSION_DENIED when `uid` has
+  // none, NOT_FOUND for an unknown id. Blocks on writing the manifest.
+  absl::Status EvictRegistration(absl::string_view id, uid_t uid)
+      ABSL_LOCKS_EXCLUDED(manifest_mu_, mu_);
   // Re-hashes every block of the master and compares it with the manifest's
   // hash: DATA_LOSS naming the blocks that differ. Asks `cancellation` before
   // each block and returns its error when it has one.

@@ -23,7 +23,11 @@ absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
   if (limit != 0 && (bytes > limit || committed > limit - bytes)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("model of ", bytes, " bytes would exceed --max-pinned-bytes=", limit, " (",
-                     committed, " already pinned)"));
+                     options_.totals_withheld.empty()
+                         ? absl::StrCat(committed, " already pinned")
+                         : absl::StrCat("what is pinned already is not shown under ",
+                                        options_.totals_withheld),
+                     ")"));
   }
   return absl::OkStatus();
 }
@@ -60,9 +64,11 @@ absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks) const {
   const uint64_t held = blocks_.size() + reserved_blocks_;
   if (limit == 0 || held + blocks <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (", held,
-      " held or being written; each block is one of blockswapd's mappings, bounded by "
-      "vm.max_map_count)"));
+      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (",
+      options_.totals_withheld.empty()
+          ? absl::StrCat(held, " held or being written")
+          : absl::StrCat("the blocks held are not shown under ", options_.totals_withheld),
+      "; each block is one of blockswapd's mappings, bounded by vm.max_map_count)"));
 }
 
 absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks) {

@@ -200,8 +200,8 @@ TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
 }
 
 TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARestart) {
-  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors"};
-  const Registrant nobody{65534, 65534, "upload"};
+  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors", "m"};
+  const Registrant nobody{65534, 65534, "upload", "m"};
   TestModel content = MakeModel(2);
   std::string id;
   {
@@ -228,6 +228,47 @@ TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARest
   ASSERT_NE(adopted, nullptr);
   EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{alice, nobody}));
   EXPECT_EQ(adopted->source(), alice.source);
+}
+
+// Two uids register the same content under their own names: each
+// registration keeps its name (across a restart), and evicting one uid's
+// registration leaves the model, its blocks and the other's registration;
+// the last one's eviction evicts the model.
+TEST_F(ModelStoreTest, EachRegistrationKeepsItsNameAndEvictingOneLeavesTheOthers) {
+  TestModel content = MakeModel(4);
+  std::string id;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    auto roots = store->Register("roots", content.layout, content.content.data(),
+                                 content.content.size(), Registrant{.uid = 0, .gid = 0});
+    auto mine = store->Register("mine", content.layout, content.content.data(),
+                                content.content.size(), Registrant{.uid = 65534, .gid = 65534});
+    ASSERT_TRUE(roots.ok() && mine.ok()) << roots.status() << mine.status();
+    id = roots->model->id();
+    EXPECT_EQ(roots->model->registrants().List(),
+              (std::vector<Registrant>{{0, 0, "upload", "roots"}, {65534, 65534, "upload", "mine"}}));
+    ASSERT_EQ(store->uid_blocks(65534), 3u);
+    roots->model.reset();
+    mine->model.reset();
+
+    ASSERT_TRUE(store->EvictRegistration(id, 65534).ok());
+    std::shared_ptr<const Model> kept = store->Find(id);
+    ASSERT_NE(kept, nullptr) << "another uid's registration evicted the model";
+    EXPECT_EQ(kept->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+    EXPECT_EQ(store->uid_blocks(65534), 0u) << "the evicted registration still charges its uid";
+    EXPECT_EQ(store->block_count(), 3u);
+    EXPECT_EQ(store->EvictRegistration(id, 65534).code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(Entries(directory_).size(), 5u) << "a rewrite left a temporary file";
+  }
+  auto reopened = OpenStore();
+  ASSERT_NE(reopened, nullptr);
+  std::shared_ptr<const Model> adopted = reopened->Find(id);
+  ASSERT_NE(adopted, nullptr);
+  EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+  adopted.reset();
+  ASSERT_TRUE(reopened->EvictRegistration(id, 0).ok());
+  EXPECT_EQ(reopened->Find(id), nullptr) << "its last registration's eviction left the model";
 }
 
 TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
