@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/server/admin_service.h"
+#include "daemon/session/model_visibility.h"
 #include "absl/time/clock.h"
 
 namespace blockswap::daemon {
@@ -65,6 +66,8 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   MetricsSnapshot snapshot;
   const v1::StatusReply status = BuildStatus(view, nullptr);
   snapshot.store_counters = ShowsStoreCounters(view, nullptr);
+  snapshot.per_session_series =
+      view.sessions->visibility().access() == ModelAccess::kAllowedUsers;
   snapshot.version = status.version();
   snapshot.backend = status.backend() == v1::BACKEND_CUDA ? "cuda" : "host";
   snapshot.uptime_seconds = status.uptime_seconds();
@@ -256,6 +259,7 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
 
   auto per_client = [&](absl::string_view name, absl::string_view type, absl::string_view help,
                         auto value) {
+    if (!s.per_session_series) return;
     Family f(&out, name, type, help);
     for (const ClientMetrics& c : s.clients) f.Sample(ClientLabels(c), value(c));
   };

@@ -54,6 +54,13 @@ struct MetricsSnapshot {
   // every new block) are left out, as Admin.Status leaves them out for all
   // but root and the daemon's uid (ShowsStoreCounters).
   bool store_counters = true;
+  // False under "registrant-group" too: the per-session families (labelled
+  // with session, client name, pid and uid) are left out, and only node-wide
+  // sums (blockswap_sessions, the per-device families) remain. The endpoint
+  // has no caller to show its own sessions to, and a per-uid view would need
+  // one; the sums are the operator's capacity signal (docs/store.md, "What
+  // another user can still tell").
+  bool per_session_series = true;
   uint64_t pinned_bytes = 0;
   uint64_t max_pinned_bytes = 0;  // 0: no budget but the tmpfs
   uint64_t staged_bytes = 0;      // masters copied through the staging buffers
@@ -72,7 +79,7 @@ struct MetricsSnapshot {
   bool draining = false;
   ClientQuotas quotas;  // in force now (0: unlimited)
   std::vector<DeviceMetrics> devices;
-  std::vector<ClientMetrics> clients;
+  std::vector<ClientMetrics> clients;  // counted in blockswap_sessions always
 };
 
 MetricsSnapshot CollectMetrics(const DaemonView& view);

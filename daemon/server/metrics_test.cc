@@ -112,6 +112,15 @@ TEST(Metrics, PerClientSamplesCarryEscapedLabels) {
   EXPECT_TRUE(HasLine(text, "blockswap_client_bytes_total" + labels + " 7000"));
 }
 
+TEST(Metrics, WithoutPerSessionSeriesNoSampleNamesASessionButTheyAreCounted) {
+  MetricsSnapshot snapshot = TwoDevicesOneClient();
+  snapshot.per_session_series = false;
+  const std::string text = FormatMetrics(snapshot);
+  EXPECT_FALSE(absl::StrContains(text, "blockswap_client_")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "uid=")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_sessions 1")) << text;
+}
+
 TEST(Metrics, NodeWideGauges) {
   const std::string text = FormatMetrics(TwoDevicesOneClient());
   EXPECT_TRUE(HasLine(text, "blockswap_pinned_bytes 4096"));

@@ -195,9 +195,14 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
   if (known.model != nullptr) {
     // Read before, perhaps by another user: this one opened the file too, so
     // it gets its own access to the content.
-    BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.model, registrant));
+    // Under the names this registration would have given them (as Read does).
+    Registrant named = registrant;
+    named.name = name.empty() ? files[0].path.substr(files[0].path.rfind('/') + 1)
+                              : std::string(name);
+    BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.model, named));
     if (known.extras != nullptr) {
-      BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.extras, registrant));
+      named.name = absl::StrCat(named.name, " (extras)");
+      BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.extras, named));
     }
     return known;
   }

@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   Model& model = *draft->model_;
   model.name_ = std::string(name);
   model.source_ = registrant.source;
-  model.registrants_.Replace({registrant});
+  model.registrants_.Replace({Named(registrant, name)});
   model.layout_ = layout;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
     auto block = std::unique_ptr<BlockMaster>(new BlockMaster());

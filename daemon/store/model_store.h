@@ -52,8 +52,8 @@
 
 #include <sys/stat.h>
 
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -98,6 +98,10 @@ struct ModelStoreOptions {
   // What the models of one uid may hold (max_master_blocks_per_uid,
   // max_master_bytes_per_uid).
   UidMasterLimits uid_limits = {};
+  // Non-empty (the setting that asks it, "model_access = registrant-group"):
+  // a capacity refusal names the limit and what was asked, never what the
+  // store holds already, which moves with other users' models.
+  std::string totals_withheld = {};
 };
 
 // One sealed model: immutable, shared by every session that opened it as
@@ -176,10 +180,10 @@ inline constexpr int kEvictionReasons = 5;
 absl::string_view EvictionReasonName(EvictionReason reason);
 
 struct ModelStoreStats {
-  uint64_t adopted = 0;       // sealed models taken over at Open
-  uint64_t removed = 0;       // other directory entries removed at Open
-  uint64_t copies = 0;        // registrations that copied content into a master
-  uint64_t evicted = 0;       // models removed by Evict or to make room
+  uint64_t adopted = 0;  // sealed models taken over at Open
+  uint64_t removed = 0;  // other directory entries removed at Open
+  uint64_t copies = 0;   // registrations that copied content into a master
+  uint64_t evicted = 0;  // models removed by Evict or to make room
   // Of `evicted`, by EvictionReason.
   std::array<uint64_t, kEvictionReasons> evicted_by = {};
   uint64_t kept_unknown = 0;  // manifests of a newer format left in place, not adopted
@@ -218,7 +222,7 @@ class MasterDraft {
   // One per block, in block order: its file under its temporary name.
   std::vector<std::unique_ptr<BlockMaster>> blocks_;
   std::vector<std::string> temp_names_;  // "" once renamed or removed
-  uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
+  uint64_t reserved_ = 0;         // bytes of the store's budget held until commit or destruction
   uint64_t reserved_blocks_ = 0;  // and blocks of max_blocks
 };
 
@@ -342,7 +346,16 @@ class ModelStore {
   // Removes a sealed model that no session holds: FAILED_PRECONDITION naming
   // how many references remain otherwise, NOT_FOUND for an unknown id.
   // Logged with `why` (who asked) and counted as EvictionReason::kOperator.
-  absl::Status Evict(absl::string_view id, absl::string_view why = "an operator's evict");
+  absl::Status Evict(absl::string_view id, absl::string_view why = "an operator's evict")
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes `uid`'s registrations of the model (persisted in its manifest
+  // first) and releases what they charged `uid`; the model and its blocks
+  // stay for its other registrants. When they were its only registrations,
+  // the model is evicted as Evict does, logged with `why`. PERMISSION_DENIED
+  // when `uid` has none, NOT_FOUND for an unknown id. Blocks on writing the
+  // manifest.
+  absl::Status EvictRegistration(absl::string_view id, uid_t uid, absl::string_view why)
+      ABSL_LOCKS_EXCLUDED(manifest_mu_, mu_);
   // Re-hashes every block of the master and compares it with the manifest's
   // hash: DATA_LOSS naming the blocks that differ. Asks `cancellation` before
   // each block and returns its error when it has one.
@@ -581,8 +594,8 @@ class ModelStore {
   std::map<std::string, HeldBlock, std::less<>> blocks_ ABSL_GUARDED_BY(mu_);
   // Blocks a registration is writing (claimed, not yet published).
   std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // file bytes of blocks_, pinned or staged
-  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
+  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;      // file bytes of blocks_, pinned or staged
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // of registrations in progress
   uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;  // blocks they will add at most
   // What each uid's models hold, and the uids each model is charged to (its
   // registrants', each once).

@@ -20,8 +20,11 @@ namespace blockswap::daemon {
 namespace {
 
 // The clause a refusal adds when evicting would free some of what it counts.
-std::string EvictableClause(uint64_t evictable, absl::string_view what) {
-  if (evictable == 0) return "";
+// What eviction could free moves with other users' models: withheld with the
+// node's totals.
+std::string EvictableClause(uint64_t evictable, absl::string_view what,
+                            absl::string_view totals_withheld) {
+  if (evictable == 0 || !totals_withheld.empty()) return "";
   return absl::StrCat("; evicting every model no session holds would free only ", evictable, " ",
                       what);
 }
@@ -53,8 +56,11 @@ absl::Status ModelStore::CheckBudget(uint64_t bytes, uint64_t evictable) const {
   const uint64_t limit = options_.max_pinned_bytes;
   if (limit != 0 && (bytes > limit || kept > limit - bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "model of ", bytes, " bytes would exceed --max-pinned-bytes=", limit, " (", committed,
-        " already pinned)", EvictableClause(std::min(committed, evictable), "bytes")));
+        "model of ", bytes, " bytes would exceed --max-pinned-bytes=", limit, " (",
+        options_.totals_withheld.empty()
+            ? absl::StrCat(committed, " already pinned")
+            : absl::StrCat("what is pinned already is not shown under ", options_.totals_withheld),
+        ")", EvictableClause(std::min(committed, evictable), "bytes", options_.totals_withheld)));
   }
   return absl::OkStatus();
 }
@@ -76,7 +82,7 @@ absl::Status ModelStore::CheckFreeSpace(uint64_t bytes, uint64_t evictable) cons
   if (free_bytes + evictable < bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "model of ", bytes, " bytes does not fit: ", options_.directory, " has ", free_bytes,
-        " bytes free", EvictableClause(evictable, "more")));
+        " bytes free", EvictableClause(evictable, "more", options_.totals_withheld)));
   }
   return absl::OkStatus();
 }
@@ -120,10 +126,12 @@ absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks, uint64_t evictab
   const uint64_t held = blocks_.size() + reserved_blocks_;
   if (limit == 0 || held - std::min(held, evictable) + blocks <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (", held,
-      " held or being written; each block is one of blockswapd's mappings, bounded by "
-      "vm.max_map_count)",
-      EvictableClause(std::min(held, evictable), "blocks")));
+      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (",
+      options_.totals_withheld.empty()
+          ? absl::StrCat(held, " held or being written")
+          : absl::StrCat("the blocks held are not shown under ", options_.totals_withheld),
+      "; each block is one of blockswapd's mappings, bounded by vm.max_map_count)",
+      EvictableClause(std::min(held, evictable), "blocks", options_.totals_withheld)));
 }
 
 absl::Status ModelStore::FitsLocked(uint64_t bytes, uint64_t blocks, const Evictable& evictable,
@@ -139,8 +147,9 @@ absl::Status ModelStore::FitsLocked(uint64_t bytes, uint64_t blocks, const Evict
         absl::StrCat("a model of ", bytes, " bytes in ", blocks, " blocks (", charged,
                      " with their overhead)"));
     if (!fits.ok()) {
-      return absl::Status(fits.code(),
-                          absl::StrCat(fits.message(), EvictableClause(freed, "bytes")));
+      return absl::Status(
+          fits.code(),
+          absl::StrCat(fits.message(), EvictableClause(freed, "bytes", options_.totals_withheld)));
     }
   }
   *short_of = EvictionReason::kMaxMasterBlocks;

@@ -243,7 +243,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   auto model = std::unique_ptr<Model>(new Model());
   model->name_ = std::string(name);
   model->source_ = registrant.source;
-  model->registrants_.Replace({registrant});
+  model->registrants_.Replace({Named(registrant, name)});
   model->layout_ = layout;
   model->block_hashes_ = std::move(hashes);
   PendingRegistration pending = PendingFor(*model);

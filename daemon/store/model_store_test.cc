@@ -200,8 +200,8 @@ TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
 }
 
 TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARestart) {
-  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors"};
-  const Registrant nobody{65534, 65534, "upload"};
+  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors", "m"};
+  const Registrant nobody{65534, 65534, "upload", "m"};
   TestModel content = MakeModel(2);
   std::string id;
   {
@@ -228,6 +228,49 @@ TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARest
   ASSERT_NE(adopted, nullptr);
   EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{alice, nobody}));
   EXPECT_EQ(adopted->source(), alice.source);
+}
+
+// Two uids register the same content under their own names: each
+// registration keeps its name (across a restart), and evicting one uid's
+// registration leaves the model, its blocks and the other's registration;
+// the last one's eviction evicts the model.
+TEST_F(ModelStoreTest, EachRegistrationKeepsItsNameAndEvictingOneLeavesTheOthers) {
+  TestModel content = MakeModel(4);
+  std::string id;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    auto roots = store->Register("roots", content.layout, content.content.data(),
+                                 content.content.size(), Registrant{.uid = 0, .gid = 0});
+    auto mine = store->Register("mine", content.layout, content.content.data(),
+                                content.content.size(), Registrant{.uid = 65534, .gid = 65534});
+    ASSERT_TRUE(roots.ok() && mine.ok()) << roots.status() << mine.status();
+    id = roots->model->id();
+    EXPECT_EQ(
+        roots->model->registrants().List(),
+        (std::vector<Registrant>{{0, 0, "upload", "roots"}, {65534, 65534, "upload", "mine"}}));
+    ASSERT_EQ(store->uid_blocks(65534), 3u);
+    roots->model.reset();
+    mine->model.reset();
+
+    ASSERT_TRUE(store->EvictRegistration(id, 65534, "a test").ok());
+    std::shared_ptr<const Model> kept = store->Find(id);
+    ASSERT_NE(kept, nullptr) << "another uid's registration evicted the model";
+    EXPECT_EQ(kept->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+    EXPECT_EQ(store->uid_blocks(65534), 0u) << "the evicted registration still charges its uid";
+    EXPECT_EQ(store->block_count(), 3u);
+    EXPECT_EQ(store->EvictRegistration(id, 65534, "a test").code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(Entries(directory_).size(), 5u) << "a rewrite left a temporary file";
+  }
+  auto reopened = OpenStore();
+  ASSERT_NE(reopened, nullptr);
+  std::shared_ptr<const Model> adopted = reopened->Find(id);
+  ASSERT_NE(adopted, nullptr);
+  EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+  adopted.reset();
+  ASSERT_TRUE(reopened->EvictRegistration(id, 0, "a test").ok());
+  EXPECT_EQ(reopened->Find(id), nullptr) << "its last registration's eviction left the model";
 }
 
 TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
@@ -730,7 +773,6 @@ TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {
   EXPECT_EQ(store->stats().adopted, 1u);
 }
 
-
 // What one uid's models may hold.
 absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& model, uid_t uid) {
   return store.Register("uid model", model.layout, model.content.data(), model.content.size(),
@@ -759,9 +801,13 @@ TEST_F(ModelStoreTest, AUidOverItsBlockLimitIsRefusedNamingTheLimitItsUseAndTheK
   ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
   auto refused = RegisterAs(**store, MakeModel(2, 3), 1000);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 6 blocks of masters (3 held + 3 of this model), over "
-                        "max_master_blocks_per_uid = 4")) << refused.status().message();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "raise max_master_blocks_per_uid")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "uid 1000 would hold 6 blocks of masters (3 held + 3 of this model), over "
+                        "max_master_blocks_per_uid = 4"))
+      << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "raise max_master_blocks_per_uid"))
+      << refused.status().message();
   EXPECT_EQ((*store)->block_count(), 3u) << "nothing of the refused model stays";
   EXPECT_TRUE(RegisterAs(**store, MakeModel(2, 3), 1001).ok()) << "another uid has its own limit";
 }
@@ -774,8 +820,11 @@ TEST_F(ModelStoreTest, AUidOverItsByteLimitIsRefusedNamingTheKey) {
   ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
   auto refused = RegisterAs(**store, MakeModel(2, 1), 1000);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 16384 bytes of masters (12288 held + 4096 of this "
-                        "model), over max_master_bytes_per_uid = 12288")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "uid 1000 would hold 16384 bytes of masters (12288 held + 4096 of this "
+                        "model), over max_master_bytes_per_uid = 12288"))
+      << refused.status().message();
 }
 
 // A block counts in full for every uid whose models name it, and a uid over
@@ -825,8 +874,11 @@ TEST_F(ModelStoreTest, TheNodesBlockLimitRefusesNamingTheKeyAndTheMappings) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   auto refused = RegisterAs(**store, MakeModel(2, 2), 1001);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "would exceed max_master_blocks = 4 (3 held")) << refused.status().message();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "vm.max_map_count")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "would exceed max_master_blocks = 4 (3 held"))
+      << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "vm.max_map_count"))
+      << refused.status().message();
 }
 
 // Room for a new model is made from the unused models of the uid holding
