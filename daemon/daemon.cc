@@ -13,6 +13,7 @@
 #include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/parse_error_interceptor.h"
+#include "daemon/session/model_visibility.h"
 #include "daemon/session/random_token.h"
 #include "shared/base/status.h"
 
@@ -57,7 +58,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     daemon->Log(absl::StrCat("max_memory_bytes = \"auto\": ", max_memory_bytes, " (3/4 of the ",
                              limit.bytes, " bytes of ", limit.source, ")"));
   }
-  daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes);
+  // Under registrant-group, refusals name no node-wide total: it moves with
+  // models and rings of other users (docs/store.md, "Registrants and visibility").
+  const std::string totals_withheld =
+      o.model_access == ModelAccess::kRegistrantGroup
+          ? absl::StrCat("model_access = ", ModelAccessName(o.model_access))
+          : "";
+  daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes, totals_withheld);
 
   ModelStoreOptions store_options{.directory = o.shm_prefix,
                                   .max_pinned_bytes = o.max_pinned_bytes,
@@ -65,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                   .memory_budget = daemon->memory_.get(),
                                   .max_blocks = o.max_master_blocks,
                                   .uid_limits = {.max_blocks = o.max_master_blocks_per_uid,
-                                                 .max_bytes = o.max_master_bytes_per_uid}};
+                                                 .max_bytes = o.max_master_bytes_per_uid},
+                                  .totals_withheld = totals_withheld};
   if (store_options.max_blocks == kAutoLimit) {
     const uint64_t map_count = ReadMaxMapCount();
     store_options.max_blocks = AutoMaxMasterBlocks(map_count);

@@ -318,10 +318,13 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
     if (known.masters[b] == nullptr) uploaded.blocks.push_back(layout.blocks[b]);
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(uploaded));
+  // Refuse now what could never be registered, before the client uploads
+  // and before anyone's model goes; otherwise make room for the staging
+  // area (Register makes the master's once the blocks are hashed).
+  BLOCKSWAP_RETURN_IF_ERROR(
+      store_.MakeRoom(session.peer().uid, placement.total_bytes, uploaded.blocks.size()));
   // Every block held: a staging area of one page, never empty.
   placement.total_bytes = std::max<uint64_t>(placement.total_bytes, kBlockPlacementAlignment);
-  // Refuse now what could never be registered, before the client uploads.
-  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes, uploaded.blocks.size()));
   // The staging area is charged before it exists: to the client's quotas,
   // then to the node's memory (the master will need its own charge too).
   BLOCKSWAP_ASSIGN_OR_RETURN(

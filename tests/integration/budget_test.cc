@@ -50,7 +50,10 @@ class BudgetTest : public DaemonClientTest {
 // of 100 MiB each, under a budget of 256 MiB: each hog is refused naming
 // max_memory_bytes (and the use that holds it).
 TEST_F(BudgetTest, EveryMemoryHogIsRefusedByTheNodesBudget) {
-  StartDaemon({.extra_args = {absl::StrCat("--max-memory-bytes=", 256 * kMiB)}});
+  // No per-uid limit: it is checked first (docs/store.md, "Checks before
+  // work") and would refuse the 16 GiB upload before the node's budget does.
+  StartDaemon({.extra_args = {absl::StrCat("--max-memory-bytes=", 256 * kMiB),
+                              "--max-master-bytes-per-uid=0"}});
   const std::string budget = absl::StrCat("over max_memory_bytes = ", 256 * kMiB);
   ExpectHogsRefusedBesideAStreamer({
       {"--case=rings", "--attempts=64", absl::StrCat("--slot-bytes=", 1024 * kMiB),
