@@ -54,8 +54,12 @@ class GoneClientTest : public DaemonClientTest {
   // The quotas the rogue and greedy cases run into, and uids 65534 and
   // 65533 allowed for the cases that act as another user.
   void StartDaemonForTheRound() {
-    std::vector<std::string> roles = {"flood", "hostile-register-special-files",
-                                      "vanishing-other-uid", "greedy-other-uid", "file-flood"};
+    std::vector<std::string> roles = {"flood",
+                                      "hostile-register-special-files",
+                                      "vanishing-other-uid",
+                                      "greedy-other-uid",
+                                      "file-flood",
+                                      "continuation-flood"};
     StartSharedDaemon(
         {.extra_args = {"--max-rings-per-client=2", "--max-device-bytes-per-client=1MiB",
                         "--max-staging-bytes-per-client=1MiB", "--max-file-offers-per-client=8",
@@ -167,6 +171,10 @@ TEST_F(GoneClientTest, NothingIsKeptForAClientThatIsGone) {
          {"--case=rings", "--attempts=3", "--uid=65534", "--expect=max_rings_per_client = 2"});
   EXPECT_EQ(Run("flood", "flood", {"--uid=65534", "--silent=40", "--pri=40"}), kClientOk)
       << Describe("flood");
+  EXPECT_EQ(Run("continuation-flood", "continuation-flood",
+                {"--uid=65534", "--connections=4", "--header-mib=1", "--hold-ms=200"}),
+            kClientOk)
+      << Describe("continuation-flood");
   // The daemon crashes and restarts under a client that rides it out (a
   // new session, its model reopened, its ring re-created) and one that
   // idles; the test's own session comes back and reopens its 5 models. The

@@ -435,10 +435,11 @@ int RegisterSpecialFiles(client::Connection& c) {
 
 // A client that dies in the middle of everything it can hold at once, as a
 // trainer killed by the OOM killer would: a model open, a ring with a load
-// done, an upload begun and half written, a file offered and registered
-// (garbage: refused) with a second offer of it never named, the file itself
-// deleted. It reports "vanishing", then SIGKILLs itself: the daemon must
-// release all of it (NothingIsKeptForAClientThatIsGone).
+// done in a session it then replaced with a new one, an upload begun and
+// half written, a file offered and registered (garbage: refused) with a
+// second offer of it never named, the file itself deleted. It reports
+// "vanishing", then SIGKILLs itself: the daemon must release all of it
+// (NothingIsKeptForAClientThatIsGone).
 int VanishMidSession(client::Connection& c, const RoleReport& report) {
   const std::vector<std::vector<uint8_t>> data = ModelTensorData(47, 2, 2 * kPage);
   auto model = client::Model::Register(c, "vanishing", ModelUploads(data, 2));
@@ -454,6 +455,13 @@ int VanishMidSession(client::Connection& c, const RoleReport& report) {
   if (absl::Status s = (*ring)->Load(0, **model, 0, **stream); !s.ok()) return Fail(s.ToString());
   if (absl::Status s = (*ring)->Wait(0, **stream, absl::Seconds(10)); !s.ok()) {
     return Fail(s.ToString());
+  }
+  // A new session in place of the first, as after a lost connection: the
+  // daemon ends the first as replaced and holds its ring while this process
+  // may still map it.
+  if (absl::Status s = c.Reconnect(absl::Seconds(10)); !s.ok()) return Fail(s.ToString());
+  if (auto reopened = client::Model::Open(c, (*model)->id()); !reopened.ok()) {
+    return Fail("reopening the model: " + reopened.status().ToString());
   }
 
   v1::BeginUploadRequest begin;
