@@ -5,7 +5,6 @@
 // byte-exact. Everything else is the default configuration, but for the
 // node's budget: "auto" would be 3/4 of the test machine's memory, so it is
 // 512 MiB here, as a cgroup's MemoryMax= would make it.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,15 +28,6 @@ constexpr uint64_t kBudget = uint64_t{512} << 20;
 // limits whichever comes first.
 constexpr int kHoarders = 9;
 
-int OpenDescriptors(pid_t pid) {
-  DIR* dir = ::opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
-  if (dir == nullptr) return -1;
-  int count = 0;
-  while (const dirent* entry = ::readdir(dir)) count += entry->d_name[0] != '.';
-  ::closedir(dir);
-  return count;
-}
-
 class RingShareTest : public DaemonClientTest {};
 
 TEST_F(RingShareTest, AUidHoldingEveryRingItMayLeavesRootRegisteringAndStreaming) {
@@ -47,7 +37,7 @@ TEST_F(RingShareTest, AUidHoldingEveryRingItMayLeavesRootRegisteringAndStreaming
                      .output_path = dirs_->temp_dir() + "/daemon.log",
                      .max_open_files = kDaemonMaxOpenFiles},
                     roles);
-  const int descriptors_before = OpenDescriptors(daemon_->pid());
+  const int descriptors_before = daemon_->OpenDescriptors();
   const std::string stop_file = dirs_->temp_dir() + "/stop";
   // Rings of 16 MiB first, halved after each refusal: the first hoarder
   // takes the ring memory its uid may have, the next ones the rest.
@@ -68,7 +58,7 @@ TEST_F(RingShareTest, AUidHoldingEveryRingItMayLeavesRootRegisteringAndStreaming
       refusals.insert(it->second.begin(), it->second.end());
     }
   }
-  const int descriptors_held = OpenDescriptors(daemon_->pid());
+  const int descriptors_held = daemon_->OpenDescriptors();
   std::cout << "uid 65534 holds " << sessions << " sessions and " << rings << " rings of "
             << ring_bytes << " bytes; daemon descriptors " << descriptors_before << " before, "
             << descriptors_held << " now (limit " << kDaemonMaxOpenFiles << "); refusals:\n";

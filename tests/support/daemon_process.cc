@@ -117,6 +117,15 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const Scratc
       absl::StrCat("blockswapd did not accept connections within 10 s; ", output_note));
 }
 
+int DaemonProcess::OpenDescriptors() const {
+  DIR* dir = ::opendir(absl::StrCat("/proc/", pid(), "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (const dirent* entry = ::readdir(dir)) count += entry->d_name[0] != '.';
+  ::closedir(dir);
+  return count;
+}
+
 absl::StatusOr<int> DaemonProcess::Stop(int signal, absl::Duration timeout) {
   process_.Kill(signal);
   return process_.Wait(timeout);

@@ -71,6 +71,8 @@ class DaemonProcess {
   // The exit code (128+N for a signal) once the daemon has exited on its
   // own; nullopt while it runs.
   std::optional<int> Exited() { return process_.TryWait(); }
+  // The descriptors the daemon has open (/proc/PID/fd); -1 when unknown.
+  int OpenDescriptors() const;
 
   // An Admin stub on the daemon's socket (the test process is root: allowed).
   // Defined in daemon_process_admin.cc: only in blockswap_daemon_process, not
