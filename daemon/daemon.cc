@@ -110,6 +110,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         auto worker, DeviceWorker::Start(*device, daemon->boot_id_, worker_memory, staging,
                                          /*staging_at_start=*/o.pinning == PinningPolicy::kNever,
                                          o.copy_weights));
+    if (o.quotas.per_uid.device_bytes == kAutoLimit) {
+      daemon->Log(absl::StrCat("max_device_bytes_per_uid = \"auto\": ", worker->ring_bytes_share(),
+                               " on ", device->info().uuid,
+                               " (half of what it holds for rings, per device)"));
+    }
     workers[device->info().uuid] = worker.get();
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);

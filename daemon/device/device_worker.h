@@ -196,6 +196,9 @@ class DeviceWorker {
   ~DeviceWorker();
 
   Device& device() const { return device_; }
+  // One uid's share of this device's ring memory under
+  // max_device_bytes_per_uid = "auto" (AutoMaxDeviceBytesPerUid).
+  uint64_t ring_bytes_share() const { return ring_bytes_share_; }
 
   // Creates a ring on this device for `session_id` and returns its export.
   // `owner` labels the ring's trace. With a `resolver` the ring also gets a
