@@ -5,11 +5,12 @@
 // offers parked on side channels, and the daemon's descriptors all of those
 // keep open (descriptor_model.h). Keyed by process and uid, never by
 // session: a second session of the same process shares its process's quota.
-// 0 means unlimited; kAutoLimit ("auto", the _per_uid keys of the kinds that
-// have one) is resolved where it is used: max_descriptors_per_uid when the
-// daemon starts, max_device_bytes_per_uid per device (DeviceWorker). The limits may change while
-// the daemon runs (SIGHUP); a change applies to the next request, it takes nothing away from
-// anyone. What is held is counted by ClientAccounts (client_accounts.h).
+// 0 means unlimited; kAutoLimit ("auto", the _per_uid keys of the kinds
+// that have one) is resolved where it is used: max_descriptors_per_uid when
+// the daemon starts, max_device_bytes_per_uid per device (DeviceWorker).
+// The limits may change while the daemon runs (SIGHUP); a change applies to
+// the next request, it takes nothing away from anyone. What is held is
+// counted by ClientAccounts (client_accounts.h).
 #ifndef BLOCKSWAP_DAEMON_SESSION_QUOTA_H_
 #define BLOCKSWAP_DAEMON_SESSION_QUOTA_H_
 
