@@ -3,9 +3,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/budget/master_limits.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/session/model_visibility.h"
-#include "absl/time/clock.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -184,14 +185,16 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   // family must mean something.
   for (const bool bytes : {false, true}) {
     Family f(&out, bytes ? "quota_bytes" : "quota_count", "gauge",
-             bytes ? "per-client and per-uid byte quota in force, by its config key (0: unlimited)"
+             bytes ? "per-client and per-uid byte quota in force, by its config key (0: "
+                     "unlimited; none for a per-device \"auto\")"
                    : "per-client and per-uid count quota in force, by its config key (0: "
                      "unlimited)");
     for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
       const ClientAmounts& limits =
           scope == QuotaScope::kClient ? s.quotas.per_client : s.quotas.per_uid;
       for (const QuotaKind& kind : QuotaKinds()) {
-        if (kind.bytes != bytes) continue;
+        // "auto" bytes are a share of each device, no one number.
+        if (kind.bytes != bytes || limits.*kind.member == kAutoLimit) continue;
         f.Sample(absl::StrCat("quota=\"", QuotaKey(kind, scope), "\""), limits.*kind.member);
       }
     }
