@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "shared/base/monotonic_clock.h"
 #include "shared/protocol/load_protocol.h"
 
 namespace blockswap {
@@ -80,7 +81,7 @@ TEST_F(RingConsumerTest, ASlotUsedAgainAfterItsReleaseIsFreedOnlyAfterThatUse) {
 TEST_F(RingConsumerTest, ReadyCopiesAreIssuedInRequestOrderNotSlotOrder) {
   const uint32_t g1 = consumer_->BeginLoad(1, *compute_).value();
   const uint32_t g0 = consumer_->BeginLoad(0, *compute_).value();
-  ASSERT_TRUE(compute_->Synchronize().ok());  // both slots' `free` complete
+  ASSERT_TRUE(compute_->Synchronize().ok());   // both slots' `free` complete
   ASSERT_TRUE(notifier_->Synchronize().ok());  // and their releases published
   ASSERT_TRUE(producer_->Submit(1, g1, source_, sizeof(source_)).ok());
   ASSERT_TRUE(producer_->Submit(0, g0, source_, sizeof(source_)).ok());
@@ -122,13 +123,25 @@ constexpr absl::Duration kSlowCopy = absl::Milliseconds(20);
 TEST_F(RingConsumerTest, ATimedWaitBehindASlowCopyMeasuresTheStreamsStallAndTracesIt) {
   auto timer = device_->CreateWaitTimer().value();
   uint32_t generation = consumer_->BeginLoad(0, *compute_).value();
-  // The copy engine is busy first: ready[s] completes only after it.
-  ASSERT_TRUE(copy_stream_->LaunchHostFunc([] { absl::SleepFor(kSlowCopy); }).ok());
+  // The copy engine is busy first: ready[s] completes only after the test
+  // releases it, kSlowCopy after the wait was issued (a release timed from
+  // the test's side, so that a loaded machine cannot shorten the stall).
+  absl::Notification release;
+  ASSERT_TRUE(copy_stream_
+                  ->LaunchHostFunc(
+                      [&release] { release.WaitForNotificationWithTimeout(absl::Seconds(10)); })
+                  .ok());
   Serve(0, generation);
   ASSERT_TRUE(consumer_->AwaitLoaded(0, *compute_, absl::Seconds(5), timer.get()).ok());
+  absl::SleepFor(kSlowCopy);
+  const uint64_t released_ns = MonotonicNanos();
+  release.Notify();
   std::optional<WaitIdle> idle = timer->Await().value();
   ASSERT_TRUE(idle.has_value());
-  EXPECT_GE(idle->idle, kSlowCopy - absl::Milliseconds(5));
+  // The stream waited from when it reached the wait until ready[s], which
+  // the copy could only complete after its release.
+  EXPECT_GE(idle->began_ns + absl::ToInt64Nanoseconds(idle->idle), released_ns);
+  EXPECT_GT(idle->idle, absl::ZeroDuration());
 
   consumer_->RecordStall(0, generation, *idle);
   TraceSnapshot trace = client_ring_->trace().Read();
