@@ -56,7 +56,7 @@ using blockswap::client::c_api::Unusable;
 namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
-constexpr uint32_t kMaxReconnectMs = 3600 * 1000;
+constexpr double kMaxReconnectSeconds = 3600;
 
 std::string Text(const char* text) { return text == nullptr ? "" : text; }
 
@@ -80,25 +80,18 @@ std::string Listed(const std::vector<std::string>& items) {
   return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
 }
 
-// What every call on an offloader does first: INVALID_ARGUMENT for a NULL
-// one, the refusal of a handle inherited across a fork; then `body` (given
-// the offloader, returning absl::Status), with no exception crossing the ABI.
 template <typename Offloader, typename Body>
 int OnOffloader(Offloader* offloader, const char* what, Body&& body) {
-  if (offloader == nullptr) {
-    return Report(absl::InvalidArgumentError(absl::StrCat(what, ": NULL offloader")));
-  }
-  if (int code = Inherited(offloader, what)) return code;
-  return Guard([&] { return body(*offloader); });
+  return blockswap::client::c_api::OnHandle(offloader, what, "offloader", std::forward<Body>(body));
 }
 
 // The hooks that need the scheduler refuse before the first prepare.
-absl::Status RequireStarted(const bs_offloader& o, absl::string_view what) {
+absl::Status RequireStarted(const bs_offloader& o) {
   if (o.scheduler != nullptr) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "blockswap: ", what,
-      " before the first prepare: prepare the blocks (prepare_block_devices_before_forward, "
-      "PrepareBlockDevicesBeforeForward) before the first forward pass"));
+  return absl::FailedPreconditionError(
+      "blockswap: the offloader was never prepared: prepare the blocks "
+      "(prepare_block_devices_before_forward, PrepareBlockDevicesBeforeForward) before the "
+      "first forward pass");
 }
 
 absl::Status CheckFrozen(const bs_offloader& o, uint32_t block, const bs_offloader_tensor& t) {
@@ -187,7 +180,7 @@ absl::Status Match(bs_offloader& o, uint32_t block, const bs_offloader_block& te
   } else if (code == BS_FAILED_PRECONDITION && o.FromDaemon() && o.model_select.empty()) {
     hint =
         "; the file's blocks hold every tensor matching model_block_pattern unless "
-        "BlockSwapConfig.model_select picks the streamed ones, e.g. model_select=\"\\.weight$\", "
+        "BlockSwapConfig.model_select picks the streamed ones, e.g. model_select=r\"\\.weight$\", "
         "model_select_rank=2 for the Linears' weights";
   }
   offsets.clear();
@@ -216,10 +209,11 @@ int bs_offloader_create(const bs_offloader_config* config, bs_offloader** out) {
       return absl::InvalidArgumentError(
           absl::StrCat("ring_size must be >= 1 (got ", config->ring_size, ")"));
     }
-    if (config->reconnect_timeout_ms > kMaxReconnectMs) {
+    if (!(config->reconnect_timeout_s >= 0 &&
+          config->reconnect_timeout_s <= kMaxReconnectSeconds)) {
       return absl::InvalidArgumentError(
           absl::StrCat("reconnect_timeout_s must be within [0, 3600] seconds (got ",
-                       config->reconnect_timeout_ms / 1000.0, ")"));
+                       config->reconnect_timeout_s, ")"));
     }
     if (Text(config->model_id) != "" && Text(config->model_file) != "") {
       return absl::InvalidArgumentError(
@@ -343,32 +337,31 @@ int bs_offloader_backend(const bs_offloader* offloader) {
   return bs_client_backend(offloader->client);
 }
 
-int bs_offloader_use_device(bs_offloader* offloader, int device_is_cuda, const char* device_uuid,
+int bs_offloader_use_device(bs_offloader* offloader, int cuda_ordinal, const char* device_uuid,
                             const char* device_name) {
   return OnOffloader(offloader, "bs_offloader_use_device", [&](bs_offloader& o) -> absl::Status {
     if (o.client == nullptr) {
       return absl::FailedPreconditionError("bs_offloader_use_device before bs_offloader_connect");
     }
-    std::vector<std::string> uuids;
-    for (uint32_t i = 0; i < bs_client_device_count(o.client); ++i) {
-      uuids.emplace_back(bs_client_device_uuid(o.client, i));
-    }
+    const std::vector<std::string>& uuids = o.client->connection->device_uuids();
     const std::string device = Text(device_name);
     std::string wanted = BareUuid(Text(device_uuid));
-    if (bs_client_backend(o.client) == BS_BACKEND_HOST) {
-      if (device_is_cuda) {
+    if (o.client->connection->backend_kind() == blockswap::BackendKind::kHost) {
+      if (cuda_ordinal >= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "blockswapd at ", o.socket_path.empty() ? "the default socket" : o.socket_path,
             " runs the host backend (devices ", Listed(uuids),
-            "; its rings are host memory): it "
-            "cannot stream to ",
-            device, ". Use the cpu device, or a blockswapd with the cuda backend."));
+            "; its rings are host memory): it cannot stream to ", device,
+            ". Use the cpu device, or a blockswapd with the cuda backend."));
       }
       if (wanted.empty() && !uuids.empty()) wanted = BareUuid(uuids.front());
-    } else if (!device_is_cuda) {
+    } else if (cuda_ordinal < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("blockswapd runs the cuda backend (devices ", Listed(uuids),
                        "): it streams to cuda devices, not ", device));
+    } else if (wanted.empty()) {
+      BLOCKSWAP_ASSIGN_OR_RETURN(wanted, o.client->connection->LocalDeviceUuid(cuda_ordinal));
+      wanted = BareUuid(wanted);
     }
     for (const std::string& uuid : uuids) {
       if (BareUuid(uuid) == wanted) {
@@ -376,9 +369,10 @@ int bs_offloader_use_device(bs_offloader* offloader, int device_is_cuda, const c
         return absl::OkStatus();
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", device, " (", Text(device_uuid),
-                     ") is not one of the devices blockswapd drives: ", Listed(uuids)));
+    return absl::InvalidArgumentError(absl::StrCat("device ", device, " (", wanted,
+                                                   ") is not one of the devices blockswapd "
+                                                   "drives: ",
+                                                   Listed(uuids)));
   });
 }
 
@@ -455,9 +449,9 @@ int bs_offloader_start(bs_offloader* offloader, void* stream, bs_offloader_bind_
     BLOCKSWAP_C_CALL(
         "creating the stream scheduler: ",
         bs_scheduler_create(o.client, o.ring, o.model, &config, stream, &OnBind, &o, &o.scheduler));
-    BLOCKSWAP_C_CALL(
-        "setting the reconnect timeout: ",
-        bs_scheduler_set_reconnect_timeout(o.scheduler, o.config.reconnect_timeout_ms));
+    BLOCKSWAP_C_CALL("setting the reconnect timeout: ",
+                     bs_scheduler_set_reconnect_timeout(
+                         o.scheduler, static_cast<uint32_t>(o.config.reconnect_timeout_s * 1000)));
     return absl::OkStatus();
   });
 }
@@ -504,7 +498,7 @@ int bs_offloader_wait_for_block(bs_offloader* offloader, uint32_t block) {
               absl::StrCat("block ", block, " out of range (", o.config.num_blocks, " blocks)"));
         }
         if (!o.Streams(block)) return absl::OkStatus();
-        BLOCKSWAP_RETURN_IF_ERROR(RequireStarted(o, absl::StrCat("wait_for_block(", block, ")")));
+        BLOCKSWAP_RETURN_IF_ERROR(RequireStarted(o));
         BLOCKSWAP_C_CALL("", bs_scheduler_wait_for_block(o.scheduler, block));
         return absl::OkStatus();
       });
@@ -513,8 +507,7 @@ int bs_offloader_wait_for_block(bs_offloader* offloader, uint32_t block) {
 int bs_offloader_after_forward(bs_offloader* offloader, uint32_t block) {
   return OnOffloader(offloader, "bs_offloader_after_forward", [&](bs_offloader& o) -> absl::Status {
     if (!o.Streams(block)) return absl::OkStatus();
-    BLOCKSWAP_RETURN_IF_ERROR(
-        RequireStarted(o, absl::StrCat("submit_move_blocks_forward(", block, ")")));
+    BLOCKSWAP_RETURN_IF_ERROR(RequireStarted(o));
     BLOCKSWAP_C_CALL("", bs_scheduler_after_forward(o.scheduler, block));
     return absl::OkStatus();
   });
@@ -553,7 +546,7 @@ int bs_offloader_set_forward_only(bs_offloader* offloader, int forward_only) {
 int bs_offloader_set_reload_hook(bs_offloader* offloader, bs_reload_fn fn, void* user_data) {
   return OnOffloader(
       offloader, "bs_offloader_set_reload_hook", [&](bs_offloader& o) -> absl::Status {
-        BLOCKSWAP_RETURN_IF_ERROR(RequireStarted(o, "setting the reload hook"));
+        BLOCKSWAP_RETURN_IF_ERROR(RequireStarted(o));
         BLOCKSWAP_C_CALL("", bs_scheduler_set_reload_hook(o.scheduler, fn, user_data));
         return absl::OkStatus();
       });

@@ -361,7 +361,7 @@ void StreamOffloader::Impl::CreateOffloader() {
       .model_select = config.model_select.c_str(),
       .model_select_rank = config.model_select_rank,
       .model_name = config.model_name.c_str(),
-      .reconnect_timeout_ms = 30000,
+      .reconnect_timeout_s = 30,
       .name_hint = nullptr,
   };
   bs_offloader* created = nullptr;
@@ -397,23 +397,9 @@ void StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
 // Attaches and names the daemon device that is config.device.
 void StreamOffloader::Impl::UseDevice() {
   Refuse(bs_offloader_connect(offloader.get()));
-  std::string uuid = config.device_uuid;
-#if BLOCKSWAP_TORCH_CUDA
-  if (uuid.empty() && config.device.is_cuda()) {
-    cudaDeviceProp prop{};
-    TORCH_CHECK(cudaGetDeviceProperties(&prop, config.device.index()) == cudaSuccess,
-                "cudaGetDeviceProperties(", config.device, ") failed");
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (int i = 0; i < 16; ++i) {
-      if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
-      const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
-      uuid += kHex[byte >> 4];
-      uuid += kHex[byte & 0xf];
-    }
-  }
-#endif
-  Refuse(bs_offloader_use_device(offloader.get(), config.device.is_cuda() ? 1 : 0, uuid.c_str(),
-                                 config.device.str().c_str()));
+  Refuse(bs_offloader_use_device(offloader.get(),
+                                 config.device.is_cuda() ? config.device.index() : -1,
+                                 config.device_uuid.c_str(), config.device.str().c_str()));
 }
 
 // Registers the streaming blocks' tensors or opens the daemon's model, and

@@ -357,7 +357,9 @@ typedef struct bs_offloader_config {
   const char* model_select;
   uint32_t model_select_rank;
   const char* model_name;    /* the packed model's name */
-  uint32_t reconnect_timeout_ms; /* bs_scheduler_set_reconnect_timeout; at most 3600000 */
+  /* After losing blockswapd the scheduler re-attaches for this long
+     (bs_scheduler_set_reconnect_timeout), within [0, 3600]; 0 fails at once. */
+  double reconnect_timeout_s;
   /* Appended to the refusal of a selected tensor the model's block lacks:
      how the integration maps names (NULL: nothing). */
   const char* name_hint;
@@ -416,11 +418,12 @@ int bs_offloader_refuse_capture(const char* what);
 /* Attaches (bs_connect with the configured socket and name). */
 int bs_offloader_connect(bs_offloader* offloader);
 int bs_offloader_backend(const bs_offloader* offloader); /* enum bs_backend, once connected */
-/* The integration's device: cpu (device_is_cuda 0) on a host-backend daemon,
- * a cuda device whose UUID ("GPU-..." or without the prefix, any case) the
- * daemon drives on a cuda one; `device_uuid` NULL or "" on the host backend
- * is its first device. `device_name` ("cuda:0") is for messages. */
-int bs_offloader_use_device(bs_offloader* offloader, int device_is_cuda, const char* device_uuid,
+/* The integration's device: cpu (`cuda_ordinal` -1) on a host-backend daemon,
+ * a cuda device the daemon drives on a cuda one: this process's device of
+ * that CUDA ordinal, or the one of `device_uuid` ("GPU-..." or without the
+ * prefix, any case) when given. On the host backend a NULL or "" `device_uuid`
+ * is the daemon's first device. `device_name` ("cuda:0") is for messages. */
+int bs_offloader_use_device(bs_offloader* offloader, int cuda_ordinal, const char* device_uuid,
                             const char* device_name);
 /* Opens the model: registers the streaming blocks' tensors (their `data`),
  * or opens / registers the configured one and checks it holds every block or
@@ -452,9 +455,9 @@ uint64_t bs_offloader_slot_bytes(const bs_offloader* offloader);
 uint32_t bs_offloader_slot_of(const bs_offloader* offloader, uint32_t block);
 uint32_t bs_offloader_slot_block(const bs_offloader* offloader, uint32_t slot);
 
-/* The scheduler's hooks (bs_scheduler_*). Before bs_offloader_start, the
- * waits and the forward hook refuse, naming the prepare the reference needs
- * first; the others do nothing. */
+/* The scheduler's hooks (bs_scheduler_*). Before bs_offloader_start, a wait
+ * for a streaming block, its forward hook and the reload hook refuse
+ * (FAILED_PRECONDITION: never prepared); the others do nothing. */
 int bs_offloader_prepare(bs_offloader* offloader);
 int bs_offloader_wait_for_block(bs_offloader* offloader, uint32_t block);
 int bs_offloader_after_forward(bs_offloader* offloader, uint32_t block);
