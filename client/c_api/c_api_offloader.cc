@@ -30,7 +30,8 @@ struct bs_offloader {
   bs_client* client = nullptr;
   std::string device_uuid;
   bs_model* model = nullptr;
-  bool every_block = false;                    // model block b is block b
+  std::vector<bs_model*> retired;  // opened by an earlier, refused bs_offloader_open_model
+  bool every_block = false;        // model block b is block b
   std::vector<std::vector<uint64_t>> offsets;  // by block; empty: not matched
   bs_ring* ring = nullptr;
   bs_scheduler* scheduler = nullptr;
@@ -254,6 +255,7 @@ void bs_offloader_destroy(bs_offloader* offloader) {
   bs_scheduler_destroy(offloader->scheduler);
   bs_ring_destroy(offloader->ring);
   bs_model_close(offloader->model);
+  for (bs_model* model : offloader->retired) bs_model_close(model);
   bs_disconnect(offloader->client);
   delete offloader;
 }
@@ -378,10 +380,16 @@ int bs_offloader_use_device(bs_offloader* offloader, int cuda_ordinal, const cha
 
 int bs_offloader_open_model(bs_offloader* offloader, const bs_offloader_block* blocks) {
   return OnOffloader(offloader, "bs_offloader_open_model", [&](bs_offloader& o) -> absl::Status {
-    if (o.client == nullptr || o.model != nullptr || blocks == nullptr) {
+    if (o.client == nullptr || o.scheduler != nullptr || blocks == nullptr) {
       return absl::FailedPreconditionError(
-          "bs_offloader_open_model: once, after bs_offloader_connect, with every block");
+          "bs_offloader_open_model: after bs_offloader_connect and before bs_offloader_start, "
+          "with every block");
     }
+    // Again after a refusal (the trainer may have fixed what was refused):
+    // the model opened before stays mapped, since tensors may still view it.
+    if (o.model != nullptr) o.retired.push_back(std::exchange(o.model, nullptr));
+    o.every_block = false;
+    for (std::vector<uint64_t>& offsets : o.offsets) offsets.clear();
     BLOCKSWAP_RETURN_IF_ERROR(o.FromDaemon() ? OpenFromDaemon(o) : Register(o, blocks));
     for (uint32_t b = 0; b < o.config.num_blocks; ++b) {
       if (!o.Streams(b) && (!o.every_block || blocks[b].tensor_count == 0)) continue;

@@ -430,7 +430,9 @@ int bs_offloader_use_device(bs_offloader* offloader, int cuda_ordinal, const cha
  * only the streaming ones. Then matches each block's tensors with its model
  * block (`blocks` has num_blocks entries; those of resident blocks count only
  * with a model of every block, which gives them too; empty entries are
- * skipped). */
+ * skipped). Until bs_offloader_start it may be called again (after a
+ * refusal): the model opened before stays mapped until
+ * bs_offloader_destroy (the integration's tensors may still view it). */
 int bs_offloader_open_model(bs_offloader* offloader, const bs_offloader_block* blocks);
 const char* bs_offloader_model_id(const bs_offloader* offloader); /* "" before */
 /* The read-only master of block `block`'s bytes (NULL when the model does not
