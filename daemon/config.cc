@@ -176,10 +176,12 @@ std::vector<FieldSpec> MakeFields() {
       const std::string key = QuotaKey(kind, scope);
       const char* owned_key = keep(key);
       const char* flag = keep(absl::StrCat("--", absl::StrReplaceAll(key, {{"_", "-"}})));
-      const char* help = keep(
-          absl::StrCat(kind.unit, " ",
-                       scope == QuotaScope::kClient ? "one client process" : "one uid's processes",
-                       " may hold (0: unlimited; SIGHUP reloads it)"));
+      const bool may_be_auto = scope == QuotaScope::kUid && !kind.uid_auto.empty();
+      const char* help = keep(absl::StrCat(
+          kind.unit, " ",
+          scope == QuotaScope::kClient ? "one client process" : "one uid's processes",
+          " may hold (", may_be_auto ? absl::StrCat("\"auto\": ", kind.uid_auto, "; ") : "",
+          "0: unlimited; SIGHUP reloads it)"));
       auto member = [scope, m = kind.member](O& o) -> uint64_t& {
         // Through a named reference: GCC 12 applies .* to a copy of a
         // conditional expression's result, and the reference would dangle.
@@ -187,7 +189,9 @@ std::vector<FieldSpec> MakeFields() {
             scope == QuotaScope::kClient ? o.quotas.per_client : o.quotas.per_uid;
         return limits.*m;
       };
-      if (kind.bytes) {
+      if (may_be_auto) {
+        add(AutoField(owned_key, flag, help, member, kAutoLimit, kind.bytes));
+      } else if (kind.bytes) {
         add(BytesField(owned_key, flag, help, member));
       } else {
         add(CountField(

@@ -101,11 +101,17 @@ FieldSpec CountField(const char* key, const char* flag, const char* help, uint64
 
 FieldSpec AutoField(const char* key, const char* flag, const char* help, uint64_t O::*member,
                     uint64_t auto_value, bool is_bytes) {
+  return AutoField(
+      key, flag, help, [member](O& o) -> uint64_t& { return o.*member; }, auto_value, is_bytes);
+}
+
+FieldSpec AutoField(const char* key, const char* flag, const char* help,
+                    std::function<uint64_t&(O&)> get, uint64_t auto_value, bool is_bytes) {
   return {
       {key, flag, help, false,
-       [member, auto_value, is_bytes](O& o, absl::string_view v) -> absl::Status {
+       [get, auto_value, is_bytes](O& o, absl::string_view v) -> absl::Status {
          if (v == "auto") {
-           o.*member = auto_value;
+           get(o) = auto_value;
            return absl::OkStatus();
          }
          absl::StatusOr<uint64_t> n = is_bytes ? ParseByteCount(v) : ParseCount(v, auto_value - 1);
@@ -113,12 +119,13 @@ FieldSpec AutoField(const char* key, const char* flag, const char* help, uint64_
            return absl::InvalidArgumentError(absl::StrCat(n.status().message(), ", or \"auto\""));
          }
          if (*n == auto_value) return absl::InvalidArgumentError("too large");
-         o.*member = *n;
+         get(o) = *n;
          return absl::OkStatus();
        },
        nullptr,
-       [member, auto_value](const O& o) {
-         return o.*member == auto_value ? Quoted("auto") : absl::StrCat(o.*member);
+       [get, auto_value](const O& o) {
+         const uint64_t value = get(const_cast<O&>(o));
+         return value == auto_value ? Quoted("auto") : absl::StrCat(value);
        }},
       Kind::kBytes};  // an integer or a string, as bytes are
 }

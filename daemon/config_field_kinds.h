@@ -48,6 +48,10 @@ FieldSpec CountField(const char* key, const char* flag, const char* help, uint64
 // `auto_value` and resolved when the daemon starts.
 FieldSpec AutoField(const char* key, const char* flag, const char* help,
                     uint64_t DaemonOptions::*member, uint64_t auto_value, bool is_bytes);
+// The same, for a value inside a member (a quota), reached through `get`.
+FieldSpec AutoField(const char* key, const char* flag, const char* help,
+                    std::function<uint64_t&(DaemonOptions&)> get, uint64_t auto_value,
+                    bool is_bytes);
 // Seconds from 0 to `max`.
 FieldSpec SecondsField(const char* key, const char* flag, const char* help, double max,
                        absl::Duration DaemonOptions::*member);

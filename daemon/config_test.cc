@@ -54,6 +54,8 @@ TEST(Config, EveryFlagIsItsKeyWithDashes) {
                           "max_staging_bytes_per_uid",
                           "max_file_offers_per_client",
                           "max_file_offers_per_uid",
+                          "max_descriptors_per_client",
+                          "max_descriptors_per_uid",
                           "copy_weights"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
@@ -112,6 +114,28 @@ max_file_offers_per_client = 5
   EXPECT_EQ(o.device_memory_reserve_bytes, uint64_t{512} << 20);
   EXPECT_EQ(o.quotas.per_uid.sessions, 7u);
   EXPECT_EQ(o.quotas.per_client.file_offers, 5u);
+}
+
+TEST(Config, TheUidsRingBytesAndDescriptorsDefaultToAutoAndTakeANumber) {
+  DaemonOptions o;
+  EXPECT_EQ(o.quotas.per_uid.device_bytes, kAutoLimit);
+  EXPECT_EQ(o.quotas.per_uid.descriptors, kAutoLimit);
+  EXPECT_EQ(o.quotas.per_client.device_bytes, 0u);
+  EXPECT_EQ(o.quotas.per_client.descriptors, 0u);
+  ASSERT_TRUE(
+      ApplyConfigText("max_device_bytes_per_uid = \"8GiB\"\nmax_descriptors_per_uid = 300\n",
+                      "t.toml", o)
+          .ok());
+  EXPECT_EQ(o.quotas.per_uid.device_bytes, uint64_t{8} << 30);
+  EXPECT_EQ(o.quotas.per_uid.descriptors, 300u);
+  ASSERT_TRUE(ApplyConfigText("max_device_bytes_per_uid = \"auto\"\nmax_descriptors_per_uid = "
+                              "\"auto\"\n",
+                              "t.toml", o)
+                  .ok());
+  EXPECT_EQ(o.quotas.per_uid.device_bytes, kAutoLimit);
+  EXPECT_EQ(o.quotas.per_uid.descriptors, kAutoLimit);
+  EXPECT_FALSE(ApplyConfigText("max_descriptors_per_client = \"auto\"\n", "t.toml", o).ok())
+      << "only the per-uid keys have an \"auto\"";
 }
 
 TEST(Config, TheMasterLimitsTakeAutoOrANumber) {

@@ -8,11 +8,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/budget/descriptor_model.h"
 #include "daemon/budget/master_limits.h"
 #include "daemon/budget/memory_limit.h"
 #include "daemon/preflight.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/parse_error_interceptor.h"
+#include "daemon/session/model_visibility.h"
 #include "daemon/session/random_token.h"
 #include "shared/base/status.h"
 
@@ -57,7 +59,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     daemon->Log(absl::StrCat("max_memory_bytes = \"auto\": ", max_memory_bytes, " (3/4 of the ",
                              limit.bytes, " bytes of ", limit.source, ")"));
   }
-  daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes);
+  // Under registrant-group, refusals name no node-wide total: it moves with
+  // models and rings of other users (docs/store.md, "Registrants and visibility").
+  const std::string totals_withheld =
+      o.model_access == ModelAccess::kRegistrantGroup
+          ? absl::StrCat("model_access = ", ModelAccessName(o.model_access))
+          : "";
+  daemon->memory_ = std::make_unique<MemoryBudget>(max_memory_bytes, totals_withheld);
 
   ModelStoreOptions store_options{.directory = o.shm_prefix,
                                   .max_pinned_bytes = o.max_pinned_bytes,
@@ -65,7 +73,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                                   .memory_budget = daemon->memory_.get(),
                                   .max_blocks = o.max_master_blocks,
                                   .uid_limits = {.max_blocks = o.max_master_blocks_per_uid,
-                                                 .max_bytes = o.max_master_bytes_per_uid}};
+                                                 .max_bytes = o.max_master_bytes_per_uid},
+                                  .totals_withheld = totals_withheld};
   if (store_options.max_blocks == kAutoLimit) {
     const uint64_t map_count = ReadMaxMapCount();
     store_options.max_blocks = AutoMaxMasterBlocks(map_count);
@@ -101,6 +110,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         auto worker, DeviceWorker::Start(*device, daemon->boot_id_, worker_memory, staging,
                                          /*staging_at_start=*/o.pinning == PinningPolicy::kNever,
                                          o.copy_weights));
+    if (o.quotas.per_uid.device_bytes == kAutoLimit) {
+      daemon->Log(absl::StrCat("max_device_bytes_per_uid = \"auto\": ", worker->ring_bytes_share(),
+                               " on ", device->info().uuid,
+                               " (half of what it holds for rings, per device)"));
+    }
     workers[device->info().uuid] = worker.get();
     admin_workers[device->info().uuid] = worker.get();
     daemon->workers_[device->info().uuid] = std::move(worker);
@@ -108,7 +122,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->sessions_ = std::make_unique<SessionManager>(*daemon->backend_, *daemon->store_, workers,
                                                        daemon->boot_id_, RequestLimits{},
                                                        ModelVisibility(o.model_access));
-  daemon->sessions_->quotas().Set(o.quotas);
   daemon->sessions_->set_default_copy(o.copy);
   daemon->work_ = std::make_unique<WorkQueue>(kWorkThreads);
   daemon->verify_ = std::make_unique<VerifyQueue>(*daemon->store_, o.max_verifies_per_uid);
@@ -140,6 +153,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
                              static_cast<int>(http2.max_header_block_bytes));
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr) return absl::InternalError("the gRPC server did not start");
+
+  // What max_descriptors_per_uid = "auto" is, measured once the daemon's
+  // own descriptors (devices, store, gRPC server) are open; before the
+  // first connection.
+  const uint64_t open_files = OpenFilesLimit(), daemon_open = OpenDescriptorCount();
+  daemon->auto_descriptors_per_uid_ =
+      AutoMaxDescriptorsPerUid(open_files, daemon_open, o.max_connections_per_uid);
+  if (o.quotas.per_uid.descriptors == kAutoLimit) {
+    daemon->Log(absl::StrCat(
+        "max_descriptors_per_uid = \"auto\": ", daemon->auto_descriptors_per_uid_,
+        " (half of RLIMIT_NOFILE = ", open_files, " less the ", daemon_open,
+        " open and a reserve of ", kDescriptorReserve, ", less ", o.max_connections_per_uid,
+        " connections of ", DescriptorsOfConnection(), "; 0: unlimited)"));
+  }
+  daemon->sessions_->quotas().Set(daemon->Resolve(o.quotas));
 
   AccessPolicy policy;
   for (uid_t uid : o.allow_uids) policy.AllowUid(uid);
@@ -242,17 +270,26 @@ void Daemon::Shutdown() {
 
 void Daemon::Reload(LogLevel log_level, const ClientQuotas& quotas) {
   SetLogLevel(log_level);
-  if (sessions_ != nullptr) sessions_->quotas().Set(quotas);
+  const ClientQuotas resolved = Resolve(quotas);
+  if (sessions_ != nullptr) sessions_->quotas().Set(resolved);
   std::string described;
   for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
-    const ClientAmounts& limits = scope == QuotaScope::kClient ? quotas.per_client : quotas.per_uid;
+    const ClientAmounts& limits =
+        scope == QuotaScope::kClient ? resolved.per_client : resolved.per_uid;
     for (const QuotaKind& kind : QuotaKinds()) {
       absl::StrAppend(&described, described.empty() ? "" : ", ", QuotaKey(kind, scope), " = ",
-                      limits.*kind.member);
+                      QuotaValueText(limits.*kind.member));
     }
   }
   Log(absl::StrCat("reloaded: log level ", LogLevelName(log_level),
                    ", quotas (0: unlimited): ", described));
+}
+
+ClientQuotas Daemon::Resolve(ClientQuotas quotas) const {
+  if (quotas.per_uid.descriptors == kAutoLimit) {
+    quotas.per_uid.descriptors = auto_descriptors_per_uid_;
+  }
+  return quotas;
 }
 
 std::string Daemon::Describe() const {

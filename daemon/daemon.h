@@ -65,7 +65,12 @@ class Daemon {
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
   void Log(absl::string_view message) const;
 
+  // max_descriptors_per_uid = "auto" replaced by what it resolved to at
+  // start; the other "auto"s are resolved where they are used.
+  ClientQuotas Resolve(ClientQuotas quotas) const;
+
   DaemonOptions options_;
+  uint64_t auto_descriptors_per_uid_ = 0;  // AutoMaxDescriptorsPerUid at start
   uint64_t boot_id_ = 0;
   // Declared in dependency order, so that destruction runs the other way.
   std::unique_ptr<Backend> backend_;

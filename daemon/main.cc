@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/descriptor_model.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/idle_exit.h"
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   DaemonOptions options = *std::move(resolved);
+  // Before the check too, so that it judges the limit the daemon runs with.
+  blockswap::daemon::RaiseOpenFilesLimit();
   if (line.check_config) return CheckConfig(line, options);
   if (line.list_devices) return ListDevices(options.backend, options.host);
   if (absl::Status skips = blockswap::SkipProtocolStepsFromEnvironment(); !skips.ok()) {

@@ -2,7 +2,6 @@
 
 #include <grp.h>
 #include <pwd.h>
-#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/budget/descriptor_model.h"
 #include "daemon/budget/master_limits.h"
 #include "daemon/budget/memory_limit.h"
 #include "daemon/store/masters_directory.h"
@@ -98,14 +98,33 @@ void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
   in.max_master_blocks = o.max_master_blocks == kAutoLimit ? AutoMaxMasterBlocks(in.max_map_count)
                                                            : o.max_master_blocks;
   in.max_master_blocks_per_uid = o.max_master_blocks_per_uid;
-  struct rlimit files {};
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) in.open_files = files.rlim_cur;
-  // Each connection is its socket and the duplicate kept until it closes;
-  // a session its pidfd and side channel; a ring its memory and control
-  // block; an offered file its descriptor.
+  in.open_files = OpenFilesLimit();
   const ClientAmounts& uid = o.quotas.per_uid;
-  in.descriptors_one_uid_may_hold = 2 * o.max_connections_per_uid + 2 * uid.sessions +
-                                    2 * uid.rings + uid.file_offers;
+  uint64_t descriptors = uid.descriptors;
+  if (descriptors == kAutoLimit) {
+    // As the daemon will resolve it, less what it opens after this check
+    // (devices, the gRPC server), which the reserve absorbs.
+    descriptors =
+        AutoMaxDescriptorsPerUid(in.open_files, OpenDescriptorCount(), o.max_connections_per_uid);
+    if (descriptors == kMinimumDescriptorsPerUid) {
+      const uint64_t connections = o.max_connections_per_uid * DescriptorsOfConnection();
+      report.warnings.push_back(
+          absl::StrCat("max_descriptors_per_uid = \"auto\" gives each uid only ", descriptors,
+                       " descriptors (one session with two rings): RLIMIT_NOFILE = ", in.open_files,
+                       " leaves too few beyond a reserve of ", kDescriptorReserve, " and the ",
+                       connections, " that max_connections_per_uid = ", o.max_connections_per_uid,
+                       " connections may hold; raise LimitNOFILE= in blockswapd.service above ",
+                       OpenDescriptorCount() + kDescriptorReserve +
+                           2 * (connections + kMinimumDescriptorsPerUid),
+                       ", or lower max_connections_per_uid"));
+    }
+  }
+  in.descriptors_one_uid_may_hold =
+      DescriptorsOneUidMayHold({.connections = o.max_connections_per_uid,
+                                .sessions = uid.sessions,
+                                .rings = uid.rings,
+                                .file_offers = uid.file_offers,
+                                .descriptors = descriptors});
   MasterLimitsReport masters = AssessMasterLimits(in);
   for (std::string& warning : masters.warnings) report.warnings.push_back(std::move(warning));
   for (std::string& note : masters.notes) report.notes.push_back(std::move(note));

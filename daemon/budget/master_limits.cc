@@ -1,8 +1,5 @@
 #include "daemon/budget/master_limits.h"
 
-#include <dirent.h>
-#include <sys/resource.h>
-
 #include <fstream>
 #include <string>
 
@@ -19,19 +16,15 @@ constexpr uint64_t kSmallestBlockCost = 4096 + 4096;
 }  // namespace
 
 absl::Status CheckDescriptorHeadroom(uint64_t wanted, absl::string_view what) {
-  struct rlimit limit {};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+  const uint64_t limit = OpenFilesLimit();
+  const uint64_t open = OpenDescriptorCount();
+  // Unlimited, or no /proc to measure by.
+  if (limit == 0 || open == 0 || open + wanted + kDescriptorReserve <= limit) {
     return absl::OkStatus();
   }
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return absl::OkStatus();  // no /proc: nothing to measure by
-  uint64_t open = 0;
-  while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
-  ::closedir(dir);
-  if (open + wanted + kDescriptorReserve <= limit.rlim_cur) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      what, " needs ", wanted, " descriptors: blockswapd has ", open, " of its RLIMIT_NOFILE = ",
-      limit.rlim_cur, " open and keeps ", kDescriptorReserve,
+      what, " needs ", wanted, " descriptors: blockswapd has ", open,
+      " of its RLIMIT_NOFILE = ", limit, " open and keeps ", kDescriptorReserve,
       " for attach, rings and connections; retry, or raise LimitNOFILE= in blockswapd.service"));
 }
 
@@ -74,8 +67,15 @@ MasterLimitsReport AssessMasterLimits(const MasterLimitsInput& in) {
         "refused until its unused ones are evicted; lower max_master_blocks_per_uid below ",
         in.max_master_blocks));
   }
-  const uint64_t wanted = in.descriptors_one_uid_may_hold + kDescriptorReserve;
-  if (in.open_files != 0 && in.open_files < wanted) {
+  if (in.open_files != 0 && in.descriptors_one_uid_may_hold == UINT64_MAX) {
+    report.warnings.push_back(absl::StrCat(
+        "one uid may hold any number of descriptors (max_connections_per_uid, or "
+        "max_descriptors_per_uid and a count quota, is 0): it can take all of RLIMIT_NOFILE = ",
+        in.open_files,
+        " and leave other users unable to attach; set them (\"auto\" for "
+        "max_descriptors_per_uid)"));
+  } else if (const uint64_t wanted = in.descriptors_one_uid_may_hold + kDescriptorReserve;
+             in.open_files != 0 && in.open_files < wanted) {
     report.warnings.push_back(absl::StrCat(
         "RLIMIT_NOFILE = ", in.open_files, " is less than the ", in.descriptors_one_uid_may_hold,
         " descriptors one uid may hold through its quotas plus a reserve of ", kDescriptorReserve,

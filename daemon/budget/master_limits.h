@@ -17,15 +17,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "daemon/budget/descriptor_model.h"
 
 namespace blockswap::daemon {
 
-// "auto" for max_master_blocks and max_master_bytes_per_uid.
+// "auto" for max_master_blocks, max_master_bytes_per_uid,
+// max_device_bytes_per_uid and max_descriptors_per_uid.
 inline constexpr uint64_t kAutoLimit = UINT64_MAX;
-// Descriptors blockswapd wants beyond what its quotas let one uid hold, so
-// that another user's attach, model open (one batch of 250 at a time) and
-// ring always find some.
-inline constexpr uint64_t kDescriptorReserve = 1024;
 
 // The reserve held back at run time: a model open (a batch of descriptors
 // to send) or a registration (the block files it writes at once) that would
@@ -51,8 +49,8 @@ struct MasterLimitsInput {
   uint64_t max_master_blocks_per_uid = 0;  // 0: unlimited
   uint64_t max_map_count = 0;              // 0: unknown
   uint64_t open_files = 0;                 // RLIMIT_NOFILE's soft limit
-  // What one uid may hold in descriptors through its quotas (connections,
-  // file offers, sessions, rings): the reserve comes on top.
+  // What one uid may hold in descriptors through its quotas
+  // (DescriptorsOneUidMayHold): the reserve comes on top.
   uint64_t descriptors_one_uid_may_hold = 0;
 };
 

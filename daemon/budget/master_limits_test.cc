@@ -76,6 +76,15 @@ TEST(MasterLimits, ADescriptorLimitBelowOneUidsQuotasPlusTheReserveSaysWhatToRai
   EXPECT_TRUE(AssessMasterLimits(in).warnings.empty()) << "3840 is enough";
 }
 
+TEST(MasterLimits, AUidThatMayHoldAnyNumberOfDescriptorsIsWarnedOf) {
+  MasterLimitsInput in = CommonNode();
+  in.descriptors_one_uid_may_hold = UINT64_MAX;  // DescriptorsOneUidMayHold: a quota is 0
+  const std::vector<std::string> warnings = AssessMasterLimits(in).warnings;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(AnyContains(warnings, "one uid may hold any number of descriptors"));
+  EXPECT_TRUE(AnyContains(warnings, "RLIMIT_NOFILE = 65536"));
+}
+
 TEST(MasterLimits, ABlockLimitNearTheMapCountSaysWhatToRaise) {
   MasterLimitsInput in = CommonNode();
   in.max_master_blocks = 60000;

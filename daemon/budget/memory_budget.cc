@@ -1,6 +1,7 @@
 #include "daemon/budget/memory_budget.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,8 +28,9 @@ absl::string_view MemoryUseName(MemoryUse use) {
   return "memory";
 }
 
-MemoryBudget::MemoryBudget(uint64_t max_memory_bytes)
+MemoryBudget::MemoryBudget(uint64_t max_memory_bytes, std::string totals_withheld)
     : limit_(max_memory_bytes),
+      totals_withheld_(std::move(totals_withheld)),
       total_(kHolder, kUnit),
       by_use_{Ledger(kHolder, kUnit), Ledger(kHolder, kUnit), Ledger(kHolder, kUnit),
               Ledger(kHolder, kUnit)} {}
@@ -36,7 +38,7 @@ MemoryBudget::MemoryBudget(uint64_t max_memory_bytes)
 absl::StatusOr<Reservation> MemoryBudget::Reserve(MemoryUse use, uint64_t bytes,
                                                   absl::string_view what) {
   absl::StatusOr<Charge> total = total_.Reserve(bytes, {kBudgetKey, limit_});
-  if (!total.ok()) return Refused(total.status(), what);
+  if (!total.ok()) return Refused(total.status(), bytes, what);
   Reservation reservation;
   reservation.Add(*std::move(total));
   // Only counted, for the breakdown: the limit is the total's.
@@ -47,10 +49,17 @@ absl::StatusOr<Reservation> MemoryBudget::Reserve(MemoryUse use, uint64_t bytes,
 
 absl::Status MemoryBudget::CheckFits(uint64_t bytes, absl::string_view what) const {
   absl::Status fits = total_.Check(bytes, {kBudgetKey, limit_});
-  return fits.ok() ? fits : Refused(fits, what);
+  return fits.ok() ? fits : Refused(fits, bytes, what);
 }
 
-absl::Status MemoryBudget::Refused(const absl::Status& refusal, absl::string_view what) const {
+absl::Status MemoryBudget::Refused(const absl::Status& refusal, uint64_t bytes,
+                                   absl::string_view what) const {
+  if (!totals_withheld_.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": ", bytes, " ", kUnit, " asked do not fit in what ", kBudgetKey,
+                     " = ", limit_, " leaves (what ", kHolder, " holds is not shown under ",
+                     totals_withheld_, ")"));
+  }
   std::string held;
   for (MemoryUse use :
        {MemoryUse::kMasters, MemoryUse::kStaging, MemoryUse::kRings, MemoryUse::kCopyStaging}) {

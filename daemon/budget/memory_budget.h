@@ -13,6 +13,7 @@
 #define BLOCKSWAP_DAEMON_BUDGET_MEMORY_BUDGET_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,8 +31,11 @@ absl::string_view MemoryUseName(MemoryUse use);
 // Thread-safe; reservations may outlive it.
 class MemoryBudget {
  public:
-  // 0: unlimited (the uses are still counted).
-  explicit MemoryBudget(uint64_t max_memory_bytes);
+  // 0: unlimited (the uses are still counted). `totals_withheld` non-empty
+  // (the setting that asks it, "model_access = registrant-group"): a refusal
+  // names the limit and what was asked, never what is held, which moves
+  // with other users' models and rings.
+  explicit MemoryBudget(uint64_t max_memory_bytes, std::string totals_withheld = {});
 
   // Charges `bytes` of `use` for `what` ("a ring of 64 x 1048576 bytes for
   // pid 42"). RESOURCE_EXHAUSTED naming max_memory_bytes, what is held (by
@@ -46,9 +50,10 @@ class MemoryBudget {
   uint64_t used(MemoryUse use) const { return by_use_[static_cast<int>(use)].used(); }
 
  private:
-  absl::Status Refused(const absl::Status& refusal, absl::string_view what) const;
+  absl::Status Refused(const absl::Status& refusal, uint64_t bytes, absl::string_view what) const;
 
   const uint64_t limit_;
+  const std::string totals_withheld_;
   Ledger total_;
   Ledger by_use_[kMemoryUses];
 };

@@ -32,6 +32,19 @@ TEST(MemoryBudget, EveryUseIsChargedAgainstTheOneLimitAndTheRefusalSaysWhatIsHel
   EXPECT_TRUE(budget.Reserve(MemoryUse::kRings, 600, "a ring").ok());
 }
 
+TEST(MemoryBudget, WithTotalsWithheldARefusalNamesTheLimitAndTheAskOnly) {
+  MemoryBudget budget(1000, "model_access = registrant-group");
+  auto masters = budget.Reserve(MemoryUse::kMasters, 400, "model m");
+  ASSERT_TRUE(masters.ok());
+  absl::StatusOr<Reservation> ring = budget.Reserve(MemoryUse::kRings, 601, "a ring for pid 9");
+  ASSERT_EQ(ring.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ring.status().message(),
+            "a ring for pid 9: 601 bytes of memory asked do not fit in what max_memory_bytes = "
+            "1000 leaves (what blockswapd holds is not shown under model_access = "
+            "registrant-group)");
+  EXPECT_EQ(budget.CheckFits(601, "a ring for pid 9").message(), ring.status().message());
+}
+
 TEST(MemoryBudget, ZeroIsUnlimitedButStillCounted) {
   MemoryBudget budget(0);
   auto big = budget.Reserve(MemoryUse::kRings, uint64_t{1} << 50, "a ring");

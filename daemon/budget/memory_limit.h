@@ -27,6 +27,19 @@ MemoryLimit ProcessMemoryLimit(absl::string_view cgroup_root = "/sys/fs/cgroup")
 // What max_memory_bytes = "auto" resolves to for `limit`.
 inline uint64_t AutoMaxMemoryBytes(const MemoryLimit& limit) { return limit.bytes / 4 * 3; }
 
+// What max_device_bytes_per_uid = "auto" resolves to on one device, whose
+// rings are charged per device: half of what the device holds for rings —
+// its memory (`device_bytes`) less device_memory_reserve_bytes, and where
+// its memory is the host's (the host backend) at most max_memory_bytes
+// (`host_budget_bytes`, resolved; 0: unlimited), which its rings are charged
+// to. Half, so that one uid's rings leave the other half to everyone else's.
+inline uint64_t AutoMaxDeviceBytesPerUid(uint64_t device_bytes, uint64_t reserve_bytes,
+                                         uint64_t host_budget_bytes) {
+  uint64_t room = device_bytes > reserve_bytes ? device_bytes - reserve_bytes : 0;
+  if (host_budget_bytes != 0 && host_budget_bytes < room) room = host_budget_bytes;
+  return room / 2;
+}
+
 }  // namespace blockswap::daemon
 
 #endif  // BLOCKSWAP_DAEMON_BUDGET_MEMORY_LIMIT_H_

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/memory_limit.h"
 #include "daemon/device/staging_charge.h"
 #include "daemon/runtime/logging.h"
 #include "shared/base/status.h"
@@ -103,6 +104,11 @@ DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, WorkerMemoryOptions
       boot_id_(boot_id),
       memory_(memory),
       copy_weights_(std::move(copy_weights)),
+      ring_bytes_share_(AutoMaxDeviceBytesPerUid(
+          device.info().total_memory_bytes, memory.device_reserve_bytes,
+          memory.host_budget == nullptr ? 0 : memory.host_budget->limit())),
+      ring_bytes_share_key_(absl::StrCat("max_device_bytes_per_uid (\"auto\": half of what ",
+                                         device.info().uuid, " holds for rings)")),
       staging_(std::move(staging)),
       staging_charge_(std::move(staging_charge)),
       staged_copier_(std::move(staged_copier)),
@@ -135,14 +141,22 @@ DeviceWorker::~DeviceWorker() {
 absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
                                                     const RingShape& shape, RingOwner owner,
                                                     std::shared_ptr<const LoadResolver> resolver,
-                                                    Reservation charged) {
+                                                    Reservation charged, bool device_share) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
   std::unique_ptr<DaemonRing> ring;
   {
     absl::MutexLock lock(&alloc_mu_);
-    BLOCKSWAP_ASSIGN_OR_RETURN(
-        Reservation memory,
-        ChargeRingMemory(ring_id, uint64_t{shape.slot_count} * shape.slot_bytes));
+    const uint64_t bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
+    if (device_share) {
+      Ledger& held = ring_bytes_by_uid_
+                         .try_emplace(owner.uid, absl::StrCat("uid ", owner.uid),
+                                      absl::StrCat("bytes of ring memory on ", device_.info().uuid))
+                         .first->second;
+      BLOCKSWAP_ASSIGN_OR_RETURN(Charge share,
+                                 held.Reserve(bytes, {ring_bytes_share_key_, ring_bytes_share_}));
+      charged.Add(std::move(share));
+    }
+    BLOCKSWAP_ASSIGN_OR_RETURN(Reservation memory, ChargeRingMemory(ring_id, bytes));
     charged.Add(std::move(memory));
     BLOCKSWAP_ASSIGN_OR_RETURN(ring, DaemonRing::Create(device_, ring_id, shape, boot_id_));
   }

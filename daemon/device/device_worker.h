@@ -196,6 +196,9 @@ class DeviceWorker {
   ~DeviceWorker();
 
   Device& device() const { return device_; }
+  // One uid's share of this device's ring memory under
+  // max_device_bytes_per_uid = "auto" (AutoMaxDeviceBytesPerUid).
+  uint64_t ring_bytes_share() const { return ring_bytes_share_; }
 
   // Creates a ring on this device for `session_id` and returns its export.
   // `owner` labels the ring's trace. With a `resolver` the ring also gets a
@@ -204,14 +207,17 @@ class DeviceWorker {
   // `resolver` and validated like Submit's tasks; a bad entry fails the ring.
   // `charged` (the client's quotas) is held with the ring until it is
   // freed, retired or not; the worker adds the node budget's charge for a
-  // ring in host memory. RESOURCE_EXHAUSTED when the ring does not fit
-  // max_memory_bytes or would leave less than the device reserve free.
+  // ring in host memory and, with `device_share` (max_device_bytes_per_uid
+  // = "auto"), the charge to its owner's share of this device
+  // (AutoMaxDeviceBytesPerUid). RESOURCE_EXHAUSTED when the ring does not
+  // fit max_memory_bytes or that share, or would leave less than the device
+  // reserve free.
   // Runs on the caller's thread (device allocation can take milliseconds);
   // thread-safe.
   absl::StatusOr<RingExport> CreateRing(uint64_t ring_id, uint64_t session_id,
                                         const RingShape& shape, RingOwner owner = {},
                                         std::shared_ptr<const LoadResolver> resolver = nullptr,
-                                        Reservation charged = {});
+                                        Reservation charged = {}, bool device_share = false);
 
   // Queues a load for the worker thread. Never blocks. A request that breaks
   // the protocol fails its ring and is reported to task.sink.
@@ -322,6 +328,11 @@ class DeviceWorker {
   const CopyWeights copy_weights_;
   // Held by CreateRing from its memory check to its allocation.
   absl::Mutex alloc_mu_;
+  // What each uid's rings hold of this device, and the share "auto" gives
+  // one uid (AutoMaxDeviceBytesPerUid) with the key its refusals name.
+  std::map<uint32_t, Ledger> ring_bytes_by_uid_ ABSL_GUARDED_BY(alloc_mu_);
+  const uint64_t ring_bytes_share_;
+  const std::string ring_bytes_share_key_;
   // The options of a pool made at the first staged load (at start under
   // staging_at_start), and the charge to the node's budget taken for the
   // pool at start either way (so the pool charges none).

@@ -920,6 +920,37 @@ TEST_F(DeviceWorkerTest, ARingOverTheNodesMemoryBudgetIsRefusedBeforeAnythingIsA
   EXPECT_EQ(budget.used(), 0u) << "a freed ring's memory is still charged";
 }
 
+TEST_F(DeviceWorkerTest, AUidsRingsAreChargedToItsShareOfTheDeviceUnderAuto) {
+  // On the host backend the device holds for rings at most the node's
+  // budget: a uid's share is half of it, 4 slots.
+  MemoryBudget budget(8 * kSlotBytes);
+  RestartWorker({.host_budget = &budget});
+  auto ring = [&](uint64_t id, uint32_t uid) {
+    return worker_->CreateRing(id, kSessionId, RingShape{2, kSlotBytes}, RingOwner{.uid = uid},
+                               nullptr, {}, /*device_share=*/true);
+  };
+  ASSERT_TRUE(ring(1, 1000).ok());
+  ASSERT_TRUE(ring(2, 1000).ok());
+  auto over = ring(3, 1000);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      over.status().message(),
+      HasSubstr(absl::StrCat("uid 1000 would hold ", 6 * kSlotBytes, " bytes of ring memory on ",
+                             device_->info().uuid, " (", 4 * kSlotBytes, " held + ", 2 * kSlotBytes,
+                             " asked), over max_device_bytes_per_uid (\"auto\": half of "
+                             "what ",
+                             device_->info().uuid, " holds for rings) = ", 4 * kSlotBytes)));
+  EXPECT_TRUE(ring(4, 1001).ok()) << "another uid has the other half";
+  EXPECT_TRUE(worker_
+                  ->CreateRing(5, kSessionId, RingShape{2, kSlotBytes},
+                               RingOwner{.pid = 1, .client_name = "test", .uid = 1000})
+                  .ok())
+      << "a number for max_device_bytes_per_uid is the client accounts' to check";
+  worker_->RetireRing(1, DeviceWorker::RetireReason::kOwnerExited);
+  ASSERT_TRUE(AwaitIdle());
+  EXPECT_TRUE(ring(6, 1000).ok()) << "a freed ring gives its bytes back to the share";
+}
+
 TEST_F(DeviceWorkerTest, ARingThatWouldLeaveLessThanTheDeviceReserveFreeIsRefused) {
   RestartWorker({.device_reserve_bytes = uint64_t{1} << 62});
   auto ring = worker_->CreateRing(1, kSessionId, RingShape{2, kSlotBytes});

@@ -38,39 +38,23 @@ void FillTraceEvent(const TraceEvent& event, v1::TraceEvent* out) {
   out->set_flags(event.flags);
 }
 
-// Whose rings' activity (Admin.Residency, Admin.Trace) a caller may see:
-// every ring under "allowed-users" and for the privileged; under
-// "registrant-group" its own uid's rings, and those of live sessions whose
-// every open model it may see (a session never closes a model before it
-// ends, so these are all the models its rings can have loaded). A ring of
-// another uid's ended session is hidden: what it loaded is no longer known.
-class RingFilter {
+// Whose sessions (Admin.Clients, Stats, Residency, Trace) a caller may see:
+// every session under "allowed-users" and for the privileged; under
+// "registrant-group" its own uid's only, even where it may see every model
+// they hold: when another user streams, how much and from where is that
+// user's business (model_visibility.h).
+class SessionFilter {
  public:
-  RingFilter(const DaemonView& view, const Peer& caller) : caller_(caller) {
-    const ModelVisibility& visibility = view.sessions->visibility();
-    all_ = visibility.access() == ModelAccess::kAllowedUsers || visibility.Privileged(caller);
-    if (all_) return;
-    for (const auto& session : view.sessions->Sessions()) {
-      bool shown = true;
-      for (const std::string& id : session->models->Ids()) {
-        std::shared_ptr<const Model> model = session->models->FindById(id);
-        if (model != nullptr && !visibility.MaySee(caller, model->registrants().List())) {
-          shown = false;
-          break;
-        }
-      }
-      if (shown) shown_sessions_.insert(session->id());
-    }
-  }
+  SessionFilter(const DaemonView& view, const Peer& caller)
+      : caller_uid_(caller.uid), all_(!view.sessions->visibility().Restricted(caller)) {}
 
-  bool Shows(uint64_t session_id, uint32_t owner_uid) const {
-    return all_ || owner_uid == caller_.uid || shown_sessions_.contains(session_id);
-  }
+  bool Shows(uint32_t owner_uid) const { return all_ || owner_uid == caller_uid_; }
+  // Whether node-wide totals, which move with everybody's sessions, are shown.
+  bool ShowsTotals() const { return all_; }
 
  private:
-  const Peer& caller_;
-  bool all_ = false;
-  std::set<uint64_t> shown_sessions_;
+  const uid_t caller_uid_;
+  const bool all_;
 };
 
 }  // namespace
@@ -85,7 +69,7 @@ v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   v1::StatusReply reply;
   reply.set_version(ThisBuild().version);
   reply.set_backend(view.backend->kind() == BackendKind::kCuda ? v1::BACKEND_CUDA
-                                                                  : v1::BACKEND_HOST);
+                                                               : v1::BACKEND_HOST);
   for (const auto& device : view.backend->devices()) FillDevice(*device, reply.add_devices());
   reply.set_boot_id(view.boot_id);
   reply.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - view.started_at));
@@ -108,9 +92,11 @@ v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   return reply;
 }
 
-v1::ClientsReply BuildClients(const DaemonView& view) {
+v1::ClientsReply BuildClients(const DaemonView& view, const Peer& caller) {
   v1::ClientsReply reply;
+  const SessionFilter filter(view, caller);
   for (const auto& session : view.sessions->Sessions()) {
+    if (!filter.Shows(session->peer().uid)) continue;
     v1::ClientInfo* client = reply.add_clients();
     client->set_session_id(session->id());
     client->set_client_name(session->client_name());
@@ -131,8 +117,10 @@ v1::ClientsReply BuildClients(const DaemonView& view) {
 
 v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
   const ModelVisibility& visibility = view.sessions->visibility();
-  std::map<std::string, uint32_t> open_in;
+  const SessionFilter filter(view, caller);
+  std::map<std::string, uint32_t> open_in;  // by the sessions the caller sees
   for (const auto& session : view.sessions->Sessions()) {
+    if (!filter.Shows(session->peer().uid)) continue;
     for (const std::string& id : session->models->Ids()) ++open_in[id];
   }
   v1::ModelsReply reply;
@@ -153,9 +141,13 @@ v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller) {
     info->set_source(visibility.Sources(caller, registrants));
     info->set_pinned(cuda && model->pinned());
     info->set_staged_blocks(static_cast<uint32_t>(model->staged_blocks()));
-    info->set_references(ModelStore::References(model) - 1);  // less `visible`'s own copy
+    // Where other users' sessions are not shown, their references are not
+    // counted either: only the caller's own opens.
+    info->set_references(filter.ShowsTotals()
+                             ? ModelStore::References(model) - 1  // less `visible`'s own copy
+                             : open_in[model->id()]);
     info->set_model_id(model->id());
-    info->set_name(model->name());
+    info->set_name(visibility.Name(caller, registrants, model->name()));
     info->set_block_count(static_cast<uint32_t>(model->block_count()));
     info->set_bytes(model->masters_bytes());
     info->set_shared_bytes(shared[m]);
@@ -168,11 +160,11 @@ v1::ResidencyReply BuildResidency(const DaemonView& view, const Peer& caller) {
   v1::ResidencyReply reply;
   std::map<uint64_t, uint32_t> uid_of;  // by session id
   for (const auto& session : view.sessions->Sessions()) uid_of[session->id()] = session->peer().uid;
-  const RingFilter filter(view, caller);
+  const SessionFilter filter(view, caller);
   for (const auto& [uuid, worker] : view.workers) {
     for (const RingSnapshot& ring : worker->Snapshot()) {
       auto uid = uid_of.find(ring.session_id);
-      if (!filter.Shows(ring.session_id, uid == uid_of.end() ? UINT32_MAX : uid->second)) continue;
+      if (!filter.Shows(uid == uid_of.end() ? UINT32_MAX : uid->second)) continue;
       v1::RingResidency* out = reply.add_rings();
       out->set_session_id(ring.session_id);
       out->set_ring_id(ring.ring_id);
@@ -193,11 +185,17 @@ v1::ResidencyReply BuildResidency(const DaemonView& view, const Peer& caller) {
   return reply;
 }
 
-v1::StatsReply BuildStats(const DaemonView& view) {
+v1::StatsReply BuildStats(const DaemonView& view, const Peer& caller) {
   v1::StatsReply reply;
+  const SessionFilter filter(view, caller);
   size_t passes_left = kMaxPassesInStatsReply;
   std::map<uint64_t, uint64_t> bytes_by_session;
   for (const auto& [uuid, worker] : view.workers) {
+    for (const RingSnapshot& ring : worker->Snapshot())
+      bytes_by_session[ring.session_id] += ring.bytes;
+    // A device's counters are everybody's loads: left out where other
+    // users' sessions are (Admin.Status names the policy that withholds).
+    if (!filter.ShowsTotals()) continue;
     DeviceStats stats = worker->stats();
     v1::DeviceStats* out = reply.add_devices();
     out->set_device_uuid(uuid);
@@ -211,9 +209,9 @@ v1::StatsReply BuildStats(const DaemonView& view) {
     out->set_releases_notified(stats.releases_notified);
     out->set_staged_loads(stats.staged_loads);
     out->set_staged_bytes(stats.staged_bytes);
-    for (const RingSnapshot& ring : worker->Snapshot()) bytes_by_session[ring.session_id] += ring.bytes;
   }
   for (const auto& session : view.sessions->Sessions()) {
+    if (!filter.Shows(session->peer().uid)) continue;
     v1::ClientStats* client = reply.add_clients();
     client->set_session_id(session->id());
     client->set_client_name(session->client_name());
@@ -244,14 +242,14 @@ grpc::ServerUnaryReactor* AdminService::Answer(grpc::CallbackServerContext* cont
 
 grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* context,
                                                const v1::StatusRequest*, v1::StatusReply* reply) {
-  return Answer(context, reply,
-                [](const DaemonView& view, const Peer& caller) { return BuildStatus(view, &caller); });
+  return Answer(context, reply, [](const DaemonView& view, const Peer& caller) {
+    return BuildStatus(view, &caller);
+  });
 }
 grpc::ServerUnaryReactor* AdminService::Clients(grpc::CallbackServerContext* context,
                                                 const v1::ClientsRequest*,
                                                 v1::ClientsReply* reply) {
-  return Answer(context, reply,
-                [](const DaemonView& view, const Peer&) { return BuildClients(view); });
+  return Answer(context, reply, &BuildClients);
 }
 grpc::ServerUnaryReactor* AdminService::Models(grpc::CallbackServerContext* context,
                                                const v1::ModelsRequest*, v1::ModelsReply* reply) {
@@ -264,14 +262,13 @@ grpc::ServerUnaryReactor* AdminService::Residency(grpc::CallbackServerContext* c
 }
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* context,
                                               const v1::StatsRequest*, v1::StatsReply* reply) {
-  return Answer(context, reply,
-                [](const DaemonView& view, const Peer&) { return BuildStats(view); });
+  return Answer(context, reply, &BuildStats);
 }
 
 v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request,
                           const Peer& caller) {
   v1::TraceReply reply;
-  const RingFilter filter(view, caller);
+  const SessionFilter filter(view, caller);
   reply.set_daemon_pid(static_cast<uint32_t>(::getpid()));
   reply.set_now_ns(MonotonicNanos());
   struct Client {
@@ -290,13 +287,15 @@ v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& reques
     device->set_name(worker->device().info().name);
     std::set<uint64_t> hidden_rings;
     for (const RingTrace& ring : trace.rings) {
-      if (!filter.Shows(ring.session_id, ring.owner.uid)) hidden_rings.insert(ring.ring_id);
+      if (!filter.Shows(ring.owner.uid)) hidden_rings.insert(ring.ring_id);
     }
     for (const TraceEvent& event : trace.events) {
       if (!hidden_rings.contains(event.ring_id)) FillTraceEvent(event, device->add_events());
     }
-    device->set_lost(trace.lost);
-    device->set_retired_rings_dropped(trace.retired_rings_dropped);
+    if (filter.ShowsTotals()) {  // they count every ring's events
+      device->set_lost(trace.lost);
+      device->set_retired_rings_dropped(trace.retired_rings_dropped);
+    }
     for (RingTrace& ring : trace.rings) {
       if (hidden_rings.contains(ring.ring_id)) continue;
       Client& client = clients[ring.session_id];
@@ -318,8 +317,9 @@ v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& reques
     out->set_pid(client.owner.pid);
     out->set_client_name(client.owner.client_name);
     for (uint64_t ring_id : client.ring_ids) out->add_ring_ids(ring_id);
-    std::stable_sort(client.events.begin(), client.events.end(),
-                     [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+    std::stable_sort(
+        client.events.begin(), client.events.end(),
+        [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
     for (const TraceEvent& event : client.events) FillTraceEvent(event, out->add_events());
     out->set_lost(client.lost);
     out->set_invalid(client.invalid);
@@ -398,10 +398,32 @@ grpc::ServerUnaryReactor* AdminService::EvictModel(grpc::CallbackServerContext* 
   if (status.ok()) status = ValidateModelId(request->model_id());
   if (status.ok()) status = CheckVisible(*caller, request->model_id());
   if (status.ok()) {
-    status = view_.store->Evict(request->model_id());
-    if (status.ok()) {
-      Log(LogLevel::kInfo, absl::StrCat("evicted model ", request->model_id().substr(0, 16),
-                                        " for uid ", caller->uid));
+    // A restricted caller may have registered content others registered too:
+    // only its own registration goes, the model stays theirs (and an answer
+    // that depended on their sessions would tell it they use the model).
+    const bool own_only = view_.sessions->visibility().Restricted(*caller);
+    // Held by the caller's own sessions: refused as Evict refuses a held
+    // model, counting only those (others' would tell it they use it).
+    uint32_t open = 0;
+    for (const auto& session : view_.sessions->Sessions()) {
+      if (!own_only || session->peer().uid != caller->uid) continue;
+      for (const std::string& id : session->models->Ids()) open += id == request->model_id();
+    }
+    const std::string who = absl::StrCat("blockswapctl evict by uid ", caller->uid);
+    if (open != 0) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "model ", request->model_id(), " is open in ", open, " session(s) of uid ", caller->uid,
+          "; its registration can be evicted once none of them holds it"));
+    } else if (own_only) {
+      // The store logs the model's eviction when this was its last registration.
+      status = view_.store->EvictRegistration(request->model_id(), caller->uid, who);
+      if (status.ok()) {
+        Log(LogLevel::kInfo, absl::StrCat("removed uid ", caller->uid, "'s registration of model ",
+                                          request->model_id().substr(0, 16)));
+      }
+    } else {
+      // The store logs the eviction, with who asked.
+      status = view_.store->Evict(request->model_id(), who);
     }
   }
   reactor->Finish(ToGrpcStatus(status));

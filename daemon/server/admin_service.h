@@ -22,12 +22,14 @@ namespace blockswap::daemon {
 // caller.
 bool ShowsStoreCounters(const DaemonView& view, const Peer* caller);
 v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller);
-v1::ClientsReply BuildClients(const DaemonView& view);
-// Models, Residency and Trace show only what `caller` may see
-// (daemon/session/model_visibility.h).
+// Clients, Models, Residency, Stats and Trace show only what `caller` may
+// see (daemon/session/model_visibility.h): under registrant-group, unless
+// privileged, its own uid's sessions, no device totals, the models it may
+// see under its own names.
+v1::ClientsReply BuildClients(const DaemonView& view, const Peer& caller);
 v1::ModelsReply BuildModels(const DaemonView& view, const Peer& caller);
 v1::ResidencyReply BuildResidency(const DaemonView& view, const Peer& caller);
-v1::StatsReply BuildStats(const DaemonView& view);
+v1::StatsReply BuildStats(const DaemonView& view, const Peer& caller);
 // Every worker's trace and every ring's client trace (grouped by session),
 // events at or after request.since_ns.
 v1::TraceReply BuildTrace(const DaemonView& view, const v1::TraceRequest& request,

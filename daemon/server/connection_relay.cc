@@ -97,11 +97,6 @@ absl::StatusOr<UniqueFd> ConnectionRelay::Add(UniqueFd client, uid_t uid, std::s
   return grpc_end;
 }
 
-size_t ConnectionRelay::size() const {
-  absl::MutexLock lock(&mu_);
-  return relayed_ + incoming_.size();
-}
-
 void ConnectionRelay::Log(absl::string_view message) const {
   if (options_.log) {
     options_.log(message);
@@ -162,7 +157,6 @@ void ConnectionRelay::Run() {
   pairs_.clear();
   absl::MutexLock lock(&mu_);
   incoming_.clear();
-  relayed_ = 0;
 }
 
 void ConnectionRelay::AdoptIncoming() {
@@ -170,7 +164,6 @@ void ConnectionRelay::AdoptIncoming() {
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(incoming_);
-    relayed_ += incoming.size();
   }
   for (std::unique_ptr<Pair>& pair : incoming) {
     const uint64_t id = next_id_++;
@@ -307,8 +300,6 @@ void ConnectionRelay::Close(uint64_t id) {
   // Closing the descriptors takes them out of the epoll set; gRPC sees its
   // end of the pair hang up and ends the connection's calls.
   pairs_.erase(it);
-  absl::MutexLock lock(&mu_);
-  --relayed_;
 }
 
 }  // namespace blockswap::daemon

@@ -63,9 +63,6 @@ class ConnectionRelay {
   absl::StatusOr<UniqueFd> Add(UniqueFd client, uid_t uid, std::string who)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Connections being relayed, for tests and the metrics.
-  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
-
  private:
   // Bytes on their way in one direction.
   struct Buffer {
@@ -119,10 +116,9 @@ class ConnectionRelay {
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: Add and the destructor wake epoll_wait
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Pair>> incoming_ ABSL_GUARDED_BY(mu_);
-  size_t relayed_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Relay thread only.
   std::map<uint64_t, std::unique_ptr<Pair>> pairs_;

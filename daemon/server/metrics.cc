@@ -3,8 +3,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/server/admin_service.h"
 #include "absl/time/clock.h"
+#include "daemon/budget/master_limits.h"
+#include "daemon/server/admin_service.h"
+#include "daemon/session/model_visibility.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -65,6 +67,8 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   MetricsSnapshot snapshot;
   const v1::StatusReply status = BuildStatus(view, nullptr);
   snapshot.store_counters = ShowsStoreCounters(view, nullptr);
+  snapshot.per_session_series =
+      view.sessions->visibility().access() == ModelAccess::kAllowedUsers;
   snapshot.version = status.version();
   snapshot.backend = status.backend() == v1::BACKEND_CUDA ? "cuda" : "host";
   snapshot.uptime_seconds = status.uptime_seconds();
@@ -74,7 +78,11 @@ MetricsSnapshot CollectMetrics(const DaemonView& view) {
   snapshot.master_blocks = status.master_blocks();
   snapshot.staged_bytes = status.staged_bytes();
   snapshot.staged_blocks = status.staged_blocks();
-  snapshot.evictions = status.evictions();
+  const ModelStoreStats store_stats = view.store->stats();
+  for (int reason = 0; reason < kEvictionReasons; ++reason) {
+    snapshot.evictions.emplace_back(EvictionReasonName(static_cast<EvictionReason>(reason)),
+                                    store_stats.evicted_by[reason]);
+  }
   snapshot.file_reads = status.file_reads();
   snapshot.file_bytes_read = status.file_bytes_read();
   if (view.refused_connections != nullptr) {
@@ -151,8 +159,14 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   Family(&out, "staged_blocks", "gauge",
          "of master_blocks: those not pinned, copied through the staging buffers")
       .Sample("", s.staged_blocks);
-  Family(&out, "evictions_total", "counter", "models evicted, by an operator or for room")
-      .Sample("", s.evictions);
+  {
+    Family evictions(&out, "evictions_total", "counter",
+                     "models evicted, by reason: an operator's evict, or the limit a "
+                     "registration that will commit was short of");
+    for (const auto& [reason, count] : s.evictions) {
+      evictions.Sample(absl::StrCat("reason=\"", EscapeLabelValue(reason), "\""), count);
+    }
+  }
   Family(&out, "file_reads_total", "counter", "passes over safetensors files to register models")
       .Sample("", s.file_reads);
   Family(&out, "file_read_bytes_total", "counter", "bytes read from safetensors files")
@@ -171,14 +185,16 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
   // family must mean something.
   for (const bool bytes : {false, true}) {
     Family f(&out, bytes ? "quota_bytes" : "quota_count", "gauge",
-             bytes ? "per-client and per-uid byte quota in force, by its config key (0: unlimited)"
+             bytes ? "per-client and per-uid byte quota in force, by its config key (0: "
+                     "unlimited; none for a per-device \"auto\")"
                    : "per-client and per-uid count quota in force, by its config key (0: "
                      "unlimited)");
     for (QuotaScope scope : {QuotaScope::kClient, QuotaScope::kUid}) {
       const ClientAmounts& limits =
           scope == QuotaScope::kClient ? s.quotas.per_client : s.quotas.per_uid;
       for (const QuotaKind& kind : QuotaKinds()) {
-        if (kind.bytes != bytes) continue;
+        // "auto" bytes are a share of each device, no one number.
+        if (kind.bytes != bytes || limits.*kind.member == kAutoLimit) continue;
         f.Sample(absl::StrCat("quota=\"", QuotaKey(kind, scope), "\""), limits.*kind.member);
       }
     }
@@ -246,6 +262,7 @@ std::string FormatMetrics(const MetricsSnapshot& s) {
 
   auto per_client = [&](absl::string_view name, absl::string_view type, absl::string_view help,
                         auto value) {
+    if (!s.per_session_series) return;
     Family f(&out, name, type, help);
     for (const ClientMetrics& c : s.clients) f.Sample(ClientLabels(c), value(c));
   };

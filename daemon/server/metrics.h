@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/device/device_worker.h"
@@ -53,13 +54,22 @@ struct MetricsSnapshot {
   // every new block) are left out, as Admin.Status leaves them out for all
   // but root and the daemon's uid (ShowsStoreCounters).
   bool store_counters = true;
+  // False under "registrant-group" too: the per-session families (labelled
+  // with session, client name, pid and uid) are left out, and only node-wide
+  // sums (blockswap_sessions, the per-device families) remain. The endpoint
+  // has no caller to show its own sessions to, and a per-uid view would need
+  // one; the sums are the operator's capacity signal (docs/store.md, "What
+  // another user can still tell").
+  bool per_session_series = true;
   uint64_t pinned_bytes = 0;
   uint64_t max_pinned_bytes = 0;  // 0: no budget but the tmpfs
   uint64_t staged_bytes = 0;      // masters copied through the staging buffers
   uint64_t models = 0;
   uint64_t master_blocks = 0;  // distinct blocks
   uint64_t staged_blocks = 0;  // of master_blocks
-  uint64_t evictions = 0;
+  // Models evicted, by reason (EvictionReasonName: "operator", or the limit
+  // that was short), every reason listed, in the store's order.
+  std::vector<std::pair<std::string, uint64_t>> evictions;
   uint64_t file_reads = 0;
   uint64_t file_bytes_read = 0;
   uint64_t refused_connections = 0;
@@ -69,7 +79,7 @@ struct MetricsSnapshot {
   bool draining = false;
   ClientQuotas quotas;  // in force now (0: unlimited)
   std::vector<DeviceMetrics> devices;
-  std::vector<ClientMetrics> clients;
+  std::vector<ClientMetrics> clients;  // counted in blockswap_sessions always
 };
 
 MetricsSnapshot CollectMetrics(const DaemonView& view);

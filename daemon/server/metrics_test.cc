@@ -26,7 +26,7 @@ MetricsSnapshot TwoDevicesOneClient() {
   s.staged_bytes = 2048;
   s.models = 1;
   s.staged_blocks = 1;
-  s.evictions = 2;
+  s.evictions = {{"operator", 2}, {"max_memory_bytes", 1}};
   s.file_reads = 3;
   s.file_bytes_read = 300;
   s.refused_connections = 5;
@@ -112,6 +112,15 @@ TEST(Metrics, PerClientSamplesCarryEscapedLabels) {
   EXPECT_TRUE(HasLine(text, "blockswap_client_bytes_total" + labels + " 7000"));
 }
 
+TEST(Metrics, WithoutPerSessionSeriesNoSampleNamesASessionButTheyAreCounted) {
+  MetricsSnapshot snapshot = TwoDevicesOneClient();
+  snapshot.per_session_series = false;
+  const std::string text = FormatMetrics(snapshot);
+  EXPECT_FALSE(absl::StrContains(text, "blockswap_client_")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "uid=")) << text;
+  EXPECT_TRUE(HasLine(text, "blockswap_sessions 1")) << text;
+}
+
 TEST(Metrics, NodeWideGauges) {
   const std::string text = FormatMetrics(TwoDevicesOneClient());
   EXPECT_TRUE(HasLine(text, "blockswap_pinned_bytes 4096"));
@@ -127,7 +136,8 @@ TEST(Metrics, NodeWideGauges) {
   EXPECT_FALSE(absl::StrContains(text, "blockswap_quota_count{quota=\"max_staging_bytes"))
       << "a byte quota among the counts";
   EXPECT_TRUE(HasLine(text, "blockswap_max_pinned_bytes 8192"));
-  EXPECT_TRUE(HasLine(text, "blockswap_evictions_total 2"));
+  EXPECT_TRUE(HasLine(text, "blockswap_evictions_total{reason=\"operator\"} 2"));
+  EXPECT_TRUE(HasLine(text, "blockswap_evictions_total{reason=\"max_memory_bytes\"} 1"));
   EXPECT_TRUE(HasLine(text, "blockswap_file_reads_total 3"));
   EXPECT_TRUE(HasLine(text, "blockswap_file_read_bytes_total 300"));
   EXPECT_TRUE(HasLine(text, "blockswap_refused_connections_total 5"));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,12 +42,6 @@ class StartLog {
   std::vector<std::string> started_ ABSL_GUARDED_BY(mu_);
 };
 
-void ReleaseAll(std::vector<absl::Notification>& release) {
-  for (absl::Notification& each : release) {
-    if (!each.HasBeenNotified()) each.Notify();
-  }
-}
-
 // Posts an item of `uid` that logs its start, then waits for `release`.
 void PostHeld(WorkQueue& queue, StartLog& log, uid_t uid, int index, absl::Notification& release) {
   queue.Post(uid, Cancellation(), [&log, &release, uid, index](const Cancellation&) {
@@ -55,39 +50,46 @@ void PostHeld(WorkQueue& queue, StartLog& log, uid_t uid, int index, absl::Notif
   });
 }
 
-TEST(WorkQueueTest, AnotherUidsItemWaitsForOneItemOfAUidWithManyQueued) {
-  StartLog log;
-  std::vector<absl::Notification> release(11);
-  {
-    WorkQueue queue(2);
-    for (int i = 0; i < 10; ++i) PostHeld(queue, log, 1000, i, release[i]);
-    EXPECT_EQ(log.Await(2).size(), 2u);  // both threads run uid 1000's items
-    PostHeld(queue, log, 2000, 0, release[10]);
-    release[0].Notify();
-    EXPECT_EQ(log.Nth(2), "2000:0") << "uid 2000 waited behind uid 1000's queue";
-    ReleaseAll(release);
+// Items held until released one by one, on a queue of two threads; every
+// item is released, and must have started, by the end of the test.
+class WorkQueueFairnessTest : public testing::Test {
+ protected:
+  void TearDown() override {
+    for (absl::Notification& each : release_) {
+      if (!each.HasBeenNotified()) each.Notify();
+    }
+    queue_.reset();
+    EXPECT_EQ(log_.Await(release_.size()).size(), release_.size());
   }
-  EXPECT_EQ(log.Await(11).size(), 11u);
+
+  // Posts item `index` of `uid`; it runs until Release(n), n counting posts from 0.
+  void Post(uid_t uid, int index) { PostHeld(*queue_, log_, uid, index, release_.emplace_back()); }
+  void Release(size_t n) { release_[n].Notify(); }
+
+  StartLog log_;
+  std::deque<absl::Notification> release_;  // a deque: waiting items hold references
+  std::unique_ptr<WorkQueue> queue_ = std::make_unique<WorkQueue>(2);
+};
+
+TEST_F(WorkQueueFairnessTest, AnotherUidsItemWaitsForOneItemOfAUidWithManyQueued) {
+  for (int i = 0; i < 10; ++i) Post(1000, i);
+  EXPECT_EQ(log_.Await(2).size(), 2u);  // both threads run uid 1000's items
+  Post(2000, 0);
+  Release(0);
+  EXPECT_EQ(log_.Nth(2), "2000:0") << "uid 2000 waited behind uid 1000's queue";
 }
 
 // Each uid with work keeps a thread: the thread uid 2000's item frees goes
 // to its next item, not to uid 1000, which runs one already (and was served
 // longer ago).
-TEST(WorkQueueTest, ThreadsAreSharedEquallyBetweenUidsWithWork) {
-  StartLog log;
-  std::vector<absl::Notification> release(4);
-  {
-    WorkQueue queue(2);
-    PostHeld(queue, log, 1000, 0, release[0]);
-    PostHeld(queue, log, 2000, 0, release[1]);
-    EXPECT_EQ(log.Await(2).size(), 2u);
-    PostHeld(queue, log, 1000, 1, release[2]);
-    PostHeld(queue, log, 2000, 1, release[3]);
-    release[1].Notify();
-    EXPECT_EQ(log.Nth(2), "2000:1") << "uid 1000 took both threads";
-    ReleaseAll(release);
-  }
-  EXPECT_EQ(log.Await(4).size(), 4u);
+TEST_F(WorkQueueFairnessTest, ThreadsAreSharedEquallyBetweenUidsWithWork) {
+  Post(1000, 0);
+  Post(2000, 0);
+  EXPECT_EQ(log_.Await(2).size(), 2u);
+  Post(1000, 1);
+  Post(2000, 1);
+  Release(1);
+  EXPECT_EQ(log_.Nth(2), "2000:1") << "uid 1000 took both threads";
 }
 
 TEST(WorkQueueTest, UidsTakeTurnsAndEachUidsItemsRunInTheirOrder) {

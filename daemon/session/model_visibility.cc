@@ -25,20 +25,43 @@ bool ModelVisibility::Privileged(const Peer& viewer) const {
   return viewer.uid == 0 || viewer.uid == daemon_uid_;
 }
 
+bool ModelVisibility::Restricted(const Peer& viewer) const {
+  return access_ == ModelAccess::kRegistrantGroup && !Privileged(viewer);
+}
+
+bool ModelVisibility::Grants(const Peer& viewer, const Registrant& registrant) {
+  return registrant.uid == viewer.uid || viewer.gid == registrant.gid ||
+         std::find(viewer.groups.begin(), viewer.groups.end(), registrant.gid) !=
+             viewer.groups.end();
+}
+
 bool ModelVisibility::MaySee(const Peer& viewer, const std::vector<Registrant>& registrants) const {
-  if (access_ == ModelAccess::kAllowedUsers || Privileged(viewer)) return true;
-  auto in_group = [&](gid_t gid) {
-    return viewer.gid == gid ||
-           std::find(viewer.groups.begin(), viewer.groups.end(), gid) != viewer.groups.end();
-  };
+  if (!Restricted(viewer)) return true;
   return std::any_of(registrants.begin(), registrants.end(),
-                     [&](const Registrant& r) { return r.uid == viewer.uid || in_group(r.gid); });
+                     [&](const Registrant& r) { return Grants(viewer, r); });
+}
+
+std::string ModelVisibility::Name(const Peer& viewer, const std::vector<Registrant>& registrants,
+                                  const std::string& first) const {
+  if (!Restricted(viewer)) return first;
+  // Never `first` itself: another user may have given it. A name not
+  // recorded shows empty.
+  const Registrant* granting = nullptr;
+  // Newest first: the name the viewer gave it last.
+  for (auto r = registrants.rbegin(); r != registrants.rend(); ++r) {
+    if (r->uid == viewer.uid) return r->name;
+    if (granting == nullptr && Grants(viewer, *r)) granting = &*r;
+  }
+  return granting == nullptr ? "" : granting->name;
 }
 
 std::string ModelVisibility::Sources(const Peer& viewer,
                                      const std::vector<Registrant>& registrants) const {
   std::vector<std::string> shown;
   for (const Registrant& r : registrants) {
+    // Another user's registration of content the viewer sees only through
+    // its own would tell it that user holds the same weights.
+    if (Restricted(viewer) && !Grants(viewer, r)) continue;
     std::string one;
     if (r.uid == viewer.uid) {
       one = r.source;

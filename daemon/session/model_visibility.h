@@ -16,6 +16,13 @@
 // Under either policy, the source paths of another uid's registrations are
 // shown only to root and the daemon's uid: a path names a user's files.
 //
+// Under "registrant-group" a peer that is not privileged is Restricted: it
+// is shown its own uid's sessions only (what another user runs, loads or
+// copies is that user's business), a model's registrations only where they
+// are what lets it see the model (its own uid's and its groups'), the model
+// under the name such a registration gave it, and it may evict only its own
+// registration (ModelStore::EvictRegistration).
+//
 // A model a peer may not see is answered exactly as an unknown id (NOT_FOUND,
 // the same words): an id is the hash of the content, so telling "exists but
 // not yours" would confirm to anyone holding a copy of some weights that
@@ -55,15 +62,27 @@ class ModelVisibility {
   ModelAccess access() const { return access_; }
   // Root and the daemon's uid: they see every model and every source.
   bool Privileged(const Peer& viewer) const;
+  // Under "registrant-group", anyone but the privileged: see above.
+  bool Restricted(const Peer& viewer) const;
   // Whether `viewer` may open, list, verify or evict a model registered by
   // `registrants`.
   bool MaySee(const Peer& viewer, const std::vector<Registrant>& registrants) const;
   // The registrations as `viewer` may read them, "; "-separated, each once: a
   // source in full when it is the viewer's own uid's, in full with "(uid N)"
-  // for the privileged, else "upload" or "file (another user's)".
+  // for the privileged, else "upload" or "file (another user's)"; for a
+  // Restricted viewer only those that let it see the model.
   std::string Sources(const Peer& viewer, const std::vector<Registrant>& registrants) const;
+  // The model's name as `viewer` is shown it: `first` (the name it was first
+  // registered under) unless `viewer` is Restricted; then the name of the
+  // newest of its own uid's registrations, else of the newest of those that
+  // let it see the model (empty where that registration recorded none).
+  std::string Name(const Peer& viewer, const std::vector<Registrant>& registrants,
+                   const std::string& first) const;
 
  private:
+  // Whether `registrant`'s registration lets `viewer` see the model.
+  static bool Grants(const Peer& viewer, const Registrant& registrant);
+
   const ModelAccess access_;
   const uid_t daemon_uid_;
 };

@@ -88,5 +88,42 @@ TEST(ModelVisibility, AnotherUsersSourcePathIsShownOnlyToThePrivileged) {
             "file /home/bob/m.safetensors (uid 1001)");
 }
 
+TEST(ModelVisibility, UnderRegistrantGroupAViewerReadsOnlyTheRegistrationsThatLetItSee) {
+  ModelVisibility visibility(ModelAccess::kRegistrantGroup, kDaemonUid);
+  std::vector<Registrant> shared = kAlicesFile;
+  shared.push_back({65534, 65534, "upload"});
+  EXPECT_EQ(visibility.Sources(Viewer(65534, 65534), shared), "upload")
+      << "65534 is told that another user registered the content too";
+  EXPECT_EQ(visibility.Sources(Viewer(1001, 1001, {1000}), shared), "file (another user's)")
+      << "alice's group sees alice's registration, not 65534's";
+  EXPECT_EQ(visibility.Sources(Viewer(0, 0), shared),
+            "file /home/alice/m.safetensors (uid 1000); upload (uid 65534)");
+}
+
+TEST(ModelVisibility, UnderRegistrantGroupAViewerIsShownItsOwnNameForTheModel) {
+  ModelVisibility visibility(ModelAccess::kRegistrantGroup, kDaemonUid);
+  const std::vector<Registrant> shared = {{1000, 1000, "upload", "alices-secret-project"},
+                                          {65534, 65534, "upload", "mine"},
+                                          {65534, 65534, "file /tmp/m", "mine again"},
+                                          {1002, 1002, "upload", ""}};
+  const std::string first = "alices-secret-project";
+  EXPECT_EQ(visibility.Name(Viewer(65534, 65534), shared, first), "mine again");
+  EXPECT_EQ(visibility.Name(Viewer(1001, 1001, {1000}), shared, first), first)
+      << "a member of alice's group sees it through alice's registration";
+  EXPECT_EQ(visibility.Name(Viewer(1002, 1002), shared, first), "")
+      << "a registration recorded without a name shows the model's, which another user gave";
+  EXPECT_EQ(visibility.Name(Viewer(0, 0), shared, first), first);
+  ModelVisibility everyone(ModelAccess::kAllowedUsers, kDaemonUid);
+  EXPECT_EQ(everyone.Name(Viewer(65534, 65534), shared, first), first);
+}
+
+TEST(ModelVisibility, OnlyUnprivilegedViewersUnderRegistrantGroupAreRestricted) {
+  ModelVisibility visibility(ModelAccess::kRegistrantGroup, kDaemonUid);
+  EXPECT_TRUE(visibility.Restricted(Viewer(65534, 65534)));
+  EXPECT_FALSE(visibility.Restricted(Viewer(0, 0)));
+  EXPECT_FALSE(visibility.Restricted(Viewer(kDaemonUid, kDaemonUid)));
+  EXPECT_FALSE(ModelVisibility(ModelAccess::kAllowedUsers, kDaemonUid).Restricted(Viewer(65534, 65534)));
+}
+
 }  // namespace
 }  // namespace blockswap::daemon

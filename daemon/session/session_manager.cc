@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/budget/descriptor_model.h"
 #include "daemon/budget/master_limits.h"
 #include "daemon/runtime/logging.h"
 #include "daemon/session/file_offers.h"
@@ -88,7 +89,9 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   // Before the new session is charged: the one it replaces counts against
   // the same per-process limit.
   EndReplacedSession(peer, request.replaces_session_token());
-  BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged, ChargeClient(peer, {.sessions = 1}));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      Reservation charged,
+      ChargeClient(peer, {.sessions = 1, .descriptors = DescriptorsOfSession()}));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
   std::shared_ptr<Session> session;
@@ -318,14 +321,18 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
     if (known.masters[b] == nullptr) uploaded.blocks.push_back(layout.blocks[b]);
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(BlockPlacement placement, StagingOffsets(uploaded));
+  // Refuse now what could never be registered, before the client uploads
+  // and before anyone's model goes; otherwise make room for the staging
+  // area (Register makes the master's once the blocks are hashed).
+  BLOCKSWAP_RETURN_IF_ERROR(
+      store_.MakeRoom(session.peer().uid, placement.total_bytes, uploaded.blocks.size()));
   // Every block held: a staging area of one page, never empty.
   placement.total_bytes = std::max<uint64_t>(placement.total_bytes, kBlockPlacementAlignment);
-  // Refuse now what could never be registered, before the client uploads.
-  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(placement.total_bytes, uploaded.blocks.size()));
   // The staging area is charged before it exists: to the client's quotas,
   // then to the node's memory (the master will need its own charge too).
-  BLOCKSWAP_ASSIGN_OR_RETURN(
-      Reservation charged, ChargeClient(session.peer(), {.staging_bytes = placement.total_bytes}));
+  BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged,
+                             ChargeClient(session.peer(), {.staging_bytes = placement.total_bytes,
+                                                           .descriptors = DescriptorsOfUpload()}));
   if (MemoryBudget* memory = store_.memory_budget(); memory != nullptr) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
         Reservation node,
@@ -523,7 +530,11 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
       return absl::FailedPreconditionError("the session has no side channel to offer files on");
     }
     absl::Status drained = DrainFileOffers(
-        session.side_channel, [&] { return ChargeClient(session.peer(), {.file_offers = 1}); },
+        session.side_channel,
+        [&] {
+          return ChargeClient(session.peer(),
+                              {.file_offers = 1, .descriptors = DescriptorsOfFileOffer()});
+        },
         &session.file_offers);
     if (!drained.ok()) {
       // Its message boundaries may be lost, unless a quota refused an offer.
@@ -572,8 +583,14 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   RingShape shape{request.slot_count(), request.slot_bytes()};
   const uint64_t ring_bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
   // Held by the ring in its worker until it is freed, destroyed or not.
+  // With max_device_bytes_per_uid = "auto" the uid's bytes are charged per
+  // device, by the worker (its kAutoLimit here bounds nothing).
+  const bool device_share = quotas_.Get().per_uid.device_bytes == kAutoLimit;
   BLOCKSWAP_ASSIGN_OR_RETURN(
-      Reservation charged, ChargeClient(session.peer(), {.rings = 1, .device_bytes = ring_bytes}));
+      Reservation charged,
+      ChargeClient(session.peer(), {.rings = 1,
+                                    .device_bytes = ring_bytes,
+                                    .descriptors = DescriptorsOfRing(RingCopier::kDaemon)}));
   uint64_t ring_id;
   {
     absl::MutexLock lock(&mu_);
@@ -590,7 +607,7 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   BLOCKSWAP_ASSIGN_OR_RETURN(
       RingExport exported,
       worker->second->CreateRing(ring_id, session.id(), shape, std::move(owner),
-                                 std::move(resolver), std::move(charged)));
+                                 std::move(resolver), std::move(charged), device_share));
   RingOnWire wire;
   absl::Status sent;
   {

@@ -905,6 +905,28 @@ TEST_F(SessionManagerTest, ARingOverTheDeviceByteQuotaIsRefused) {
   EXPECT_TRUE(CreateRing(client, 1, 4096).ok()) << "what still fits is granted";
 }
 
+TEST_F(SessionManagerTest, SessionsAndRingsAreChargedTheDescriptorsTheyHold) {
+  // One session (2) and one ring (4) fit; the next ring does not.
+  manager_->quotas().Set(ClientQuotas{.per_uid = {.descriptors = 2 + 4}});
+  Client client = Attach();
+  ASSERT_TRUE(CreateRing(client).ok());
+  EXPECT_EQ(manager_->accounts().HeldByUid(::getuid()).descriptors, 6u);
+  auto over = CreateRing(client);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("would hold 10 descriptors (6 held + 4 asked), over "
+                        "max_descriptors_per_uid = 6"));
+}
+
+TEST_F(SessionManagerTest, AutoChargesAUidsRingBytesToItsShareOfEachDevice) {
+  // The host device's share: half of its memory less the reserve, at most
+  // half of the node's budget (none here): far more than these rings.
+  manager_->quotas().Set(ClientQuotas{.per_uid = {.device_bytes = kAutoLimit}});
+  Client client = Attach();
+  ASSERT_TRUE(CreateRing(client, 2, 4096).ok()) << "kAutoLimit is not a limit of the uid's total";
+  EXPECT_EQ(manager_->accounts().HeldByUid(::getuid()).device_bytes, 8192u);
+}
+
 TEST_F(SessionManagerTest, DestroyingARingRetiresItOnTheDevice) {
   Client client = Attach();
   auto ring = CreateRing(client);

@@ -195,9 +195,14 @@ absl::StatusOr<IngestResult> FileIngest::Register(std::vector<UniqueFd> fds, con
   if (known.model != nullptr) {
     // Read before, perhaps by another user: this one opened the file too, so
     // it gets its own access to the content.
-    BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.model, registrant));
+    // Under the names this registration would have given them (as Read does).
+    Registrant named = registrant;
+    named.name = name.empty() ? files[0].path.substr(files[0].path.rfind('/') + 1)
+                              : std::string(name);
+    BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.model, named));
     if (known.extras != nullptr) {
-      BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.extras, registrant));
+      named.name = absl::StrCat(named.name, " (extras)");
+      BLOCKSWAP_RETURN_IF_ERROR(store_.AddRegistrant(known.extras, named));
     }
     return known;
   }
@@ -247,6 +252,15 @@ absl::StatusOr<IngestResult> FileIngest::Read(const std::vector<OpenFile>& files
     fds.push_back(file.fd.get());
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(IngestPlan plan, PlanIngest(headers, paths, spec));
+  // The model's and the extras' room together, from the headers alone: a
+  // registration that could never commit is refused before any tensor is
+  // read and before anyone's model is evicted for it.
+  uint64_t declared_bytes = 0;
+  for (const ModelLayout* layout : {&plan.layout, &plan.extras}) {
+    for (const BlockSpec& block : layout->blocks) declared_bytes += BlockFileBytes(block.bytes);
+  }
+  BLOCKSWAP_RETURN_IF_ERROR(store_.CheckCapacity(
+      registrant.uid, declared_bytes, plan.layout.blocks.size() + plan.extras.blocks.size()));
 
   std::string model_name(name);
   if (model_name.empty()) model_name = paths[0].substr(paths[0].rfind('/') + 1);

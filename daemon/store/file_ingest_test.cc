@@ -228,9 +228,15 @@ TEST_F(FileIngestTest, ASecondUserRegisteringAKnownFileIsRecordedForTheModelAndI
   auto second = ingest.Register(Files(file_), kWeights, "", 1001, 101);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_FALSE(second->read_file);
-  const std::vector<Registrant> both = {{1000, 100, "file " + file_}, {1001, 101, "file " + file_}};
-  EXPECT_EQ(second->model->registrants().List(), both);
-  EXPECT_EQ(second->extras->registrants().List(), both);
+  // Each registration under the names it gave the model and its extras
+  // (none given: the file's name), the second's too though nothing was read.
+  const std::string name = file_.substr(file_.rfind('/') + 1);
+  const std::string source = "file " + file_;
+  EXPECT_EQ(second->model->registrants().List(),
+            (std::vector<Registrant>{{1000, 100, source, name}, {1001, 101, source, name}}));
+  const std::string extras = name + " (extras)";
+  EXPECT_EQ(second->extras->registrants().List(),
+            (std::vector<Registrant>{{1000, 100, source, extras}, {1001, 101, source, extras}}));
 }
 
 TEST_F(FileIngestTest, EightConcurrentRegistrationsReadTheFileOnce) {
@@ -256,8 +262,10 @@ TEST_F(FileIngestTest, OverThePinnedBudgetIsResourceExhaustedAndLeavesNothing) {
   FileIngest ingest(Store(/*max_pinned_bytes=*/8192));  // 4 blocks of 8 KiB
   auto result = ingest.Register(Files(file_), kWeights, "");
   ASSERT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+  // The blocks' 32 KiB and the extras' 8 KiB, checked together from the
+  // header before anything is read.
   EXPECT_THAT(std::string(result.status().message()),
-              HasSubstr("model of 32768 bytes would exceed --max-pinned-bytes=8192 (0 already "
+              HasSubstr("model of 40960 bytes would exceed --max-pinned-bytes=8192 (0 already "
                         "pinned)"));
   EXPECT_EQ(Entries(store_dir_), std::set<std::string>{".lock"});
   EXPECT_EQ(Store().masters_bytes(), 0u);

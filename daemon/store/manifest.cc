@@ -50,7 +50,8 @@ std::string EncodeManifest(const Manifest& model) {
   Json registrants = Json::array();
   for (const Registrant& registrant : model.registrants) {
     registrants.push_back(
-        {{"uid", registrant.uid}, {"gid", registrant.gid}, {"source", registrant.source}});
+        {{"uid", registrant.uid}, {"gid", registrant.gid}, {"source", registrant.source},
+         {"name", registrant.name}});
   }
   Json manifest = {{"format", kManifestFormat},
                    {"version", kManifestVersion},
@@ -89,8 +90,17 @@ absl::StatusOr<Manifest> ParseManifest(const std::string& text) {
       if (uid > UINT32_MAX || gid > UINT32_MAX) {
         throw std::invalid_argument("a registrant's uid or gid is out of range");
       }
+      // "name" is absent from manifests written before names were kept per
+      // registration: the model's name is the first registration's then, and
+      // what the others gave is not known.
+      std::string name;
+      if (registrant.contains("name")) {
+        name = String(registrant, "name");
+      } else if (manifest.registrants.empty()) {
+        name = manifest.name;
+      }
       manifest.registrants.push_back(Registrant{static_cast<uid_t>(uid), static_cast<gid_t>(gid),
-                                                String(registrant, "source")});
+                                                String(registrant, "source"), std::move(name)});
     }
     for (const Json& block_json : json.at("blocks")) {
       BlockSpec& block = manifest.layout.blocks.emplace_back();

@@ -47,7 +47,11 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   uint64_t number = 0;
   {
     absl::MutexLock lock(&mu_);
-    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total, layout.blocks.size()));
+    // Nothing goes for a draft that could never commit. The draft is
+    // written as it is read, so its room is made now, before its exact checks
+    // (CommitDraft).
+    BLOCKSWAP_RETURN_IF_ERROR(CheckDeclaredLocked(registrant.uid, total, layout.blocks.size()));
+    BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total, layout.blocks.size(), registrant.uid));
     for (const BlockSpec& block : layout.blocks) {
       BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
                                  ChargeMemory(BlockFileBytes(block.bytes), name));
@@ -63,7 +67,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   Model& model = *draft->model_;
   model.name_ = std::string(name);
   model.source_ = registrant.source;
-  model.registrants_.Replace({registrant});
+  model.registrants_.Replace({Named(registrant, name)});
   model.layout_ = layout;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
     auto block = std::unique_ptr<BlockMaster>(new BlockMaster());

@@ -52,6 +52,7 @@
 
 #include <sys/stat.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -97,6 +98,10 @@ struct ModelStoreOptions {
   // What the models of one uid may hold (max_master_blocks_per_uid,
   // max_master_bytes_per_uid).
   UidMasterLimits uid_limits = {};
+  // Non-empty (the setting that asks it, "model_access = registrant-group"):
+  // a capacity refusal names the limit and what was asked, never what the
+  // store holds already, which moves with other users' models.
+  std::string totals_withheld = {};
 };
 
 // One sealed model: immutable, shared by every session that opened it as
@@ -166,11 +171,21 @@ struct RegisterResult {
   bool already_present = false;
 };
 
+// Why a model was evicted: an operator's Evict, or room made for a
+// registration that will commit, named by the limit that was short.
+enum class EvictionReason { kOperator, kMaxPinnedBytes, kMaxMemoryBytes, kMaxMasterBlocks, kTmpfs };
+inline constexpr int kEvictionReasons = 5;
+// "operator", "max_pinned_bytes", "max_memory_bytes", "max_master_blocks",
+// "tmpfs": the label of evictions_total and the reason in the log.
+absl::string_view EvictionReasonName(EvictionReason reason);
+
 struct ModelStoreStats {
-  uint64_t adopted = 0;       // sealed models taken over at Open
-  uint64_t removed = 0;       // other directory entries removed at Open
-  uint64_t copies = 0;        // registrations that copied content into a master
-  uint64_t evicted = 0;       // models removed by Evict or to make room
+  uint64_t adopted = 0;  // sealed models taken over at Open
+  uint64_t removed = 0;  // other directory entries removed at Open
+  uint64_t copies = 0;   // registrations that copied content into a master
+  uint64_t evicted = 0;  // models removed by Evict or to make room
+  // Of `evicted`, by EvictionReason.
+  std::array<uint64_t, kEvictionReasons> evicted_by = {};
   uint64_t kept_unknown = 0;  // manifests of a newer format left in place, not adopted
 };
 
@@ -207,7 +222,7 @@ class MasterDraft {
   // One per block, in block order: its file under its temporary name.
   std::vector<std::unique_ptr<BlockMaster>> blocks_;
   std::vector<std::string> temp_names_;  // "" once renamed or removed
-  uint64_t reserved_ = 0;  // bytes of the store's budget held until commit or destruction
+  uint64_t reserved_ = 0;         // bytes of the store's budget held until commit or destruction
   uint64_t reserved_blocks_ = 0;  // and blocks of max_blocks
 };
 
@@ -263,7 +278,9 @@ class ModelStore {
   // RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes (under
   // "always"), max_memory_bytes, max_blocks or the directory's free space,
   // or its registrant's uid_limits (checked first, from the uid's own holds
-  // alone, so the answer is the same whether anyone holds the content). On
+  // alone, so the answer is the same whether anyone holds the content). The
+  // uploaded blocks are checked from their declared sizes before they are
+  // hashed (CheckCapacity), exactly after; models are evicted only then. On
   // failure nothing is left behind.
   // `registrant` is recorded with the model, or added to the present one's.
   //
@@ -282,17 +299,26 @@ class ModelStore {
                                           const KnownBlocks* known = nullptr,
                                           const Cancellation& cancellation = {});
 
-  // Capacity: when the model would exceed max_pinned_bytes or the directory's
-  // free space, sealed models no session holds are evicted, least recently
-  // used first, until it fits (or nothing more can go).
+  // The order of a registration's checks (docs/store.md, "Checks before
+  // work"): this one, from the declared sizes; then hashing; then the exact
+  // checks (the uid's limits over the blocks' ids, the content held
+  // already); then eviction of models no session holds, for a registration
+  // that will commit; then the write.
   //
   // Whether a model whose masters take `bytes` in `blocks` blocks could be
-  // registered now, so that an upload can be refused before the client fills
-  // a staging area:
-  // RESOURCE_EXHAUSTED with Register's messages otherwise. Advisory (a
-  // concurrent registration may take the room meanwhile) and pessimistic for
-  // content that turns out to be registered already, which needs no room.
-  absl::Status CheckCapacity(uint64_t bytes, uint64_t blocks);
+  // registered by `uid`, pessimistically (every block new to the node and
+  // to the uid), counting as room what evicting every model no session
+  // holds would free, but evicting nothing: RESOURCE_EXHAUSTED with
+  // Register's messages otherwise. Reads nothing, so an impossible
+  // registration is refused before it is read, hashed or makes anyone's
+  // models go. Advisory (a concurrent registration may take the room
+  // meanwhile); pessimistic for content held already, which needs no room.
+  absl::Status CheckCapacity(uid_t uid, uint64_t bytes, uint64_t blocks);
+  // CheckCapacity, then, when it passes, evicts models no session holds
+  // until `bytes` in `blocks` blocks fit now (MakeRoomLocked): for an
+  // upload's staging area, which the node's memory budget must hold before
+  // the client fills it.
+  absl::Status MakeRoom(uid_t uid, uint64_t bytes, uint64_t blocks);
 
   // A master file for `layout` (see MasterDraft): checks the capacity (making
   // room as Register does), reserves the budget and creates the temporary
@@ -319,7 +345,17 @@ class ModelStore {
 
   // Removes a sealed model that no session holds: FAILED_PRECONDITION naming
   // how many references remain otherwise, NOT_FOUND for an unknown id.
-  absl::Status Evict(absl::string_view id);
+  // Logged with `why` (who asked) and counted as EvictionReason::kOperator.
+  absl::Status Evict(absl::string_view id, absl::string_view why = "an operator's evict")
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes `uid`'s registrations of the model (persisted in its manifest
+  // first) and releases what they charged `uid`; the model and its blocks
+  // stay for its other registrants. When they were its only registrations,
+  // the model is evicted as Evict does, logged with `why`. PERMISSION_DENIED
+  // when `uid` has none, NOT_FOUND for an unknown id. Blocks on writing the
+  // manifest.
+  absl::Status EvictRegistration(absl::string_view id, uid_t uid, absl::string_view why)
+      ABSL_LOCKS_EXCLUDED(manifest_mu_, mu_);
   // Re-hashes every block of the master and compares it with the manifest's
   // hash: DATA_LOSS naming the blocks that differ. Asks `cancellation` before
   // each block and returns its error when it has one.
@@ -491,15 +527,37 @@ class ModelStore {
   // One log line for the `blocks` just added to `model` that the device
   // refused to pin (staged under "auto"), if any.
   void LogRefusedPins(const Model& model, const std::vector<const BlockMaster*>& blocks) const;
+  // What evicting every model no session holds would free: the blocks that
+  // only such models name and no registration claims.
+  struct Evictable {
+    uint64_t bytes = 0;
+    uint64_t blocks = 0;
+  };
+  Evictable EvictableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `bytes` more in `blocks` more blocks fit max_pinned_bytes, the
+  // node's memory budget (with each block's overhead), max_blocks and the
+  // free space once `evictable` is freed; the error of the first check that
+  // fails otherwise, and in `short_of` the limit it names.
+  absl::Status FitsLocked(uint64_t bytes, uint64_t blocks, const Evictable& evictable,
+                          EvictionReason* short_of) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckCapacity, under mu_.
+  absl::Status CheckDeclaredLocked(uid_t uid, uint64_t bytes, uint64_t blocks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts unreferenced models until `bytes` more in `blocks` more blocks
-  // fit max_pinned_bytes, the node's memory budget (with each block's
-  // overhead), max_blocks and the free space; the error of the check that
+  // of a registration by `uid` fit (FitsLocked); the error of the check that
   // still fails otherwise. The victims: the models of the uid holding the
   // most of what is short (blocks or bytes) first, least recently used
   // first among them, so a flood's unused models go before anyone else's.
-  absl::Status MakeRoomLocked(uint64_t bytes, uint64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckBlockCountLocked(uint64_t blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called only once the registration passed its other checks: it will
+  // commit unless a concurrent one took the room.
+  absl::Status MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t uid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckBlockCountLocked(uint64_t blocks, uint64_t evictable = 0) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes model `id`, logging it (model, owners, reason: `why` says for
+  // what) and counting it by `reason`.
+  void EvictLocked(const std::string& id, EvictionReason reason, absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sealed model `id`, once no registration of it is in progress
   // (waiting for one that is); nullptr when none is sealed, and then none is
@@ -510,8 +568,10 @@ class ModelStore {
   // The node budget's charge for a block master of `bytes`, with its
   // overhead (kBlockOverheadBytes; empty without a budget).
   absl::StatusOr<Reservation> ChargeMemory(uint64_t bytes, absl::string_view name) const;
-  absl::Status CheckBudget(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckFreeSpace(uint64_t bytes) const;
+  // With `evictable` bytes counted as room (FitsLocked).
+  absl::Status CheckBudget(uint64_t bytes, uint64_t evictable = 0) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckFreeSpace(uint64_t bytes, uint64_t evictable = 0) const;
   void RemoveQuietly(const std::string& name) const;
   std::string PathOf(absl::string_view name) const;
 
@@ -534,8 +594,8 @@ class ModelStore {
   std::map<std::string, HeldBlock, std::less<>> blocks_ ABSL_GUARDED_BY(mu_);
   // Blocks a registration is writing (claimed, not yet published).
   std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // file bytes of blocks_, pinned or staged
-  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of registrations in progress
+  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;      // file bytes of blocks_, pinned or staged
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // of registrations in progress
   uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;  // blocks they will add at most
   // What each uid's models hold, and the uids each model is charged to (its
   // registrants', each once).

@@ -220,4 +220,50 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   return absl::OkStatus();
 }
 
+absl::Status ModelStore::EvictRegistration(absl::string_view id, uid_t uid, absl::string_view why) {
+  absl::MutexLock manifest_lock(&manifest_mu_);
+  std::shared_ptr<const Model> model;
+  {
+    absl::MutexLock lock(&mu_);  // not Find: an eviction is no use for the LRU order
+    auto it = models_.find(id);
+    if (it == models_.end()) return NoSuchModelError(id);
+    model = it->second;
+  }
+  std::vector<Registrant> without = model->registrants_.Without(uid);
+  if (without.size() == model->registrants_.List().size()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("uid ", uid, " has no registration of model ", id, " to evict"));
+  }
+  if (without.empty()) {
+    model.reset();  // Evict counts references besides the store's own
+    return Evict(id, why);
+  }
+  const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
+  // AddRegistrant's temporary name: both run under manifest_mu_.
+  const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
+  BLOCKSWAP_RETURN_IF_ERROR(WriteManifestFile(*model, without, temp));
+  {
+    // Under mu_, so that an eviction (which removes the manifest under it)
+    // cannot be undone by this rename.
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(model->id_);
+    if (it == models_.end() || it->second != model) {
+      RemoveQuietly(temp);
+      return absl::OkStatus();  // evicted meanwhile: the registration went with it
+    }
+    if (::renameat(directory_fd_->get(), temp.c_str(), directory_fd_->get(),
+                   manifest_name.c_str()) != 0) {
+      absl::Status error = ErrnoStatus(errno, absl::StrCat("renaming ", PathOf(temp)));
+      RemoveQuietly(temp);
+      return Annotate(error, absl::StrCat("removing uid ", uid, "'s registration of model ", id));
+    }
+    if (auto charged = charged_uids_.find(model->id_);
+        charged != charged_uids_.end() && charged->second.erase(uid) > 0) {
+      uid_holds_.Remove(uid, BlockRefs(model->blocks_));
+    }
+  }
+  model->registrants_.Replace(std::move(without));
+  return absl::OkStatus();
+}
+
 }  // namespace blockswap::daemon

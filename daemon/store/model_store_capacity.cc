@@ -5,25 +5,62 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/budget/master_limits.h"
+#include "daemon/runtime/logging.h"
 #include "daemon/store/model_store.h"
 #include "daemon/store/model_store_internal.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
 
-absl::Status ModelStore::CheckBudget(uint64_t bytes) const {
+namespace {
+
+// The clause a refusal adds when evicting would free some of what it counts.
+// What eviction could free moves with other users' models: withheld with the
+// node's totals.
+std::string EvictableClause(uint64_t evictable, absl::string_view what,
+                            absl::string_view totals_withheld) {
+  if (evictable == 0 || !totals_withheld.empty()) return "";
+  return absl::StrCat("; evicting every model no session holds would free only ", evictable, " ",
+                      what);
+}
+
+}  // namespace
+
+absl::string_view EvictionReasonName(EvictionReason reason) {
+  switch (reason) {
+    case EvictionReason::kOperator:
+      return "operator";
+    case EvictionReason::kMaxPinnedBytes:
+      return "max_pinned_bytes";
+    case EvictionReason::kMaxMemoryBytes:
+      return "max_memory_bytes";
+    case EvictionReason::kMaxMasterBlocks:
+      return "max_master_blocks";
+    case EvictionReason::kTmpfs:
+      return "tmpfs";
+  }
+  return "unknown";
+}
+
+absl::Status ModelStore::CheckBudget(uint64_t bytes, uint64_t evictable) const {
   // Otherwise what max_pinned_bytes cannot take is staged (Pin).
   if (options_.pinning != PinningPolicy::kAlways) return absl::OkStatus();
   // Registrations in progress count: their reservations are promises.
-  uint64_t committed = block_bytes_ + reserved_bytes_;
-  uint64_t limit = options_.max_pinned_bytes;
-  if (limit != 0 && (bytes > limit || committed > limit - bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model of ", bytes, " bytes would exceed --max-pinned-bytes=", limit, " (",
-                     committed, " already pinned)"));
+  const uint64_t committed = block_bytes_ + reserved_bytes_;
+  const uint64_t kept = committed - std::min(committed, evictable);
+  const uint64_t limit = options_.max_pinned_bytes;
+  if (limit != 0 && (bytes > limit || kept > limit - bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model of ", bytes, " bytes would exceed --max-pinned-bytes=", limit, " (",
+        options_.totals_withheld.empty()
+            ? absl::StrCat(committed, " already pinned")
+            : absl::StrCat("what is pinned already is not shown under ", options_.totals_withheld),
+        ")", EvictableClause(std::min(committed, evictable), "bytes", options_.totals_withheld)));
   }
   return absl::OkStatus();
 }
@@ -36,51 +73,97 @@ absl::StatusOr<Reservation> ModelStore::ChargeMemory(uint64_t bytes, absl::strin
                    kBlockOverheadBytes, " of descriptor, mapping and inode)"));
 }
 
-absl::Status ModelStore::CheckFreeSpace(uint64_t bytes) const {
+absl::Status ModelStore::CheckFreeSpace(uint64_t bytes, uint64_t evictable) const {
   struct statvfs fs {};
   if (::fstatvfs(directory_fd_->get(), &fs) != 0) {
     return ErrnoStatus(errno, absl::StrCat("statvfs of ", options_.directory));
   }
   uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-  if (free_bytes < bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("model of ", bytes,
-                                                     " bytes does not fit: ", options_.directory,
-                                                     " has ", free_bytes, " bytes free"));
+  if (free_bytes + evictable < bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model of ", bytes, " bytes does not fit: ", options_.directory, " has ", free_bytes,
+        " bytes free", EvictableClause(evictable, "more", options_.totals_withheld)));
   }
   return absl::OkStatus();
 }
 
-absl::Status ModelStore::CheckCapacity(uint64_t bytes, uint64_t blocks) {
+absl::Status ModelStore::CheckCapacity(uid_t uid, uint64_t bytes, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
-  return MakeRoomLocked(bytes, blocks);
+  return CheckDeclaredLocked(uid, bytes, blocks);
 }
 
-absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks) const {
+absl::Status ModelStore::CheckDeclaredLocked(uid_t uid, uint64_t bytes, uint64_t blocks) const {
+  // The uid's own limits first: the same answer whatever others hold.
+  BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.CheckDeclared(uid, blocks, bytes, options_.uid_limits));
+  EvictionReason short_of = EvictionReason::kTmpfs;
+  return FitsLocked(bytes, blocks, EvictableLocked(), &short_of);
+}
+
+absl::Status ModelStore::MakeRoom(uid_t uid, uint64_t bytes, uint64_t blocks) {
+  absl::MutexLock lock(&mu_);
+  BLOCKSWAP_RETURN_IF_ERROR(CheckDeclaredLocked(uid, bytes, blocks));
+  return MakeRoomLocked(bytes, blocks, uid);
+}
+
+ModelStore::Evictable ModelStore::EvictableLocked() const {
+  // A block stays if a model in use names it or a registration claims it.
+  std::set<const BlockMaster*> kept;
+  for (const auto& [id, model] : models_) {
+    if (References(model) == 0) continue;
+    for (const auto& block : model->blocks_) kept.insert(block.get());
+  }
+  Evictable evictable;
+  for (const auto& [id, held] : blocks_) {
+    if (held.claims != 0 || held.models == 0 || kept.contains(held.master.get())) continue;
+    evictable.bytes += held.master->file_bytes();
+    ++evictable.blocks;
+  }
+  return evictable;
+}
+
+absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks, uint64_t evictable) const {
   const uint64_t limit = options_.max_blocks;
   const uint64_t held = blocks_.size() + reserved_blocks_;
-  if (limit == 0 || held + blocks <= limit) return absl::OkStatus();
+  if (limit == 0 || held - std::min(held, evictable) + blocks <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (", held,
-      " held or being written; each block is one of blockswapd's mappings, bounded by "
-      "vm.max_map_count)"));
+      "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (",
+      options_.totals_withheld.empty()
+          ? absl::StrCat(held, " held or being written")
+          : absl::StrCat("the blocks held are not shown under ", options_.totals_withheld),
+      "; each block is one of blockswapd's mappings, bounded by vm.max_map_count)",
+      EvictableClause(std::min(held, evictable), "blocks", options_.totals_withheld)));
 }
 
-absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks) {
+absl::Status ModelStore::FitsLocked(uint64_t bytes, uint64_t blocks, const Evictable& evictable,
+                                    EvictionReason* short_of) const {
+  *short_of = EvictionReason::kMaxPinnedBytes;
+  BLOCKSWAP_RETURN_IF_ERROR(CheckBudget(bytes, evictable.bytes));
+  if (options_.memory_budget != nullptr) {
+    *short_of = EvictionReason::kMaxMemoryBytes;
+    const uint64_t charged = bytes + blocks * kBlockOverheadBytes;
+    const uint64_t freed = evictable.bytes + evictable.blocks * kBlockOverheadBytes;
+    absl::Status fits = options_.memory_budget->CheckFits(
+        charged - std::min(charged, freed),
+        absl::StrCat("a model of ", bytes, " bytes in ", blocks, " blocks (", charged,
+                     " with their overhead)"));
+    if (!fits.ok()) {
+      return absl::Status(
+          fits.code(),
+          absl::StrCat(fits.message(), EvictableClause(freed, "bytes", options_.totals_withheld)));
+    }
+  }
+  *short_of = EvictionReason::kMaxMasterBlocks;
+  BLOCKSWAP_RETURN_IF_ERROR(CheckBlockCountLocked(blocks, evictable.blocks));
+  *short_of = EvictionReason::kTmpfs;
+  return CheckFreeSpace(bytes, evictable.bytes);
+}
+
+absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t uid) {
   while (true) {
-    bool short_of_blocks = false;
-    absl::Status fits = CheckBudget(bytes);
-    if (fits.ok() && options_.memory_budget != nullptr) {
-      const uint64_t charged = bytes + blocks * kBlockOverheadBytes;
-      fits = options_.memory_budget->CheckFits(
-          charged, absl::StrCat("a model of ", bytes, " bytes in ", blocks, " blocks (", charged,
-                                " with their overhead)"));
-    }
-    if (fits.ok()) {
-      fits = CheckBlockCountLocked(blocks);
-      short_of_blocks = !fits.ok();
-    }
-    if (fits.ok()) fits = CheckFreeSpace(bytes);
+    EvictionReason short_of = EvictionReason::kTmpfs;
+    absl::Status fits = FitsLocked(bytes, blocks, Evictable{}, &short_of);
     if (fits.ok()) return fits;
+    const bool short_of_blocks = short_of == EvictionReason::kMaxMasterBlocks;
     // The unreferenced model of the uid that holds the most of what is
     // short, least recently used first among equals.
     const std::string* victim = nullptr;
@@ -90,9 +173,9 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks) {
       if (References(model) != 0) continue;
       uint64_t weight = 0;
       if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
-        for (uid_t uid : charged->second) {
-          weight =
-              std::max(weight, short_of_blocks ? uid_holds_.blocks(uid) : uid_holds_.bytes(uid));
+        for (uid_t owner : charged->second) {
+          weight = std::max(weight,
+                            short_of_blocks ? uid_holds_.blocks(owner) : uid_holds_.bytes(owner));
         }
       }
       auto use = last_use_.find(id);
@@ -103,30 +186,42 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks) {
     }
     if (victim == nullptr) return fits;
     std::string id = *victim;
-    EvictLocked(id);
+    EvictLocked(id, short_of,
+                absl::StrCat("room for a model of ", bytes, " bytes in ", blocks,
+                             " new blocks registered by uid ", uid));
   }
 }
 
-void ModelStore::EvictLocked(const std::string& id) {
+void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl::string_view why) {
   auto it = models_.find(id);
   if (it == models_.end()) return;
+  std::string owners;
   // The manifest first: without it a restarted daemon adopts nothing.
   RemoveQuietly(absl::StrCat(id, kManifestSuffix));
   if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
     const std::vector<BlockRef> refs = BlockRefs(it->second->blocks_);
-    for (uid_t uid : charged->second) uid_holds_.Remove(uid, refs);
+    for (uid_t uid : charged->second) {
+      uid_holds_.Remove(uid, refs);
+      absl::StrAppend(&owners, owners.empty() ? "" : ",", uid);
+    }
     charged_uids_.erase(charged);
   }
+  Log(LogLevel::kInfo,
+      absl::StrCat("evicted model ", id.substr(0, 16), " '", it->second->name(), "' (",
+                   it->second->masters_bytes(), " bytes in ", it->second->block_count(),
+                   " blocks) of uid ", owners.empty() ? "none" : owners,
+                   ": reason=", EvictionReasonName(reason), " (", why, ")"));
   // A block goes only with the last model that names it.
   for (const auto& block : DistinctBlocks(it->second->blocks_)) {
     ReleaseBlockLocked(block->id(), &HeldBlock::models);
   }
   ++stats_.evicted;
+  ++stats_.evicted_by[static_cast<int>(reason)];
   last_use_.erase(id);
   models_.erase(it);  // unpins and unmaps what no other model holds
 }
 
-absl::Status ModelStore::Evict(absl::string_view id) {
+absl::Status ModelStore::Evict(absl::string_view id, absl::string_view why) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(id);
   if (it == models_.end()) return NoSuchModelError(id);
@@ -136,7 +231,7 @@ absl::Status ModelStore::Evict(absl::string_view id) {
                      " time(s) (open in sessions or loads in flight); it can be evicted once "
                      "no session holds it"));
   }
-  EvictLocked(it->first);
+  EvictLocked(it->first, EvictionReason::kOperator, why);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "daemon/store/block_master.h"
+#include "daemon/store/registrants.h"
 #include "daemon/store/uid_holds.h"
 #include "shared/protocol/model_layout.h"
 
@@ -40,6 +41,13 @@ inline std::string BlockFileName(absl::string_view block_id) {
 // What every new model must satisfy, whichever way it comes in (Register,
 // BeginDraft).
 absl::Status ValidateNewModel(const ModelLayout& layout, absl::string_view name);
+
+// `registrant` with `name`, the name its registration gave the model, unless
+// it carries one already.
+inline Registrant Named(Registrant registrant, absl::string_view name) {
+  if (registrant.name.empty()) registrant.name = std::string(name);
+  return registrant;
+}
 
 using BlockMasters = std::vector<std::shared_ptr<const BlockMaster>>;
 

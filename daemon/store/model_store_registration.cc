@@ -83,7 +83,7 @@ absl::Status ModelStore::ReserveClaimedLocked(
     PendingRegistration& pending, absl::string_view name,
     std::map<std::string, Reservation, std::less<>>& memory) {
   const BlockClaim& claim = pending.claim;
-  absl::Status room = MakeRoomLocked(claim.missing_bytes, claim.claimed.size());
+  absl::Status room = MakeRoomLocked(claim.missing_bytes, claim.claimed.size(), pending.uid);
   for (size_t i = 0; room.ok() && i < claim.claimed.size(); ++i) {
     absl::StatusOr<Reservation> charge =
         ChargeMemory(BlockFileBytes(pending.bytes[claim.claimed_positions[i]]), name);
@@ -215,6 +215,13 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
                                                    staging.total_bytes));
   }
   auto staged = [&](size_t b) { return content + staging.offsets[staged_at[b]]; };
+  // Before hashing: what can only be refused costs no hashing (the known
+  // blocks are not counted: they need no reading, and the exact check after
+  // hashing counts them).
+  uint64_t declared_bytes = 0;
+  for (const BlockSpec& block : uploaded.blocks) declared_bytes += BlockFileBytes(block.bytes);
+  BLOCKSWAP_RETURN_IF_ERROR(
+      CheckCapacity(registrant.uid, declared_bytes, uploaded.blocks.size()));
 
   std::vector<Sha256Digest> hashes(count);
   BLOCKSWAP_RETURN_IF_ERROR(ParallelFor(count, [&](size_t b) {
@@ -236,7 +243,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   auto model = std::unique_ptr<Model>(new Model());
   model->name_ = std::string(name);
   model->source_ = registrant.source;
-  model->registrants_.Replace({registrant});
+  model->registrants_.Replace({Named(registrant, name)});
   model->layout_ = layout;
   model->block_hashes_ = std::move(hashes);
   PendingRegistration pending = PendingFor(*model);

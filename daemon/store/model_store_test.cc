@@ -200,8 +200,8 @@ TEST_F(ModelStoreTest, SameContentTwiceIsOneModel) {
 }
 
 TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARestart) {
-  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors"};
-  const Registrant nobody{65534, 65534, "upload"};
+  const Registrant alice{1000, 1000, "file /home/alice/m.safetensors", "m"};
+  const Registrant nobody{65534, 65534, "upload", "m"};
   TestModel content = MakeModel(2);
   std::string id;
   {
@@ -228,6 +228,49 @@ TEST_F(ModelStoreTest, EveryRegistrantOfTheSameContentIsRecordedAndSurvivesARest
   ASSERT_NE(adopted, nullptr);
   EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{alice, nobody}));
   EXPECT_EQ(adopted->source(), alice.source);
+}
+
+// Two uids register the same content under their own names: each
+// registration keeps its name (across a restart), and evicting one uid's
+// registration leaves the model, its blocks and the other's registration;
+// the last one's eviction evicts the model.
+TEST_F(ModelStoreTest, EachRegistrationKeepsItsNameAndEvictingOneLeavesTheOthers) {
+  TestModel content = MakeModel(4);
+  std::string id;
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    auto roots = store->Register("roots", content.layout, content.content.data(),
+                                 content.content.size(), Registrant{.uid = 0, .gid = 0});
+    auto mine = store->Register("mine", content.layout, content.content.data(),
+                                content.content.size(), Registrant{.uid = 65534, .gid = 65534});
+    ASSERT_TRUE(roots.ok() && mine.ok()) << roots.status() << mine.status();
+    id = roots->model->id();
+    EXPECT_EQ(
+        roots->model->registrants().List(),
+        (std::vector<Registrant>{{0, 0, "upload", "roots"}, {65534, 65534, "upload", "mine"}}));
+    ASSERT_EQ(store->uid_blocks(65534), 3u);
+    roots->model.reset();
+    mine->model.reset();
+
+    ASSERT_TRUE(store->EvictRegistration(id, 65534, "a test").ok());
+    std::shared_ptr<const Model> kept = store->Find(id);
+    ASSERT_NE(kept, nullptr) << "another uid's registration evicted the model";
+    EXPECT_EQ(kept->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+    EXPECT_EQ(store->uid_blocks(65534), 0u) << "the evicted registration still charges its uid";
+    EXPECT_EQ(store->block_count(), 3u);
+    EXPECT_EQ(store->EvictRegistration(id, 65534, "a test").code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(Entries(directory_).size(), 5u) << "a rewrite left a temporary file";
+  }
+  auto reopened = OpenStore();
+  ASSERT_NE(reopened, nullptr);
+  std::shared_ptr<const Model> adopted = reopened->Find(id);
+  ASSERT_NE(adopted, nullptr);
+  EXPECT_EQ(adopted->registrants().List(), (std::vector<Registrant>{{0, 0, "upload", "roots"}}));
+  adopted.reset();
+  ASSERT_TRUE(reopened->EvictRegistration(id, 0, "a test").ok());
+  EXPECT_EQ(reopened->Find(id), nullptr) << "its last registration's eviction left the model";
 }
 
 TEST_F(ModelStoreTest, OneUserAddsAtMostFourSourcesToAModel) {
@@ -344,7 +387,7 @@ TEST_F(ModelStoreTest, UnderAutoTheBlocksOverThePinnedBudgetAreStagedNotRefused)
   EXPECT_EQ((*store)->masters_bytes(), 4u * 4096);
   EXPECT_EQ((*store)->staged_blocks().blocks, 1u);
   EXPECT_EQ((*store)->staged_blocks().bytes, 4096u);
-  EXPECT_TRUE((*store)->CheckCapacity(1 << 20, 1).ok()) << "the pin budget refuses nothing";
+  EXPECT_TRUE((*store)->CheckCapacity(1000, 1 << 20, 1).ok()) << "the pin budget refuses nothing";
 }
 
 // A device that refuses to pin (the host backend's pin limit standing in for
@@ -379,15 +422,15 @@ TEST_F(ModelStoreTest, ABlockTheDeviceRefusesIsStagedUnderAutoAndRefusedUnderAlw
 TEST_F(ModelStoreTest, CheckCapacityAnswersBeforeAnUpload) {
   auto store = OpenStore(/*max_pinned_bytes=*/8192);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->CheckCapacity(8192, 2).ok());
-  absl::Status refused = store->CheckCapacity(8193, 3);
+  EXPECT_TRUE(store->CheckCapacity(1000, 8192, 2).ok());
+  absl::Status refused = store->CheckCapacity(1000, 8193, 3);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.message().find("would exceed --max-pinned-bytes=8192 (0 already pinned)"),
             absl::string_view::npos)
       << refused;
   auto unlimited = OpenStoreAt(directory_ + "-unlimited");
   ASSERT_NE(unlimited, nullptr);
-  absl::Status too_big = unlimited->CheckCapacity(uint64_t{1} << 60, 1);
+  absl::Status too_big = unlimited->CheckCapacity(1000, uint64_t{1} << 60, 1);
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(too_big.message().find("bytes free"), absl::string_view::npos) << too_big;
   unlimited.reset();
@@ -730,11 +773,18 @@ TEST_F(ModelStoreTest, PinsOnTheGivenDevice) {
   EXPECT_EQ(store->stats().adopted, 1u);
 }
 
-
 // What one uid's models may hold.
 absl::StatusOr<RegisterResult> RegisterAs(ModelStore& store, const TestModel& model, uid_t uid) {
   return store.Register("uid model", model.layout, model.content.data(), model.content.size(),
                         Registrant{.uid = uid, .gid = uid});
+}
+
+// A model of `blocks` blocks registered by `uid` that nobody holds any more
+// (evictable); its id, or "" when it was refused.
+std::string RegisterIdle(ModelStore& store, uint8_t seed, size_t blocks, uid_t uid) {
+  auto registered = RegisterAs(store, MakeModel(seed, blocks), uid);
+  EXPECT_TRUE(registered.ok()) << registered.status();
+  return registered.ok() ? registered->model->id() : "";
 }
 
 int OpenDescriptors() {
@@ -751,9 +801,13 @@ TEST_F(ModelStoreTest, AUidOverItsBlockLimitIsRefusedNamingTheLimitItsUseAndTheK
   ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
   auto refused = RegisterAs(**store, MakeModel(2, 3), 1000);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 6 blocks of masters (3 held + 3 of this model), over "
-                        "max_master_blocks_per_uid = 4")) << refused.status().message();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "raise max_master_blocks_per_uid")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "uid 1000 would hold 6 blocks of masters (3 held + 3 of this model), over "
+                        "max_master_blocks_per_uid = 4"))
+      << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "raise max_master_blocks_per_uid"))
+      << refused.status().message();
   EXPECT_EQ((*store)->block_count(), 3u) << "nothing of the refused model stays";
   EXPECT_TRUE(RegisterAs(**store, MakeModel(2, 3), 1001).ok()) << "another uid has its own limit";
 }
@@ -766,8 +820,11 @@ TEST_F(ModelStoreTest, AUidOverItsByteLimitIsRefusedNamingTheKey) {
   ASSERT_TRUE(RegisterAs(**store, MakeModel(1, 3), 1000).ok());
   auto refused = RegisterAs(**store, MakeModel(2, 1), 1000);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "uid 1000 would hold 16384 bytes of masters (12288 held + 4096 of this "
-                        "model), over max_master_bytes_per_uid = 12288")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "uid 1000 would hold 16384 bytes of masters (12288 held + 4096 of this "
+                        "model), over max_master_bytes_per_uid = 12288"))
+      << refused.status().message();
 }
 
 // A block counts in full for every uid whose models name it, and a uid over
@@ -817,8 +874,11 @@ TEST_F(ModelStoreTest, TheNodesBlockLimitRefusesNamingTheKeyAndTheMappings) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   auto refused = RegisterAs(**store, MakeModel(2, 2), 1001);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "would exceed max_master_blocks = 4 (3 held")) << refused.status().message();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "vm.max_map_count")) << refused.status().message();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "would exceed max_master_blocks = 4 (3 held"))
+      << refused.status().message();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "vm.max_map_count"))
+      << refused.status().message();
 }
 
 // Room for a new model is made from the unused models of the uid holding
@@ -840,6 +900,67 @@ TEST_F(ModelStoreTest, UnderPressureTheUnusedModelsOfTheHeaviestUidGoFirst) {
   EXPECT_NE((*store)->Find(modest_id), nullptr) << "the modest uid's model was evicted";
   EXPECT_EQ((*store)->Find(flood_a_id), nullptr);
   EXPECT_EQ((*store)->uid_blocks(2000), 2u);
+}
+
+// Checks before work: a registration that evicting every unused model would
+// not make room for is refused with nothing evicted, as one over its uid's
+// own limit is, whether it is an upload (Register) or a file's draft
+// (BeginDraft, which reserves room before the file is read).
+TEST_F(ModelStoreTest, AModelThatCouldNeverFitEvictsNothing) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string idle_id = RegisterIdle(**store, 1, 3, 1000);
+
+  auto refused = RegisterAs(**store, MakeModel(2, 5), 2000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "evicting every model no session holds would free only 3 blocks"))
+      << refused.status().message();
+  auto draft = (*store)->BeginDraft(MakeModel(3, 5).layout, "draft", Registrant{.uid = 2000});
+  EXPECT_EQ(draft.status().code(), absl::StatusCode::kResourceExhausted) << draft.status();
+  EXPECT_NE((*store)->Find(idle_id), nullptr) << "an unused model was evicted for nothing";
+  EXPECT_EQ((*store)->stats().evicted, 0u);
+}
+
+TEST_F(ModelStoreTest, ADraftOverItsUidsLimitEvictsNothing) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 3;
+  options.uid_limits.max_blocks = 2;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string idle_id = RegisterIdle(**store, 1, 2, 1000);
+
+  // 3 blocks fit the node once the idle model goes, never uid 2000's limit.
+  auto draft = (*store)->BeginDraft(MakeModel(2, 3).layout, "draft", Registrant{.uid = 2000});
+  ASSERT_EQ(draft.status().code(), absl::StatusCode::kResourceExhausted) << draft.status();
+  EXPECT_TRUE(absl::StrContains(draft.status().message(), "max_master_blocks_per_uid = 2"))
+      << draft.status().message();
+  EXPECT_NE((*store)->Find(idle_id), nullptr) << "an unused model was evicted for nothing";
+  EXPECT_EQ((*store)->stats().evicted, 0u);
+  // Within the limit, room is made: the idle model goes, counted by the
+  // limit that was short.
+  draft = (*store)->BeginDraft(MakeModel(2, 2).layout, "draft", Registrant{.uid = 2000});
+  EXPECT_TRUE(draft.ok()) << draft.status();
+  EXPECT_EQ((*store)->Find(idle_id), nullptr);
+  EXPECT_EQ((*store)->stats().evicted_by[static_cast<int>(EvictionReason::kMaxMasterBlocks)], 1u);
+}
+
+TEST_F(ModelStoreTest, EvictionsAreCountedByReason) {
+  ModelStoreOptions options = Options();
+  options.max_blocks = 4;
+  auto store = ModelStore::Open(options, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string first_id = RegisterIdle(**store, 1, 2, 1000);
+  RegisterIdle(**store, 2, 2, 1000);
+  ASSERT_TRUE((*store)->Evict(first_id).ok());
+  ASSERT_TRUE(RegisterAs(**store, MakeModel(3, 4), 1001).ok());  // the second goes for room
+  const ModelStoreStats stats = (*store)->stats();
+  EXPECT_EQ(stats.evicted, 2u);
+  EXPECT_EQ(stats.evicted_by[static_cast<int>(EvictionReason::kOperator)], 1u);
+  EXPECT_EQ(stats.evicted_by[static_cast<int>(EvictionReason::kMaxMasterBlocks)], 1u);
+  EXPECT_EQ(EvictionReasonName(EvictionReason::kMaxMasterBlocks), "max_master_blocks");
 }
 
 // Sealed masters keep no descriptor (OpenReadOnly opens the file by name),

@@ -22,6 +22,15 @@ std::vector<Registrant> Registrants::With(const Registrant& registrant) const {
   return with;
 }
 
+std::vector<Registrant> Registrants::Without(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Registrant> without;
+  for (const Registrant& r : list_) {
+    if (r.uid != uid) without.push_back(r);
+  }
+  return without;
+}
+
 void Registrants::Replace(std::vector<Registrant> list) {
   absl::MutexLock lock(&mu_);
   list_ = std::move(list);

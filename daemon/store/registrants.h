@@ -22,13 +22,18 @@
 namespace blockswap::daemon {
 
 // One registration: the registering process's uid and effective gid as
-// SO_PEERCRED reported them, and its source: "upload", or "file <path>[,
-// <path>...]" (the daemon's view of the descriptors the client sent).
+// SO_PEERCRED reported them, its source: "upload", or "file <path>[,
+// <path>...]" (the daemon's view of the descriptors the client sent), and
+// the name it gave the model (empty: not recorded; a manifest written before
+// names were kept per registration has the first registration's only). A
+// name is kept per registration because, under registrant-group, a
+// registrant is shown the model under its own name, never another user's.
 // The default is root's upload (tests and tools that register on their own).
 struct Registrant {
   uid_t uid = 0;
   gid_t gid = 0;
   std::string source = "upload";
+  std::string name = {};
 
   bool operator==(const Registrant&) const = default;
 };
@@ -51,6 +56,8 @@ class Registrants {
   // (recorded already, or its uid and gid have kMaxSourcesPerRegistrant
   // sources already).
   std::vector<Registrant> With(const Registrant& registrant) const;
+  // The list without `uid`'s registrations.
+  std::vector<Registrant> Without(uid_t uid) const;
   void Replace(std::vector<Registrant> list);
 
  private:

@@ -29,8 +29,13 @@ absl::Status UidHolds::Check(uid_t uid, const std::vector<BlockRef>& blocks,
     ++new_blocks;
     new_bytes += block.file_bytes;
   }
-  const uint64_t held_blocks = hold == nullptr ? 0 : hold->models_naming.size();
-  const uint64_t held_bytes = hold == nullptr ? 0 : hold->bytes;
+  return CheckDeclared(uid, new_blocks, new_bytes, limits);
+}
+
+absl::Status UidHolds::CheckDeclared(uid_t uid, uint64_t new_blocks, uint64_t new_bytes,
+                                     const UidMasterLimits& limits) const {
+  const uint64_t held_blocks = blocks(uid);
+  const uint64_t held_bytes = bytes(uid);
   if (limits.max_blocks != 0 && held_blocks + new_blocks > limits.max_blocks) {
     return Refusal(uid, "blocks", held_blocks, new_blocks, "max_master_blocks_per_uid",
                    limits.max_blocks);

@@ -42,6 +42,12 @@ class UidHolds {
   // and value, what it holds and what the model adds otherwise.
   absl::Status Check(uid_t uid, const std::vector<BlockRef>& blocks,
                      const UidMasterLimits& limits) const;
+  // Check's answer from a registration's declared sizes, before its blocks'
+  // ids are known (nothing read or hashed yet): pessimistic, as if `uid` held
+  // none of the `blocks` blocks of `bytes`, so a registration that its uid's
+  // limits can only refuse costs no reading. Worded as Check.
+  absl::Status CheckDeclared(uid_t uid, uint64_t blocks, uint64_t bytes,
+                             const UidMasterLimits& limits) const;
   // Counts one more model of `uid` naming each of `blocks` (distinct ids).
   void Add(uid_t uid, const std::vector<BlockRef>& blocks);
   // Undoes one Add of the same blocks.

@@ -50,7 +50,11 @@ class BudgetTest : public DaemonClientTest {
 // of 100 MiB each, under a budget of 256 MiB: each hog is refused naming
 // max_memory_bytes (and the use that holds it).
 TEST_F(BudgetTest, EveryMemoryHogIsRefusedByTheNodesBudget) {
-  StartDaemon({.extra_args = {absl::StrCat("--max-memory-bytes=", 256 * kMiB)}});
+  // No per-uid limits: they are checked first (docs/store.md, "Checks
+  // before work") and would refuse the 16 GiB upload and the 1 GiB rings
+  // before the node's budget does.
+  StartDaemon({.extra_args = {absl::StrCat("--max-memory-bytes=", 256 * kMiB),
+                              "--max-master-bytes-per-uid=0", "--max-device-bytes-per-uid=0"}});
   const std::string budget = absl::StrCat("over max_memory_bytes = ", 256 * kMiB);
   ExpectHogsRefusedBesideAStreamer({
       {"--case=rings", "--attempts=64", absl::StrCat("--slot-bytes=", 1024 * kMiB),
@@ -188,7 +192,11 @@ TEST_F(BudgetTest, InAMemoryCgroupTheDefaultBudgetKeepsTheDaemonAlive) {
   auto cgroup = MemoryCgroup::Create(kLimit);
   if (!cgroup.ok()) GTEST_SKIP() << "no writable memory cgroup: " << cgroup.status().message();
   const std::string log = dirs_->temp_dir() + "/daemon.log";
-  StartDaemon({.output_path = log, .cgroup_procs = (*cgroup)->procs()});
+  // No per-uid share of the ring memory, which would refuse the hog at half
+  // the budget: this is about the budget.
+  StartDaemon({.extra_args = {"--max-device-bytes-per-uid=0"},
+               .output_path = log,
+               .cgroup_procs = (*cgroup)->procs()});
   ExpectHogsRefusedBesideAStreamer({
       {"--case=rings", "--attempts=64", absl::StrCat("--slot-bytes=", 64 * kMiB),
        absl::StrCat("--expect=over max_memory_bytes = ", kLimit / 4 * 3)},

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -30,12 +31,15 @@
 #include "client/core/connection.h"
 #include "client/core/file_model.h"
 #include "client/core/model.h"
+#include "client/core/ring.h"
 #include "shared/protocol/grpc_status.h"
+#include "shared/protocol/model_layout.h"
 #include "shared/protocol/ring_wire.h"
 #include "tests/integration/client_roles.h"
 #include "tests/integration/test_model.h"
 #include "tests/support/child_process.h"
 #include "tests/support/key_value_args.h"
+#include "tests/support/role_report.h"
 
 namespace blockswap::testing {
 namespace {
@@ -429,6 +433,70 @@ int RegisterSpecialFiles(client::Connection& c) {
   return kClientOk;
 }
 
+// A client that dies in the middle of everything it can hold at once, as a
+// trainer killed by the OOM killer would: a model open, a ring with a load
+// done in a session it then replaced with a new one, an upload begun and
+// half written, a file offered and registered (garbage: refused) with a
+// second offer of it never named, the file itself deleted. It reports
+// "vanishing", then SIGKILLs itself: the daemon must release all of it
+// (NothingIsKeptForAClientThatIsGone).
+int VanishMidSession(client::Connection& c, const RoleReport& report) {
+  const std::vector<std::vector<uint8_t>> data = ModelTensorData(47, 2, 2 * kPage);
+  auto model = client::Model::Register(c, "vanishing", ModelUploads(data, 2));
+  if (!model.ok()) return Fail("registering: " + model.status().ToString());
+  uint64_t slot_bytes = 0;
+  for (const BlockSpec& block : (*model)->layout().blocks) {
+    slot_bytes = std::max(slot_bytes, block.bytes);
+  }
+  auto ring = client::Ring::Create(c, c.device_uuids().front(), 2, slot_bytes);
+  if (!ring.ok()) return Fail("CreateRing: " + ring.status().ToString());
+  auto stream = (*ring)->device().CreateStream();
+  if (!stream.ok()) return Fail(stream.status().ToString());
+  if (absl::Status s = (*ring)->Load(0, **model, 0, **stream); !s.ok()) return Fail(s.ToString());
+  if (absl::Status s = (*ring)->Wait(0, **stream, absl::Seconds(10)); !s.ok()) {
+    return Fail(s.ToString());
+  }
+  // A new session in place of the first, as after a lost connection: the
+  // daemon ends the first as replaced and holds its ring while this process
+  // may still map it.
+  if (absl::Status s = c.Reconnect(absl::Seconds(10)); !s.ok()) return Fail(s.ToString());
+  if (auto reopened = client::Model::Open(c, (*model)->id()); !reopened.ok()) {
+    return Fail("reopening the model: " + reopened.status().ToString());
+  }
+
+  v1::BeginUploadRequest begin;
+  begin.set_session_token(c.token());
+  begin.set_name("abandoned");
+  *begin.mutable_layout() = LayoutToProto((*model)->layout());
+  v1::BeginUploadReply upload;
+  grpc::ClientContext context;
+  if (grpc::Status s = c.stub().BeginUpload(&context, begin, &upload); !s.ok()) {
+    return Fail("BeginUpload: " + s.error_message());
+  }
+  auto staging = c.ReceiveFds(upload.staging().batch());
+  if (!staging.ok()) return Fail(staging.status().ToString());
+  const UniqueFd& area = (*staging)[upload.staging().index()];
+  const std::string half(upload.staging_bytes() / 2, 'x');
+  if (::pwrite(area.get(), half.data(), half.size(), 0) != static_cast<ssize_t>(half.size())) {
+    return Fail("writing half of the staging area failed");
+  }
+
+  char path[] = "/tmp/blockswap-vanishing.XXXXXX";
+  UniqueFd file(::mkstemp(path));
+  if (!file.valid() || ::write(file.get(), "not safetensors", 15) != 15) {
+    return Fail("cannot make the file to offer");
+  }
+  ::unlink(path);
+  absl::StatusOr<uint64_t> named = c.OfferFile(file);
+  absl::StatusOr<uint64_t> parked = c.OfferFile(file);
+  if (!named.ok() || !parked.ok()) return Fail("offering the file failed");
+  if (RawRegisterFile(c, *named).ok()) return Fail("a file of garbage registered");
+
+  report.Add("vanishing", "1");
+  ::raise(SIGKILL);
+  return kClientFailed;  // not reached
+}
+
 int RunHostile(const std::vector<std::string>& argv) {
   const KeyValueArgs args(argv);
   const std::string name = args.Str("case");
@@ -441,6 +509,7 @@ int RunHostile(const std::vector<std::string>& argv) {
   if (name == "bad-and-huge-reports") return BadAndHugeReports(c, args.Str("socket"));
   if (name == "unparsable-bodies") return UnparsableBodies(args.Str("socket"));
   if (name == "register-special-files") return RegisterSpecialFiles(c);
+  if (name == "vanish-mid-session") return VanishMidSession(c, RoleReport(args.Str("report")));
   std::cerr << "hostile: unknown case '" << name << "'\n";
   return kClientSetupFailed;
 }

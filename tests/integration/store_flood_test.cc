@@ -3,7 +3,6 @@
 // daemon limited to 4096 descriptors as a unit's LimitNOFILE= would; then
 // another user's new model registers and streams byte-exact, and a model it
 // registered before the flood opens and streams.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -13,21 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/integration/daemon_client_fixture.h"
+#include "tests/support/open_descriptors.h"
 
 namespace blockswap::testing {
 namespace {
 
 constexpr int kResourceExhausted = 8;  // grpc::StatusCode::RESOURCE_EXHAUSTED
 constexpr uint64_t kDaemonMaxOpenFiles = 4096;
-
-int OpenDescriptors(pid_t pid) {
-  DIR* dir = ::opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
-  if (dir == nullptr) return -1;
-  int count = 0;
-  while (const dirent* entry = ::readdir(dir)) count += entry->d_name[0] != '.';
-  ::closedir(dir);
-  return count;
-}
 
 class StoreFloodTest : public DaemonClientTest {
  protected:
@@ -39,7 +30,7 @@ class StoreFloodTest : public DaemonClientTest {
                        .max_open_files = kDaemonMaxOpenFiles},
                       roles);
   }
-  int DaemonDescriptors() { return OpenDescriptors(daemon_->pid()); }
+  int DaemonDescriptors() { return static_cast<int>(OpenDescriptors(daemon_->pid()).size()); }
 };
 
 TEST_F(StoreFloodTest, AUidFloodingTinyBlocksIsRefusedAndOtherUsersKeepRegisteringAndOpening) {

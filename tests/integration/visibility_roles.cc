@@ -4,8 +4,10 @@
 // test model of that seed, as the stream role uploads it; --file=PATH with
 // --block-pattern: a safetensors file), then probes the model --probe=ID
 // (OpenModel, Admin.VerifyModel, Admin.EvictModel, each beside the same call
-// for an id nobody registered) and reports what Admin.Models,
-// Admin.Residency, Admin.Trace and Admin.Status show it. It only observes: the test
+// for an id nobody registered; --no-open=1: no OpenModel, so that its session
+// holds nothing it did not register) and reports what Admin.Models,
+// Admin.Clients, Admin.Stats, Admin.Residency, Admin.Trace and Admin.Status
+// show it. It only observes: the test
 // decides what should have been seen. Exit 0 once everything is reported.
 #include <iostream>
 #include <memory>
@@ -53,6 +55,33 @@ void ReportAdminViews(v1::Admin::Stub& admin, const RoleReport& report) {
       report.Add("listed", model.model_id());
       report.Add("source_" + model.model_id(), model.source());
       report.Add("shared_" + model.model_id(), absl::StrCat(model.shared_bytes()));
+      report.Add("name_" + model.model_id(), model.name());
+    }
+  }
+  {
+    v1::ClientsReply clients;
+    grpc::ClientContext context;
+    if (grpc::Status s = admin.Clients(&context, v1::ClientsRequest(), &clients); !s.ok()) {
+      report.Add("clients_error", CodeAndMessage(s));
+    }
+    for (const v1::ClientInfo& client : clients.clients()) {
+      report.Add("client", absl::StrCat(client.client_name(), " session=", client.session_id(),
+                                        " pid=", client.pid(), " uid=", client.uid()));
+      report.Add("client_uid", absl::StrCat(client.uid()));
+    }
+  }
+  {
+    v1::StatsReply stats;
+    grpc::ClientContext context;
+    if (grpc::Status s = admin.Stats(&context, v1::StatsRequest(), &stats); !s.ok()) {
+      report.Add("stats_error", CodeAndMessage(s));
+    }
+    uint64_t device_loads = 0;
+    for (const v1::DeviceStats& device : stats.devices()) device_loads += device.loads();
+    report.Add("stats_device_loads", absl::StrCat(device_loads));
+    for (const v1::ClientStats& client : stats.clients()) {
+      report.Add("stats_client",
+                 absl::StrCat(client.client_name(), " session=", client.session_id()));
     }
   }
   {
@@ -109,7 +138,8 @@ int RunViewer(const std::vector<std::string>& argv) {
   if (args.Has("upload-seed")) {
     const uint32_t blocks = static_cast<uint32_t>(args.Int("blocks", 6));
     auto data = ModelTensorData(args.Int("upload-seed", 1), blocks, args.Int("elements", 4096));
-    auto model = client::Model::Register(c, "viewer upload", ModelUploads(data, blocks));
+    auto model = client::Model::Register(c, args.Str("upload-name", "viewer upload"),
+                                         ModelUploads(data, blocks));
     report.Add("uploaded", model.ok() ? (*model)->id() : CodeAndMessage(model.status()));
     if (model.ok()) held.push_back(*std::move(model));
   }
@@ -121,7 +151,7 @@ int RunViewer(const std::vector<std::string>& argv) {
     if (registered.ok()) held.push_back(std::move(registered->model));
   }
   const std::string probe = args.Str("probe");
-  ReportBoth(report, "open", probe, [&](const std::string& id) {
+  if (!args.Has("no-open")) ReportBoth(report, "open", probe, [&](const std::string& id) {
     auto model = client::Model::Open(c, id);
     if (!model.ok()) return model.status();
     held.push_back(*std::move(model));
@@ -136,8 +166,8 @@ int RunViewer(const std::vector<std::string>& argv) {
     grpc::ClientContext context;
     return admin->VerifyModel(&context, request, &reply);
   });
-  // The model is held (opened above, or by the test): a visible one is
-  // refused as referenced, never evicted.
+  // The model is held (opened above unless --no-open=1, or by the test): a
+  // visible one is refused as referenced, never evicted.
   ReportBoth(report, "evict", probe, [&](const std::string& id) {
     v1::EvictModelRequest request;
     request.set_model_id(id);

@@ -171,8 +171,9 @@ TEST_F(ModelVisibilityTest, UnderRegistrantGroupAnotherUidSeesAModelOnlyOnceItRe
   EXPECT_TRUE(absl::StrContains(source, public_copy())) << source;
   EXPECT_FALSE(absl::StrContains(source, private_file()))
       << "root's path shown to 65534: " << source;
-  // The streamer's only model is now 65534's too.
-  EXPECT_TRUE(Has(shared, "trace_session", session));
+  // The streamer's only model is now 65534's too, but the streamer is root's.
+  EXPECT_FALSE(Has(shared, "trace_session", session));
+  EXPECT_FALSE(Has(shared, "residency_ring", ring));
 
   // The metrics name no model and no path, whoever scrapes them; under this
   // policy they leave out the store's node-wide counters (ShowsStoreCounters).
@@ -235,6 +236,98 @@ TEST_F(ModelVisibilityTest, GuessedBlocksHeldByAnInvisibleModelShowAsUnsharedAnd
   EXPECT_EQ(FirstValue(admin, "counters_withheld"), "");
   EXPECT_NE(FirstValue(admin, "shared_" + guessed), "0")
       << "root, who sees both models, sees them share the two blocks";
+}
+
+// Under registrant-group every view shows uid 65534 its own sessions only,
+// even while it holds the content root streams: Clients, Stats (the device
+// totals move with root's loads), Residency, Trace and the metrics' per-session
+// series. Root, beside it, sees the streamer in each: the hiding is the
+// policy's, not an empty view.
+TEST_F(ModelVisibilityTest, UnderRegistrantGroupNoViewShowsAnotherUidRootsSessions) {
+  StartVisibilityDaemon({"--model-access=registrant-group"});
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=1000000",
+                                                       "--stop-file=" + dirs_->temp_dir() + "/stop"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  const std::string ring = FirstValue(Report("streamer"), "ring");
+  const std::string session = absl::StrCat(StreamerSession());
+
+  // The streamer's content (seed 1), registered by 65534 too.
+  ReportLines nobody = View("nobody", 65534, kUnregisteredModelId, {"--upload-seed=1"});
+  ASSERT_EQ(FirstValue(nobody, "uploaded"), FirstValue(Report("streamer"), "model"));
+  ASSERT_TRUE(nobody.contains("client_uid")) << "65534 does not see its own session";
+  for (const std::string& uid : nobody.at("client_uid")) {
+    EXPECT_EQ(uid, "65534") << "Clients shows 65534 a session of uid " << uid;
+  }
+  for (const std::string key : {"client", "stats_client"}) {
+    for (const std::string& line : nobody[key]) {
+      EXPECT_FALSE(absl::StartsWith(line, "streamer")) << key << " shows 65534 root's " << line;
+    }
+  }
+  EXPECT_EQ(FirstValue(nobody, "stats_device_loads"), "0")
+      << "Stats shows 65534 the device totals of root's loads";
+  EXPECT_FALSE(Has(nobody, "trace_session", session)) << "root's streamer in 65534's trace";
+  EXPECT_FALSE(Has(nobody, "residency_ring", ring)) << "root's ring in 65534's residency";
+
+  ReportLines admin = View("root", -1, kUnregisteredModelId);
+  EXPECT_TRUE(Has(admin, "client_uid", "0"));
+  EXPECT_TRUE(Has(admin, "stats_client", "streamer session=" + session));
+  EXPECT_NE(FirstValue(admin, "stats_device_loads"), "0");
+  EXPECT_TRUE(Has(admin, "residency_ring", ring));
+
+  // The endpoint has no caller: per-session series name other users'
+  // sessions to whoever scrapes it, so under this policy there are none.
+  const std::string metrics = ScrapeMetrics();
+  EXPECT_TRUE(absl::StrContains(metrics, "\nblockswap_sessions ")) << metrics;
+  EXPECT_FALSE(absl::StrContains(metrics, "uid=\"0\"")) << metrics;
+  EXPECT_FALSE(absl::StrContains(metrics, "client=\"streamer\"")) << metrics;
+  std::ofstream(dirs_->temp_dir() + "/stop").close();
+  EXPECT_EQ(Finish(streamer, "streamer"), kClientOk);
+}
+
+// Root uploads a model; 65534 registers the same content under its own
+// name. 65534 sees its name, not root's, and once no session holds the model
+// its eviction removes its own registration only: root keeps the model and
+// its name, and 65534 then answers the id as unknown again.
+TEST_F(ModelVisibilityTest, UnderRegistrantGroupARegistrantSeesItsNameAndEvictsOnlyItsRegistration) {
+  StartVisibilityDaemon({"--model-access=registrant-group"});
+  ReportLines owner = View("owner", -1, kUnregisteredModelId,
+                           {"--upload-seed=5", "--upload-name=roots-private-name"});
+  const std::string id = FirstValue(owner, "uploaded");
+  ASSERT_EQ(id.size(), 64u) << Describe("owner");
+
+  ReportLines mine =
+      View("mine", 65534, id, {"--upload-seed=5", "--upload-name=nobodys-name"});
+  ASSERT_EQ(FirstValue(mine, "uploaded"), id);
+  EXPECT_EQ(FirstValue(mine, "name_" + id), "nobodys-name") << "root's name for it shown to 65534";
+  ReportLines evicts = View("nobody-evicts", 65534, id, {"--no-open=1"});
+  EXPECT_EQ(CodeOf(evicts, "evict"), 0) << FirstValue(evicts, "evict");
+
+  ReportLines admin = View("root-after", -1, id);
+  EXPECT_TRUE(Has(admin, "listed", id)) << "65534's eviction removed root's model";
+  EXPECT_EQ(CodeOf(admin, "open"), 0) << FirstValue(admin, "open");
+  EXPECT_EQ(FirstValue(admin, "name_" + id), "roots-private-name");
+  ExpectAnsweredAsUnknown(View("nobody-after", 65534, id), id);
+}
+
+// A refusal for room names the limit and the ask, never what the node holds:
+// 65534's upload of more than the daemon may hold is refused in the same
+// words before and while root streams a model of its own.
+TEST_F(ModelVisibilityTest, UnderRegistrantGroupARefusalForRoomDoesNotMoveWithAnotherUidsModels) {
+  StartVisibilityDaemon({"--model-access=registrant-group", "--max-memory-bytes=8388608",
+                         "--staging-buffer-bytes=1048576", "--staging-buffers=2"});
+  const std::vector<std::string> too_big = {"--upload-seed=7", "--blocks=4",
+                                            "--elements=1048576"};
+  const std::string before =
+      FirstValue(View("before", 65534, kUnregisteredModelId, too_big), "uploaded");
+  ASSERT_TRUE(absl::StartsWith(before, "8 ")) << "not refused for room: " << before;
+  ChildProcess streamer = Spawn("stream", "streamer", {"--passes=1000000",
+                                                       "--stop-file=" + dirs_->temp_dir() + "/stop"});
+  ASSERT_TRUE(AwaitReport("streamer", "streaming"));
+  const std::string during =
+      FirstValue(View("during", 65534, kUnregisteredModelId, too_big), "uploaded");
+  EXPECT_EQ(during, before) << "the refusal moved with root's model";
+  std::ofstream(dirs_->temp_dir() + "/stop").close();
+  EXPECT_EQ(Finish(streamer, "streamer"), kClientOk);
 }
 
 TEST_F(ModelVisibilityTest, ByDefaultEveryAllowedUserOpensEveryModelButNotAnotherUsersPaths) {

@@ -655,9 +655,13 @@ TEST_F(BlockswapctlTest, RegisteringOverTheBudgetIsResourceExhaustedAndLeavesNot
   CommandResult refused = CtlOn((*dirs)->socket_path(), {"register", file, "--block-pattern",
                                                          kBlockPattern, "--select", kWeights});
   EXPECT_EQ(refused.exit_code, 1) << refused;
+  // Refused from the declared sizes, the model's blocks and its extras
+  // together, before the file is read.
   EXPECT_TRUE(Contains(refused.err,
-                       "model of 32768 bytes would exceed --max-pinned-bytes=20000 (0 already "
+                       "model of 40960 bytes would exceed --max-pinned-bytes=20000 (0 already "
                        "pinned)"));
+  CommandResult status = CtlOn((*dirs)->socket_path(), {"status", "--json"});
+  EXPECT_TRUE(Contains(status.out, "\"file_reads\": 0")) << status;
   EXPECT_EQ((*dirs)->ShmEntries(), std::vector<std::string>{".lock"});
   EXPECT_EQ(CtlOn((*dirs)->socket_path(), {"models"}).out, "no models registered\n");
   EXPECT_EQ((*small)->Stop(SIGTERM).value_or(-1), 0);
