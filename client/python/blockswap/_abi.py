@@ -162,7 +162,13 @@ def library():
                                   f"package needs version {ABI_VERSION} or later: install "
                                   "matching versions")
             for name, (restype, argtypes) in _PROTOTYPES.items():
-                function = getattr(lib, name)
+                try:
+                    function = getattr(lib, name)
+                except AttributeError:
+                    # Entry points the daemon's protocol does not involve
+                    # (bs_offloader_*) grow the library without a new version.
+                    raise ImportError(f"{path} ({where}) has no {name}: it is older than this "
+                                      "package; install matching versions") from None
                 function.restype = restype
                 function.argtypes = argtypes
             _lib, _lib_path = lib, path
