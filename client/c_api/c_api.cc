@@ -246,8 +246,8 @@ int bs_block_layout_bytes(const uint64_t* tensor_bytes, uint32_t count, uint64_t
     return InvalidArgument("bs_block_layout_bytes: tensor_bytes and out must not be NULL");
   }
   return Guard([&]() -> absl::Status {
-    BLOCKSWAP_ASSIGN_OR_RETURN(*out,
-                               blockswap::PackedBlockBytes(absl::MakeConstSpan(tensor_bytes, count)));
+    BLOCKSWAP_ASSIGN_OR_RETURN(
+        *out, blockswap::PackedBlockBytes(absl::MakeConstSpan(tensor_bytes, count)));
     return absl::OkStatus();
   });
 }

@@ -86,6 +86,19 @@ int Guard(Body&& body) {
   }
 }
 
+// What every call on a handle does first: INVALID_ARGUMENT for a NULL one
+// ("<what>: NULL <noun>"), the refusal of a handle inherited across a fork;
+// then `body` (given the handle, returning absl::Status), with no exception
+// crossing the ABI.
+template <typename Handle, typename Body>
+int OnHandle(Handle* handle, const char* what, const char* noun, Body&& body) {
+  if (handle == nullptr) {
+    return Report(absl::InvalidArgumentError(absl::StrCat(what, ": NULL ", noun)));
+  }
+  if (int code = Inherited(handle, what)) return code;
+  return Guard([&] { return body(*handle); });
+}
+
 }  // namespace blockswap::client::c_api
 
 #endif  // BLOCKSWAP_CLIENT_C_API_C_API_INTERNAL_H_

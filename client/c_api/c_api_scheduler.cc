@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "client/c_api/c_api_internal.h"
@@ -22,7 +23,7 @@ struct bs_scheduler {
   std::map<int, blockswap::client::PassStats> last_pass;  // by bs_direction
   absl::Status report_error;                              // the last failure to report a pass
   bool daemon_lost = false;  // a report found the daemon gone (trainer copies: re-attached later)
-  bs_reload_fn on_reload = nullptr;                       // bs_scheduler_set_reload_hook
+  bs_reload_fn on_reload = nullptr;  // bs_scheduler_set_reload_hook
   void* reload_user_data = nullptr;
   void Forget() {
     blockswap::client::OwnerProcess::KeepInherited(scheduler.release());
@@ -58,16 +59,9 @@ absl::StatusOr<blockswap::client::PassStats> LastPass(const bs_scheduler& schedu
   return it->second;
 }
 
-// What every call on a scheduler does first: INVALID_ARGUMENT for a NULL
-// one, the refusal of a handle inherited across a fork; then `body` (given
-// the scheduler, returning absl::Status), with no exception crossing the ABI.
 template <typename Scheduler, typename Body>
 int OnScheduler(Scheduler* scheduler, const char* what, Body&& body) {
-  if (scheduler == nullptr) {
-    return Report(absl::InvalidArgumentError(absl::StrCat(what, ": NULL scheduler")));
-  }
-  if (int code = Inherited(scheduler, what)) return code;
-  return Guard([&] { return body(*scheduler); });
+  return blockswap::client::c_api::OnHandle(scheduler, what, "scheduler", std::forward<Body>(body));
 }
 
 }  // namespace
@@ -149,8 +143,9 @@ int bs_scheduler_create(bs_client* client, bs_ring* ring, const bs_model* model,
       };
     }
     bs_scheduler* raw = scheduler.get();
-    callbacks.on_pass = [raw, trainer_copies = ring->ring->copy_path() ==
-                                                blockswap::CopyPath::kTrainer](const PassStats& pass) {
+    callbacks.on_pass = [raw,
+                         trainer_copies = ring->ring->copy_path() ==
+                                          blockswap::CopyPath::kTrainer](const PassStats& pass) {
       raw->last_pass[Direction(pass.direction)] = pass;
       // A ring the trainer fills needs its daemon for nothing in a pass:
       // a lost daemon is waited for off this thread, and the session comes

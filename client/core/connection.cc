@@ -109,8 +109,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
     connection->backend_ = OpenHostBackend(host);
   }
   BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
-  std::string why = connection->asked_copy_.has_value() ? "BLOCKSWAP_COPY"
-                                                        : "blockswapd's copy setting";
+  std::string why =
+      connection->asked_copy_.has_value() ? "BLOCKSWAP_COPY" : "blockswapd's copy setting";
   if (!connection->asked_copy_.has_value() && connection->copy_path_ == CopyPath::kTrainer) {
     absl::MutexLock lock(&connection->rings_mu_);
     if (!connection->rings_unavailable_.empty()) {
@@ -307,6 +307,15 @@ absl::Status Connection::ReportStats(const std::vector<v1::PassStats>& passes) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Connection::LocalDeviceUuid(int ordinal) const {
+  const auto& devices = backend_->devices();
+  if (ordinal < 0 || static_cast<size_t>(ordinal) >= devices.size()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "device ", ordinal, " out of range (this process sees ", devices.size(), " devices)"));
+  }
+  return devices[static_cast<size_t>(ordinal)]->info().uuid;
+}
+
 absl::StatusOr<Device*> Connection::LocalDevice(absl::string_view uuid) const {
   absl::StatusOr<Device*> device = backend_->FindDevice(uuid);
   if (!device.ok()) {
@@ -322,8 +331,8 @@ absl::Status Connection::RingsAvailable(absl::string_view uuid) const {
         absl::StrCat("blockswapd cannot serve rings on ", uuid, ": ", it->second));
   }
   if (auto it = rings_unusable_here_.find(uuid); it != rings_unusable_here_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this process cannot use blockswapd's rings on ", uuid, ": ", it->second));
+    return absl::FailedPreconditionError(
+        absl::StrCat("this process cannot use blockswapd's rings on ", uuid, ": ", it->second));
   }
   return absl::OkStatus();
 }

@@ -55,6 +55,9 @@ class Connection {
   BackendKind backend_kind() const { return backend_->kind(); }
   // The daemon's devices, in its order.
   const std::vector<std::string>& device_uuids() const { return device_uuids_; }
+  // The UUID of this process's device `ordinal` (its CUDA ordinal on cuda),
+  // or OUT_OF_RANGE naming how many it sees.
+  absl::StatusOr<std::string> LocalDeviceUuid(int ordinal) const;
   // This process's handle on a device of the daemon, by UUID.
   absl::StatusOr<Device*> LocalDevice(absl::string_view uuid) const;
   // OK where the daemon said at Attach that the device can serve rings, and

@@ -96,14 +96,17 @@ void* NativeStream(const c10::Stream& stream) {
   return stream.device_type() == c10::kCPU ? nullptr : stream.native_handle();
 }
 
-struct SchedulerDeleter {
-  void operator()(bs_scheduler* scheduler) const { bs_scheduler_destroy(scheduler); }
+struct OffloaderDeleter {
+  void operator()(bs_offloader* offloader) const { bs_offloader_destroy(offloader); }
 };
 
+// A refusal of the C ABI's offloader (its message says what was wrong).
+void Refuse(int code) { TORCH_CHECK(code == BS_OK, bs_last_error()); }
+
 // The last finished pass in `direction`, if there is one.
-std::optional<PassStats> LastPassOf(const bs_scheduler* scheduler, Direction direction) {
+std::optional<PassStats> LastPassOf(const bs_offloader* offloader, Direction direction) {
   bs_pass_stats c{};
-  if (bs_scheduler_last_pass(scheduler, static_cast<int>(direction), &c) != BS_OK) {
+  if (bs_offloader_last_pass(offloader, static_cast<int>(direction), &c) != BS_OK) {
     return std::nullopt;
   }
   return PassStats{.direction = static_cast<Direction>(c.direction),
@@ -155,11 +158,13 @@ std::string FormatPassStats(const PassStats& s) {
 }
 
 struct StreamOffloader::Impl {
-  // One streamed tensor of a streaming block.
+  // One streamed tensor of a block.
   struct Streamed {
     Tensor tensor;  // the module's handle
     std::string name;
+    std::string dtype_name;  // safetensors
     std::vector<int64_t> sizes;
+    std::vector<uint64_t> shape;  // sizes, as the C ABI takes them
     at::ScalarType dtype;
     uint64_t offset = 0;  // in the model block / ring slot
     Tensor master = {};   // view of the daemon's read-only master
@@ -167,25 +172,18 @@ struct StreamOffloader::Impl {
 
   BlockSwapConfig config;
   std::vector<ModulePtr> blocks;
-  std::vector<uint32_t> streaming;               // rank -> block
-  std::vector<std::optional<uint32_t>> rank_of;  // block -> rank
-  uint32_t ring_slots = 0;
-  std::vector<std::vector<Streamed>> streamed;      // by rank
-  std::vector<std::optional<uint32_t>> slot_block;  // block bound to each slot
-  bool forward_only = false;
+  std::vector<uint32_t> streaming;              // rank -> block
+  std::vector<std::vector<Streamed>> streamed;  // by block (resident ones: what a model gives)
   c10::Stream stream = c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU));
   Tensor anchor;  // an input that requires grad, for blocks that have none
   std::exception_ptr bind_error;
-
-  // Destroyed in reverse: scheduler, ring, model, client.
-  std::optional<Client> client;
-  std::optional<Model> model;
-  std::optional<Ring> ring;
-  std::unique_ptr<bs_scheduler, SchedulerDeleter> scheduler;
+  // The sequence: placement, model, ring, scheduler (client/c_api/c_api_offloader.cc).
+  std::unique_ptr<bs_offloader, OffloaderDeleter> offloader;
 
   bool is_streaming(uint32_t block) const {
-    return block < rank_of.size() && rank_of[block].has_value();
+    return bs_offloader_is_streaming(offloader.get(), block) != 0;
   }
+  bool started() const { return bs_offloader_started(offloader.get()) != 0; }
 
   // Checks a C ABI result, after rethrowing what a binding callback threw.
   void Check(int code, const char* what) {
@@ -193,116 +191,74 @@ struct StreamOffloader::Impl {
     detail::Check(code, what);
   }
 
-  static void OnBind(void* self, uint32_t block, uint32_t slot, int loaded) noexcept {
+  // The C ABI's view of block `block`'s streamed tensors, as they are now.
+  std::vector<bs_offloader_tensor> Describe(uint32_t block, bool with_data,
+                                            Tensors& host_copies) const {
+    std::vector<bs_offloader_tensor> descs;
+    for (const Streamed& t : streamed[block]) {
+      const void* data = nullptr;
+      if (with_data && !t.tensor.is_meta()) {
+        host_copies.push_back(t.tensor.detach().to(at::kCPU).contiguous());
+        data = host_copies.back().data_ptr();
+      }
+      descs.push_back(bs_offloader_tensor{t.name.c_str(), t.dtype_name.c_str(), t.shape.data(),
+                                          static_cast<uint32_t>(t.shape.size()), data,
+                                          t.tensor.requires_grad() ? 1 : 0,
+                                          t.tensor.is_meta() ? 1 : 0});
+    }
+    return descs;
+  }
+
+  // Streamed tensors must stay frozen (bs_offloader_check_block).
+  void CheckFrozen(uint32_t block) const {
+    Tensors none;
+    const std::vector<bs_offloader_tensor> descs = Describe(block, false, none);
+    Refuse(bs_offloader_check_block(offloader.get(), block, descs.data(),
+                                    static_cast<uint32_t>(descs.size())));
+  }
+
+  static void OnBind(void* self, uint32_t block, uint32_t slot, uint32_t previous,
+                     int loaded) noexcept {
     auto* impl = static_cast<Impl*>(self);
     try {
-      impl->Bind(block, slot, loaded != 0);
+      impl->Bind(block, slot, previous, loaded != 0);
     } catch (...) {
       if (impl->bind_error == nullptr) impl->bind_error = std::current_exception();
     }
   }
 
-  // `block` now lives in `slot`; the block bound there before goes back to
-  // its master. A load changes the slot's bytes under both: their version
+  // `block` now lives in `slot`; `previous`, bound there before, goes back
+  // to its master. A load changes the slot's bytes under both: their version
   // counters move, so a tensor autograd saved from either fails loudly.
-  void Bind(uint32_t block, uint32_t slot, bool loaded) {
-    std::optional<uint32_t>& previous = slot_block.at(slot);
-    if (previous.has_value() && *previous != block) {
-      for (Streamed& t : streamed[*rank_of[*previous]]) {
+  void Bind(uint32_t block, uint32_t slot, uint32_t previous, bool loaded) {
+    if (previous != UINT32_MAX) {
+      for (Streamed& t : streamed.at(previous)) {
         t.tensor.set_data(t.master);
         if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
       }
     }
-    auto* base = static_cast<char*>(ring->slot(slot));
-    for (Streamed& t : streamed[*rank_of.at(block)]) {
+    auto* base = static_cast<char*>(bs_offloader_slot(offloader.get(), slot));
+    for (Streamed& t : streamed.at(block)) {
       t.tensor.set_data(at::from_blob(base + t.offset, t.sizes,
                                       at::TensorOptions().dtype(t.dtype).device(config.device)));
       if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
     }
-    previous = block;
   }
 
-  // The UUID of the daemon device that is config.device.
   // Construction steps (StreamOffloader's constructor runs them in order).
   void ResolveDevice();
-  void PlaceStreamingBlocks();
-  std::vector<std::vector<Streamed>> SelectStreamedTensors(bool from_daemon);
-  bool OpenOrRegisterModel(bool from_daemon);
-  uint64_t BindEveryMaster(bool every_block, std::vector<std::vector<Streamed>>& picked);
+  void CreateOffloader();
+  void SelectStreamedTensors(bool from_daemon);
+  void UseDevice();
+  void OpenModel();
   void MoveResidentPartsToDevice();
-  void CreateRingAndScheduler(const std::string& uuid, uint64_t slot_bytes, bool every_block);
-
-  std::string DaemonDevice() const {
-    const c10::Device& device = config.device;
-    std::string uuid = config.device_uuid;
-    const std::vector<std::string> devices = client->devices();
-    if (client->backend() == BS_BACKEND_HOST) {
-      TORCH_CHECK(device.is_cpu(),
-                  "blockswapd runs the host backend (its rings are host memory): "
-                  "BlockSwapConfig.device must be cpu, not ",
-                  device);
-      if (uuid.empty() && !devices.empty()) uuid = devices.front();
-    } else {
-      TORCH_CHECK(device.is_cuda(), "blockswapd runs the cuda backend: BlockSwapConfig.device ",
-                  "must be a cuda device, not ", device);
-#if BLOCKSWAP_TORCH_CUDA
-      if (uuid.empty()) {
-        cudaDeviceProp prop{};
-        TORCH_CHECK(cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess,
-                    "cudaGetDeviceProperties(", device, ") failed");
-        static constexpr char kHex[] = "0123456789abcdef";
-        uuid = "GPU-";
-        for (int i = 0; i < 16; ++i) {
-          if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
-          const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
-          uuid += kHex[byte >> 4];
-          uuid += kHex[byte & 0xf];
-        }
-      }
-#endif
-    }
-    TORCH_CHECK(std::find(devices.begin(), devices.end(), uuid) != devices.end(), "device ", device,
-                " (", uuid, ") is not one blockswapd drives (it has ", devices.size(),
-                " devices; BlockSwapConfig.device_uuid names one)");
-    return uuid;
-  }
-
-  // Matches block `block`'s streamed tensors with model block `model_block`
-  // (bs_model_match_block: same set, dtype and shape) and points each one's
-  // `master` at its bytes there.
-  void BindMasters(uint32_t block, uint32_t model_block, std::vector<Streamed>& tensors) {
-    std::vector<std::string> dtypes;
-    std::vector<std::vector<uint64_t>> shapes;
-    std::vector<bs_tensor_desc> descs;
-    dtypes.reserve(tensors.size());
-    shapes.reserve(tensors.size());
-    for (const Streamed& t : tensors) {
-      dtypes.push_back(DtypeName(t.dtype));
-      shapes.emplace_back(t.sizes.begin(), t.sizes.end());
-      descs.push_back(bs_tensor_desc{t.name.c_str(), dtypes.back().c_str(), shapes.back().data(),
-                                     static_cast<uint32_t>(shapes.back().size()), nullptr});
-    }
-    std::vector<uint64_t> offsets(tensors.size());
-    TORCH_CHECK(bs_model_match_block(model->get(), model_block, descs.data(),
-                                     static_cast<uint32_t>(descs.size()), offsets.data()) == BS_OK,
-                "block ", block, ": ", bs_last_error());
-    const auto* master = static_cast<const char*>(model->master(model_block));
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      Streamed& t = tensors[k];
-      t.offset = offsets[k];
-      // Read-only memory: the mapping is PROT_READ, a write faults.
-      t.master = at::from_blob(const_cast<char*>(master) + t.offset, t.sizes,
-                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
-    }
-  }
+  void Start();
 
   // A tensor left meta here has nothing to come from.
   void CheckNoMeta(uint32_t block) const {
     const auto check = [&](const std::string& name, const Tensor& t) {
-      TORCH_CHECK(!t.defined() || !t.is_meta(), "block ", block, " tensor '", name,
-                  "' is a meta tensor (never materialised) that no model gives: only the "
-                  "selector's tensors are bound to the daemon's model (one of every block "
-                  "feeds resident blocks too; one of only the streaming blocks does not)");
+      Refuse(bs_offloader_check_materialised(offloader.get(), block, name.c_str(),
+                                             t.defined() && t.is_meta() ? 1 : 0));
     };
     for (const auto& p : blocks[block]->named_parameters()) check(p.key(), p.value());
     for (const auto& p : blocks[block]->named_buffers()) check(p.key(), p.value());
@@ -317,26 +273,11 @@ struct StreamOffloader::Impl {
         (void)cudaGetLastError();
         continue;
       }
-      TORCH_CHECK(status == cudaStreamCaptureStatusNone, "blockswap::torch: ", what,
-                  " during CUDA graph capture. Streamed blocks are loaded by blockswapd and "
-                  "waited for on the host, which a captured graph cannot replay: capture only "
-                  "the resident part of the model, or run the offloaded blocks outside the graph");
+      if (status != cudaStreamCaptureStatusNone) Refuse(bs_offloader_refuse_capture(what));
     }
 #else
     (void)what;
 #endif
-  }
-
-  void CheckFrozen(uint32_t block) const {
-    if (is_streaming(block)) CheckFrozen(block, streamed[*rank_of[block]]);
-  }
-  static void CheckFrozen(uint32_t block, const std::vector<Streamed>& tensors) {
-    for (const Streamed& t : tensors) {
-      TORCH_CHECK(!t.tensor.requires_grad(), "block ", block, " tensor '", t.name,
-                  "' requires grad, but streamed tensors must be frozen (the next load "
-                  "overwrites its slot). Call requires_grad_(false) on it, or leave it out of "
-                  "BlockSwapConfig.selector");
-    }
   }
 
   // Test mode (BlockSwapConfig.poison_released_slots): the scheduler tells
@@ -348,7 +289,8 @@ struct StreamOffloader::Impl {
     try {
       c10::OptionalStreamGuard guard;
       if (!impl->stream.device().is_cpu()) guard.reset_stream(impl->stream);
-      at::from_blob(impl->ring->slot(slot), {static_cast<int64_t>(impl->ring->slot_bytes())},
+      const bs_offloader* o = impl->offloader.get();
+      at::from_blob(bs_offloader_slot(o, slot), {static_cast<int64_t>(bs_offloader_slot_bytes(o))},
                     at::TensorOptions().dtype(at::kByte).device(impl->config.device))
           .fill_(0xFF);
     } catch (...) {
@@ -357,23 +299,23 @@ struct StreamOffloader::Impl {
   }
 
   void AfterForward(uint32_t block) {
-    if (!is_streaming(block)) return;
+    if (!is_streaming(block) || !started()) return;
     Join(CurrentStream(config.device), stream);
-    Check(bs_scheduler_after_forward(scheduler.get(), block), "bs_scheduler_after_forward");
+    Check(bs_offloader_after_forward(offloader.get(), block), "bs_offloader_after_forward");
   }
 
   // Every block, resident ones too: the hook also waits for block-1.
   void AfterBackward(uint32_t block) {
-    if (scheduler == nullptr) return;
+    if (!started()) return;
     const c10::Stream current = CurrentStream(config.device);
     Join(current, stream);
-    Check(bs_scheduler_after_backward(scheduler.get(), block), "bs_scheduler_after_backward");
+    Check(bs_offloader_after_backward(offloader.get(), block), "bs_offloader_after_backward");
     Join(stream, current);
   }
 
   void PrintPasses() const {
     for (Direction direction : {Direction::kForward, Direction::kBackward}) {
-      if (std::optional<PassStats> pass = LastPassOf(scheduler.get(), direction)) {
+      if (std::optional<PassStats> pass = LastPassOf(offloader.get(), direction)) {
         std::fprintf(stderr, "[blockswap %s] %s\n", config.model_name.c_str(),
                      FormatPassStats(*pass).c_str());
       }
@@ -402,159 +344,121 @@ void StreamOffloader::Impl::ResolveDevice() {
               ", not on the offloader's device ", device);
 }
 
-// Which blocks stream and how many slots the ring has: the scheduler's
-// placement (bs_place_blocks), before anything is registered.
-void StreamOffloader::Impl::PlaceStreamingBlocks() {
-  const auto n = static_cast<uint32_t>(blocks.size());
-  uint32_t count = 0;
-  Check(
-      bs_place_blocks(n, config.blocks_to_swap, config.ring_size, nullptr, 0, &count, &ring_slots),
-      "bs_place_blocks");
-  streaming.resize(count);
-  Check(bs_place_blocks(n, config.blocks_to_swap, config.ring_size, streaming.data(), count, &count,
-                        &ring_slots),
-        "bs_place_blocks");
-  rank_of.assign(n, std::nullopt);
-  for (uint32_t r = 0; r < count; ++r) rank_of[streaming[r]] = r;
+// The C ABI's offloader: the configuration checked and the streaming blocks
+// placed, before anything is registered.
+void StreamOffloader::Impl::CreateOffloader() {
+  const bs_offloader_config c{
+      .kind = "",
+      .num_blocks = static_cast<uint32_t>(blocks.size()),
+      .blocks_to_swap = config.blocks_to_swap,
+      .ring_size = config.ring_size,
+      .forward_only = config.supports_backward ? 0 : 1,
+      .socket_path = config.socket_path.c_str(),
+      .client_name = config.client_name.c_str(),
+      .model_id = config.model_id.c_str(),
+      .model_file = config.model_file.c_str(),
+      .model_block_pattern = config.model_block_pattern.c_str(),
+      .model_select = config.model_select.c_str(),
+      .model_select_rank = config.model_select_rank,
+      .model_name = config.model_name.c_str(),
+      .reconnect_timeout_s = 30,
+      .name_hint = nullptr,
+  };
+  bs_offloader* created = nullptr;
+  Refuse(bs_offloader_create(&c, &created));
+  offloader.reset(created);
+  streaming.resize(bs_offloader_streaming_count(created));
+  for (uint32_t r = 0; r < streaming.size(); ++r) {
+    streaming[r] = bs_offloader_streaming_block(created, r);
+  }
 }
 
 // The streamed tensors the selector picks: of the streaming blocks, and of
 // every block when the model comes from the daemon (a model of every block
-// also feeds resident ones). Keeps the streaming ones (by rank) and returns
-// every block's pick.
-std::vector<std::vector<StreamOffloader::Impl::Streamed>>
-StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
+// also feeds resident ones).
+void StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
   const auto n = static_cast<uint32_t>(blocks.size());
-  const auto count = static_cast<uint32_t>(streaming.size());
   const Selector select = config.selector ? config.selector : Selector(LinearWeights);
-  std::vector<std::vector<Impl::Streamed>> picked(n);
+  streamed.assign(n, {});
   for (uint32_t b = 0; b < n; ++b) {
     if (!from_daemon && !is_streaming(b)) continue;
-    const std::vector<StreamedTensor> entries = select(blocks[b]);
-    TORCH_CHECK(!entries.empty() || !is_streaming(b), "block ", b,
-                " streams, but the selector picked no tensor in it");
-    for (const StreamedTensor& entry : entries) {
+    for (const StreamedTensor& entry : select(blocks[b])) {
       Tensor tensor = FindTensor(entry, b);
       TORCH_CHECK(tensor.defined(), "block ", b, " tensor '", FullName(entry), "' is undefined");
-      TORCH_CHECK(from_daemon || !tensor.is_meta(), "block ", b, " tensor '", FullName(entry),
-                  "' is a meta tensor (never materialised): set BlockSwapConfig.model_id or "
-                  "model_file to bind it to a model the daemon holds");
-      picked[b].push_back(
-          Impl::Streamed{tensor, FullName(entry), tensor.sizes().vec(), tensor.scalar_type()});
+      const std::vector<int64_t> sizes = tensor.sizes().vec();
+      streamed[b].push_back(Streamed{tensor, FullName(entry), DtypeName(tensor.scalar_type()),
+                                     sizes, std::vector<uint64_t>(sizes.begin(), sizes.end()),
+                                     tensor.scalar_type()});
     }
+    CheckFrozen(b);
   }
-  streamed.resize(count);
-  for (uint32_t r = 0; r < count; ++r) {
-    streamed[r] = std::move(picked[streaming[r]]);
-    CheckFrozen(streaming[r]);
-  }
-  return picked;
 }
 
-// Uploads the streaming blocks' tensors, or opens the daemon's model (by id
-// or from a file). Returns whether the model holds every block (model block
-// b is transformer block b) rather than only the streaming ones in rank order.
-bool StreamOffloader::Impl::OpenOrRegisterModel(bool from_daemon) {
+// Attaches and names the daemon device that is config.device.
+void StreamOffloader::Impl::UseDevice() {
+  Refuse(bs_offloader_connect(offloader.get()));
+  Refuse(bs_offloader_use_device(offloader.get(),
+                                 config.device.is_cuda() ? config.device.index() : -1,
+                                 config.device_uuid.c_str(), config.device.str().c_str()));
+}
+
+// Registers the streaming blocks' tensors or opens the daemon's model, and
+// points every streamed tensor's `master` at its bytes there. With a model
+// of every block, the resident blocks' streamed tensors are copied from their
+// masters to the device once.
+void StreamOffloader::Impl::OpenModel() {
   const auto n = static_cast<uint32_t>(blocks.size());
-  const auto count = static_cast<uint32_t>(streaming.size());
-  bool every_block = false;
-  if (!from_daemon) {
-    std::vector<Block> layout(count);
-    Tensors host_copies;
-    for (uint32_t r = 0; r < count; ++r) {
-      for (const Impl::Streamed& t : streamed[r]) {
-        Tensor host = t.tensor.detach().to(at::kCPU).contiguous();
-        host_copies.push_back(host);
-        layout[r].push_back(blockswap::Tensor{t.name, DtypeName(t.dtype),
-                                              std::vector<uint64_t>(t.sizes.begin(), t.sizes.end()),
-                                              host.data_ptr()});
+  Tensors host_copies;  // the packed model's bytes, alive during the call
+  std::vector<std::vector<bs_offloader_tensor>> descs(n);
+  std::vector<bs_offloader_block> layout(n);
+  for (uint32_t b = 0; b < n; ++b) {
+    descs[b] = Describe(b, is_streaming(b), host_copies);
+    layout[b] = bs_offloader_block{descs[b].data(), static_cast<uint32_t>(descs[b].size())};
+  }
+  Refuse(bs_offloader_open_model(offloader.get(), layout.data()));
+  for (uint32_t b = 0; b < n; ++b) {
+    const auto* master = static_cast<const char*>(bs_offloader_master(offloader.get(), b));
+    if (master == nullptr) continue;
+    for (size_t k = 0; k < streamed[b].size(); ++k) {
+      Streamed& t = streamed[b][k];
+      t.offset = bs_offloader_tensor_offset(offloader.get(), b, static_cast<uint32_t>(k));
+      // Read-only memory: the mapping is PROT_READ, a write faults.
+      t.master = at::from_blob(const_cast<char*>(master) + t.offset, t.sizes,
+                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
+      if (!is_streaming(b)) {
+        Rebind(t.tensor,
+               at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(config.device))
+                   .copy_(t.master));
       }
     }
-    model.emplace(client->Register(config.model_name, layout));
-  } else {
-    model.emplace(config.model_file.empty()
-                      ? client->Open(config.model_id)
-                      : client->RegisterFile(config.model_file, config.model_block_pattern,
-                                             config.model_select, config.model_select_rank));
-    const uint32_t have = model->block_count();
-    TORCH_CHECK(have == n || have == count, "model ", model->id(), " has ", have,
-                " blocks; the offloader has ", n, " blocks of which ", count,
-                " stream: the model must hold every block (", n, ") or only the streaming ones (",
-                count, ", in order)");
-    every_block = have == n && count < n;
   }
-  return every_block;
-}
-
-// Points every streamed tensor at its master (the model's layout says where
-// each sits in its block) and, with a model of every block, copies the
-// resident blocks' streamed tensors to the device once. Returns the bytes a
-// slot needs.
-uint64_t StreamOffloader::Impl::BindEveryMaster(bool every_block,
-                                                std::vector<std::vector<Streamed>>& picked) {
-  const auto n = static_cast<uint32_t>(blocks.size());
-  const auto count = static_cast<uint32_t>(streaming.size());
-  const c10::Device& device = config.device;
-  uint64_t slot_bytes = 0;
-  for (uint32_t r = 0; r < count; ++r) {
-    const uint32_t b = streaming[r];
-    const uint32_t model_block = every_block ? b : r;
-    slot_bytes = std::max(slot_bytes, model->block_bytes(model_block));
-    BindMasters(b, model_block, streamed[r]);
-  }
-  // A model of every block gives the resident blocks' streamed tensors too:
-  // copied once from the masters to the device.
-  for (uint32_t b = 0; b < n && every_block; ++b) {
-    if (is_streaming(b)) continue;
-    BindMasters(b, b, picked[b]);
-    CheckFrozen(b, picked[b]);
-    for (Impl::Streamed& t : picked[b]) {
-      Rebind(t.tensor,
-             at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(device)).copy_(t.master));
-    }
-  }
-  return slot_bytes;
 }
 
 // Everything but the streamed tensors goes to the device; the streamed ones
 // are out of the way (empty) during the move, then point at their masters.
 void StreamOffloader::Impl::MoveResidentPartsToDevice() {
-  const auto n = static_cast<uint32_t>(blocks.size());
-  const c10::Device& device = config.device;
-  for (uint32_t b = 0; b < n; ++b) {
-    std::vector<Impl::Streamed>* own = is_streaming(b) ? &streamed[*rank_of[b]] : nullptr;
+  for (uint32_t b = 0; b < blocks.size(); ++b) {
+    std::vector<Streamed>* own = is_streaming(b) ? &streamed[b] : nullptr;
     if (own != nullptr) {
-      for (Impl::Streamed& t : *own) {
-        Rebind(t.tensor, at::empty({0}, at::TensorOptions().dtype(t.dtype)));
-      }
+      for (Streamed& t : *own) Rebind(t.tensor, at::empty({0}, at::TensorOptions().dtype(t.dtype)));
     }
     CheckNoMeta(b);
-    blocks[b]->to(device);
+    blocks[b]->to(config.device);
     if (own != nullptr) {
-      for (Impl::Streamed& t : *own) t.tensor.set_data(t.master);
+      for (Streamed& t : *own) t.tensor.set_data(t.master);
     }
   }
 }
 
-// The ring on the daemon's device and the C ABI's scheduler over it.
-void StreamOffloader::Impl::CreateRingAndScheduler(const std::string& uuid, uint64_t slot_bytes,
-                                                   bool every_block) {
-  const auto n = static_cast<uint32_t>(blocks.size());
-  const c10::Device& device = config.device;
-  ring.emplace(client->CreateRing(uuid, ring_slots, slot_bytes));
-  slot_block.assign(ring_slots, std::nullopt);
-  const bs_scheduler_config scheduler_config{n, config.blocks_to_swap, config.ring_size,
-                                             forward_only ? 1 : 0, every_block ? 1 : 0};
-  bs_scheduler* created = nullptr;
-  Check(bs_scheduler_create(client->get(), ring->get(), model->get(), &scheduler_config,
-                            NativeStream(stream), &Impl::OnBind, this, &created),
-        "bs_scheduler_create");
-  scheduler.reset(created);
+// The ring and the scheduler over it, on the offloader's stream.
+void StreamOffloader::Impl::Start() {
+  Check(bs_offloader_start(offloader.get(), NativeStream(stream), &Impl::OnBind, this),
+        "bs_offloader_start");
   if (config.poison_released_slots) {
-    Check(bs_scheduler_set_reload_hook(created, &Impl::OnBeforeReload, this),
-          "bs_scheduler_set_reload_hook");
+    Check(bs_offloader_set_reload_hook(offloader.get(), &Impl::OnBeforeReload, this),
+          "bs_offloader_set_reload_hook");
   }
-  anchor = at::zeros({0}, at::TensorOptions().device(device)).requires_grad_(true);
+  anchor = at::zeros({0}, at::TensorOptions().device(config.device)).requires_grad_(true);
 }
 
 StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig config)
@@ -562,73 +466,65 @@ StreamOffloader::StreamOffloader(std::vector<ModulePtr> blocks, BlockSwapConfig 
   Impl& m = *impl_;
   m.config = std::move(config);
   m.blocks = std::move(blocks);
-  m.forward_only = !m.config.supports_backward;
   TORCH_CHECK(!m.blocks.empty(), "StreamOffloader needs at least one block");
   for (size_t b = 0; b < m.blocks.size(); ++b) {
     TORCH_CHECK(m.blocks[b] != nullptr, "block ", b, " is null");
   }
   m.ResolveDevice();
-  m.PlaceStreamingBlocks();
-  const bool from_daemon = !m.config.model_id.empty() || !m.config.model_file.empty();
-  TORCH_CHECK(m.config.model_id.empty() || m.config.model_file.empty(),
-              "BlockSwapConfig.model_id and model_file are exclusive (the file's model has its "
-              "own id)");
+  m.CreateOffloader();
+  const bool from_daemon = bs_offloader_from_daemon(m.offloader.get()) != 0;
   if (m.streaming.empty() && !from_daemon) {
     for (const ModulePtr& block : m.blocks) block->to(m.config.device);
     return;
   }
-  std::vector<std::vector<Impl::Streamed>> picked = m.SelectStreamedTensors(from_daemon);
-  m.client.emplace(m.config.socket_path, m.config.client_name);
-  const std::string uuid = m.DaemonDevice();
-  const bool every_block = m.OpenOrRegisterModel(from_daemon);
-  const uint64_t slot_bytes = m.BindEveryMaster(every_block, picked);
+  m.SelectStreamedTensors(from_daemon);
+  m.UseDevice();
+  m.OpenModel();
   m.MoveResidentPartsToDevice();
-  if (m.streaming.empty()) return;
-  m.CreateRingAndScheduler(uuid, slot_bytes, every_block);
+  if (!m.streaming.empty()) m.Start();
 }
 
 StreamOffloader::~StreamOffloader() {
   Impl& m = *impl_;
   // The masters and slots are unmapped with the model and the ring: leave
   // the streamed tensors empty rather than dangling.
-  for (auto& block : m.streamed) {
-    for (Impl::Streamed& t : block) {
+  for (uint32_t b : m.streaming) {
+    for (Impl::Streamed& t : m.streamed[b]) {
       try {
         t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
       } catch (...) {
       }
     }
   }
-  // The ring's teardown after the last use of its slots: the scheduler goes,
-  // then the ring is closed on the scheduler's stream once that follows the
-  // compute stream (its last kernels may still read a slot). Closing records
-  // the releases, synchronises, and only then lets the daemon free the ring.
-  m.scheduler.reset();
-  if (!m.ring.has_value()) return;
+  // The ring's teardown after the last use of its slots: closed on the
+  // scheduler's stream once that follows the compute stream (its last
+  // kernels may still read a slot).
+  if (!m.started()) return;
   try {
     Join(CurrentStream(m.config.device), m.stream);
-    m.ring->Close(NativeStream(m.stream));
+    (void)bs_offloader_close(m.offloader.get(), NativeStream(m.stream), 5000);
   } catch (...) {
-    // A destructor cannot report it; ~Ring closes what is left.
+    // A destructor cannot report it; bs_offloader_destroy closes what is left.
   }
 }
 
 void StreamOffloader::PrepareBlockDevicesBeforeForward() {
   Impl& m = *impl_;
-  if (m.scheduler == nullptr) return;
+  if (!m.started()) return;
   m.CheckNotCapturing("PrepareBlockDevicesBeforeForward");
-  m.Check(bs_scheduler_prepare(m.scheduler.get()), "bs_scheduler_prepare");
+  m.Check(bs_offloader_prepare(m.offloader.get()), "bs_offloader_prepare");
   Join(m.stream, CurrentStream(m.config.device));
 }
 
 void StreamOffloader::WaitForBlock(uint32_t block) {
   Impl& m = *impl_;
-  TORCH_CHECK(block < m.blocks.size(), "block ", block, " out of range (", m.blocks.size(),
-              " blocks)");
-  if (!m.is_streaming(block)) return;
+  if (!m.is_streaming(block)) {
+    Refuse(bs_offloader_wait_for_block(m.offloader.get(), block));  // refuses one out of range
+    return;
+  }
   m.CheckNotCapturing("WaitForBlock");
   m.CheckFrozen(block);
-  m.Check(bs_scheduler_wait_for_block(m.scheduler.get(), block), "bs_scheduler_wait_for_block");
+  m.Check(bs_offloader_wait_for_block(m.offloader.get(), block), "bs_offloader_wait_for_block");
   Join(m.stream, CurrentStream(m.config.device));
 }
 
@@ -638,11 +534,8 @@ void StreamOffloader::AfterBackward(uint32_t block) { impl_->AfterBackward(block
 
 void StreamOffloader::SetForwardOnly(bool forward_only) {
   Impl& m = *impl_;
-  m.forward_only = forward_only;
-  if (m.scheduler != nullptr) {
-    m.Check(bs_scheduler_set_forward_only(m.scheduler.get(), forward_only ? 1 : 0),
-            "bs_scheduler_set_forward_only");
-  }
+  m.Check(bs_offloader_set_forward_only(m.offloader.get(), forward_only ? 1 : 0),
+          "bs_offloader_set_forward_only");
 }
 
 Tensor StreamOffloader::Forward(uint32_t block, const BlockFn& fn, const Tensor& input) {
@@ -661,7 +554,7 @@ Tensors StreamOffloader::Forward(uint32_t block, const BlockFnList& fn, const Te
 
 Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const Tensors& inputs) {
   Impl& m = *impl_;
-  if (!c10::GradMode::is_enabled() || !m.config.supports_backward || m.scheduler == nullptr) {
+  if (!c10::GradMode::is_enabled() || !m.config.supports_backward || !m.started()) {
     return fn(inputs);
   }
   if (!m.config.gradient_checkpointing) return RunWithSavedTokens(*this, block, fn, inputs);
@@ -671,7 +564,7 @@ Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const
 std::optional<size_t> StreamOffloader::StreamedIndex(uint32_t block, const Tensor& tensor) const {
   const Impl& m = *impl_;
   if (!m.is_streaming(block)) return std::nullopt;
-  const std::vector<Impl::Streamed>& streamed = m.streamed[*m.rank_of[block]];
+  const std::vector<Impl::Streamed>& streamed = m.streamed[block];
   for (size_t i = 0; i < streamed.size(); ++i) {
     if (streamed[i].tensor.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) return i;
   }
@@ -680,45 +573,49 @@ std::optional<size_t> StreamOffloader::StreamedIndex(uint32_t block, const Tenso
 
 Tensor StreamOffloader::StreamedForBackward(uint32_t block, size_t index) {
   Impl& m = *impl_;
-  const uint32_t slot = *m.rank_of.at(block) % m.ring_slots;
-  if (m.slot_block.at(slot) != block) {
+  bs_offloader* o = m.offloader.get();
+  const uint32_t slot = bs_offloader_slot_of(o, block);
+  if (bs_offloader_slot_block(o, slot) != block) {
     // Out of the expected order: the hooks did not bring the block back.
     const c10::Stream current = CurrentStream(m.config.device);
     Join(current, m.stream);
-    m.Check(bs_scheduler_ensure_block(m.scheduler.get(), block), "bs_scheduler_ensure_block");
+    m.Check(bs_offloader_ensure_block(o, block), "bs_offloader_ensure_block");
     Join(m.stream, current);
   }
-  const Impl::Streamed& t = m.streamed[*m.rank_of[block]].at(index);
-  return at::from_blob(static_cast<char*>(m.ring->slot(slot)) + t.offset, t.sizes,
+  const Impl::Streamed& t = m.streamed[block].at(index);
+  return at::from_blob(static_cast<char*>(bs_offloader_slot(o, slot)) + t.offset, t.sizes,
                        at::TensorOptions().dtype(t.dtype).device(m.config.device));
 }
 
 void StreamOffloader::FinishPass() {
   Impl& m = *impl_;
-  if (m.scheduler == nullptr) return;
-  m.Check(bs_scheduler_finish_pass(m.scheduler.get()), "bs_scheduler_finish_pass");
-  if (m.config.debug) m.PrintPasses();
+  m.Check(bs_offloader_finish_pass(m.offloader.get()), "bs_offloader_finish_pass");
+  if (m.config.debug && m.started()) m.PrintPasses();
 }
 
 std::optional<PassStats> StreamOffloader::LastPass(Direction direction) const {
-  if (impl_->scheduler == nullptr) return std::nullopt;
-  return LastPassOf(impl_->scheduler.get(), direction);
+  return LastPassOf(impl_->offloader.get(), direction);
 }
 
 uint32_t StreamOffloader::num_blocks() const { return static_cast<uint32_t>(impl_->blocks.size()); }
 const std::vector<uint32_t>& StreamOffloader::streaming_blocks() const { return impl_->streaming; }
 std::optional<uint32_t> StreamOffloader::streaming_rank(uint32_t block) const {
-  return block < impl_->rank_of.size() ? impl_->rank_of[block] : std::nullopt;
+  const std::vector<uint32_t>& s = impl_->streaming;
+  const auto it = std::find(s.begin(), s.end(), block);
+  if (it == s.end()) return std::nullopt;
+  return static_cast<uint32_t>(it - s.begin());
 }
-uint32_t StreamOffloader::ring_slots() const { return impl_->ring_slots; }
+uint32_t StreamOffloader::ring_slots() const {
+  return bs_offloader_ring_slots(impl_->offloader.get());
+}
 const void* StreamOffloader::slot_data(uint32_t slot) const {
-  return impl_->ring.has_value() && slot < impl_->ring_slots ? impl_->ring->slot(slot) : nullptr;
+  return slot < ring_slots() ? bs_offloader_slot(impl_->offloader.get(), slot) : nullptr;
 }
 uint64_t StreamOffloader::slot_bytes() const {
-  return impl_->ring.has_value() ? impl_->ring->slot_bytes() : 0;
+  return bs_offloader_slot_bytes(impl_->offloader.get());
 }
 std::string StreamOffloader::model_id() const {
-  return impl_->model.has_value() ? impl_->model->id() : "";
+  return bs_offloader_model_id(impl_->offloader.get());
 }
 c10::Stream StreamOffloader::stream() const { return impl_->stream; }
 const BlockSwapConfig& StreamOffloader::config() const { return impl_->config; }

@@ -10,12 +10,18 @@
 //   blockswap_abi_client --socket=PATH --file=F.safetensors --block-pattern=RE
 //                        [--select=RE] [--report=FILE]
 //   blockswap_abi_client --socket=PATH --fork=1 [--passes=N --report=FILE]
+//   blockswap_abi_client --socket=PATH --offloader=1 --blocks=N [--report=FILE]
 // The second form registers the file (bs_model_register_file), reports the
 // model, its extras and its layout, and streams every block once, comparing
 // each slot with the master view.
 // The --fork form streams, forks two children mid-stream (one calls every
 // kind of bs_* on the inherited handles, destroys them and returns from
 // main; the other _exit()s), waits for both and streams on (RunFork).
+// The --offloader form drives bs_offloader (placement 4 of --blocks through 2
+// slots, the streaming blocks uploaded): it reports its refusal of a
+// trainable tensor, every binding ("bind BLOCK SLOT PREVIOUS LOADED", -
+// for no previous block) of one prepare, forward and backward, and whether
+// each slot held its block's master bytes at its wait.
 // Exit 0 when every byte was right, 10 on wrong bytes, 1 on an error.
 #include <poll.h>
 #include <sys/wait.h>
@@ -350,6 +356,87 @@ const pid_t main_pid = ::getpid();
 // (client/core/owner_process.h). The parent is checked as always.
 extern "C" int __lsan_is_turned_off() { return ::getpid() != main_pid ? 1 : 0; }
 
+// The --offloader form (see the top of this file).
+int RunOffloader(const std::string& socket, uint32_t blocks,
+                 const std::vector<std::vector<uint8_t>>& data, std::ostream& report) {
+  using blockswap::testing::kTensorDtypes;
+  using blockswap::testing::kTensorElementBytes;
+  using blockswap::testing::kTensorNames;
+  using blockswap::testing::kTensorsPerBlock;
+  bs_offloader_config config{};
+  config.kind = "abi";
+  config.num_blocks = blocks;
+  config.blocks_to_swap = 4;
+  config.ring_size = 2;
+  config.socket_path = socket.c_str();
+  config.client_name = "abi-offloader";
+  config.model_name = "abi-offloader";
+  config.reconnect_timeout_s = 0;
+  bs_offloader* raw = nullptr;
+  blockswap::detail::Check(bs_offloader_create(&config, &raw), "bs_offloader_create");
+  std::unique_ptr<bs_offloader, void (*)(bs_offloader*)> offloader(raw, &bs_offloader_destroy);
+  std::vector<std::vector<uint64_t>> shapes(blocks * kTensorsPerBlock);
+  std::vector<std::vector<bs_offloader_tensor>> tensors(blocks);
+  std::vector<bs_offloader_block> layout(blocks);
+  for (uint32_t b = 0; b < blocks; ++b) {
+    for (int t = 0; t < kTensorsPerBlock; ++t) {
+      const auto& bytes = data[b * kTensorsPerBlock + t];
+      shapes[b * kTensorsPerBlock + t] = {bytes.size() / kTensorElementBytes[t]};
+      tensors[b].push_back(bs_offloader_tensor{kTensorNames[t], kTensorDtypes[t],
+                                               shapes[b * kTensorsPerBlock + t].data(), 1,
+                                               bytes.data(), 0, 0});
+    }
+    layout[b] = bs_offloader_block{tensors[b].data(), static_cast<uint32_t>(tensors[b].size())};
+  }
+  const uint32_t first = bs_offloader_streaming_block(offloader.get(), 0);
+  tensors[first][0].requires_grad = 1;
+  const int refused = bs_offloader_check_block(offloader.get(), first, tensors[first].data(),
+                                               static_cast<uint32_t>(tensors[first].size()));
+  report << "trainable " << refused << " " << bs_last_error() << "\n";
+  tensors[first][0].requires_grad = 0;
+  blockswap::detail::Check(bs_offloader_connect(offloader.get()), "bs_offloader_connect");
+  blockswap::detail::Check(bs_offloader_use_device(offloader.get(), -1, nullptr, "cpu"),
+                           "bs_offloader_use_device");
+  blockswap::detail::Check(bs_offloader_open_model(offloader.get(), layout.data()),
+                           "bs_offloader_open_model");
+  const auto on_bind = [](void* out, uint32_t block, uint32_t slot, uint32_t previous, int loaded) {
+    *static_cast<std::ostream*>(out)
+        << "bind " << block << " " << slot << " "
+        << (previous == UINT32_MAX ? std::string("-") : std::to_string(previous)) << " " << loaded
+        << "\n";
+  };
+  blockswap::detail::Check(bs_offloader_start(offloader.get(), nullptr, on_bind, &report),
+                           "bs_offloader_start");
+  uint64_t wrong = 0;
+  const auto check = [&](uint32_t block) {
+    const uint32_t slot = bs_offloader_slot_of(offloader.get(), block);
+    const uint64_t bytes = bs_offloader_master_bytes(offloader.get(), block);
+    if (bs_offloader_slot_block(offloader.get(), slot) != block ||
+        std::memcmp(bs_offloader_slot(offloader.get(), slot),
+                    bs_offloader_master(offloader.get(), block), bytes) != 0) {
+      ++wrong;
+    }
+  };
+  blockswap::detail::Check(bs_offloader_prepare(offloader.get()), "bs_offloader_prepare");
+  report << "forward\n";
+  for (uint32_t b = 0; b < blocks; ++b) {
+    blockswap::detail::Check(bs_offloader_wait_for_block(offloader.get(), b), "wait");
+    if (bs_offloader_is_streaming(offloader.get(), b)) check(b);
+    blockswap::detail::Check(bs_offloader_after_forward(offloader.get(), b), "after_forward");
+  }
+  report << "backward\n";
+  for (uint32_t b = blocks; b-- > 0;) {
+    if (bs_offloader_is_streaming(offloader.get(), b)) {
+      blockswap::detail::Check(bs_offloader_ensure_block(offloader.get(), b), "ensure");
+      check(b);
+    }
+    blockswap::detail::Check(bs_offloader_after_backward(offloader.get(), b), "after_backward");
+  }
+  blockswap::detail::Check(bs_offloader_close(offloader.get(), nullptr, 5000), "close");
+  report << "wrong " << wrong << "\n";
+  return wrong == 0 ? 0 : 10;
+}
+
 int main(int argc, char** argv) {
   using blockswap::testing::kTensorDtypes;
   using blockswap::testing::kTensorElementBytes;
@@ -361,14 +448,17 @@ int main(int argc, char** argv) {
       blockswap::testing::ModelTensorData(args.Int("seed", 1), blocks, args.Int("elements", 4096));
   std::ofstream report(args.Str("report", "/dev/null"), std::ios::app);
   try {
+    if (args.Has("offloader")) return RunOffloader(args.Str("socket"), blocks, data, report);
     blockswap::Client client(args.Str("socket"), "abi-client");
     if (args.Has("file")) return RunFile(client, args, report);
     std::vector<blockswap::Block> model_blocks(blocks);
     for (uint32_t b = 0; b < blocks; ++b) {
       for (int t = 0; t < kTensorsPerBlock; ++t) {
         const auto& bytes = data[b * kTensorsPerBlock + t];
-        model_blocks[b].push_back({kTensorNames[t], kTensorDtypes[t],
-                                   {bytes.size() / kTensorElementBytes[t]}, bytes.data()});
+        model_blocks[b].push_back({kTensorNames[t],
+                                   kTensorDtypes[t],
+                                   {bytes.size() / kTensorElementBytes[t]},
+                                   bytes.data()});
       }
     }
     blockswap::Model model = client.Register("integration", model_blocks);
@@ -387,9 +477,8 @@ int main(int argc, char** argv) {
       slot_bytes = std::max<uint64_t>(slot_bytes, model.block_bytes(b));
     }
 
-    blockswap::Ring ring = client.CreateRing(client.devices().front(),
-                                             static_cast<uint32_t>(args.Int("slots", 2)),
-                                             slot_bytes);
+    blockswap::Ring ring = client.CreateRing(
+        client.devices().front(), static_cast<uint32_t>(args.Int("slots", 2)), slot_bytes);
     if (args.Has("scheduler-blocks")) {
       return RunScheduler(client, model, ring, expected,
                           static_cast<uint32_t>(args.Int("scheduler-blocks", 0)),

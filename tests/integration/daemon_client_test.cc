@@ -130,10 +130,9 @@ TEST_F(DaemonClientTest, AFileRegisteredThroughTheCAbiIsTheModelAnUploadGets) {
     for (int w = 0; w < 2; ++w) {
       bytes.push_back(blockswap::testing::TensorContent(
           absl::StrCat("transformer_blocks.", b, ".attn.w", w, ".weight"), 8 * 64 * 4, 9));
-      blocks[b].push_back({.spec = {.name = absl::StrCat("attn.w", w, ".weight"),
-                                    .dtype = "F32",
-                                    .shape = {8, 64}},
-                           .data = bytes.back().data()});
+      blocks[b].push_back(
+          {.spec = {.name = absl::StrCat("attn.w", w, ".weight"), .dtype = "F32", .shape = {8, 64}},
+           .data = bytes.back().data()});
     }
   }
   auto uploaded = client::Model::Register(**connection, "upload", blocks);
@@ -155,6 +154,28 @@ TEST_F(DaemonClientTest, SchedulerThroughTheCAbiStreamsEveryBlockRight) {
   EXPECT_EQ(FirstValue(report, "forward_loads"), "2");
   EXPECT_EQ(FirstValue(report, "backward_loads"), "2");
   EXPECT_EQ(FirstValue(report, "stall_consistent"), "1");
+}
+
+TEST_F(DaemonClientTest, TheCAbisOffloaderStreamsTheGroundTruthAndRefusesATrainableTensor) {
+  StartDaemon();
+  ChildProcess client = SpawnAbiClient("offloader", {"--offloader=1", "--blocks=10"});
+  auto code = client.Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  ReportLines report = ReadRoleReport(ReportPath("offloader"));
+  EXPECT_EQ(FirstValue(report, "wrong"), "0");
+  EXPECT_TRUE(absl::StrContains(FirstValue(report, "trainable"),
+                                "3 abi block 1 tensor 'proj.weight' requires grad, but streamed "
+                                "tensors must be frozen"))
+      << FirstValue(report, "trainable");
+  // Ground truth N=10 S=4 B=2, as "block slot previous": prepare loads 1->0
+  // and 3->1, forward 6->0 and 8->1, backward 3->1 and 1->0.
+  std::vector<std::string> loads;
+  for (const std::string& bind : report["bind"]) {
+    if (absl::EndsWith(bind, " 1")) loads.push_back(bind.substr(0, bind.size() - 2));
+  }
+  EXPECT_EQ(loads,
+            (std::vector<std::string>{"1 0 -", "3 1 -", "6 0 1", "8 1 3", "3 1 8", "1 0 6"}));
 }
 
 TEST_F(DaemonClientTest, APassesCopySecondsAreTheDaemonsMeasuredCopyTime) {
@@ -320,8 +341,8 @@ TEST_F(DaemonClientTest, ClientHoldingASlotDoesNotSlowAnother) {
   // outright (its waits time out, the rate drops to nothing); half the solo
   // rate leaves room for the noise of a loaded 2-core machine (0.80 measured
   // once beside another full test run).
-  EXPECT_GE(beside_hog, 0.5 * solo) << "solo " << solo << " loads/s, beside the hog "
-                                    << beside_hog << " loads/s";
+  EXPECT_GE(beside_hog, 0.5 * solo)
+      << "solo " << solo << " loads/s, beside the hog " << beside_hog << " loads/s";
   std::cerr << "throughput: solo " << solo << " loads/s, beside a hog " << beside_hog
             << " loads/s (" << beside_hog / solo << ")\n";
 }
@@ -335,10 +356,12 @@ TEST_F(DaemonClientTest, ClientWhoseDaemonDiesGetsAnErrorWithinItsTimeout) {
   auto code = client.Wait(absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << "the client hung: " << code.status();
   EXPECT_TRUE(*code == kClientFailed || *code == kClientTimedOut)
-      << "exit " << *code << "; report: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error");
+      << "exit " << *code
+      << "; report: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error");
   EXPECT_LE(absl::Now() - killed, absl::Seconds(5));
   std::cerr << "client exited " << absl::Now() - killed << " after the daemon was killed\n";
-  std::cerr << "client reported: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error") << "\n";
+  std::cerr << "client reported: " << FirstValue(ReadRoleReport(ReportPath("orphan")), "error")
+            << "\n";
 }
 
 // A ring closed before its daemon dies: the connection's loss watch for it
@@ -448,16 +471,16 @@ TEST_P(ProtocolMutationTest, SkippingTheStepFailsTheStream) {
   std::map<std::string, std::string> skip = {{"BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS", step},
                                              {"BLOCKSWAP_HOST_JITTER_US", "200"}};
   const bool daemon_step = absl::StartsWith(step, "daemon");
-  StartDaemon({.env = daemon_step ? skip : std::map<std::string, std::string>{
-                                               {"BLOCKSWAP_HOST_JITTER_US", "200"}}});
-  int code = Run("stream", "mutant", {"--passes=150", "--blocks=5", "--wait-timeout-ms=2000"},
-                 daemon_step ? std::map<std::string, std::string>{{"BLOCKSWAP_HOST_JITTER_US",
-                                                                   "200"}}
-                             : skip);
+  StartDaemon({.env = daemon_step ? skip
+                                  : std::map<std::string, std::string>{
+                                        {"BLOCKSWAP_HOST_JITTER_US", "200"}}});
+  int code = Run(
+      "stream", "mutant", {"--passes=150", "--blocks=5", "--wait-timeout-ms=2000"},
+      daemon_step ? std::map<std::string, std::string>{{"BLOCKSWAP_HOST_JITTER_US", "200"}} : skip);
   EXPECT_NE(code, kClientOk) << "skipping " << step << " went unnoticed";
   std::cerr << "skipping " << step << ": client exit " << code << ", "
-            << FirstValue(ReadRoleReport(ReportPath("mutant")), "error") << " wrong="
-            << FirstValue(ReadRoleReport(ReportPath("mutant")), "wrong") << "\n";
+            << FirstValue(ReadRoleReport(ReportPath("mutant")), "error")
+            << " wrong=" << FirstValue(ReadRoleReport(ReportPath("mutant")), "wrong") << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStep, ProtocolMutationTest, ::testing::ValuesIn(kSafetyProtocolSteps),

@@ -323,6 +323,156 @@ int bs_scheduler_finish_pass(bs_scheduler* scheduler);
  * stream synchronisation costs): a pass's stall is measured on the stream. */
 int bs_scheduler_last_pass(const bs_scheduler* scheduler, int direction, bs_pass_stats* out);
 
+/* --- offloader -------------------------------------------------------------
+ * The streaming offloader's sequence, written once for every integration
+ * (the LibTorch layer, the Python package): placement, the checks that need
+ * no tensor library, attaching, opening or registering the model, matching
+ * each block's streamed tensors with the model's layout, the ring and the
+ * scheduler over it, which slot holds which block, and the scheduler's
+ * hooks. What an integration keeps is what needs its tensors: selecting
+ * them, rebinding them to a slot or a master (bs_offloader_slot,
+ * bs_offloader_master, bs_offloader_tensor_offset) when on_bind says so,
+ * hooks, autograd. Its refusals name blocks as "<kind> block <b>". Set-up
+ * refusals of what the trainer passed (device, frozen or meta tensors, a
+ * layout that does not match) are INVALID_ARGUMENT. Not thread-safe: one
+ * training thread drives an offloader. */
+
+typedef struct bs_offloader bs_offloader;
+
+typedef struct bs_offloader_config {
+  const char* kind;          /* names blocks in messages: "blocks" gives "blocks block 3";
+                                NULL or "": "block 3" */
+  uint32_t num_blocks;
+  uint32_t blocks_to_swap;
+  uint32_t ring_size;        /* >= 1, clamped to the streaming blocks */
+  int forward_only;
+  const char* socket_path;   /* as bs_connect */
+  const char* client_name;
+  /* The model: one packed from the streaming blocks' tensors (both NULL or
+     ""), one the daemon holds (model_id) or a file it registers (model_file,
+     with the pattern, selector and rank of bs_file_options). */
+  const char* model_id;
+  const char* model_file;
+  const char* model_block_pattern;
+  const char* model_select;
+  uint32_t model_select_rank;
+  const char* model_name;    /* the packed model's name */
+  /* After losing blockswapd the scheduler re-attaches for this long
+     (bs_scheduler_set_reconnect_timeout), within [0, 3600]; 0 fails at once. */
+  double reconnect_timeout_s;
+  /* Appended to the refusal of a selected tensor the model's block lacks:
+     how the integration maps names (NULL: nothing). */
+  const char* name_hint;
+} bs_offloader_config;
+
+/* One streamed tensor of a block, as the integration sees it now. */
+typedef struct bs_offloader_tensor {
+  const char* name;          /* the model's name, relative to the block */
+  const char* dtype;         /* safetensors dtype (bs_dtype_of_torch) */
+  const uint64_t* shape;
+  uint32_t ndim;
+  const void* data;          /* host bytes, contiguous: read only to pack a model */
+  int requires_grad;
+  int is_meta;               /* never materialised: only a model in the daemon gives it */
+} bs_offloader_tensor;
+
+typedef struct bs_offloader_block {
+  const bs_offloader_tensor* tensors;
+  uint32_t tensor_count;
+} bs_offloader_block;
+
+/* `previous` is the block the slot held before (UINT32_MAX: none, or this
+ * block again): its tensors go back to their masters. `loaded` is 1 when the
+ * slot's bytes change (a copy), 0 for a no-op rebind. */
+typedef void (*bs_offloader_bind_fn)(void* user_data, uint32_t block, uint32_t slot,
+                                     uint32_t previous, int loaded);
+
+/* Checks the configuration and places the streaming blocks; contacts no
+ * daemon. */
+int bs_offloader_create(const bs_offloader_config* config, bs_offloader** out);
+/* Ends the scheduler and the ring (bs_offloader_close with NULL unless closed),
+ * the model and the session. Safe in a forked child (frees only the handle). */
+void bs_offloader_destroy(bs_offloader* offloader);
+
+uint32_t bs_offloader_ring_slots(const bs_offloader* offloader); /* after the clamp */
+uint32_t bs_offloader_streaming_count(const bs_offloader* offloader);
+/* The block of streaming rank `rank` (UINT32_MAX out of range). */
+uint32_t bs_offloader_streaming_block(const bs_offloader* offloader, uint32_t rank);
+int bs_offloader_is_streaming(const bs_offloader* offloader, uint32_t block);
+/* Whether the model comes from the daemon (model_id or model_file). */
+int bs_offloader_from_daemon(const bs_offloader* offloader);
+
+/* What a block's streamed tensors must be, whenever the integration asks
+ * (they may change under it): those of a streaming block frozen, and at
+ * least one. */
+int bs_offloader_check_block(const bs_offloader* offloader, uint32_t block,
+                             const bs_offloader_tensor* tensors, uint32_t count);
+/* Refuses a tensor of `block` left meta (never materialised) that no model
+ * gives, when the integration moves the block to its device. */
+int bs_offloader_check_materialised(const bs_offloader* offloader, uint32_t block,
+                                    const char* tensor, int is_meta);
+/* FAILED_PRECONDITION saying why `what` cannot run during CUDA graph capture:
+ * for an integration that found its stream capturing. */
+int bs_offloader_refuse_capture(const char* what);
+
+/* Attaches (bs_connect with the configured socket and name). */
+int bs_offloader_connect(bs_offloader* offloader);
+int bs_offloader_backend(const bs_offloader* offloader); /* enum bs_backend, once connected */
+/* The integration's device: cpu (`cuda_ordinal` -1) on a host-backend daemon,
+ * a cuda device the daemon drives on a cuda one: this process's device of
+ * that CUDA ordinal, or the one of `device_uuid` ("GPU-..." or without the
+ * prefix, any case) when given. On the host backend a NULL or "" `device_uuid`
+ * is the daemon's first device. `device_name` ("cuda:0") is for messages. */
+int bs_offloader_use_device(bs_offloader* offloader, int cuda_ordinal, const char* device_uuid,
+                            const char* device_name);
+/* Opens the model: registers the streaming blocks' tensors (their `data`),
+ * or opens / registers the configured one and checks it holds every block or
+ * only the streaming ones. Then matches each block's tensors with its model
+ * block (`blocks` has num_blocks entries; those of resident blocks count only
+ * with a model of every block, which gives them too; empty entries are
+ * skipped). Until bs_offloader_start it may be called again (after a
+ * refusal): the model opened before stays mapped until
+ * bs_offloader_destroy (the integration's tensors may still view it). */
+int bs_offloader_open_model(bs_offloader* offloader, const bs_offloader_block* blocks);
+const char* bs_offloader_model_id(const bs_offloader* offloader); /* "" before */
+/* The read-only master of block `block`'s bytes (NULL when the model does not
+ * give the block) and the offset there, as in a slot, of its tensor `tensor`. */
+const void* bs_offloader_master(const bs_offloader* offloader, uint32_t block);
+uint64_t bs_offloader_master_bytes(const bs_offloader* offloader, uint32_t block);
+uint64_t bs_offloader_tensor_offset(const bs_offloader* offloader, uint32_t block,
+                                    uint32_t tensor);
+
+/* Creates the ring (slots as large as the largest streaming block) and the
+ * scheduler over it, ordered against `stream` (as for bs_ring_load); every
+ * binding goes to `on_bind`. */
+int bs_offloader_start(bs_offloader* offloader, void* stream, bs_offloader_bind_fn on_bind,
+                       void* user_data);
+int bs_offloader_started(const bs_offloader* offloader);
+/* The slot's memory now (it moves when the scheduler re-creates the ring
+ * after losing the daemon) and its size. */
+void* bs_offloader_slot(const bs_offloader* offloader, uint32_t slot);
+uint64_t bs_offloader_slot_bytes(const bs_offloader* offloader);
+/* The slot of streaming block `block`, and the block bound to `slot`
+ * (UINT32_MAX: none). */
+uint32_t bs_offloader_slot_of(const bs_offloader* offloader, uint32_t block);
+uint32_t bs_offloader_slot_block(const bs_offloader* offloader, uint32_t slot);
+
+/* The scheduler's hooks (bs_scheduler_*). Before bs_offloader_start, a wait
+ * for a streaming block, its forward hook and the reload hook refuse
+ * (FAILED_PRECONDITION: never prepared); the others do nothing. */
+int bs_offloader_prepare(bs_offloader* offloader);
+int bs_offloader_wait_for_block(bs_offloader* offloader, uint32_t block);
+int bs_offloader_after_forward(bs_offloader* offloader, uint32_t block);
+int bs_offloader_after_backward(bs_offloader* offloader, uint32_t block);
+int bs_offloader_ensure_block(bs_offloader* offloader, uint32_t block);
+int bs_offloader_set_forward_only(bs_offloader* offloader, int forward_only);
+int bs_offloader_set_reload_hook(bs_offloader* offloader, bs_reload_fn fn, void* user_data);
+int bs_offloader_finish_pass(bs_offloader* offloader);
+int bs_offloader_last_pass(const bs_offloader* offloader, int direction, bs_pass_stats* out);
+/* The ring's teardown after the last use of its slots (bs_ring_close on
+ * `stream`, which must follow it): the scheduler, then the ring. */
+int bs_offloader_close(bs_offloader* offloader, void* stream, uint32_t timeout_ms);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

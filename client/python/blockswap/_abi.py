@@ -25,8 +25,7 @@ BS_BACKEND_HOST = 1
 BS_BACKEND_CUDA = 2
 BS_FORWARD = 1
 BS_BACKWARD = 2
-BS_NOT_FOUND = 5
-BS_FAILED_PRECONDITION = 9
+BS_INVALID_ARGUMENT = 3
 
 # google.rpc.Code names, for messages.
 _CODE_NAMES = {
@@ -46,31 +45,26 @@ class BlockSwapError(RuntimeError):
         super().__init__(f"{message} ({self.code_name})")
 
 
-class TensorDesc(ctypes.Structure):
+class OffloaderConfig(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_char_p), ("num_blocks", ctypes.c_uint32),
+                ("blocks_to_swap", ctypes.c_uint32), ("ring_size", ctypes.c_uint32),
+                ("forward_only", ctypes.c_int), ("socket_path", ctypes.c_char_p),
+                ("client_name", ctypes.c_char_p), ("model_id", ctypes.c_char_p),
+                ("model_file", ctypes.c_char_p), ("model_block_pattern", ctypes.c_char_p),
+                ("model_select", ctypes.c_char_p), ("model_select_rank", ctypes.c_uint32),
+                ("model_name", ctypes.c_char_p), ("reconnect_timeout_s", ctypes.c_double),
+                ("name_hint", ctypes.c_char_p)]
+
+
+class OffloaderTensor(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
                 ("shape", ctypes.POINTER(ctypes.c_uint64)), ("ndim", ctypes.c_uint32),
-                ("data", ctypes.c_void_p)]
+                ("data", ctypes.c_void_p), ("requires_grad", ctypes.c_int),
+                ("is_meta", ctypes.c_int)]
 
 
-class BlockDesc(ctypes.Structure):
-    _fields_ = [("tensors", ctypes.POINTER(TensorDesc)), ("tensor_count", ctypes.c_uint32)]
-
-
-class TensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
-                ("shape", ctypes.POINTER(ctypes.c_uint64)), ("ndim", ctypes.c_uint32),
-                ("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
-
-
-class FileOptions(ctypes.Structure):
-    _fields_ = [("block_pattern", ctypes.c_char_p), ("select", ctypes.c_char_p),
-                ("select_rank", ctypes.c_uint32), ("name", ctypes.c_char_p)]
-
-
-class SchedulerConfig(ctypes.Structure):
-    _fields_ = [("num_blocks", ctypes.c_uint32), ("blocks_to_swap", ctypes.c_uint32),
-                ("ring_size", ctypes.c_uint32), ("forward_only", ctypes.c_int),
-                ("model_has_every_block", ctypes.c_int)]
+class OffloaderBlock(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.POINTER(OffloaderTensor)), ("tensor_count", ctypes.c_uint32)]
 
 
 class PassStats(ctypes.Structure):
@@ -83,7 +77,9 @@ class PassStats(ctypes.Structure):
                 ("loads", ctypes.c_uint64), ("rebinds", ctypes.c_uint64)]
 
 
-BIND_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int)
+BIND_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32,
+                           ctypes.c_uint32, ctypes.c_int)
+NONE = 0xFFFFFFFF  # no block, no slot
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)
@@ -96,48 +92,38 @@ _STR = ctypes.c_char_p
 _PROTOTYPES = {
     "bs_abi_version": (_U32, []),
     "bs_last_error": (_STR, []),
-    "bs_connect": (_INT, [_STR, _STR, _PP]),
-    "bs_disconnect": (None, [_P]),
-    "bs_client_backend": (_INT, [_P]),
-    "bs_client_device_count": (_U32, [_P]),
-    "bs_client_device_uuid": (_STR, [_P, _U32]),
-    "bs_model_register": (_INT, [_P, _STR, ctypes.POINTER(BlockDesc), _U32, _PP]),
-    "bs_model_register_file": (_INT, [_P, _STR, ctypes.POINTER(FileOptions), _PP, _PP]),
-    "bs_model_open": (_INT, [_P, _STR, _PP]),
-    "bs_model_close": (None, [_P]),
-    "bs_model_id": (_STR, [_P]),
-    "bs_model_block_count": (_U32, [_P]),
-    "bs_model_block_bytes": (_U64, [_P, _U32]),
-    "bs_model_tensor_count": (_U32, [_P, _U32]),
-    "bs_model_tensor": (_INT, [_P, _U32, _U32, ctypes.POINTER(TensorInfo)]),
-    "bs_model_master": (_P, [_P, _U32]),
-    "bs_model_match_block": (_INT, [_P, _U32, ctypes.POINTER(TensorDesc), _U32,
-                                    ctypes.POINTER(_U64)]),
     "bs_dtype_of_torch": (_STR, [_STR]),
     "bs_block_layout_bytes": (_INT, [ctypes.POINTER(_U64), _U32, ctypes.POINTER(_U64)]),
-    "bs_ring_create": (_INT, [_P, _STR, _U32, _U64, _PP]),
-    "bs_ring_close": (_INT, [_P, _P, _U32]),
-    "bs_ring_destroy": (None, [_P]),
-    "bs_ring_slot_count": (_U32, [_P]),
-    "bs_ring_slot_bytes": (_U64, [_P]),
-    "bs_ring_slot": (_P, [_P, _U32]),
-    "bs_place_blocks": (_INT, [_U32, _U32, _U32, ctypes.POINTER(_U32), _U32,
-                               ctypes.POINTER(_U32), ctypes.POINTER(_U32)]),
-    "bs_scheduler_create": (_INT, [_P, _P, _P, ctypes.POINTER(SchedulerConfig), _P, BIND_FN,
-                                   _P, _PP]),
-    "bs_scheduler_destroy": (None, [_P]),
-    "bs_scheduler_ring_slots": (_U32, [_P]),
-    "bs_scheduler_streaming_count": (_U32, [_P]),
-    "bs_scheduler_streaming_block": (_U32, [_P, _U32]),
-    "bs_scheduler_prepare": (_INT, [_P]),
-    "bs_scheduler_wait_for_block": (_INT, [_P, _U32]),
-    "bs_scheduler_after_forward": (_INT, [_P, _U32]),
-    "bs_scheduler_after_backward": (_INT, [_P, _U32]),
-    "bs_scheduler_ensure_block": (_INT, [_P, _U32]),
-    "bs_scheduler_set_forward_only": (_INT, [_P, _INT]),
-    "bs_scheduler_set_reconnect_timeout": (_INT, [_P, _U32]),
-    "bs_scheduler_finish_pass": (_INT, [_P]),
-    "bs_scheduler_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
+    "bs_offloader_create": (_INT, [ctypes.POINTER(OffloaderConfig), _PP]),
+    "bs_offloader_destroy": (None, [_P]),
+    "bs_offloader_ring_slots": (_U32, [_P]),
+    "bs_offloader_streaming_count": (_U32, [_P]),
+    "bs_offloader_streaming_block": (_U32, [_P, _U32]),
+    "bs_offloader_check_block": (_INT, [_P, _U32, ctypes.POINTER(OffloaderTensor), _U32]),
+    "bs_offloader_check_materialised": (_INT, [_P, _U32, _STR, _INT]),
+    "bs_offloader_refuse_capture": (_INT, [_STR]),
+    "bs_offloader_connect": (_INT, [_P]),
+    "bs_offloader_backend": (_INT, [_P]),
+    "bs_offloader_use_device": (_INT, [_P, _INT, _STR, _STR]),
+    "bs_offloader_open_model": (_INT, [_P, ctypes.POINTER(OffloaderBlock)]),
+    "bs_offloader_model_id": (_STR, [_P]),
+    "bs_offloader_master": (_P, [_P, _U32]),
+    "bs_offloader_master_bytes": (_U64, [_P, _U32]),
+    "bs_offloader_tensor_offset": (_U64, [_P, _U32, _U32]),
+    "bs_offloader_start": (_INT, [_P, _P, BIND_FN, _P]),
+    "bs_offloader_slot": (_P, [_P, _U32]),
+    "bs_offloader_slot_bytes": (_U64, [_P]),
+    "bs_offloader_slot_of": (_U32, [_P, _U32]),
+    "bs_offloader_slot_block": (_U32, [_P, _U32]),
+    "bs_offloader_prepare": (_INT, [_P]),
+    "bs_offloader_wait_for_block": (_INT, [_P, _U32]),
+    "bs_offloader_after_forward": (_INT, [_P, _U32]),
+    "bs_offloader_after_backward": (_INT, [_P, _U32]),
+    "bs_offloader_ensure_block": (_INT, [_P, _U32]),
+    "bs_offloader_set_forward_only": (_INT, [_P, _INT]),
+    "bs_offloader_finish_pass": (_INT, [_P]),
+    "bs_offloader_last_pass": (_INT, [_P, _INT, ctypes.POINTER(PassStats)]),
+    "bs_offloader_close": (_INT, [_P, _P, _U32]),
 }
 
 _lock = threading.Lock()
@@ -176,7 +162,13 @@ def library():
                                   f"package needs version {ABI_VERSION} or later: install "
                                   "matching versions")
             for name, (restype, argtypes) in _PROTOTYPES.items():
-                function = getattr(lib, name)
+                try:
+                    function = getattr(lib, name)
+                except AttributeError:
+                    # Entry points the daemon's protocol does not involve
+                    # (bs_offloader_*) grow the library without a new version.
+                    raise ImportError(f"{path} ({where}) has no {name}: it is older than this "
+                                      "package; install matching versions") from None
                 function.restype = restype
                 function.argtypes = argtypes
             _lib, _lib_path = lib, path
@@ -195,8 +187,17 @@ def library_path():
     return _lib_path
 
 
-def check(code, what):
-    """Raises BlockSwapError for a non-zero return of the C ABI."""
+def check(code, what=None):
+    """Raises BlockSwapError for a non-zero return of the C ABI (`what`, when
+    given, before the library's message)."""
     if code != 0:
         message = library().bs_last_error().decode(errors="replace")
-        raise BlockSwapError(code, f"{what}: {message}")
+        raise BlockSwapError(code, f"{what}: {message}" if what else message)
+
+
+def refuse(code):
+    """check() for the offloader's set-up: its refusals of what the trainer
+    passed (INVALID_ARGUMENT) are ValueErrors."""
+    if code == BS_INVALID_ARGUMENT:
+        raise ValueError(library().bs_last_error().decode(errors="replace"))
+    check(code)

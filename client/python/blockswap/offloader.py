@@ -4,14 +4,17 @@ The frozen weights of S evenly placed "streaming" blocks live once per node, in
 blockswapd's masters; a ring of B slots on the trainer's device holds the blocks
 about to run. Which block goes into which slot and when (placement, prefetch
 ahead in forward and behind in backward, self-heal, wrap-around in inference,
-no-op rebinds) is decided by the client library's scheduler (bs_scheduler_*);
-this module only turns its decisions into tensors: every binding it reports
-rebinds the block's streamed tensors to views of the slot, and the block that
-held the slot before back to views of its read-only master.
+no-op rebinds), and the set-up around it (attaching, the device, opening or
+registering the model, matching each block with its layout, the ring and the
+scheduler, the checks that need no torch, with their messages), is the client
+library's offloader (bs_offloader_*, shared with the LibTorch layer). This
+module keeps what needs torch: it selects the tensors, turns every binding the
+offloader reports into tensors (the block's streamed tensors become views of
+the slot, the block that held the slot before views of its read-only master),
+and hooks the blocks' backward.
 """
 import ctypes
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -92,34 +95,38 @@ _CLOSE_TIMEOUT_MS = 5000
 
 
 def _check_not_capturing(what):
-    """The Python face of the C++ layer's CheckNotCapturing: blockswapd loads
-    the streamed blocks and the wait for them is made on the host, which a
-    captured CUDA graph cannot replay (under capture the event record and
-    wait of the load protocol fail with a CUDA error that says nothing of it)."""
+    """blockswapd loads the streamed blocks and the wait for them is made on
+    the host, which a captured CUDA graph cannot replay (under capture the
+    event record and wait of the load protocol fail with a CUDA error that
+    says nothing of it): refused with the library's reason."""
     # Without CUDA initialised in this process there is no capture to be in.
     if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
-            f"blockswap: {what} during CUDA graph capture. Streamed blocks are loaded by "
-            f"blockswapd and waited for on the host, which a captured graph cannot replay: "
-            f"capture only the resident part of the model, or run the offloaded blocks "
-            f"outside the graph")
+        _abi.check(_abi.library().bs_offloader_refuse_capture(what.encode()))
+
+
+def _placement(lib, offloader):
+    """The offloader's streaming block indices, ascending, and ring size."""
+    return ([lib.bs_offloader_streaming_block(offloader, r)
+             for r in range(lib.bs_offloader_streaming_count(offloader))],
+            lib.bs_offloader_ring_slots(offloader))
 
 
 def _place_blocks(num_blocks, blocks_to_swap, ring_size):
-    """The scheduler's placement (bs_place_blocks), needed before the
-    scheduler exists (to register the backward hooks): the streaming block
-    indices, ascending, and the ring size after the clamp."""
+    """The placement of an offloader, made without a daemon, for a choice
+    made before any offloader exists (routing.py)."""
     _fork.check("placing the streaming blocks")
-    lib = _abi.library()
-    count, slots = ctypes.c_uint32(0), ctypes.c_uint32(0)
-    _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, None, 0,
-                                   ctypes.byref(count), ctypes.byref(slots)),
-               "placing the streaming blocks")
-    streaming = (ctypes.c_uint32 * max(count.value, 1))()
-    _abi.check(lib.bs_place_blocks(num_blocks, max(blocks_to_swap, 0), ring_size, streaming,
-                                   count.value, ctypes.byref(count), ctypes.byref(slots)),
-               "placing the streaming blocks")
-    return list(streaming[:count.value]), slots.value
+    lib, offloader = _abi.library(), ctypes.c_void_p()
+    config = _abi.OffloaderConfig(num_blocks=num_blocks, blocks_to_swap=max(blocks_to_swap, 0),
+                                  ring_size=ring_size)
+    _abi.refuse(lib.bs_offloader_create(ctypes.byref(config), ctypes.byref(offloader)))
+    try:
+        return _placement(lib, offloader)
+    finally:
+        lib.bs_offloader_destroy(offloader)
+
+
+def _text(value):
+    return value.encode() if value else None
 
 
 class _Job:
@@ -153,11 +160,6 @@ class StreamOffloader:
     def __init__(self, block_type, blocks, num_blocks, blocks_to_swap, config):
         if len(blocks) != num_blocks:
             raise ValueError(f"num_blocks is {num_blocks} but {len(blocks)} blocks were given")
-        if config.ring_size < 1:
-            raise ValueError(f"ring_size must be >= 1 (got {config.ring_size})")
-        if not 0 <= config.reconnect_timeout_s <= 3600:
-            raise ValueError(f"reconnect_timeout_s must be within [0, 3600] seconds "
-                             f"(got {config.reconnect_timeout_s})")
         if blocks_to_swap < 0:
             raise ValueError(f"blocks_to_swap must be >= 0 (got {blocks_to_swap})")
         self.block_type = block_type
@@ -170,39 +172,28 @@ class StreamOffloader:
         self._config = config
         self._blocks = blocks
         self._selector = config.swap_tensor_selector or default_swap_tensor_selector
-        self.stream_idx, self.B = _place_blocks(num_blocks, blocks_to_swap, config.ring_size)
+        self._stream = None
+        self._bind_fn = None
+        self._callback_error = None
+        self._lib = self._offloader = None
+        self._master_views = {}  # block -> [tensor or Parameter per job]
+        self._slot_views = {}    # block -> the same over its ring slot
+        self._slot_flat = []     # slot -> uint8 tensor over the slot
+        self._slot_bytes = 0
+        self._slot_of_pointer = {}  # slot memory's address -> slot
+        self._in_block = []      # (block, its SavedWeightHooks or None), innermost last
+        self.remove_handles = []
+        self._create()
         self.S = len(self.stream_idx)
         self.rank = {block: rank for rank, block in enumerate(self.stream_idx)}
         self.is_stream = [block in self.rank for block in range(num_blocks)]
-        if config.model_id and config.model_file:
-            raise ValueError("model_id and model_file are exclusive (the file's model has its "
-                             "own id)")
         self._from_daemon = bool(config.model_id or config.model_file)
-        self._every_block = False
-        self._model_block = {}  # streaming block -> its block in the model
         # A model from the daemon may also fill resident blocks: select in all.
         self._jobs = {block: self._select(block) for block in
                       (range(num_blocks) if self._from_daemon else self.stream_idx)}
         self._check_frozen()
-
-        self._lib = None
-        self._client = None
-        self._model = None
-        self._ring = None
-        self._scheduler = None
-        self._bind_fn = None
-        self._stream = None
-        self._callback_error = None
-        self._master_views = {}  # block -> [tensor or Parameter per job]
-        self._slot_views = {}    # block -> the same over its ring slot
-        self._slot_flat = []     # slot -> uint8 tensor over the slot
-        self._slot_owner = []    # slot -> block bound to it (or None)
-        self._slot_of_pointer = {}  # slot memory's address -> slot
-        self._in_block = []      # (block, its SavedWeightHooks or None), innermost last
-        self.remove_handles = []
         if self.S == 0:
             return
-        self._lib = _abi.library()
         self._connect()
         if self.supports_backward:
             # A block's backward work frees its slot (streaming) or makes the
@@ -215,10 +206,29 @@ class StreamOffloader:
                     self.remove_handles.append(block.register_forward_hook(
                         self._after_block(i), always_call=True))
         if self.debug:
-            print(f"blockswap[{block_type}]: {self.S} streaming / {num_blocks} blocks, "
+            print(f"blockswap[{self.block_type}]: {self.S} streaming / {num_blocks} blocks, "
                   f"ring={self.B}, streaming indices: {self.stream_idx}")
 
     # ------------------------------------------------------------------ set-up
+
+    def _create(self):
+        """The library's offloader: the configuration checked and the streaming
+        blocks placed (bs_place_blocks), before anything is registered."""
+        _fork.check("placing the streaming blocks")
+        config = self._config
+        lib = _abi.library()
+        c = _abi.OffloaderConfig(
+            self.block_type.encode(), self.num_blocks, self.blocks_to_swap, config.ring_size,
+            int(self.forward_only), _text(config.socket),
+            (config.client_name or f"python:{self.block_type}:{os.getpid()}").encode(),
+            _text(config.model_id), _text(config.model_file), config.model_block_pattern.encode(),
+            _text(config.model_select), config.model_select_rank, self.block_type.encode(),
+            float(config.reconnect_timeout_s),
+            b"BlockSwapConfig.model_tensor_name maps the names")
+        offloader = ctypes.c_void_p()
+        _abi.refuse(lib.bs_offloader_create(ctypes.byref(c), ctypes.byref(offloader)))
+        self._lib, self._offloader = lib, offloader
+        self.stream_idx, self.B = _placement(lib, offloader)
 
     def _select(self, block_idx):
         block = self._blocks[block_idx]
@@ -243,17 +253,39 @@ class StreamOffloader:
             jobs.append(_Job(module, attr, is_param, f"{prefix}.{attr}" if prefix else attr))
         return jobs
 
-    def _check_frozen(self):
+    def _describe(self, block, keep, upload=False):
+        """The library's view of the block's streamed tensors as they are now
+        (bs_offloader_tensor); `keep` holds what must outlive the call."""
+        # Blocks this process uploads keep their own names; a model from a file
+        # (or opened by id) has the checkpoint's.
+        to_model = (self._config.model_tensor_name or checkpoint_tensor_name) \
+            if self._from_daemon else (lambda name: name)
+        jobs = self._jobs.get(block, [])
+        tensors = (_abi.OffloaderTensor * max(1, len(jobs)))()
+        for k, job in enumerate(jobs):
+            t = getattr(job.module, job.attr)
+            requires_grad = job.is_param and t.requires_grad
+            t, data = t.detach(), None
+            if upload and not t.is_meta:
+                t = t.to("cpu").contiguous()
+                data = t.data_ptr()
+            shape = (ctypes.c_uint64 * max(1, t.dim()))(*t.shape)
+            name = to_model(job.name).encode()
+            keep += [t, shape, name]
+            dtype = safetensors_dtype(t.dtype, f"{job.name} of {self.block_type} block {block}")
+            tensors[k] = _abi.OffloaderTensor(name, dtype.encode(), shape, t.dim(), data,
+                                              int(requires_grad), int(t.is_meta))
+        keep.append(tensors)
+        return tensors, len(jobs)
+
+    def _check_frozen(self, selected=False):
+        """Refuses a streamed tensor that requires grad, and once `selected`
+        (the first prepare), a streaming block with nothing to stream."""
         for block in self.stream_idx:
-            for job in self._jobs[block]:
-                tensor = getattr(job.module, job.attr)
-                if job.is_param and tensor.requires_grad:
-                    raise ValueError(
-                        f"blockswap streams frozen tensors only, but the swap tensor selector "
-                        f"returned {job.name} of {self.block_type} block {block}, which "
-                        f"requires grad (it is trained). Leave it out of the selector (the "
-                        f"default one streams frozen base weights only and skips adapters), or "
-                        f"freeze it with requires_grad_(False) if it is not meant to train.")
+            if self._jobs[block] or selected:
+                keep = []
+                _abi.refuse(self._lib.bs_offloader_check_block(self._offloader, block,
+                                                               *self._describe(block, keep)))
 
     def _select_at_first_prepare(self):
         """The default selector chooses by requires_grad, which trainers set
@@ -262,250 +294,91 @@ class StreamOffloader:
         if self._config.swap_tensor_selector is None:
             self._jobs = {block: self._select(block) for block in self._jobs}
         for block in self.stream_idx:
-            if not self._jobs[block]:
-                trained = trainable_linears(self._blocks[block])
+            trained = trainable_linears(self._blocks[block])
+            if not self._jobs[block] and trained:
                 raise ValueError(
                     f"blockswap: {self.block_type} block {block} has no frozen tensor to stream"
-                    + (f": its Linears {', '.join(trained)} require grad (a full fine-tune "
-                       f"trains them in this process; leave h2d_only / model_id / model_file "
-                       f"out to exchange blocks instead)" if trained else
-                       " (the swap tensor selector returned nothing)"))
+                    f": its Linears {', '.join(trained)} require grad (a full fine-tune trains "
+                    f"them in this process; leave h2d_only / model_id / model_file out to "
+                    f"exchange blocks instead)")
 
     def _connect(self):
-        # None lets the C ABI resolve it (client/core/socket_path.h: $BLOCKSWAP_SOCKET, else
-        # the system socket, else the private daemon), the one rule every binary follows; its
-        # errors name the path.
-        socket = self._config.socket
-        where = socket or "$BLOCKSWAP_SOCKET or the default socket"
-        name = self._config.client_name or f"python:{self.block_type}:{os.getpid()}"
-        client = ctypes.c_void_p()
-        _abi.check(self._lib.bs_connect(socket.encode() if socket else None, name.encode(),
-                                        ctypes.byref(client)),
-                   f"connecting to blockswapd at {where}")
-        self._client = client
-        backend = self._lib.bs_client_backend(client)
-        uuids = [self._lib.bs_client_device_uuid(client, i).decode()
-                 for i in range(self._lib.bs_client_device_count(client))]
-        if backend == _abi.BS_BACKEND_HOST:
-            if self.device.type != "cpu":
-                raise ValueError(f"blockswapd at {where} runs the host "
-                                 f"backend (devices {uuids}); it cannot stream to {self.device}. "
-                                 f"Use device='cpu' or a blockswapd with the cuda backend.")
-            self._device_uuid = uuids[0]
-        else:
-            if self.device.type != "cuda":
-                raise ValueError(f"blockswapd runs the cuda backend (devices {uuids}); it streams "
-                                 f"to cuda devices, not {self.device}")
-            index = self.device.index if self.device.index is not None \
-                else torch.cuda.current_device()
-            self.device = torch.device("cuda", index)
-            # torch spells the UUID without nvidia-smi's "GPU-" prefix.
-            uuid = str(torch.cuda.get_device_properties(index).uuid).lower()
-            matches = [u for u in uuids if u.lower().removeprefix("gpu-") == uuid]
-            if not matches:
-                raise ValueError(f"{self.device} (GPU-{uuid}) is not one of the devices "
-                                 f"blockswapd drives: {uuids}")
-            self._device_uuid = matches[0]
-
-    def _open_model(self):
-        """Binds to the model of `model_id` / `model_file`: views of its masters,
-        device copies for resident blocks when it has every block."""
-        config, lib = self._config, self._lib
-        model = ctypes.c_void_p()
-        if config.model_file:
-            options = _abi.FileOptions(config.model_block_pattern.encode(),
-                                       (config.model_select or "").encode(),
-                                       config.model_select_rank, None)
-            # The library's message already says "registering FILE".
-            _abi.check(lib.bs_model_register_file(self._client, config.model_file.encode(),
-                                                  ctypes.byref(options), ctypes.byref(model),
-                                                  None),
-                       "BlockSwapConfig.model_file")
-        else:
-            _abi.check(lib.bs_model_open(self._client, config.model_id.encode(),
-                                         ctypes.byref(model)),
-                       f"opening model {config.model_id}")
-        self._model = model
-        have = lib.bs_model_block_count(model)
-        if have not in (self.num_blocks, self.S):
-            raise ValueError(f"model {self.model_id} has {have} blocks; {self.block_type} has "
-                             f"{self.num_blocks} blocks of which {self.S} stream: the model must "
-                             f"hold every block ({self.num_blocks}) or only the streaming ones "
-                             f"({self.S}, in order)")
-        self._every_block = have == self.num_blocks and self.S < self.num_blocks
-        for rank, block in enumerate(self.stream_idx):
-            self._model_block[block] = block if self._every_block else rank
-            self._master_views[block] = self._views(self._model_block[block], block,
-                                                    self._master(self._model_block[block]))
-        for block in range(self.num_blocks) if self._every_block else ():
-            if self.is_stream[block]:
-                continue
-            self._bind(block, [nn.Parameter(v.to(self.device, copy=True), requires_grad=False)
-                               if job.is_param else v.to(self.device, copy=True)
-                               for job, v in zip(self._jobs[block],
-                                                 self._views(block, block, self._master(block)))])
-
-    def _master(self, model_block):
-        return host_bytes(self._lib.bs_model_master(self._model, model_block),
-                          self._lib.bs_model_block_bytes(self._model, model_block))
-
-    def _check_no_meta(self, block_idx):
-        for name, tensor in [*self._blocks[block_idx].named_parameters(),
-                             *self._blocks[block_idx].named_buffers()]:
-            if tensor.is_meta:
-                raise ValueError(
-                    f"{name} of {self.block_type} block {block_idx} is a meta tensor (never "
-                    f"materialised) that no model gives: only the selector's tensors are bound "
-                    f"to blockswapd's model (set model_id or model_file; a model of every block "
-                    f"feeds resident blocks too, one of only the streaming blocks does not)")
-
-    def _register(self):
-        """Uploads the streamed tensors (block r of the model = streaming rank r)
-        and opens views of their masters."""
-        if self._from_daemon:
-            return self._open_model()
-        keep = []  # the bytes must stay alive during bs_model_register
-        descs = (_abi.BlockDesc * self.S)()
-        for rank, block in enumerate(self.stream_idx):
-            jobs = self._jobs[block]
-            tensors = (_abi.TensorDesc * len(jobs))()
-            for k, job in enumerate(jobs):
-                t = getattr(job.module, job.attr).detach()
-                what = f"{job.name} of {self.block_type} block {block}"
-                if t.is_meta:
-                    raise ValueError(f"{what} is a meta tensor (never materialised): set "
-                                     f"BlockSwapConfig.model_id or model_file to bind it to a "
-                                     f"model blockswapd holds")
-                host = t.to("cpu").contiguous()
-                shape = (ctypes.c_uint64 * max(1, host.dim()))(*host.shape)
-                keep += [host, shape]
-                tensors[k] = _abi.TensorDesc(job.name.encode(),
-                                             safetensors_dtype(host.dtype, what).encode(),
-                                             shape, host.dim(), host.data_ptr())
-            keep.append(tensors)
-            descs[rank] = _abi.BlockDesc(tensors, len(jobs))
-        model = ctypes.c_void_p()
-        _abi.check(self._lib.bs_model_register(self._client, self.block_type.encode(), descs,
-                                               self.S, ctypes.byref(model)),
-                   f"registering the {self.S} streaming blocks of {self.block_type}")
-        self._model = model
-        for rank, block in enumerate(self.stream_idx):
-            self._model_block[block] = rank
-            self._master_views[block] = self._views(rank, block, self._master(rank))
-
-    def _layout(self, model_block, block):
-        """Byte offset of each job's tensor in block `model_block` of the model
-        (bs_model_match_block: the model's block holds exactly the jobs'
-        tensors, with their dtypes and shapes)."""
-        # Blocks this process uploaded keep their own names; a model from a file
-        # (or opened by id) has the checkpoint's.
-        to_model = (self._config.model_tensor_name or checkpoint_tensor_name) \
-            if self._from_daemon else (lambda name: name)
-        where = f"{self.block_type} block {block}"
-        jobs = self._jobs[block]
-        descs = (_abi.TensorDesc * max(1, len(jobs)))()
-        keep = []  # the shapes must stay alive during the call
-        for k, job in enumerate(jobs):
-            tensor = getattr(job.module, job.attr)
-            shape = (ctypes.c_uint64 * max(1, tensor.dim()))(*tensor.shape)
-            keep.append(shape)
-            descs[k] = _abi.TensorDesc(to_model(job.name).encode(),
-                                       safetensors_dtype(tensor.dtype,
-                                                         f"{job.name} of {where}").encode(),
-                                       shape, tensor.dim(), None)
-        offsets = (ctypes.c_uint64 * max(1, len(jobs)))()
-        code = self._lib.bs_model_match_block(self._model, model_block, descs, len(jobs), offsets)
-        if code:
-            hint = ""
-            if code == _abi.BS_NOT_FOUND:
-                hint = "; BlockSwapConfig.model_tensor_name maps the names"
-            elif code == _abi.BS_FAILED_PRECONDITION and not self._config.model_select:
-                hint = ("; the file's blocks hold every tensor matching model_block_pattern "
-                        "unless BlockSwapConfig.model_select picks the streamed ones, e.g. "
-                        "model_select=r\"\\.weight$\", model_select_rank=2 for the Linears' "
-                        "weights")
-            message = self._lib.bs_last_error().decode(errors="replace")
-            raise ValueError(f"{where}: {message}{hint}")
-        return list(offsets[:len(jobs)])
-
-    def _views(self, model_block, block, flat):
-        views = []
-        for job, offset in zip(self._jobs[block], self._layout(model_block, block)):
-            template = getattr(job.module, job.attr)
-            view = typed_view(flat, offset, template.dtype, template.shape)
-            views.append(nn.Parameter(view, requires_grad=False) if job.is_param else view)
-        return views
-
-    def _create_ring(self):
-        slot_bytes = max(self._lib.bs_model_block_bytes(self._model, self._model_block[b])
-                         for b in self.stream_idx)
-        ring = ctypes.c_void_p()
-        _abi.check(self._lib.bs_ring_create(self._client, self._device_uuid.encode(), self.B,
-                                            slot_bytes, ctypes.byref(ring)),
-                   f"creating a ring of {self.B} slots of {slot_bytes} bytes on "
-                   f"{self._device_uuid}")
-        self._ring = ring
-        self._slot_bytes = slot_bytes
-        self._slot_owner = [None] * self.B
-        self._map_slots()
-
-    def _map_slots(self):
-        """Tensors over the ring's slots as the library has them now (a ring
-        re-created after a daemon restart has new memory)."""
-        self._slot_flat = [device_bytes(self._lib.bs_ring_slot(self._ring, s), self._slot_bytes,
-                                        self.device) for s in range(self.B)]
-        self._slot_of_pointer = {flat.untyped_storage().data_ptr(): s
-                                 for s, flat in enumerate(self._slot_flat)}
-        for rank, block in enumerate(self.stream_idx):
-            self._slot_views[block] = self._views(self._model_block[block], block,
-                                                  self._slot_flat[rank % self.B])
-
-    def _create_scheduler(self):
-        config = _abi.SchedulerConfig(self.num_blocks, self.blocks_to_swap, self._config.ring_size,
-                                      int(self.forward_only), int(self._every_block))
-        if self.device.type == "cuda":
-            self._stream = torch.cuda.current_stream(self.device)
-            handle = ctypes.c_void_p(self._stream.cuda_stream)
-        else:
-            handle = None
-        self._bind_fn = _abi.BIND_FN(self._on_bind)
-        scheduler = ctypes.c_void_p()
-        _abi.check(self._lib.bs_scheduler_create(self._client, self._ring, self._model,
-                                                 ctypes.byref(config), handle, self._bind_fn,
-                                                 None, ctypes.byref(scheduler)),
-                   "creating the stream scheduler")
-        self._scheduler = scheduler
-        _abi.check(self._lib.bs_scheduler_set_reconnect_timeout(
-            scheduler, int(self._config.reconnect_timeout_s * 1000)), "setting the reconnect timeout")
-        placed = [self._lib.bs_scheduler_streaming_block(scheduler, r)
-                  for r in range(self._lib.bs_scheduler_streaming_count(scheduler))]
-        if placed != self.stream_idx or self._lib.bs_scheduler_ring_slots(scheduler) != self.B:
-            raise RuntimeError(f"blockswap: the scheduler placed {placed} with "
-                               f"{self._lib.bs_scheduler_ring_slots(scheduler)} slots, this "
-                               f"package expected {self.stream_idx} with {self.B}: the package "
-                               f"and libblockswap.so do not match")
+        """Attaches and names the daemon's device that is this one."""
+        lib, offloader = self._lib, self._offloader
+        _abi.check(lib.bs_offloader_connect(offloader))
+        if lib.bs_offloader_backend(offloader) == _abi.BS_BACKEND_CUDA and \
+                self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        _abi.refuse(lib.bs_offloader_use_device(
+            offloader, self.device.index or 0 if self.device.type == "cuda" else -1, None,
+            str(self.device).encode()))
 
     def _first_prepare(self):
         self._select_at_first_prepare()
-        self._check_frozen()  # again: the trainer may have changed its mind since
-        self._register()
-        for i, block in enumerate(self._blocks):
-            if not self.is_stream[i]:
-                self._check_no_meta(i)
-                block.to(self.device)
+        self._check_frozen(selected=True)  # again: the trainer may have changed its mind
+        lib, offloader, keep = self._lib, self._offloader, []
+        blocks = (_abi.OffloaderBlock * self.num_blocks)()
+        for block in range(self.num_blocks):
+            blocks[block] = _abi.OffloaderBlock(*self._describe(block, keep,
+                                                                upload=self.is_stream[block]))
+        _abi.refuse(lib.bs_offloader_open_model(offloader, blocks))
+        del keep
+        for block in self._jobs:
+            master = lib.bs_offloader_master(offloader, block)
+            if not master:
                 continue
+            views = self._views(block, host_bytes(master,
+                                                  lib.bs_offloader_master_bytes(offloader, block)))
+            if self.is_stream[block]:
+                self._master_views[block] = views
+            else:  # a model of every block gives the resident blocks' tensors too
+                self._bind(block, [nn.Parameter(v.to(self.device, copy=True), requires_grad=False)
+                                   if isinstance(v, nn.Parameter) else v.to(self.device, copy=True)
+                                   for v in views])
+        for i, block in enumerate(self._blocks):
             # Detach the streamed tensors so that moving the rest of the block
             # to the device neither copies them nor moves their masters.
-            for job in self._jobs[i]:
+            for job in self._jobs[i] if self.is_stream[i] else ():
                 current = getattr(job.module, job.attr)
                 empty = torch.empty(0, dtype=current.dtype)
                 setattr(job.module, job.attr,
                         nn.Parameter(empty, requires_grad=False) if job.is_param else empty)
-            self._check_no_meta(i)
+            for name, tensor in [*block.named_parameters(), *block.named_buffers()]:
+                _abi.refuse(lib.bs_offloader_check_materialised(offloader, i, name.encode(),
+                                                                int(tensor.is_meta)))
             block.to(self.device)
-            self._bind(i, self._master_views[i])
-        self._create_ring()
-        self._create_scheduler()
+            if self.is_stream[i]:
+                self._bind(i, self._master_views[i])
+        if self.device.type == "cuda":
+            self._stream = torch.cuda.current_stream(self.device)
+        self._bind_fn = _abi.BIND_FN(self._on_bind)
+        _abi.check(lib.bs_offloader_start(
+            offloader, self._stream.cuda_stream if self._stream is not None else None,
+            self._bind_fn, None))
+        self._map_slots()
+
+    def _views(self, block, flat):
+        """Views of the block's streamed tensors in `flat` (its master or its
+        slot), where the model's layout puts them."""
+        views = []
+        for k, job in enumerate(self._jobs[block]):
+            template = getattr(job.module, job.attr)
+            offset = self._lib.bs_offloader_tensor_offset(self._offloader, block, k)
+            view = typed_view(flat, offset, template.dtype, template.shape)
+            views.append(nn.Parameter(view, requires_grad=False) if job.is_param else view)
+        return views
+
+    def _map_slots(self):
+        """Tensors over the ring's slots as the library has them now (a ring
+        re-created after a daemon restart has new memory)."""
+        lib, offloader = self._lib, self._offloader
+        self._slot_bytes = lib.bs_offloader_slot_bytes(offloader)
+        self._slot_flat = [device_bytes(lib.bs_offloader_slot(offloader, s), self._slot_bytes,
+                                        self.device) for s in range(self.B)]
+        self._slot_of_pointer = {flat.untyped_storage().data_ptr(): s
+                                 for s, flat in enumerate(self._slot_flat)}
+        for rank, block in enumerate(self.stream_idx):
+            self._slot_views[block] = self._views(block, self._slot_flat[rank % self.B])
 
     # ------------------------------------------------------------------ bindings
 
@@ -513,19 +386,18 @@ class StreamOffloader:
         for job, tensor in zip(self._jobs[block], tensors):
             setattr(job.module, job.attr, tensor)
 
-    def _on_bind(self, _user_data, block, slot, loaded):
-        # Runs inside a scheduler call (on the caller's thread); an exception
+    def _on_bind(self, _user_data, block, slot, previous, loaded):
+        # Runs inside an offloader call (on the caller's thread); an exception
         # cannot cross the C ABI, so it is kept and raised when the call returns.
         try:
-            if self._lib.bs_ring_slot(self._ring, slot) != self._slot_flat[slot].data_ptr():
+            if self._lib.bs_offloader_slot(self._offloader, slot) != \
+                    self._slot_flat[slot].data_ptr():
                 # The scheduler re-created its ring (it re-attached after losing
                 # blockswapd) and reloads every slot: bind to the new memory.
                 self._map_slots()
-            previous = self._slot_owner[slot]
-            if previous is not None and previous != block:
+            if previous != _abi.NONE:
                 self._bind(previous, self._master_views[previous])  # eviction is free
             self._bind(block, self._slot_views[block])
-            self._slot_owner[slot] = block
             if loaded:
                 # The daemon's copy bumps no version counter: do it here, so that
                 # autograd refuses a tensor saved for backward from the slot's
@@ -537,14 +409,16 @@ class StreamOffloader:
     def _call(self, function, *args, what):
         _fork.check(what)
         _check_not_capturing(what)
-        if self.device.type == "cuda":
+        if self._lib is None:
+            raise RuntimeError(f"blockswap: {what} after close()")
+        if self._stream is not None:
             current = torch.cuda.current_stream(self.device)
             if current != self._stream:
                 raise RuntimeError(
                     f"blockswap orders its loads against the CUDA stream that was current at the "
                     f"first prepare ({self._stream}), but {what} runs on {current}: run the "
                     f"blocks on one stream, or prepare under the stream they run on")
-        code = function(self._scheduler, *args)
+        code = getattr(self._lib, function)(self._offloader, *args)
         error, self._callback_error = self._callback_error, None
         if error is not None:
             raise error
@@ -557,41 +431,31 @@ class StreamOffloader:
             return
         _fork.check("prepare_block_devices_before_forward")
         _check_not_capturing("prepare_block_devices_before_forward")
-        if self._scheduler is None:
+        if not self._slot_flat:
             self._first_prepare()
-        self._call(self._lib.bs_scheduler_prepare, what="prepare_block_devices_before_forward")
+        self._call("bs_offloader_prepare", what="prepare_block_devices_before_forward")
 
     def wait_for_block(self, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
-        _fork.check("wait_for_block")
-        self._require_prepared("wait_for_block")
-        self._call(self._lib.bs_scheduler_wait_for_block, block_idx,
+        self._call("bs_offloader_wait_for_block", block_idx,
                    what=f"wait_for_block({block_idx})")
 
     def submit_move_blocks_forward(self, blocks, block_idx):
         if self.S == 0 or not self.is_stream[block_idx]:
             return
-        _fork.check("submit_move_blocks_forward")
-        self._require_prepared("submit_move_blocks_forward")
-        self._call(self._lib.bs_scheduler_after_forward, block_idx,
+        self._call("bs_offloader_after_forward", block_idx,
                    what=f"submit_move_blocks_forward({block_idx})")
 
     def set_forward_only(self, forward_only):
         self.forward_only = bool(forward_only)
-        if self._scheduler is not None:
-            self._call(self._lib.bs_scheduler_set_forward_only, int(self.forward_only),
+        if self.S:
+            self._call("bs_offloader_set_forward_only", int(self.forward_only),
                        what="set_forward_only")
-
-    def _require_prepared(self, what):
-        if self._scheduler is None:
-            raise RuntimeError(f"blockswap: {what} before prepare_block_devices_before_forward: "
-                               f"call offloader.prepare_block_devices_before_forward(blocks) "
-                               f"before the first forward pass")
 
     def _before_block(self, block_idx):
         def hook(module, args, kwargs):
-            if self.forward_only or not torch.is_grad_enabled() or self._scheduler is None:
+            if self.forward_only or not torch.is_grad_enabled() or not self._slot_flat:
                 if self.is_stream[block_idx]:
                     self._in_block.append((block_idx, None))
                 return None
@@ -616,8 +480,8 @@ class StreamOffloader:
         return hook
 
     def _after_backward(self, block_idx):
-        if self._scheduler is not None:
-            self._call(self._lib.bs_scheduler_after_backward, block_idx,
+        if self._slot_flat:
+            self._call("bs_offloader_after_backward", block_idx,
                        what=f"the backward of block {block_idx}")
 
     # ------------------------------------------------------------------ saved weights
@@ -627,7 +491,8 @@ class StreamOffloader:
         return self._slot_of_pointer.get(pointer)
 
     def slot_owner(self, slot):
-        return self._slot_owner[slot]
+        block = self._lib.bs_offloader_slot_block(self._offloader, slot)
+        return None if block == _abi.NONE else block
 
     def streamed_tensors(self, block_idx):
         return [getattr(job.module, job.attr) for job in self._jobs[block_idx]]
@@ -638,18 +503,18 @@ class StreamOffloader:
     def slot_memory(self, block_idx):
         """The uint8 tensor over the slot of `block_idx`, which holds it (loaded
         on demand, a self-heal, when it does not)."""
-        slot = self.rank[block_idx] % self.B
-        if self._slot_owner[slot] != block_idx:
-            self._call(self._lib.bs_scheduler_ensure_block, block_idx,
-                       what=f"bringing block {block_idx} back for its backward")
-        return self._slot_flat[slot]
+        self._call("bs_offloader_ensure_block", block_idx,
+                   what=f"bringing block {block_idx} back for its backward")
+        return self._slot_flat[self.rank[block_idx] % self.B]
 
     # ------------------------------------------------------------------ introspection
 
     @property
     def model_id(self):
         _fork.check("model_id")
-        return self._lib.bs_model_id(self._model).decode() if self._model else None
+        if self.S == 0 or self._lib is None:
+            return None
+        return self._lib.bs_offloader_model_id(self._offloader).decode() or None
 
     def slot_address_ranges(self):
         """[(start, end)] of each ring slot's memory, for checks that a tensor lives there."""
@@ -658,14 +523,12 @@ class StreamOffloader:
     def master_address_ranges(self):
         """[(start, end)] of each streaming block's master (host memory of the
         daemon's one copy), for checks that a tensor is off the device."""
-        if self._model is None:
+        if not self._master_views:
             return []
-        ranges = []
-        for block in self.stream_idx:
-            model_block = self._model_block[block]
-            start = self._lib.bs_model_master(self._model, model_block)
-            ranges.append((start, start + self._lib.bs_model_block_bytes(self._model, model_block)))
-        return ranges
+        lib, offloader = self._lib, self._offloader
+        return [(lib.bs_offloader_master(offloader, block),
+                 lib.bs_offloader_master(offloader, block)
+                 + lib.bs_offloader_master_bytes(offloader, block)) for block in self.stream_idx]
 
     def stats(self, finish_pass=True):
         """Placement and the last finished pass's statistics per direction:
@@ -679,13 +542,13 @@ class StreamOffloader:
         result = {"mode": "stream", "block_type": self.block_type, "model_id": self.model_id,
                   "streaming_blocks": list(self.stream_idx), "ring_slots": self.B,
                   "forward": None, "backward": None}
-        if self._scheduler is None:
+        if not self._slot_flat:
             return result
         if finish_pass:
-            self._call(self._lib.bs_scheduler_finish_pass, what="stats")
+            self._call("bs_offloader_finish_pass", what="stats")
         for key, direction in (("forward", _abi.BS_FORWARD), ("backward", _abi.BS_BACKWARD)):
             out = _abi.PassStats()
-            if self._lib.bs_scheduler_last_pass(self._scheduler, direction, ctypes.byref(out)):
+            if self._lib.bs_offloader_last_pass(self._offloader, direction, ctypes.byref(out)):
                 continue  # no pass in that direction yet
             result[key] = {name: getattr(out, name) for name, _ in _abi.PassStats._fields_
                            if name != "direction"}
@@ -702,33 +565,21 @@ class StreamOffloader:
         lib = self._lib
         if lib is None:
             return
+        offloader, self._offloader, self._lib = self._offloader, None, None
         if _fork.in_forked_child():
             # The handles are the parent's: destroying them here would end its
             # session. The child's copies of the mappings go when it exits.
-            self._scheduler = self._ring = self._model = self._client = self._lib = None
             return
         for block, views in self._master_views.items():
             copies = [v.detach().to(self.device, copy=True) for v in views]
             self._bind(block, [nn.Parameter(c, requires_grad=False) if isinstance(v, nn.Parameter)
                                else c for v, c in zip(views, copies)])
         self._master_views, self._slot_views, self._slot_flat = {}, {}, []
-        if self._scheduler:
-            scheduler, self._scheduler = self._scheduler, None
-            lib.bs_scheduler_destroy(scheduler)
-        if self._ring:
-            # CUDA's order: the releases recorded after the stream's last use
-            # of the slots, the stream synchronised, the imports closed, and
-            # only then the ring freed by the daemon (bs_ring_close). An error
-            # here cannot be acted on: the ring is closed all the same.
-            stream = ctypes.c_void_p(self._stream.cuda_stream) if self._stream is not None else None
-            lib.bs_ring_close(self._ring, stream, _CLOSE_TIMEOUT_MS)
-        for attr, destroy in (("_ring", lib.bs_ring_destroy), ("_model", lib.bs_model_close),
-                              ("_client", lib.bs_disconnect)):
-            handle = getattr(self, attr)
-            if handle:
-                setattr(self, attr, None)
-                destroy(handle)
-        self._lib = None
+        # The releases recorded after the stream's last use of the slots (an
+        # error here cannot be acted on: the ring is closed all the same).
+        stream = ctypes.c_void_p(self._stream.cuda_stream) if self._stream is not None else None
+        lib.bs_offloader_close(offloader, stream, _CLOSE_TIMEOUT_MS)
+        lib.bs_offloader_destroy(offloader)
 
     def __enter__(self):
         return self

@@ -87,6 +87,26 @@ def test_meta_weights_bound_to_a_file_train_like_the_whole_model(daemon, tmp_pat
     offloader.close()
 
 
+def test_a_prepare_refused_for_its_layout_succeeds_once_the_layout_is_fixed(daemon, tmp_path):
+    data = batches(2)
+    reference = TinyTransformer(NUM_BLOCKS)
+    path = str(tmp_path / "base.safetensors")
+    write_base(path, reference)
+    expected_losses, _ = train(reference, data)
+
+    model = meta_model()
+    model.blocks[2].fc1.weight = nn.Parameter(torch.empty(5, 32, device="meta"),
+                                              requires_grad=False)
+    offloader = file_offloader(model, daemon, path, 4)
+    with pytest.raises(ValueError, match=r"blocks block 2: .* the module \[5,32\]"):
+        offloader.prepare_block_devices_before_forward(model.blocks)
+    model.blocks[2].fc1.weight = nn.Parameter(torch.empty(128, 32, device="meta"),
+                                              requires_grad=False)
+    losses, _ = train(model, data)
+    assert torch.equal(torch.stack(losses), torch.stack(expected_losses))
+    offloader.close()
+
+
 def test_a_mismatching_layout_is_refused(daemon, tmp_path):
     path = str(tmp_path / "base.safetensors")
     write_base(path, TinyTransformer(NUM_BLOCKS))
