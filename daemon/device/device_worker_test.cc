@@ -382,6 +382,7 @@ TEST_F(DeviceWorkerTest, AReleaseTheClientPublishesEarlyIsTrustedForItsOwnRingOn
   ASSERT_TRUE(AwaitLoaded(other, 0).ok());
   RequestLoad(liar, 0, block_b_);
   ASSERT_TRUE(AwaitLoaded(liar, 0).ok());
+  ASSERT_TRUE(liar.notifier->Synchronize().ok());  // as in the test below
   HoldCompute();
   const uint32_t generation = RequestLoad(liar, 0, block_a_);
   liar.client->client_control().releasable_seq[0].store(generation, std::memory_order_release);
@@ -402,6 +403,10 @@ TEST_F(DeviceWorkerTest, AReleaseAheadOfTheRequestedGenerationFailsTheRing) {
   TestRing& ring = CreateRing(1);
   RequestLoad(ring, 0, block_b_);
   ASSERT_TRUE(AwaitLoaded(ring, 0).ok());
+  // The first load's release published: the notifier's host function runs
+  // on its own thread, and one a loaded machine delays would overwrite the
+  // lie below with the truth of generation 1.
+  ASSERT_TRUE(ring.notifier->Synchronize().ok());
   HoldCompute();
   const uint32_t generation = RequestLoad(ring, 0, block_a_);
   ring.client->client_control().releasable_seq[0].store(generation + 5,
