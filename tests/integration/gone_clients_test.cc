@@ -2,8 +2,8 @@
 // clients (bad arguments, stolen tokens, garbage in ring memory, floods of
 // connections, sessions, uploads and offers, a daemon crash and restart,
 // clients killed mid-session and one that comes back) have all ended, the
-// daemon holds no descriptor it did not hold before, none of a deleted file
-// above all (on a tmpfs a deleted file's pages stay allocated while a
+// daemon holds no descriptor it did not hold before them, none of a deleted
+// file above all (on a tmpfs a deleted file's pages stay allocated while a
 // descriptor holds it).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -104,6 +104,39 @@ class GoneClientTest : public DaemonClientTest {
   void Greedy(const std::string& name, std::vector<std::string> args) {
     EXPECT_EQ(Run("greedy", name, std::move(args)), kClientOk) << "greedy " << name;
   }
+  // Clients have all ended and the daemon, `which`, is back to the
+  // descriptors it held `before` them: it has ended their sessions and
+  // released what they held. The daemon hears of an exit from the process's
+  // pidfd and of a hang-up from the socket at once, and frees a dead
+  // client's ring as soon as its own copies into it are done (none lasts a
+  // second here): 10 s is ample on a loaded machine, and nothing may stay
+  // for longer.
+  void ExpectNothingKept(const Descriptors& before, const std::string& which) {
+    const absl::Time gone = absl::Now();
+    for (absl::Time until = gone + absl::Seconds(30); OtherSessions() > 0 && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_EQ(OtherSessions(), 0) << which << ": sessions of clients that are gone remain";
+    Descriptors after = OpenDescriptors(daemon_->pid());
+    for (absl::Time until = absl::Now() + absl::Seconds(10);
+         (after.size() > before.size() || DeletedFiles(after) > DeletedFiles(before)) &&
+         absl::Now() < until;
+         after = OpenDescriptors(daemon_->pid())) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    std::cout << which << ": daemon descriptors: " << before.size() << " before its clients, "
+              << after.size() << " after them (" << DeletedFiles(before) << " and "
+              << DeletedFiles(after) << " of deleted files), " << absl::Now() - gone
+              << " after the last client ended\n";
+    EXPECT_LE(after.size(), before.size())
+        << which << " keeps descriptors for clients that are gone; held now and not before:\n"
+        << Remaining(before, after) << "all held before:\n"
+        << Remaining({}, before);
+    EXPECT_LE(DeletedFiles(after), DeletedFiles(before))
+        << which << " keeps descriptors of deleted files; held now and not before:\n"
+        << Remaining(before, after);
+  }
+
   // A client killed with SIGKILL once it reported `key`.
   void Killed(const std::string& role, const std::string& name, std::vector<std::string> args,
               const std::string& key) {
@@ -175,6 +208,8 @@ TEST_F(GoneClientTest, NothingIsKeptForAClientThatIsGone) {
                 {"--uid=65534", "--connections=4", "--header-mib=1", "--hold-ms=200"}),
             kClientOk)
       << Describe("continuation-flood");
+  ExpectNothingKept(before, "the first daemon");
+
   // The daemon crashes and restarts under a client that rides it out (a
   // new session, its model reopened, its ring re-created) and one that
   // idles; the test's own session comes back and reopens its 5 models. The
@@ -217,33 +252,7 @@ TEST_F(GoneClientTest, NothingIsKeptForAClientThatIsGone) {
   Killed("hog", "hog", {}, "holding");
   EXPECT_EQ(Run("stream", "back", {"--passes=2"}), kClientOk) << Describe("back");
 
-  // Every one of them is gone: the daemon has ended their sessions...
-  const absl::Time gone = absl::Now();
-  for (absl::Time until = gone + absl::Seconds(30); OtherSessions() > 0 && absl::Now() < until;) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_EQ(OtherSessions(), 0) << "sessions of clients that are gone remain";
-  // ...and released what they held. The daemon hears of an exit from the
-  // process's pidfd and of a hang-up from the socket at once, and frees a
-  // dead client's ring as soon as its own copies into it are done (none
-  // lasts a second here): 10 s is ample on a loaded machine, and nothing
-  // may stay for longer.
-  Descriptors after = OpenDescriptors(daemon_->pid());
-  for (absl::Time until = absl::Now() + absl::Seconds(10);
-       (after.size() > before.size() || DeletedFiles(after) > DeletedFiles(before)) &&
-       absl::Now() < until;
-       after = OpenDescriptors(daemon_->pid())) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  std::cout << "daemon descriptors: " << before.size() << " before the round, " << after.size()
-            << " after it (" << DeletedFiles(before) << " and " << DeletedFiles(after)
-            << " of deleted files), " << absl::Now() - gone << " after the last client ended\n";
-  EXPECT_LE(after.size(), before.size())
-      << "the daemon keeps descriptors for clients that are gone; held now and not before:\n"
-      << Remaining(before, after);
-  EXPECT_LE(DeletedFiles(after), DeletedFiles(before))
-      << "the daemon keeps descriptors of deleted files; held now and not before:\n"
-      << Remaining(before, after);
+  ExpectNothingKept(before, "the restarted daemon");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -116,7 +117,22 @@ absl::StatusOr<ChildProcess> ChildProcess::SpawnProgram(const std::string& path,
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  for (auto [from, to] : options.inherit) posix_spawn_file_actions_adddup2(&actions, from, to);
+  // A child holds stdio and what it is given, nothing else of this process:
+  // a descriptor a library opened without close-on-exec (gRPC's wakeup pipe)
+  // would otherwise pass into every daemon the test starts, and read as one
+  // the daemon opened.
+  int given_above = STDERR_FILENO;
+  for (auto [from, to] : options.inherit) {
+    posix_spawn_file_actions_adddup2(&actions, from, to);
+    given_above = std::max(given_above, to);
+  }
+  for (int fd = STDERR_FILENO + 1; fd < given_above; ++fd) {
+    const bool given =
+        std::any_of(options.inherit.begin(), options.inherit.end(),
+                    [fd](std::pair<int, int> inherited) { return inherited.second == fd; });
+    if (!given) posix_spawn_file_actions_addclose(&actions, fd);  // EBADF is ignored
+  }
+  posix_spawn_file_actions_addclosefrom_np(&actions, given_above + 1);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);

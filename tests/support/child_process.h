@@ -34,7 +34,8 @@ int MaybeRunChildRole(int argc, char** argv);
 
 struct SpawnOptions {
   std::vector<std::string> args = {};
-  // (descriptor in this process, number it gets in the child).
+  // (descriptor in this process, number it gets in the child): with stdio,
+  // all the child holds of this process.
   std::vector<std::pair<int, int>> inherit = {};
   std::map<std::string, std::string> env = {};  // added to this process's environment
 };

@@ -1,13 +1,16 @@
-// What a test leaves behind when it is killed (a ctest timeout): its roles and
-// the daemons it started end with it.
+// What a test's children hold of it (stdio and what they are given), and
+// what a test leaves behind when it is killed (a ctest timeout): its roles
+// and the daemons it started end with it.
 #include "tests/support/child_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "shared/base/unique_fd.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/key_value_args.h"
+#include "tests/support/open_descriptors.h"
 #include "tests/support/role_report.h"
 
 namespace blockswap::testing {
@@ -91,6 +95,44 @@ void ExpectGoneWithItsParent(const std::string& what) {
       std::filesystem::remove_all(dir, ignored);
     }
   }
+  ::unlink(report.c_str());
+}
+
+// A descriptor this process opened without close-on-exec stays here: a
+// child holds stdio and what it is given, no more.
+TEST(ChildProcessTest, AChildHoldsOnlyWhatItIsGiven) {
+  int leaky[2];
+  ASSERT_EQ(::pipe(leaky), 0);
+  UniqueFd leaky_read(leaky[0]), leaky_write(leaky[1]);
+  int given[2];
+  ASSERT_EQ(::pipe2(given, O_CLOEXEC), 0);
+  UniqueFd given_read(given[0]), given_write(given[1]);
+  const std::string report =
+      absl::StrCat(::testing::TempDir(), "/only-given-", ::getpid(), ".report");
+  ::unlink(report.c_str());
+  absl::StatusOr<ChildProcess> sleeper =
+      ChildProcess::Spawn("child-process-sleeper",
+                          {.args = {"--report=" + report}, .inherit = {{given_read.get(), 5}}});
+  ASSERT_TRUE(sleeper.ok()) << sleeper.status();
+  pid_t pid = 0;
+  for (absl::Time until = absl::Now() + absl::Seconds(20); pid == 0 && absl::Now() < until;) {
+    const double reported = NumberValue(ReadRoleReport(report), "pid");
+    if (reported > 0) pid = static_cast<pid_t>(reported);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(pid, 0) << "the sleeper never reported its pid";
+  const std::map<int, std::string> mine = OpenDescriptors(::getpid());
+  const std::map<int, std::string> its = OpenDescriptors(pid);
+  ASSERT_FALSE(its.empty());
+  ASSERT_TRUE(its.contains(5)) << "the child lost the descriptor it was given";
+  EXPECT_EQ(its.at(5), mine.at(given_read.get()));
+  for (int leaked : {leaky_read.get(), leaky_write.get()}) {
+    for (const auto& [fd, target] : its) {
+      EXPECT_NE(target, mine.at(leaked)) << "the child holds fd " << fd << ", this process's fd "
+                                         << leaked << ", which it was not given";
+    }
+  }
+  sleeper->Kill(SIGKILL);
   ::unlink(report.c_str());
 }
 
