@@ -313,6 +313,23 @@ int bs_offloader_check_materialised(const bs_offloader* offloader, uint32_t bloc
       });
 }
 
+int bs_offloader_refuse_selection(const bs_offloader* offloader, uint32_t block, const char* owner,
+                                  const char* picked) {
+  return OnOffloader(
+      offloader, "bs_offloader_refuse_selection", [&](const bs_offloader& o) -> absl::Status {
+        if (Text(picked).empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("the swap tensor selector returned a ",
+                                                         Text(owner), " that is not part of ",
+                                                         o.Label(block)));
+        }
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the swap tensor selector returned '", Text(picked), "' of ", Text(owner), " of ",
+            o.Label(block),
+            ", which is neither a parameter nor a registered buffer of it (an adapter wrapper's "
+            "property? select the wrapped module's tensor, e.g. its base_layer.weight)"));
+      });
+}
+
 int bs_offloader_refuse_capture(const char* what) {
   return Report(absl::FailedPreconditionError(absl::StrCat(
       "blockswap: ", Text(what),

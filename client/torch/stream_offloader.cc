@@ -49,19 +49,24 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A refusal of the C ABI's offloader (its message says what was wrong).
+void Refuse(int code) { TORCH_CHECK(code == BS_OK, bs_last_error()); }
+
 std::string FullName(const StreamedTensor& entry) {
   return entry.path.empty() ? entry.name : entry.path + "." + entry.name;
 }
 
 // The module's own handle of the tensor (same TensorImpl), so that set_data
 // repoints what the module computes with.
-Tensor FindTensor(const StreamedTensor& entry, uint32_t block) {
+Tensor FindTensor(const bs_offloader* offloader, const StreamedTensor& entry, uint32_t block) {
   TORCH_CHECK(entry.module != nullptr, "the selector returned no module for '", FullName(entry),
               "' in block ", block);
   if (const Tensor* p = entry.module->named_parameters(false).find(entry.name)) return *p;
   if (const Tensor* b = entry.module->named_buffers(false).find(entry.name)) return *b;
-  TORCH_CHECK(false, "the selector picked '", FullName(entry), "' in block ", block,
-              ", which is neither a parameter nor a buffer of ", entry.module->name());
+  const std::string owner =
+      (entry.path.empty() ? "(the block itself)" : entry.path) + " (" + entry.module->name() + ")";
+  Refuse(bs_offloader_refuse_selection(offloader, block, owner.c_str(), entry.name.c_str()));
+  return {};
 }
 
 // set_data, also between meta and real: set_data refuses to change a
@@ -99,9 +104,6 @@ void* NativeStream(const c10::Stream& stream) {
 struct OffloaderDeleter {
   void operator()(bs_offloader* offloader) const { bs_offloader_destroy(offloader); }
 };
-
-// A refusal of the C ABI's offloader (its message says what was wrong).
-void Refuse(int code) { TORCH_CHECK(code == BS_OK, bs_last_error()); }
 
 // The last finished pass in `direction`, if there is one.
 std::optional<PassStats> LastPassOf(const bs_offloader* offloader, Direction direction) {
@@ -383,7 +385,7 @@ void StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
   for (uint32_t b = 0; b < n; ++b) {
     if (!from_daemon && !is_streaming(b)) continue;
     for (const StreamedTensor& entry : select(blocks[b])) {
-      Tensor tensor = FindTensor(entry, b);
+      Tensor tensor = FindTensor(offloader.get(), entry, b);
       TORCH_CHECK(tensor.defined(), "block ", b, " tensor '", FullName(entry), "' is undefined");
       const std::vector<int64_t> sizes = tensor.sizes().vec();
       streamed[b].push_back(Streamed{tensor, FullName(entry), DtypeName(tensor.scalar_type()),

@@ -356,6 +356,25 @@ TEST_F(TorchLayerTest, TrainableStreamedTensorIsRefused) {
   }
 }
 
+TEST_F(TorchLayerTest, ASelectedNameThatIsNoTensorOfItsModuleIsRefusedNamingThePath) {
+  const std::vector<blockswap_lora::Block> blocks = blockswap_lora::MakeStack(SmallStack());
+  BlockSwapConfig config = Config(6, 2);
+  config.selector = [](const ModulePtr& block) {
+    std::vector<StreamedTensor> picked;
+    for (const auto& item : block->named_modules("", false)) {
+      if (item.key() == "fc1") picked.push_back({item.key(), item.value(), "scale"});
+    }
+    return picked;
+  };
+  try {
+    StreamOffloader offloader(blockswap_lora::Modules(blocks), config);
+    ADD_FAILURE() << "a selected name that is no tensor was accepted";
+  } catch (const c10::Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("returned 'scale' of fc1 ("));
+    EXPECT_THAT(error.what(), HasSubstr("which is neither a parameter nor a registered buffer"));
+  }
+}
+
 TEST_F(TorchLayerTest, TheSelectorMayStreamSeveralTensorsPerModule) {
   // Weight and bias of every Linear, and the norms' parameters.
   Selector everything_frozen = [](const ModulePtr& block) {
@@ -541,9 +560,13 @@ TEST_F(FileModelTest, TheDemoTrainsFromAFileHoldingNoneOfTheWeightsThatPackingHo
   const std::string file = dirs_->temp_dir() + "/demo.safetensors";
   const std::vector<std::string> size = {"--blocks", "16", "--dim",  "640",
                                          "--heads",  "4",  "--seed", "3"};
-  const std::vector<std::string> training = {"--socket", dirs_->socket_path(), "--device", "cpu",
-                                             "--swap",   "16", "--ring", "2", "--steps", "2",
-                                             "--batch",  "1",  "--seq",  "8"};
+  const std::vector<std::string> training = {"--socket", dirs_->socket_path(),
+                                             "--device", "cpu",
+                                             "--swap",   "16",
+                                             "--ring",   "2",
+                                             "--steps",  "2",
+                                             "--batch",  "1",
+                                             "--seq",    "8"};
   struct Memory {
     unsigned long long peak = 0, start = 0, streamed = 0;
     unsigned long long growth() const { return peak - std::min(peak, start); }

@@ -44,6 +44,7 @@ messages=(
   "BlockSwapConfig.model_select picks the streamed ones"
   "the offloader was never prepared"
   "creating a ring of"
+  "which is neither a parameter nor a registered buffer"
 )
 for message in "${messages[@]}"; do
   count=$( (cd "${root}" && sources | grep -v '^client/include/' | xargs grep -hoF -- "${message}" ||

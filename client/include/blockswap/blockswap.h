@@ -411,6 +411,12 @@ int bs_offloader_check_block(const bs_offloader* offloader, uint32_t block,
  * gives, when the integration moves the block to its device. */
 int bs_offloader_check_materialised(const bs_offloader* offloader, uint32_t block,
                                     const char* tensor, int is_meta);
+/* Refuses what the selector returned for `block`: a module that is not part
+ * of the block (`picked` NULL or "") or `picked`, a name that is neither a
+ * parameter nor a registered buffer of the module. `owner` describes the
+ * module for the message ("qkv (LoRALinear)"). Always INVALID_ARGUMENT. */
+int bs_offloader_refuse_selection(const bs_offloader* offloader, uint32_t block, const char* owner,
+                                  const char* picked);
 /* FAILED_PRECONDITION saying why `what` cannot run during CUDA graph capture:
  * for an integration that found its stream capturing. */
 int bs_offloader_refuse_capture(const char* what);

@@ -101,6 +101,7 @@ _PROTOTYPES = {
     "bs_offloader_streaming_block": (_U32, [_P, _U32]),
     "bs_offloader_check_block": (_INT, [_P, _U32, ctypes.POINTER(OffloaderTensor), _U32]),
     "bs_offloader_check_materialised": (_INT, [_P, _U32, _STR, _INT]),
+    "bs_offloader_refuse_selection": (_INT, [_P, _U32, _STR, _STR]),
     "bs_offloader_refuse_capture": (_INT, [_STR]),
     "bs_offloader_connect": (_INT, [_P]),
     "bs_offloader_backend": (_INT, [_P]),

@@ -235,22 +235,16 @@ class StreamOffloader:
         names = {id(module): name for name, module in block.named_modules()}
         jobs = []
         for module, attr in self._selector(block):
-            if id(module) not in names:
-                raise ValueError(f"swap tensor selector returned a {module.__class__.__name__} "
-                                 f"that is not part of {self.block_type} block {block_idx}")
-            prefix = names[id(module)]
-            where = (f"{prefix or '(the block itself)'} ({module.__class__.__name__}) of "
-                     f"{self.block_type} block {block_idx}")
-            if attr in module._parameters:
-                is_param = True
-            elif attr in module._buffers:
-                is_param = False
-            else:
-                raise ValueError(
-                    f"swap tensor selector returned {attr!r} of {where}, which is neither a "
-                    f"parameter nor a registered buffer of it (an adapter wrapper's property? "
-                    f"select the wrapped module's tensor, e.g. its base_layer.weight)")
-            jobs.append(_Job(module, attr, is_param, f"{prefix}.{attr}" if prefix else attr))
+            prefix, kind = names.get(id(module)), module.__class__.__name__
+            if prefix is None:  # a module of another block, or of none
+                _abi.refuse(self._lib.bs_offloader_refuse_selection(
+                    self._offloader, block_idx, kind.encode(), None))
+            if attr not in module._parameters and attr not in module._buffers:
+                owner = f"{prefix or '(the block itself)'} ({kind})"
+                _abi.refuse(self._lib.bs_offloader_refuse_selection(
+                    self._offloader, block_idx, owner.encode(), attr.encode()))
+            jobs.append(_Job(module, attr, attr in module._parameters,
+                             f"{prefix}.{attr}" if prefix else attr))
         return jobs
 
     def _describe(self, block, keep, upload=False):
