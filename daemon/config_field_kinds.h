@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "daemon/config.h"
+#include "daemon/config_field.h"
 #include "daemon/options.h"
 
 namespace blockswap::daemon {
