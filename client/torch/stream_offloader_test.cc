@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "blockswap/torch.h"
-#include "client/torch/lora_transformer.h"
+#include "client/torch/demo/lora_transformer.h"
 #include "shared/base/unique_fd.h"
 #include "tests/support/child_process.h"
 #include "tests/support/daemon_process.h"

@@ -17,7 +17,7 @@
 
 #include "blockswap/blockswap.hpp"
 #include "blockswap/torch.h"
-#include "client/torch/lora_transformer.h"
+#include "client/torch/demo/lora_transformer.h"
 #include "shared/build_info/build_info.h"
 
 namespace {

@@ -3,8 +3,8 @@
 // Linear. Shared by blockswap-torch-demo and the layer's tests; header-only. Not in
 // namespace blockswap: there `torch` would name blockswap::torch, which
 // LibTorch's macros (TORCH_MODULE) do not expect.
-#ifndef BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_
-#define BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_
+#ifndef BLOCKSWAP_CLIENT_TORCH_DEMO_LORA_TRANSFORMER_H_
+#define BLOCKSWAP_CLIENT_TORCH_DEMO_LORA_TRANSFORMER_H_
 
 #include <torch/torch.h>
 
@@ -162,4 +162,4 @@ inline void SgdStep(const std::vector<at::Tensor>& params, double lr) {
 
 }  // namespace blockswap_lora
 
-#endif  // BLOCKSWAP_CLIENT_TORCH_LORA_TRANSFORMER_H_
+#endif  // BLOCKSWAP_CLIENT_TORCH_DEMO_LORA_TRANSFORMER_H_
