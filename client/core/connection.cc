@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "client/core/remove_ipc.h"
 #include "client/core/say_once.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/grpc_status.h"
@@ -48,7 +49,7 @@ std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) 
       options.idle_exit == absl::ZeroDuration()
           ? std::string("never on its own")
           : absl::StrCat(absl::ToDoubleSeconds(options.idle_exit), " s after its last session"),
-      " (", kAutostartEnvironmentVariable, "=0 turns this off)");
+      " (", EnvName(EnvSetting::kAutostart), "=0 turns this off)");
   if (std::string warning = RemoveIpcWarning(::geteuid()); !warning.empty()) {
     absl::StrAppend(&text, "\nblockswap: note: ", warning);
   }
@@ -58,10 +59,10 @@ std::string StartedAnnouncement(const PrivateDaemonOptions& options, pid_t pid) 
 }  // namespace
 
 absl::StatusOr<std::optional<CopyPath>> CopyPathFromEnvironment() {
-  const char* value = std::getenv("BLOCKSWAP_COPY");
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  absl::StatusOr<CopyPath> path = ParseCopyPath(value);
-  if (!path.ok()) return Annotate(path.status(), "BLOCKSWAP_COPY");
+  const std::optional<std::string> value = EnvValue(EnvSetting::kCopy);
+  if (!value.has_value()) return std::nullopt;
+  absl::StatusOr<CopyPath> path = ParseCopyPath(*value);
+  if (!path.ok()) return Annotate(path.status(), EnvName(EnvSetting::kCopy));
   return *path;
 }
 
@@ -94,7 +95,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
     connection->socket_path_ = resolved.path;
     absl::StatusOr<v1::AttachReply> attached = connection->Attach(kCallTimeout);
     if (!attached.ok() && resolved.source == SocketSource::kSystemDefault) {
-      return Annotate(attached.status(), absl::StrCat(kAutostartEnvironmentVariable,
+      return Annotate(attached.status(), absl::StrCat(EnvName(EnvSetting::kAutostart),
                                                       "=0, so no private blockswapd is started"));
     }
     if (!attached.ok()) return attached.status();

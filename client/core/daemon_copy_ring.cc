@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 #include "shared/protocol/grpc_status.h"
 #include "shared/protocol/request_queue.h"
@@ -19,13 +20,11 @@ constexpr absl::Duration kDestroyDrainTimeout = absl::Seconds(5);
 }  // namespace
 
 absl::StatusOr<LoadTransport> LoadTransportFromEnvironment() {
-  const char* value = std::getenv("BLOCKSWAP_LOAD_TRANSPORT");
-  if (value == nullptr || *value == '\0' || absl::string_view(value) == "shm") {
-    return LoadTransport::kShm;
-  }
-  if (absl::string_view(value) == "grpc") return LoadTransport::kGrpc;
+  const std::optional<std::string> value = EnvValue(EnvSetting::kLoadTransport);
+  if (!value.has_value() || *value == "shm") return LoadTransport::kShm;
+  if (*value == "grpc") return LoadTransport::kGrpc;
   return absl::InvalidArgumentError(
-      absl::StrCat("BLOCKSWAP_LOAD_TRANSPORT=", value, " (must be grpc or shm)"));
+      absl::StrCat(EnvName(EnvSetting::kLoadTransport), "=", *value, " (must be grpc or shm)"));
 }
 
 absl::StatusOr<std::unique_ptr<RingImport>> DaemonCopyRing::Import(Connection& connection,

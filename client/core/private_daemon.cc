@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "client/core/daemon_launcher.h"
 #include "client/core/socket_path.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 
 namespace blockswap::client {
@@ -117,31 +118,26 @@ std::string PrivateDaemonOptions::socket_path() const {
   return absl::StrCat(directory, "/", kPrivateSocketName);
 }
 
-bool AutostartEnabled() {
-  const char* value = std::getenv(kAutostartEnvironmentVariable);
-  return value == nullptr || std::string(value) != "0";
-}
+bool AutostartEnabled() { return EnvValue(EnvSetting::kAutostart) != "0"; }
 
 absl::StatusOr<PrivateDaemonOptions> PrivateDaemonOptionsFromEnvironment() {
   PrivateDaemonOptions options;
-  const char* dir = std::getenv(kAutostartDirEnvironmentVariable);
-  if (dir != nullptr && dir[0] != '\0') {
-    if (dir[0] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat("$", kAutostartDirEnvironmentVariable,
-                                                     " must be an absolute path, got '", dir, "'"));
+  if (const std::optional<std::string> dir = EnvValue(EnvSetting::kAutostartDir)) {
+    if ((*dir)[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "$", EnvName(EnvSetting::kAutostartDir), " must be an absolute path, got '", *dir, "'"));
     }
-    options.directory = dir;
+    options.directory = *dir;
   } else {
     options.directory = absl::StrCat("/dev/shm/blockswap-", ::geteuid());
   }
-  const char* idle = std::getenv(kAutostartIdleEnvironmentVariable);
-  if (idle != nullptr && idle[0] != '\0') {
+  if (const std::optional<std::string> idle = EnvValue(EnvSetting::kAutostartIdleExit)) {
     double seconds = 0;
-    if (!absl::SimpleAtod(idle, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
+    if (!absl::SimpleAtod(*idle, &seconds) || !std::isfinite(seconds) || seconds < 0 ||
         seconds > 7 * 24 * 3600) {
-      return absl::InvalidArgumentError(absl::StrCat("$", kAutostartIdleEnvironmentVariable,
+      return absl::InvalidArgumentError(absl::StrCat("$", EnvName(EnvSetting::kAutostartIdleExit),
                                                      " must be seconds between 0 and 604800, got '",
-                                                     idle, "'"));
+                                                     *idle, "'"));
     }
     options.idle_exit = absl::Seconds(seconds);
   }
@@ -159,7 +155,7 @@ absl::StatusOr<UniqueFd> OpenPrivateDirectory(const std::string& path) {
       return absl::FailedPreconditionError(
           absl::StrCat("the private blockswapd's directory ", path,
                        " is not a directory (a symbolic link?); remove it, or name another with $",
-                       kAutostartDirEnvironmentVariable));
+                       EnvName(EnvSetting::kAutostartDir)));
     }
     if (errno == EACCES || errno == EPERM) {
       // Pre-created by someone else, or with its owner's bits taken away.
@@ -170,10 +166,10 @@ absl::StatusOr<UniqueFd> OpenPrivateDirectory(const std::string& path) {
         whose = absl::StrCat(" (it belongs to uid ", st.st_uid, ", mode ", OctalMode(st.st_mode),
                              ")");
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the private blockswapd's directory ", path, " cannot be opened by uid ", ::geteuid(),
-          ": ", std::strerror(error), whose, "; remove it, or name another with $",
-          kAutostartDirEnvironmentVariable));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the private blockswapd's directory ", path, " cannot be opened by uid ",
+                       ::geteuid(), ": ", std::strerror(error), whose,
+                       "; remove it, or name another with $", EnvName(EnvSetting::kAutostartDir)));
     }
     return ErrnoStatus(errno, absl::StrCat("opening the private blockswapd's directory ", path));
   }
@@ -190,7 +186,7 @@ absl::StatusOr<UniqueFd> OpenPrivateDirectory(const std::string& path) {
                      ", not to this user (uid ", ::geteuid(),
                      "): refusing to use it (another user's socket "
                      "and masters); remove it, or name another with $",
-                     kAutostartDirEnvironmentVariable));
+                     EnvName(EnvSetting::kAutostartDir)));
   }
   if ((st.st_mode & 07777) != 0700) {
     return absl::FailedPreconditionError(

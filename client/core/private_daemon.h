@@ -30,14 +30,6 @@
 
 namespace blockswap::client {
 
-// "0" turns the embedded default off: with no socket configured, only the
-// system daemon is tried.
-inline constexpr char kAutostartEnvironmentVariable[] = "BLOCKSWAP_AUTOSTART";
-// The private daemon's directory (default /dev/shm/blockswap-<uid>).
-inline constexpr char kAutostartDirEnvironmentVariable[] = "BLOCKSWAP_AUTOSTART_DIR";
-// Seconds a started daemon stays with no session attached (default 300; 0: forever).
-inline constexpr char kAutostartIdleEnvironmentVariable[] = "BLOCKSWAP_AUTOSTART_IDLE_EXIT";
-
 // Names inside the directory.
 inline constexpr char kPrivateSocketName[] = "blockswapd.sock";
 inline constexpr char kPrivateMastersName[] = "masters";

@@ -25,6 +25,7 @@
 #include "client/core/daemon_launcher.h"
 #include "client/core/remove_ipc.h"
 #include "client/core/socket_path.h"
+#include "shared/base/env_settings.h"
 #include "tests/support/read_file.h"
 
 namespace blockswap::client {
@@ -159,8 +160,8 @@ TEST_F(PrivateDaemonTest, ASymbolicLinkIsNotFollowed) {
 }
 
 TEST_F(PrivateDaemonTest, TheEnvironmentNamesTheDirectoryAndTheIdleExit) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, "/dev/shm/elsewhere");
-  ScopedEnvironment idle(kAutostartIdleEnvironmentVariable, "7.5");
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), "/dev/shm/elsewhere");
+  ScopedEnvironment idle(EnvName(EnvSetting::kAutostartIdleExit), "7.5");
   auto options = PrivateDaemonOptionsFromEnvironment();
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->directory, "/dev/shm/elsewhere");
@@ -169,8 +170,8 @@ TEST_F(PrivateDaemonTest, TheEnvironmentNamesTheDirectoryAndTheIdleExit) {
 }
 
 TEST_F(PrivateDaemonTest, ByDefaultTheDirectoryIsPerUserInDevShm) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, std::nullopt);
-  ScopedEnvironment idle(kAutostartIdleEnvironmentVariable, std::nullopt);
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), std::nullopt);
+  ScopedEnvironment idle(EnvName(EnvSetting::kAutostartIdleExit), std::nullopt);
   auto options = PrivateDaemonOptionsFromEnvironment();
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->directory, absl::StrCat("/dev/shm/blockswap-", ::geteuid()));
@@ -178,7 +179,7 @@ TEST_F(PrivateDaemonTest, ByDefaultTheDirectoryIsPerUserInDevShm) {
 }
 
 TEST_F(PrivateDaemonTest, ABadIdleExitNamesTheVariable) {
-  ScopedEnvironment idle(kAutostartIdleEnvironmentVariable, "soon");
+  ScopedEnvironment idle(EnvName(EnvSetting::kAutostartIdleExit), "soon");
   auto options = PrivateDaemonOptionsFromEnvironment();
   EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(options.status().message(), HasSubstr("$BLOCKSWAP_AUTOSTART_IDLE_EXIT"));
@@ -296,13 +297,13 @@ class AutostartTest : public PrivateDaemonTest {
 
   std::string dir_;
   pid_t pid_ = 0;
-  ScopedEnvironment no_socket_{kSocketEnvironmentVariable, std::nullopt};
-  ScopedEnvironment autostart_{kAutostartEnvironmentVariable, std::nullopt};
+  ScopedEnvironment no_socket_{EnvName(EnvSetting::kSocket), std::nullopt};
+  ScopedEnvironment autostart_{EnvName(EnvSetting::kAutostart), std::nullopt};
 };
 
 TEST_F(AutostartTest, WithNoSocketConfiguredAPrivateDaemonIsStartedAndExitsWhenIdle) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
-  ScopedEnvironment idle(kAutostartIdleEnvironmentVariable, "1");
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), dir_);
+  ScopedEnvironment idle(EnvName(EnvSetting::kAutostartIdleExit), "1");
   ScopedEnvironment device_mask("CUDA_VISIBLE_DEVICES", "7");
   {
     auto connection = Connection::Connect("", "autostart-test");
@@ -329,7 +330,7 @@ TEST_F(AutostartTest, WithNoSocketConfiguredAPrivateDaemonIsStartedAndExitsWhenI
 }
 
 TEST_F(AutostartTest, AfterThePrivateDaemonDiesReconnectStartsANewOne) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), dir_);
   auto connection = Connection::Connect("", "autostart-test");
   ASSERT_TRUE(connection.ok()) << connection.status();
   pid_ = DaemonPid();
@@ -346,19 +347,19 @@ TEST_F(AutostartTest, AfterThePrivateDaemonDiesReconnectStartsANewOne) {
 }
 
 TEST_F(AutostartTest, AConfiguredSocketThatDoesNotAnswerIsAnErrorAndStartsNothing) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), dir_);
   auto connection = Connection::Connect(scratch_ + "/absent.sock", "autostart-test");
   EXPECT_EQ(connection.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(connection.status().message(), HasSubstr(scratch_ + "/absent.sock"));
-  ScopedEnvironment from_environment(kSocketEnvironmentVariable, scratch_ + "/absent.sock");
+  ScopedEnvironment from_environment(EnvName(EnvSetting::kSocket), scratch_ + "/absent.sock");
   connection = Connection::Connect("", "autostart-test");
   EXPECT_EQ(connection.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(std::filesystem::exists(dir_)) << "no private daemon for a configured socket";
 }
 
 TEST_F(AutostartTest, AutostartZeroLeavesOnlyTheSystemDaemon) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
-  ScopedEnvironment off(kAutostartEnvironmentVariable, "0");
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), dir_);
+  ScopedEnvironment off(EnvName(EnvSetting::kAutostart), "0");
   auto connection = Connection::Connect("", "autostart-test");
   EXPECT_EQ(connection.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(connection.status().message(), HasSubstr(kDefaultSocketPath));
@@ -368,7 +369,7 @@ TEST_F(AutostartTest, AutostartZeroLeavesOnlyTheSystemDaemon) {
 }
 
 TEST_F(AutostartTest, APrivateDirectoryWithAnotherModeIsRefusedAndNothingStarts) {
-  ScopedEnvironment dir(kAutostartDirEnvironmentVariable, dir_);
+  ScopedEnvironment dir(EnvName(EnvSetting::kAutostartDir), dir_);
   ASSERT_EQ(::mkdir(dir_.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(dir_.c_str(), 0750), 0);
   auto connection = Connection::Connect("", "autostart-test");

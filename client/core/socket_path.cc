@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 #include "shared/base/unique_fd.h"
 
@@ -18,9 +19,8 @@ ResolvedSocket ResolveSocket(absl::string_view explicit_path) {
   if (!explicit_path.empty()) {
     return {.path = std::string(explicit_path), .source = SocketSource::kExplicit};
   }
-  const char* from_environment = std::getenv(kSocketEnvironmentVariable);
-  if (from_environment != nullptr && from_environment[0] != '\0') {
-    return {.path = from_environment, .source = SocketSource::kEnvironment};
+  if (std::optional<std::string> from_environment = EnvValue(EnvSetting::kSocket)) {
+    return {.path = *std::move(from_environment), .source = SocketSource::kEnvironment};
   }
   return {.path = kDefaultSocketPath, .source = SocketSource::kSystemDefault};
 }

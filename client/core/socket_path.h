@@ -18,7 +18,6 @@
 namespace blockswap::client {
 
 inline constexpr char kDefaultSocketPath[] = "/run/blockswap/blockswapd.sock";
-inline constexpr char kSocketEnvironmentVariable[] = "BLOCKSWAP_SOCKET";
 
 enum class SocketSource {
   kExplicit,       // given by the caller (a flag or a config field)

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "shared/base/env_settings.h"
+
 namespace blockswap::client {
 namespace {
 
@@ -13,18 +15,18 @@ namespace {
 class ScopedSocketEnvironment {
  public:
   explicit ScopedSocketEnvironment(std::optional<std::string> value) {
-    if (const char* old = ::getenv(kSocketEnvironmentVariable)) saved_ = old;
+    if (const char* old = ::getenv(EnvName(EnvSetting::kSocket))) saved_ = old;
     if (value) {
-      ::setenv(kSocketEnvironmentVariable, value->c_str(), 1);
+      ::setenv(EnvName(EnvSetting::kSocket), value->c_str(), 1);
     } else {
-      ::unsetenv(kSocketEnvironmentVariable);
+      ::unsetenv(EnvName(EnvSetting::kSocket));
     }
   }
   ~ScopedSocketEnvironment() {
     if (saved_) {
-      ::setenv(kSocketEnvironmentVariable, saved_->c_str(), 1);
+      ::setenv(EnvName(EnvSetting::kSocket), saved_->c_str(), 1);
     } else {
-      ::unsetenv(kSocketEnvironmentVariable);
+      ::unsetenv(EnvName(EnvSetting::kSocket));
     }
   }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/env_settings.h"
 
 namespace blockswap::daemon {
 namespace {
@@ -16,10 +17,7 @@ std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 // our stderr; only when that is still our stderr do the prefixes mean
 // anything to the reader.
 bool StderrIsJournal() {
-  static const bool journal = [] {
-    const char* stream = std::getenv("JOURNAL_STREAM");
-    return stream != nullptr && *stream != '\0';
-  }();
+  static const bool journal = EnvValue(EnvSetting::kJournalStream).has_value();
   return journal;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 #include "shared/base/unique_fd.h"
 
@@ -37,9 +38,9 @@ absl::Status NotifyTo(absl::string_view socket_path, absl::string_view state) {
 }
 
 absl::Status NotifySystemd(absl::string_view state) {
-  const char* socket_path = std::getenv("NOTIFY_SOCKET");
-  if (socket_path == nullptr || *socket_path == '\0') return absl::OkStatus();
-  return NotifyTo(socket_path, state);
+  const std::optional<std::string> socket_path = EnvValue(EnvSetting::kNotifySocket);
+  if (!socket_path.has_value()) return absl::OkStatus();
+  return NotifyTo(*socket_path, state);
 }
 
 }  // namespace blockswap::daemon

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "shared/backend/gpu_presence.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/test_hooks.h"
 
 namespace blockswap {
@@ -45,26 +46,25 @@ absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name) {
 HostBackendOptions HostBackendOptions::FromEnvironment() {
   HostBackendOptions options;
   int value = 0;
-  if (const char* devices = std::getenv("BLOCKSWAP_HOST_DEVICES");
-      devices != nullptr && absl::SimpleAtoi(devices, &value) && value > 0) {
+  if (const std::optional<std::string> devices = EnvValue(EnvSetting::kHostDevices);
+      devices.has_value() && absl::SimpleAtoi(*devices, &value) && value > 0) {
     options.device_count = value;
   }
 #if BLOCKSWAP_TEST_HOOKS
   int64_t jitter = 0;
-  if (const char* us = std::getenv("BLOCKSWAP_HOST_JITTER_US");
-      us != nullptr && absl::SimpleAtoi(us, &jitter) && jitter > 0) {
+  if (const std::optional<std::string> us = EnvValue(EnvSetting::kHostJitterUs);
+      us.has_value() && absl::SimpleAtoi(*us, &jitter) && jitter > 0) {
     options.jitter_us = jitter;
   }
   int64_t copy_delay = 0;
-  if (const char* us = std::getenv("BLOCKSWAP_HOST_COPY_DELAY_US");
-      us != nullptr && absl::SimpleAtoi(us, &copy_delay) && copy_delay > 0) {
+  if (const std::optional<std::string> us = EnvValue(EnvSetting::kHostCopyDelayUs);
+      us.has_value() && absl::SimpleAtoi(*us, &copy_delay) && copy_delay > 0) {
     options.copy_delay_us = copy_delay;
   }
-  const char* no_words = std::getenv("BLOCKSWAP_HOST_NO_STREAM_WORDS");
-  options.without_stream_words = no_words != nullptr && absl::string_view(no_words) == "1";
+  options.without_stream_words = EnvValue(EnvSetting::kHostNoStreamWords) == "1";
   uint64_t pin_limit = 0;
-  if (const char* bytes = std::getenv("BLOCKSWAP_HOST_PIN_LIMIT_BYTES");
-      bytes != nullptr && absl::SimpleAtoi(bytes, &pin_limit)) {
+  if (const std::optional<std::string> bytes = EnvValue(EnvSetting::kHostPinLimitBytes);
+      bytes.has_value() && absl::SimpleAtoi(*bytes, &pin_limit)) {
     options.pin_limit_bytes = pin_limit;
   }
 #endif

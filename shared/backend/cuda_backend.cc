@@ -42,6 +42,7 @@
 #include "shared/backend/backend.h"
 #include "shared/backend/cuda_check.h"
 #include "shared/backend/cuda_driver.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/monotonic_clock.h"
 #include "shared/base/status.h"
 #include "shared/os/shared_memory.h"
@@ -1024,10 +1025,10 @@ absl::StatusOr<DeviceInfo> ReadDeviceInfo(const CudaDriverTable& cu, CUdevice de
 absl::Status InitFailed(CUresult error) {
   absl::Status status = cuda_internal::CheckCuda(nullptr, error, "cuInit(0)", __FILE__, __LINE__);
   if (error == CUDA_ERROR_NO_DEVICE) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::optional<std::string> visible = EnvValue(EnvSetting::kCudaVisibleDevices);
     return absl::FailedPreconditionError(absl::StrCat(
         "no CUDA device visible",
-        visible != nullptr ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=\"", visible, "\")") : "", ": ",
+        visible.has_value() ? absl::StrCat(" (CUDA_VISIBLE_DEVICES=\"", *visible, "\")") : "", ": ",
         status.message()));
   }
   return status;

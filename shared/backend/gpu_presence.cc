@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/test_hooks.h"
 
 namespace blockswap {
@@ -68,8 +69,7 @@ std::optional<std::string> FindNvidiaGpu(absl::string_view root) {
 
 std::string GpuProbeRoot() {
 #if BLOCKSWAP_TEST_HOOKS
-  const char* root = std::getenv("BLOCKSWAP_GPU_PROBE_ROOT");
-  if (root != nullptr && *root != '\0') return root;
+  if (std::optional<std::string> root = EnvValue(EnvSetting::kGpuProbeRoot)) return *root;
 #endif
   return "/";
 }

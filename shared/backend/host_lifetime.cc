@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/test_hooks.h"
 #include "shared/base/unique_fd.h"
 
@@ -125,8 +126,7 @@ bool Freed(const ImportLedger& ledger) { return ledger.freed.load(std::memory_or
 void ReportLifetimeViolation(const absl::Status& violation) {
   violations.fetch_add(1, std::memory_order_relaxed);
 #if BLOCKSWAP_TEST_HOOKS
-  const char* mode = std::getenv("BLOCKSWAP_HOST_LIFETIME_CHECKS");
-  const bool abort = mode != nullptr && absl::string_view(mode) == "abort";
+  const bool abort = EnvValue(EnvSetting::kHostLifetimeChecks) == "abort";
 #else
   const bool abort = false;
 #endif

@@ -5,8 +5,9 @@
 // abort at a broken CUDA lifetime rule (host_lifetime.h), and the fake
 // machine its GPU probe reads (gpu_presence.h). CMake's BLOCKSWAP_TEST_HOOKS:
 // tests/run.sh turns it on; off by default and in every package, so that a
-// released blockswapd or libblockswap.so reads none of these variables
-// (tests/release/no-test-switches.sh checks that their names are not in it).
+// released blockswapd or libblockswap.so reads none of these variables (the
+// test rows of shared/base/env_settings.h; tests/release/no-test-switches.sh
+// checks that their names are not in it).
 #ifndef BLOCKSWAP_SHARED_BASE_TEST_HOOKS_H_
 #define BLOCKSWAP_SHARED_BASE_TEST_HOOKS_H_
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "shared/base/env_settings.h"
 #include "shared/base/status.h"
 #include "shared/os/futex.h"
 
@@ -83,9 +84,9 @@ void SkipProtocolStepForTesting(ProtocolStep step) {
 }
 
 absl::Status SkipProtocolStepsFromEnvironment() {
-  const char* steps = std::getenv("BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS");
-  if (steps == nullptr || *steps == '\0') return absl::OkStatus();
-  for (absl::string_view name : absl::StrSplit(steps, ',', absl::SkipEmpty())) {
+  const std::optional<std::string> steps = EnvValue(EnvSetting::kTestSkipProtocolSteps);
+  if (!steps.has_value()) return absl::OkStatus();
+  for (absl::string_view name : absl::StrSplit(*steps, ',', absl::SkipEmpty())) {
     BLOCKSWAP_ASSIGN_OR_RETURN(ProtocolStep step, ParseProtocolStep(name));
     SkipProtocolStepForTesting(step);
   }

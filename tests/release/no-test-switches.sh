@@ -5,16 +5,22 @@
 # blockswap-demo, libblockswap.so.1, and where built the Python package's
 # copies of the library and the daemon and the LibTorch layer — contains the
 # name of a test switch: an environment variable with which the tests break
-# or slow the product (shared/base/test_hooks.h). A build configured without
-# BLOCKSWAP_TEST_HOOKS reads none of them, so none may be in it. tests/run.sh
+# or slow the product, a test row of shared/base/env_settings.h. A build
+# configured without BLOCKSWAP_TEST_HOOKS reads none of them, so none may be
+# in it. tests/run.sh
 # runs this on its release build, and once more on a copy of the daemon with
 # a name appended, which must fail.
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 dir=$1
-switches=(BLOCKSWAP_TEST_SKIP_PROTOCOL_STEPS BLOCKSWAP_HOST_JITTER_US BLOCKSWAP_HOST_COPY_DELAY_US
-          BLOCKSWAP_HOST_NO_STREAM_WORDS BLOCKSWAP_HOST_PIN_LIMIT_BYTES
-          BLOCKSWAP_HOST_LIFETIME_CHECKS BLOCKSWAP_GPU_PROBE_ROOT)
+# The switches: the test rows of the table of environment settings.
+table=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/base/env_settings.h
+mapfile -t switches < <(sed -n '/^#define BLOCKSWAP_TEST_ENV_SETTINGS(X)/,/^$/p' "${table}" |
+  grep -oE 'X\(k[A-Za-z]+, "[A-Z_]+"' | grep -oE 'BLOCKSWAP_[A-Z_]+')
+if ((${#switches[@]} == 0)); then
+  echo "no-test-switches: no test rows in ${table} (BLOCKSWAP_TEST_ENV_SETTINGS)" >&2
+  exit 1
+fi
 
 # What ships, always; a missing one fails (a check of nothing would pass).
 binaries=()

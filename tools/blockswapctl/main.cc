@@ -54,6 +54,7 @@
 #include "client/core/file_model.h"
 #include "client/core/private_daemon.h"
 #include "client/core/socket_path.h"
+#include "shared/base/env_settings.h"
 #include "shared/build_info/build_info.h"
 #include "tools/blockswapctl/admin_caller.h"
 #include "tools/blockswapctl/admin_format.h"
@@ -69,8 +70,8 @@ size_t TerminalWidth() {
   winsize size{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
   size_t columns = 0;
-  if (const char* env = std::getenv("COLUMNS");
-      env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {
+  if (const std::optional<std::string> env = EnvValue(EnvSetting::kColumns);
+      env.has_value() && absl::SimpleAtoi(*env, &columns) && columns > 0) {
     return columns;
   }
   return 80;
@@ -199,7 +200,7 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", blockswap::VersionText("blockswapctl", blockswap::ThisBuild()));
   app.add_option(
       "--socket", options.socket_path,
-      absl::StrCat("blockswapd's control socket (default: $", client::kSocketEnvironmentVariable,
+      absl::StrCat("blockswapd's control socket (default: $", EnvName(EnvSetting::kSocket),
                    " if set, else ", client::kDefaultSocketPath,
                    ", else the user's private blockswapd if one runs)"));
   app.add_flag("--json", options.json, "print one JSON document instead of tables");

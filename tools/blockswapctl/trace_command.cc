@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "shared/base/env_settings.h"
 #include "shared/protocol/trace_log.h"
 #include "tools/blockswapctl/trace_json.h"
 
@@ -37,9 +38,7 @@ std::string TracePngScript() {
 // The Python that draws: $BLOCKSWAP_PYTHON, else the system's python3 (where
 // Debian's python3-matplotlib lives), else python3 on PATH.
 std::string TracePython() {
-  if (const char* python = std::getenv("BLOCKSWAP_PYTHON"); python != nullptr && *python) {
-    return python;
-  }
+  if (std::optional<std::string> python = EnvValue(EnvSetting::kPython)) return *python;
   if (::access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
   return "python3";
 }
