@@ -12,6 +12,7 @@
 #include "daemon/budget/master_limits.h"
 #include "daemon/budget/memory_limit.h"
 #include "daemon/preflight.h"
+#include "daemon/runtime/process_stats.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/parse_error_interceptor.h"
 #include "daemon/session/model_visibility.h"

@@ -29,6 +29,7 @@
 #include "daemon/preflight.h"
 #include "daemon/runtime/logging.h"
 #include "daemon/runtime/notify.h"
+#include "daemon/runtime/process_stats.h"
 #include "shared/build_info/build_info.h"
 #include "shared/protocol/load_protocol.h"
 

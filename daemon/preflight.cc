@@ -14,6 +14,7 @@
 #include "daemon/budget/descriptor_model.h"
 #include "daemon/budget/master_limits.h"
 #include "daemon/budget/memory_limit.h"
+#include "daemon/runtime/process_stats.h"
 #include "daemon/store/masters_directory.h"
 #include "shared/base/status.h"
 
@@ -99,24 +100,23 @@ void CheckMasterLimits(const DaemonOptions& o, PreflightReport& report) {
                                                            : o.max_master_blocks;
   in.max_master_blocks_per_uid = o.max_master_blocks_per_uid;
   in.open_files = OpenFilesLimit();
+  const uint64_t daemon_open = OpenDescriptorCount();
   const ClientAmounts& uid = o.quotas.per_uid;
   uint64_t descriptors = uid.descriptors;
   if (descriptors == kAutoLimit) {
     // As the daemon will resolve it, less what it opens after this check
     // (devices, the gRPC server), which the reserve absorbs.
-    descriptors =
-        AutoMaxDescriptorsPerUid(in.open_files, OpenDescriptorCount(), o.max_connections_per_uid);
+    descriptors = AutoMaxDescriptorsPerUid(in.open_files, daemon_open, o.max_connections_per_uid);
     if (descriptors == kMinimumDescriptorsPerUid) {
       const uint64_t connections = o.max_connections_per_uid * DescriptorsOfConnection();
-      report.warnings.push_back(
-          absl::StrCat("max_descriptors_per_uid = \"auto\" gives each uid only ", descriptors,
-                       " descriptors (one session with two rings): RLIMIT_NOFILE = ", in.open_files,
-                       " leaves too few beyond a reserve of ", kDescriptorReserve, " and the ",
-                       connections, " that max_connections_per_uid = ", o.max_connections_per_uid,
-                       " connections may hold; raise LimitNOFILE= in blockswapd.service above ",
-                       OpenDescriptorCount() + kDescriptorReserve +
-                           2 * (connections + kMinimumDescriptorsPerUid),
-                       ", or lower max_connections_per_uid"));
+      report.warnings.push_back(absl::StrCat(
+          "max_descriptors_per_uid = \"auto\" gives each uid only ", descriptors,
+          " descriptors (one session with two rings): RLIMIT_NOFILE = ", in.open_files,
+          " leaves too few beyond a reserve of ", kDescriptorReserve, " and the ", connections,
+          " that max_connections_per_uid = ", o.max_connections_per_uid,
+          " connections may hold; raise LimitNOFILE= in blockswapd.service above ",
+          daemon_open + kDescriptorReserve + 2 * (connections + kMinimumDescriptorsPerUid),
+          ", or lower max_connections_per_uid"));
     }
   }
   in.descriptors_one_uid_may_hold =

@@ -1,8 +1,5 @@
 #include "daemon/budget/descriptor_model.h"
 
-#include <dirent.h>
-#include <sys/resource.h>
-
 #include <algorithm>
 
 namespace blockswap::daemon {
@@ -36,32 +33,6 @@ uint64_t AutoMaxDescriptorsPerUid(uint64_t open_files, uint64_t daemon_open,
   const uint64_t connections = max_connections_per_uid * DescriptorsOfConnection();
   if (half < Plus(connections, kMinimumDescriptorsPerUid)) return kMinimumDescriptorsPerUid;
   return half - connections;
-}
-
-uint64_t OpenFilesLimit() {
-  struct rlimit limit {};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
-  return limit.rlim_cur;
-}
-
-uint64_t RaiseOpenFilesLimit() {
-  struct rlimit limit {};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &limit);  // on failure the soft limit stays, and is reported
-  }
-  return OpenFilesLimit();
-}
-
-uint64_t OpenDescriptorCount() {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return 0;
-  uint64_t open = 0;
-  while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
-  ::closedir(dir);
-  // With the directory's own, open while it was read: one more than needed,
-  // so the checks that use it err on the side of the reserve.
-  return open;
 }
 
 }  // namespace blockswap::daemon

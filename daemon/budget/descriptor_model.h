@@ -100,18 +100,6 @@ constexpr uint64_t kMinimumDescriptorsPerUid =
 uint64_t AutoMaxDescriptorsPerUid(uint64_t open_files, uint64_t daemon_open,
                                   uint64_t max_connections_per_uid);
 
-// RLIMIT_NOFILE's soft limit; 0 when unlimited or unknown.
-uint64_t OpenFilesLimit();
-// Raises RLIMIT_NOFILE's soft limit to its hard limit, as systemd advises a
-// program that needs many descriptors and never calls select() to do: a
-// private daemon started from a shell inherits a soft limit of 1024 (its
-// hard limit is usually far higher), which would leave each uid's "auto"
-// share at its floor. The limit in force after, as OpenFilesLimit.
-uint64_t RaiseOpenFilesLimit();
-// The descriptors this process has open (/proc/self/fd, counting the one
-// that reads it); 0 when unknown.
-uint64_t OpenDescriptorCount();
-
 }  // namespace blockswap::daemon
 
 #endif  // BLOCKSWAP_DAEMON_BUDGET_DESCRIPTOR_MODEL_H_

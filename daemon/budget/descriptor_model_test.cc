@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "daemon/runtime/process_stats.h"
+
 namespace blockswap::daemon {
 namespace {
 

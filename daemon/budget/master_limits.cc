@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/runtime/process_stats.h"
 
 namespace blockswap::daemon {
 namespace {

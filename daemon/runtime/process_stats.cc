@@ -65,16 +65,34 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
   if (!boot.ok()) return boot.status();
   out.start_time_seconds = static_cast<double>(*boot) + static_cast<double>(field(22)) / ticks;
 
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) return ErrnoStatus(errno, "opening /proc/self/fd");
-  while (dirent* entry = ::readdir(fds)) {
-    if (entry->d_name[0] != '.') ++out.open_fds;
-  }
-  ::closedir(fds);
-  if (out.open_fds > 0) --out.open_fds;  // the directory's own descriptor
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) out.max_fds = limit.rlim_cur;
+  out.open_fds = OpenDescriptorCount();
+  if (out.open_fds == 0) return absl::UnavailableError("cannot read /proc/self/fd");
+  out.max_fds = OpenFilesLimit();
   return out;
+}
+
+uint64_t OpenFilesLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  return limit.rlim_cur;
+}
+
+uint64_t RaiseOpenFilesLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &limit);  // on failure the soft limit stays, and is reported
+  }
+  return OpenFilesLimit();
+}
+
+uint64_t OpenDescriptorCount() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  uint64_t open = 0;
+  while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
+  ::closedir(dir);
+  return open > 0 ? open - 1 : 0;  // the directory's own, open while it was read
 }
 
 }  // namespace blockswap::daemon
