@@ -58,14 +58,15 @@ import sys
 
 models = json.load(open(sys.argv[1]))["models"]
 status = json.load(open(sys.argv[2]))
+# 64-bit integers are JSON strings (the proto's canonical mapping).
 by_blocks = {m["block_count"]: m for m in models}
 assert sorted(by_blocks) == [3, 6, 12], "expected models of 3, 6 and 12 blocks: %s" % models
-union = by_blocks[12]["bytes"]  # the 12-block streaming set contains the others
-total = sum(m["bytes"] for m in models)
-assert status["pinned_bytes"] == union, (
-    "unique master bytes %d, the union of the streamed blocks is %d (the three models: %d)"
+union = int(by_blocks[12]["bytes"])  # the 12-block streaming set contains the others
+total = sum(int(m["bytes"]) for m in models)
+assert int(status["pinned_bytes"]) == union, (
+    "unique master bytes %s, the union of the streamed blocks is %d (the three models: %d)"
     % (status["pinned_bytes"], union, total))
-assert status["master_blocks"] == 12, "%d distinct blocks held" % status["master_blocks"]
+assert int(status["master_blocks"]) == 12, "%s distinct blocks held" % status["master_blocks"]
 for count in (3, 6):
     assert by_blocks[count]["shared_bytes"] == by_blocks[count]["bytes"], by_blocks[count]
 print("mixed_swap_demos: %d bytes of masters for three models of %d bytes" % (union, total))

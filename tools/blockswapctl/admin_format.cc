@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace blockswap::ctl {
 namespace {
@@ -86,23 +87,20 @@ std::string KeyValues(const std::vector<std::pair<std::string, std::string>>& li
   return out;
 }
 
-json DeviceJson(const v1::Device& device) {
-  return {{"uuid", device.uuid()},
-          {"name", device.name()},
-          {"total_memory_bytes", device.total_memory_bytes()},
-          {"healthy", device.error().empty()},
-          {"error", device.error()}};
-}
-
-json PassJson(const v1::PassStats& pass) {
-  return {{"direction", pass.direction()},
-          {"stall_seconds", pass.stall_seconds()},
-          {"host_wait_seconds", pass.host_wait_seconds()},
-          {"copy_seconds", pass.copy_seconds()},
-          {"waits", pass.waits()},
-          {"not_ready_waits", pass.not_ready_waits()},
-          {"self_heals", pass.self_heals()},
-          {"loads", pass.loads()}};
+// The message as protobuf's JSON printer writes it, in the proto's canonical
+// JSON mapping: the proto's field names, every field (those at their
+// defaults too), 64-bit integers as strings and enums by name, as every
+// protobuf tool prints them. The views add only what is derived or withheld.
+json ProtoJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string text;
+  const auto printed = google::protobuf::util::MessageToJsonString(message, &text, options);
+  // It fails only on what these messages do not hold (Any, maps of
+  // unprintable keys): a bug here, said in place of the document.
+  if (!printed.ok()) return {{"error", std::string(printed.message())}};
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 std::string Seconds3(double seconds) { return absl::StrFormat("%.3f", seconds); }
@@ -265,26 +263,15 @@ std::string StatusText(const v1::StatusReply& reply) {
 }
 
 json StatusJson(const v1::StatusReply& reply) {
-  json devices = json::array();
-  for (const v1::Device& device : reply.devices()) devices.push_back(DeviceJson(device));
+  json document = ProtoJson(reply);
+  for (json& device : document["devices"]) device["healthy"] = device["error"] == "";
   // Withheld counters are null, never a 0 that a script would believe.
-  const bool withheld = !reply.store_counters_withheld().empty();
-  auto counter = [withheld](uint64_t value) { return withheld ? json(nullptr) : json(value); };
-  return {
-      {"version", reply.version()},
-      {"backend", BackendName(reply.backend())},
-      {"boot_id", BootIdHex(reply.boot_id())},
-      {"uptime_seconds", reply.uptime_seconds()},
-      {"pinned_bytes", counter(reply.pinned_bytes())},
-      {"master_blocks", counter(reply.master_blocks())},
-      {"staged_bytes", counter(reply.staged_bytes())},
-      {"staged_blocks", counter(reply.staged_blocks())},
-      {"pinning", reply.pinning()},
-      {"file_reads", counter(reply.file_reads())},
-      {"file_bytes_read", counter(reply.file_bytes_read())},
-      {"evictions", counter(reply.evictions())},
-      {"store_counters_withheld", withheld ? json(reply.store_counters_withheld()) : json(nullptr)},
-      {"devices", std::move(devices)}};
+  if (reply.store_counters_withheld().empty()) return document;
+  for (const char* counter : {"pinned_bytes", "master_blocks", "staged_bytes", "staged_blocks",
+                              "file_reads", "file_bytes_read", "evictions"}) {
+    document[counter] = nullptr;
+  }
+  return document;
 }
 
 // --- clients -----------------------------------------------------------------------
@@ -315,24 +302,7 @@ std::string ClientsText(const v1::ClientsReply& reply) {
   return table.Render();
 }
 
-json ClientsJson(const v1::ClientsReply& reply) {
-  json clients = json::array();
-  for (const v1::ClientInfo& client : reply.clients()) {
-    clients.push_back(
-        {{"session_id", client.session_id()},
-         {"client_name", client.client_name()},
-         {"pid", client.pid()},
-         {"uid", client.uid()},
-         {"gid", client.gid()},
-         {"copy", CopyName(client)},
-         {"ring_count", client.ring_count()},
-         {"loads", client.loads()},
-         {"device_uuids", json(std::vector<std::string>(client.device_uuids().begin(),
-                                                        client.device_uuids().end()))},
-         {"attached_seconds", client.attached_seconds()}});
-  }
-  return {{"clients", std::move(clients)}};
-}
+json ClientsJson(const v1::ClientsReply& reply) { return ProtoJson(reply); }
 
 // --- models ------------------------------------------------------------------------
 
@@ -355,22 +325,7 @@ std::string ModelsText(const v1::ModelsReply& reply) {
   return table.Render();
 }
 
-json ModelsJson(const v1::ModelsReply& reply) {
-  json models = json::array();
-  for (const v1::ModelInfo& model : reply.models()) {
-    models.push_back({{"model_id", model.model_id()},
-                      {"name", model.name()},
-                      {"block_count", model.block_count()},
-                      {"bytes", model.bytes()},
-                      {"shared_bytes", model.shared_bytes()},
-                      {"open_sessions", model.open_sessions()},
-                      {"source", model.source()},
-                      {"pinned", model.pinned()},
-                      {"staged_blocks", model.staged_blocks()},
-                      {"references", model.references()}});
-  }
-  return {{"models", std::move(models)}};
-}
+json ModelsJson(const v1::ModelsReply& reply) { return ProtoJson(reply); }
 
 // --- residency ---------------------------------------------------------------------
 
@@ -399,24 +354,17 @@ std::string ResidencyText(const v1::ResidencyReply& reply) {
 }
 
 json ResidencyJson(const v1::ResidencyReply& reply) {
-  json rings = json::array();
-  for (const v1::RingResidency& ring : reply.rings()) {
-    json slots = json::array();
-    for (const v1::SlotResidency& slot : ring.slots()) {
-      // Block 0 is a real block, so "never filled" is null, not 0.
-      const bool loaded = !slot.model_id().empty();
-      slots.push_back({{"slot", slot.slot()},
-                       {"model_id", loaded ? json(slot.model_id()) : json(nullptr)},
-                       {"block", loaded ? json(slot.block()) : json(nullptr)},
-                       {"filled_seq", slot.filled_seq()},
-                       {"consumed_seq", slot.consumed_seq()}});
+  json document = ProtoJson(reply);
+  // Block 0 is a real block, so a slot never filled has a null model and
+  // block, not "" and 0.
+  for (json& ring : document["rings"]) {
+    for (json& slot : ring["slots"]) {
+      if (slot["model_id"] != "") continue;
+      slot["model_id"] = nullptr;
+      slot["block"] = nullptr;
     }
-    rings.push_back({{"device_uuid", ring.device_uuid()},
-                     {"session_id", ring.session_id()},
-                     {"ring_id", ring.ring_id()},
-                     {"slots", std::move(slots)}});
   }
-  return {{"rings", std::move(rings)}};
+  return document;
 }
 
 // --- stats -------------------------------------------------------------------------
@@ -568,42 +516,24 @@ std::string StatsWatchText(const v1::StatsReply& now, const v1::StatsReply* befo
 }
 
 json StatsJson(const v1::StatsReply& reply) {
-  json devices = json::array();
-  for (const v1::DeviceStats& device : reply.devices()) {
+  json document = ProtoJson(reply);
+  for (int d = 0; d < reply.devices_size(); ++d) {
+    const v1::DeviceStats& device = reply.devices(d);
     const bool timed = std::isfinite(device.copy_seconds()) && device.copy_seconds() > 0;
-    devices.push_back({{"device_uuid", device.device_uuid()},
-                       {"loads", device.loads()},
-                       {"bytes_copied", device.bytes_copied()},
-                       {"copy_seconds", device.copy_seconds()},
-                       {"gb_per_second", timed ? json(static_cast<double>(device.bytes_copied()) /
-                                                      device.copy_seconds() / 1e9)
-                                               : json(nullptr)},
-                       {"queue_depth", device.queue_depth()},
-                       {"protocol_errors", device.protocol_errors()},
-                       {"rings", device.rings()},
-                       {"releases_at_request", device.releases_at_request()},
-                       {"releases_notified", device.releases_notified()},
-                       {"staged_loads", device.staged_loads()},
-                       {"staged_bytes", device.staged_bytes()}});
+    document["devices"][d]["gb_per_second"] =
+        timed ? json(static_cast<double>(device.bytes_copied()) / device.copy_seconds() / 1e9)
+              : json(nullptr);
   }
-  json clients = json::array();
-  for (const v1::ClientStats& client : reply.clients()) {
+  for (int c = 0; c < reply.clients_size(); ++c) {
+    const v1::ClientStats& client = reply.clients(c);
     json latest = json::object();
     for (const v1::PassStats* pass : LatestPassPerDirection(client.passes())) {
-      latest[pass->direction()] = PassJson(*pass);
+      latest[pass->direction()] = ProtoJson(*pass);
     }
-    json passes = json::array();
-    for (const v1::PassStats& pass : client.passes()) passes.push_back(PassJson(pass));
-    clients.push_back({{"session_id", client.session_id()},
-                       {"client_name", client.client_name()},
-                       {"loads", client.loads()},
-                       {"rejected_loads", client.rejected_loads()},
-                       {"bytes", client.bytes()},
-                       {"passes_reported", client.passes_size()},
-                       {"latest_passes", std::move(latest)},
-                       {"passes", std::move(passes)}});
+    document["clients"][c]["passes_reported"] = client.passes_size();
+    document["clients"][c]["latest_passes"] = std::move(latest);
   }
-  return {{"devices", std::move(devices)}, {"clients", std::move(clients)}};
+  return document;
 }
 
 // --- health ------------------------------------------------------------------------

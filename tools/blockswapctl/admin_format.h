@@ -67,8 +67,13 @@ class TextTable {
 };
 
 // --- One format per command ---------------------------------------------------
+// Each command's text, and its JSON: the reply in the proto's canonical JSON
+// mapping (protobuf's printer: the proto's field names, every field, 64-bit
+// integers as strings, enums by name) with only derived and withheld fields
+// added or nulled, as each function says.
 
 std::string StatusText(const v1::StatusReply& reply);
+// Adds `healthy` per device; counters the caller may not see are null.
 nlohmann::json StatusJson(const v1::StatusReply& reply);
 
 std::string ClientsText(const v1::ClientsReply& reply);
@@ -78,6 +83,7 @@ std::string ModelsText(const v1::ModelsReply& reply);
 nlohmann::json ModelsJson(const v1::ModelsReply& reply);
 
 std::string ResidencyText(const v1::ResidencyReply& reply);
+// A slot never filled has a null model_id and block.
 nlohmann::json ResidencyJson(const v1::ResidencyReply& reply);
 
 std::string StatsText(const v1::StatsReply& reply);
@@ -87,6 +93,8 @@ std::string StatsText(const v1::StatsReply& reply);
 // the totals; fitted to `width` columns.
 std::string StatsWatchText(const v1::StatsReply& now, const v1::StatsReply* before, double seconds,
                            size_t width);
+// Adds gb_per_second per device (null before any copy was timed), and
+// passes_reported and latest_passes (by direction) per client.
 nlohmann::json StatsJson(const v1::StatsReply& reply);
 
 // The most recent pass of each direction, "forward" first, "backward" second,

@@ -1,13 +1,14 @@
 // blockswapctl's formats, on hand-built Admin replies.
 #include "tools/blockswapctl/admin_format.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace blockswap::ctl {
@@ -217,18 +218,23 @@ TEST(StatusText, ShowsTheDaemonAndADeviceTable) {
   EXPECT_EQ(ColumnOf(header[0], "HEALTH"), ColumnOf(header[2], "cudaError"));
 }
 
-TEST(StatusJson, HasStableKeysAndNumbersAsNumbers) {
+// What a script can rely on: the proto's field names and its canonical JSON
+// mapping (64-bit integers as decimal strings, 32-bit ones and doubles as
+// numbers, enums by name), with `healthy` derived per device.
+TEST(StatusJson, IsTheProtosCanonicalJsonWithHealthPerDevice) {
   nlohmann::json json = StatusJson(SampleStatus());
   EXPECT_EQ(json["version"], "0.1.0");
-  EXPECT_EQ(json["backend"], "cuda");
-  EXPECT_EQ(json["boot_id"], "fedcba9876543210");
+  EXPECT_EQ(json["backend"], "BACKEND_CUDA");
+  EXPECT_EQ(json["boot_id"], absl::StrCat(uint64_t{0xfedcba9876543210}));
   EXPECT_TRUE(json["uptime_seconds"].is_number());
-  EXPECT_EQ(json["pinned_bytes"], uint64_t{5} << 29);
-  EXPECT_EQ(json["staged_bytes"], uint64_t{3} << 30);
+  EXPECT_EQ(json["pinned_bytes"], absl::StrCat(uint64_t{5} << 29));
+  EXPECT_EQ(json["staged_bytes"], absl::StrCat(uint64_t{3} << 30));
+  EXPECT_TRUE(json["staged_blocks"].is_number()) << "a uint32 is a number";
   EXPECT_EQ(json["pinning"], "auto");
+  EXPECT_EQ(json["store_counters_withheld"], "") << "every field, its default too";
   ASSERT_EQ(json["devices"].size(), 2u);
   EXPECT_EQ(json["devices"][0]["uuid"], "GPU-11111111-2222-3333-4444-555555555555");
-  EXPECT_EQ(json["devices"][0]["total_memory_bytes"], uint64_t{141} << 30);
+  EXPECT_EQ(json["devices"][0]["total_memory_bytes"], absl::StrCat(uint64_t{141} << 30));
   EXPECT_EQ(json["devices"][0]["healthy"], true);
   EXPECT_EQ(json["devices"][0]["error"], "");
   EXPECT_EQ(json["devices"][1]["healthy"], false);
@@ -264,8 +270,8 @@ TEST(StatusJson, WithheldCountersAreNullAndSayWhy) {
     EXPECT_TRUE(json[key].is_null()) << key << ": " << json[key];
   }
   EXPECT_EQ(json["store_counters_withheld"], "model_access = registrant-group");
-  EXPECT_TRUE(StatusJson(SampleStatus())["store_counters_withheld"].is_null());
-  EXPECT_EQ(StatusJson(SampleStatus())["master_blocks"], 12u);
+  EXPECT_EQ(StatusJson(SampleStatus())["store_counters_withheld"], "");
+  EXPECT_EQ(StatusJson(SampleStatus())["master_blocks"], "12");
 }
 
 // --- health ------------------------------------------------------------------------
@@ -302,7 +308,7 @@ TEST(HealthJson, CarriesTheVerdictTheSocketAndTheStatus) {
   EXPECT_EQ(json["healthy"], false);
   EXPECT_TRUE(Contains(json["reason"].get<std::string>(), "GPU-66666666"));
   EXPECT_EQ(json["socket"], "/run/x.sock");
-  EXPECT_EQ(json["status"]["backend"], "cuda");
+  EXPECT_EQ(json["status"]["backend"], "BACKEND_CUDA");
 }
 
 TEST(HealthJson, StatusIsNullWhenTheDaemonDidNotAnswer) {
@@ -379,15 +385,15 @@ TEST(ClientsJson, ListsEveryField) {
   nlohmann::json json = ClientsJson(SampleClients());
   ASSERT_EQ(json["clients"].size(), 2u);
   const nlohmann::json& a = json["clients"][0];
-  EXPECT_EQ(a["session_id"], 3);
+  EXPECT_EQ(a["session_id"], "3");
   EXPECT_EQ(a["client_name"], "trainer-rank0");
   EXPECT_EQ(a["pid"], 4242);
   EXPECT_EQ(a["uid"], 1000);
   EXPECT_EQ(a["gid"], 1000);
-  EXPECT_EQ(a["copy"], "daemon");
-  EXPECT_EQ(json["clients"][1]["copy"], "trainer");
+  EXPECT_EQ(a["copy"], "COPY_PATH_DAEMON");
+  EXPECT_EQ(json["clients"][1]["copy"], "COPY_PATH_TRAINER");
   EXPECT_EQ(a["ring_count"], 2);
-  EXPECT_EQ(a["loads"], 1523);
+  EXPECT_EQ(a["loads"], "1523");
   EXPECT_EQ(a["device_uuids"], nlohmann::json({"HOST-0", "HOST-1"}));
   EXPECT_EQ(a["attached_seconds"], 302.0);
   EXPECT_TRUE(json["clients"][1]["device_uuids"].is_array());
@@ -430,13 +436,13 @@ TEST(ModelsJson, KeepsTheFullId) {
   EXPECT_EQ(json["models"][0]["model_id"], kModelId);
   EXPECT_EQ(json["models"][0]["name"], "flux-dev");
   EXPECT_EQ(json["models"][0]["block_count"], 57);
-  EXPECT_EQ(json["models"][0]["bytes"], uint64_t{23729694310});
-  EXPECT_EQ(json["models"][0]["shared_bytes"], uint64_t{3} << 30);
+  EXPECT_EQ(json["models"][0]["bytes"], "23729694310");
+  EXPECT_EQ(json["models"][0]["shared_bytes"], absl::StrCat(uint64_t{3} << 30));
   EXPECT_EQ(json["models"][0]["open_sessions"], 2);
   EXPECT_EQ(json["models"][0]["source"], "file /models/flux-dev.safetensors");
   EXPECT_EQ(json["models"][0]["pinned"], true);
   EXPECT_EQ(json["models"][0]["staged_blocks"], 0);
-  EXPECT_EQ(json["models"][0]["references"], 3);
+  EXPECT_EQ(json["models"][0]["references"], "3");
 }
 
 TEST(ModelsText, SaysWhichModelsAreStaged) {
@@ -510,11 +516,11 @@ TEST(ResidencyJson, NeverFilledIsNullAndBlockZeroIsZero) {
   ASSERT_EQ(json["rings"].size(), 2u);
   const nlohmann::json& host1 = json["rings"][0];
   EXPECT_EQ(host1["device_uuid"], "HOST-1");
-  EXPECT_EQ(host1["ring_id"], 9);
+  EXPECT_EQ(host1["ring_id"], "9");
   EXPECT_EQ(host1["slots"][0]["model_id"], kOtherModelId);
   EXPECT_EQ(host1["slots"][0]["block"], 0);
   const nlohmann::json& host0 = json["rings"][1];
-  EXPECT_EQ(host0["session_id"], 3);
+  EXPECT_EQ(host0["session_id"], "3");
   EXPECT_EQ(host0["slots"][0]["filled_seq"], 12);
   EXPECT_EQ(host0["slots"][0]["consumed_seq"], 11);
   EXPECT_TRUE(host0["slots"][1]["model_id"].is_null());
@@ -610,26 +616,26 @@ TEST(StatsJson, HasRatesCountsAndTheLatestPasses) {
   nlohmann::json json = StatsJson(SampleStats());
   ASSERT_EQ(json["devices"].size(), 2u);
   EXPECT_EQ(json["devices"][0]["device_uuid"], "HOST-0");
-  EXPECT_EQ(json["devices"][0]["bytes_copied"], uint64_t{24'600'000'000});
+  EXPECT_EQ(json["devices"][0]["bytes_copied"], "24600000000");
   EXPECT_DOUBLE_EQ(json["devices"][0]["gb_per_second"].get<double>(), 12.3);
-  EXPECT_EQ(json["devices"][0]["queue_depth"], 1);
-  EXPECT_EQ(json["devices"][0]["protocol_errors"], 0);
+  EXPECT_EQ(json["devices"][0]["queue_depth"], "1");
+  EXPECT_EQ(json["devices"][0]["protocol_errors"], "0");
   EXPECT_EQ(json["devices"][0]["rings"], 2);
-  EXPECT_EQ(json["devices"][0]["releases_notified"], 1190);
+  EXPECT_EQ(json["devices"][0]["releases_notified"], "1190");
   EXPECT_TRUE(json["devices"][1]["gb_per_second"].is_null());
 
   ASSERT_EQ(json["clients"].size(), 2u);
   const nlohmann::json& trainer = json["clients"][0];
-  EXPECT_EQ(trainer["session_id"], 3);
+  EXPECT_EQ(trainer["session_id"], "3");
   EXPECT_EQ(trainer["client_name"], "trainer");
-  EXPECT_EQ(trainer["rejected_loads"], 1);
+  EXPECT_EQ(trainer["rejected_loads"], "1");
   EXPECT_EQ(trainer["passes_reported"], 3);
   EXPECT_EQ(trainer["passes"].size(), 3u);
-  EXPECT_EQ(trainer["latest_passes"]["forward"]["waits"], 30);
+  EXPECT_EQ(trainer["latest_passes"]["forward"]["waits"], "30");
   EXPECT_EQ(trainer["latest_passes"]["forward"]["stall_seconds"], 0.125);
   EXPECT_EQ(trainer["latest_passes"]["forward"]["host_wait_seconds"], 1.125);
-  EXPECT_EQ(trainer["latest_passes"]["backward"]["not_ready_waits"], 10);
-  EXPECT_EQ(trainer["latest_passes"]["backward"]["self_heals"], 1);
+  EXPECT_EQ(trainer["latest_passes"]["backward"]["not_ready_waits"], "10");
+  EXPECT_EQ(trainer["latest_passes"]["backward"]["self_heals"], "1");
   EXPECT_TRUE(json["clients"][1]["latest_passes"].is_object());
   EXPECT_TRUE(json["clients"][1]["latest_passes"].empty());
 }

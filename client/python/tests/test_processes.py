@@ -63,13 +63,15 @@ def test_ranks_streaming_different_subsets_hold_each_shared_block_once(daemon, t
     assert sorted(m["block_count"] for m in models) == swaps
     # Every block of TinyTransformer has one layout, so each model's bytes are
     # its block count times one block's.
-    block_bytes = models[0]["bytes"] // models[0]["block_count"]
+    # 64-bit integers are JSON strings (the proto's canonical mapping).
+    block_bytes = int(models[0]["bytes"]) // models[0]["block_count"]
     union = set()
     for swap in swaps:
         union.update(_place_blocks(12, swap, 2)[0])
-    assert admin["status"]["master_blocks"] == len(union), (admin["status"], models)
-    assert admin["status"]["pinned_bytes"] == len(union) * block_bytes, (admin["status"], models)
-    assert sum(m["bytes"] for m in models) > admin["status"]["pinned_bytes"]
+    assert int(admin["status"]["master_blocks"]) == len(union), (admin["status"], models)
+    assert int(admin["status"]["pinned_bytes"]) == len(union) * block_bytes, \
+        (admin["status"], models)
+    assert sum(int(m["bytes"]) for m in models) > int(admin["status"]["pinned_bytes"])
 
 
 def test_ddp_ranks_stream_through_one_daemon(daemon, tmp_path):

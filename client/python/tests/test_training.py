@@ -158,7 +158,7 @@ def test_copy_seconds_are_the_daemons_copy_time(daemon):
     # Roughly these loads' bytes at the copy rate the daemon measured on its
     # device over the whole run (this test's ring was its only one).
     (device,) = daemon.ctl("stats")["devices"]
-    rate = device["bytes_copied"] / device["copy_seconds"]
+    rate = int(device["bytes_copied"]) / device["copy_seconds"]  # uint64: a JSON string
     start, end = offloader.master_address_ranges()[0]
     expected = loads * (end - start) / rate
     assert expected / 3 < copy_seconds < 3 * expected, (copy_seconds, expected, wall)
