@@ -64,6 +64,16 @@ int RunSpawner(const std::vector<std::string>& argv) {
 }
 BLOCKSWAP_CHILD_ROLE("child-process-spawner", RunSpawner);
 
+// The pid a role wrote to `report`, once it has (0 after 20 s without).
+pid_t AwaitReportedPid(const std::string& report) {
+  for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(10))) {
+    const double reported = NumberValue(ReadRoleReport(report), "pid");
+    if (reported > 0) return static_cast<pid_t>(reported);
+  }
+  return 0;
+}
+
 // Kills a spawner that started `what`, and expects what it started to be
 // gone soon after (it is init's child then: watched through a pidfd).
 void ExpectGoneWithItsParent(const std::string& what) {
@@ -73,12 +83,7 @@ void ExpectGoneWithItsParent(const std::string& what) {
   absl::StatusOr<ChildProcess> spawner = ChildProcess::Spawn(
       "child-process-spawner", {.args = {"--report=" + report, "--spawn=" + what}});
   ASSERT_TRUE(spawner.ok()) << spawner.status();
-  pid_t pid = 0;
-  for (absl::Time until = absl::Now() + absl::Seconds(20); pid == 0 && absl::Now() < until;) {
-    const double reported = NumberValue(ReadRoleReport(report), "pid");
-    if (reported > 0) pid = static_cast<pid_t>(reported);
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const pid_t pid = AwaitReportedPid(report);
   ASSERT_GT(pid, 0) << "the spawner never reported its child's pid";
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   ASSERT_TRUE(pidfd.valid()) << "the " << what << " exited on its own";
@@ -114,12 +119,7 @@ TEST(ChildProcessTest, AChildHoldsOnlyWhatItIsGiven) {
       ChildProcess::Spawn("child-process-sleeper",
                           {.args = {"--report=" + report}, .inherit = {{given_read.get(), 5}}});
   ASSERT_TRUE(sleeper.ok()) << sleeper.status();
-  pid_t pid = 0;
-  for (absl::Time until = absl::Now() + absl::Seconds(20); pid == 0 && absl::Now() < until;) {
-    const double reported = NumberValue(ReadRoleReport(report), "pid");
-    if (reported > 0) pid = static_cast<pid_t>(reported);
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const pid_t pid = AwaitReportedPid(report);
   ASSERT_GT(pid, 0) << "the sleeper never reported its pid";
   const std::map<int, std::string> mine = OpenDescriptors(::getpid());
   const std::map<int, std::string> its = OpenDescriptors(pid);
