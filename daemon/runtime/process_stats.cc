@@ -67,6 +67,7 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
 
   out.open_fds = OpenDescriptorCount();
   if (out.open_fds == 0) return absl::UnavailableError("cannot read /proc/self/fd");
+  --out.open_fds;  // the one that read the directory
   out.max_fds = OpenFilesLimit();
   return out;
 }
@@ -92,7 +93,9 @@ uint64_t OpenDescriptorCount() {
   uint64_t open = 0;
   while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
   ::closedir(dir);
-  return open > 0 ? open - 1 : 0;  // the directory's own, open while it was read
+  // With the directory's own, open while it was read: one more than needed,
+  // so the budgets that use it err on the side of the reserve.
+  return open;
 }
 
 }  // namespace blockswap::daemon

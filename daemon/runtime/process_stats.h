@@ -34,8 +34,8 @@ uint64_t OpenFilesLimit();
 // share of descriptors at its floor. The limit in force after, as
 // OpenFilesLimit.
 uint64_t RaiseOpenFilesLimit();
-// The descriptors this process has open (/proc/self/fd, less the one that
-// reads it); 0 when unknown.
+// The descriptors this process has open (/proc/self/fd), counting the one
+// that reads it; 0 when unknown.
 uint64_t OpenDescriptorCount();
 
 }  // namespace blockswap::daemon
