@@ -1,6 +1,7 @@
 // The C ABI of the offloader (blockswap.h, "offloader"): the sequence the
 // LibTorch layer and the Python package share, over the C ABI's own client,
-// model, ring and scheduler, with every refusal's message written once here.
+// model, ring and scheduler, with every refusal's message written once here
+// (the checks of what the trainer passes: c_api_offloader_checks.cc).
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -13,53 +14,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/c_api/c_api_internal.h"
+#include "client/c_api/c_api_offloader_internal.h"
 #include "shared/base/status.h"
 
-// The handles are the C ABI's own, destroyed by their destroy functions
-// (which, in a forked child, only forget what they hold).
-struct bs_offloader {
-  blockswap::client::OwnerProcess owner;  // as bs_client's (c_api_internal.h)
-  // The configuration's strings, owned.
-  std::string kind, socket_path, client_name, model_id, model_file, model_block_pattern,
-      model_select, model_name, name_hint;
-  bs_offloader_config config{};
-  std::vector<uint32_t> streaming;  // rank -> block
-  std::vector<uint32_t> rank_of;    // block -> rank, UINT32_MAX for a resident block
-  uint32_t ring_slots = 0;
-
-  bs_client* client = nullptr;
-  std::string device_uuid;
-  bs_model* model = nullptr;
-  std::vector<bs_model*> retired;  // opened by an earlier, refused bs_offloader_open_model
-  bool every_block = false;        // model block b is block b
-  std::vector<std::vector<uint64_t>> offsets;  // by block; empty: not matched
-  bs_ring* ring = nullptr;
-  bs_scheduler* scheduler = nullptr;
-  std::vector<uint32_t> slot_block;  // slot -> block bound there, UINT32_MAX: none
-  bs_offloader_bind_fn on_bind = nullptr;
-  void* user_data = nullptr;
-
-  std::string Label(uint32_t block) const {
-    return kind.empty() ? absl::StrCat("block ", block) : absl::StrCat(kind, " block ", block);
-  }
-  bool Streams(uint32_t block) const {
-    return block < rank_of.size() && rank_of[block] != UINT32_MAX;
-  }
-  uint32_t ModelBlock(uint32_t block) const { return every_block ? block : rank_of[block]; }
-  bool FromDaemon() const { return !model_id.empty() || !model_file.empty(); }
-};
-
+using blockswap::client::c_api::CheckFrozen;
+using blockswap::client::c_api::CheckNotMeta;
 using blockswap::client::c_api::Guard;
 using blockswap::client::c_api::Inherited;
+using blockswap::client::c_api::OnOffloader;
 using blockswap::client::c_api::Report;
+using blockswap::client::c_api::Text;
 using blockswap::client::c_api::Unusable;
 
 namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr double kMaxReconnectSeconds = 3600;
-
-std::string Text(const char* text) { return text == nullptr ? "" : text; }
 
 // The failure of a C ABI call made here, with `what` before its message.
 absl::Status Failed(int code, absl::string_view what) {
@@ -81,11 +51,6 @@ std::string Listed(const std::vector<std::string>& items) {
   return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
 }
 
-template <typename Offloader, typename Body>
-int OnOffloader(Offloader* offloader, const char* what, Body&& body) {
-  return blockswap::client::c_api::OnHandle(offloader, what, "offloader", std::forward<Body>(body));
-}
-
 // The hooks that need the scheduler refuse before the first prepare.
 absl::Status RequireStarted(const bs_offloader& o) {
   if (o.scheduler != nullptr) return absl::OkStatus();
@@ -93,26 +58,6 @@ absl::Status RequireStarted(const bs_offloader& o) {
       "blockswap: the offloader was never prepared: prepare the blocks "
       "(prepare_block_devices_before_forward, PrepareBlockDevicesBeforeForward) before the "
       "first forward pass");
-}
-
-absl::Status CheckFrozen(const bs_offloader& o, uint32_t block, const bs_offloader_tensor& t) {
-  if (!t.requires_grad) return absl::OkStatus();
-  const std::string name = Text(t.name);
-  return absl::InvalidArgumentError(absl::StrCat(
-      o.Label(block), " tensor '", name,
-      "' requires grad, but streamed tensors must be frozen: the swap tensor selector returned ",
-      name, " of ", o.Label(block),
-      ", which requires grad (it is trained), and the next load overwrites its slot. Leave it "
-      "out of the selector (the default one streams frozen base weights only and skips "
-      "adapters), or freeze it with requires_grad_(false) if it is not meant to train."));
-}
-
-absl::Status CheckNotMeta(const bs_offloader& o, uint32_t block, const bs_offloader_tensor& t) {
-  if (!t.is_meta) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      o.Label(block), " tensor '", Text(t.name),
-      "' is a meta tensor (never materialised): set BlockSwapConfig.model_id or model_file to "
-      "bind it to a model blockswapd holds"));
 }
 
 // Registers the streaming blocks' tensors (model block r is streaming rank r).
@@ -281,61 +226,6 @@ int bs_offloader_is_streaming(const bs_offloader* offloader, uint32_t block) {
 
 int bs_offloader_from_daemon(const bs_offloader* offloader) {
   return !Unusable(offloader, "bs_offloader_from_daemon") && offloader->FromDaemon();
-}
-
-int bs_offloader_check_block(const bs_offloader* offloader, uint32_t block,
-                             const bs_offloader_tensor* tensors, uint32_t count) {
-  return OnOffloader(
-      offloader, "bs_offloader_check_block", [&](const bs_offloader& o) -> absl::Status {
-        if (!o.Streams(block)) return absl::OkStatus();
-        if (count == 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(o.Label(block), " streams, but the selector picked no tensor in it"));
-        }
-        for (uint32_t k = 0; k < count; ++k) {
-          BLOCKSWAP_RETURN_IF_ERROR(CheckFrozen(o, block, tensors[k]));
-        }
-        return absl::OkStatus();
-      });
-}
-
-int bs_offloader_check_materialised(const bs_offloader* offloader, uint32_t block,
-                                    const char* tensor, int is_meta) {
-  return OnOffloader(
-      offloader, "bs_offloader_check_materialised", [&](const bs_offloader& o) -> absl::Status {
-        if (!is_meta) return absl::OkStatus();
-        return absl::InvalidArgumentError(
-            absl::StrCat(o.Label(block), " tensor '", Text(tensor),
-                         "' is a meta tensor (never materialised) that no model gives: only "
-                         "the selector's tensors are bound to the daemon's model (set "
-                         "model_id or model_file; a model of every block feeds resident "
-                         "blocks too, one of only the streaming blocks does not)"));
-      });
-}
-
-int bs_offloader_refuse_selection(const bs_offloader* offloader, uint32_t block, const char* owner,
-                                  const char* picked) {
-  return OnOffloader(
-      offloader, "bs_offloader_refuse_selection", [&](const bs_offloader& o) -> absl::Status {
-        if (Text(picked).empty()) {
-          return absl::InvalidArgumentError(absl::StrCat("the swap tensor selector returned a ",
-                                                         Text(owner), " that is not part of ",
-                                                         o.Label(block)));
-        }
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the swap tensor selector returned '", Text(picked), "' of ", Text(owner), " of ",
-            o.Label(block),
-            ", which is neither a parameter nor a registered buffer of it (an adapter wrapper's "
-            "property? select the wrapped module's tensor, e.g. its base_layer.weight)"));
-      });
-}
-
-int bs_offloader_refuse_capture(const char* what) {
-  return Report(absl::FailedPreconditionError(absl::StrCat(
-      "blockswap: ", Text(what),
-      " during CUDA graph capture. Streamed blocks are loaded by blockswapd and waited for on "
-      "the host, which a captured graph cannot replay: capture only the resident part of the "
-      "model, or run the offloaded blocks outside the graph")));
 }
 
 int bs_offloader_connect(bs_offloader* offloader) {
