@@ -302,7 +302,7 @@ absl::Status Connection::ReportStats(const std::vector<v1::PassStats>& passes) {
   request.set_session_token(token_);
   for (const v1::PassStats& pass : passes) *request.add_passes() = pass;
   v1::ReportStatsReply reply;
-  auto context = Context();
+  auto context = Context(kStatsReportTimeout);
   grpc::Status sent = stub_->ReportStats(context.get(), request, &reply);
   if (!sent.ok()) return CallError(sent, "reporting pass statistics");
   return absl::OkStatus();

@@ -37,6 +37,12 @@ absl::StatusOr<std::optional<CopyPath>> CopyPathFromEnvironment();
 // and copies the model, so it gets its own, longer limit).
 inline constexpr absl::Duration kCallTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kCommitTimeout = absl::Minutes(30);
+// A pass's statistics are best effort and reported from the training
+// thread: a daemon that stalls (paused, swapped out) may hold that thread no
+// longer than half the rings' heartbeat limit (ConsumerOptions), so that
+// the training's next wait still sees the stall and re-attaches, instead of
+// the whole stall passing inside one report.
+inline constexpr absl::Duration kStatsReportTimeout = absl::Seconds(5);
 
 // Thread-safe.
 class Connection {
