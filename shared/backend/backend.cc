@@ -45,27 +45,22 @@ absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name) {
 
 HostBackendOptions HostBackendOptions::FromEnvironment() {
   HostBackendOptions options;
-  int value = 0;
-  if (const std::optional<std::string> devices = EnvValue(EnvSetting::kHostDevices);
-      devices.has_value() && absl::SimpleAtoi(*devices, &value) && value > 0) {
-    options.device_count = value;
+  if (const std::optional<int> devices = EnvNumber<int>(EnvSetting::kHostDevices);
+      devices.has_value() && *devices > 0) {
+    options.device_count = *devices;
   }
 #if BLOCKSWAP_TEST_HOOKS
-  int64_t jitter = 0;
-  if (const std::optional<std::string> us = EnvValue(EnvSetting::kHostJitterUs);
-      us.has_value() && absl::SimpleAtoi(*us, &jitter) && jitter > 0) {
-    options.jitter_us = jitter;
+  if (const std::optional<int64_t> us = EnvNumber<int64_t>(EnvSetting::kHostJitterUs);
+      us.has_value() && *us > 0) {
+    options.jitter_us = *us;
   }
-  int64_t copy_delay = 0;
-  if (const std::optional<std::string> us = EnvValue(EnvSetting::kHostCopyDelayUs);
-      us.has_value() && absl::SimpleAtoi(*us, &copy_delay) && copy_delay > 0) {
-    options.copy_delay_us = copy_delay;
+  if (const std::optional<int64_t> us = EnvNumber<int64_t>(EnvSetting::kHostCopyDelayUs);
+      us.has_value() && *us > 0) {
+    options.copy_delay_us = *us;
   }
   options.without_stream_words = EnvValue(EnvSetting::kHostNoStreamWords) == "1";
-  uint64_t pin_limit = 0;
-  if (const std::optional<std::string> bytes = EnvValue(EnvSetting::kHostPinLimitBytes);
-      bytes.has_value() && absl::SimpleAtoi(*bytes, &pin_limit)) {
-    options.pin_limit_bytes = pin_limit;
+  if (const std::optional<uint64_t> bytes = EnvNumber<uint64_t>(EnvSetting::kHostPinLimitBytes)) {
+    options.pin_limit_bytes = *bytes;
   }
 #endif
   return options;

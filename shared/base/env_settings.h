@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/types/span.h"
 #include "shared/base/test_hooks.h"
 
@@ -102,6 +103,16 @@ inline const char* EnvName(EnvSetting setting) { return EnvSettingOf(setting).na
 // The one read of the environment: the variable's value, or nullopt when it
 // is unset or empty (an empty value means what an unset one does).
 std::optional<std::string> EnvValue(EnvSetting setting);
+
+// The value as a number of type T (absl::SimpleAtoi's grammar), or nullopt
+// when it is unset, empty or not such a number.
+template <typename T>
+std::optional<T> EnvNumber(EnvSetting setting) {
+  const std::optional<std::string> text = EnvValue(setting);
+  T number{};
+  if (!text.has_value() || !absl::SimpleAtoi(*text, &number)) return std::nullopt;
+  return number;
+}
 
 }  // namespace blockswap
 

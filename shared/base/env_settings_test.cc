@@ -47,6 +47,19 @@ TEST(EnvSettingsTest, AnEmptyValueReadsAsUnset) {
   ASSERT_EQ(::unsetenv(EnvName(setting)), 0);
 }
 
+TEST(EnvSettingsTest, ANumberIsReadOnlyWhenItParsesAsItsType) {
+  const EnvSetting setting = EnvSetting::kHostDevices;
+  ASSERT_EQ(::setenv(EnvName(setting), "3", 1), 0);
+  EXPECT_EQ(EnvNumber<int>(setting), 3);
+  ASSERT_EQ(::setenv(EnvName(setting), "-3", 1), 0);
+  EXPECT_EQ(EnvNumber<int>(setting), -3);
+  EXPECT_EQ(EnvNumber<uint64_t>(setting), std::nullopt);
+  ASSERT_EQ(::setenv(EnvName(setting), "three", 1), 0);
+  EXPECT_EQ(EnvNumber<int>(setting), std::nullopt);
+  ASSERT_EQ(::unsetenv(EnvName(setting)), 0);
+  EXPECT_EQ(EnvNumber<int>(setting), std::nullopt);
+}
+
 // The README's table of variables (its section "Environment variables")
 // lists blockswap's own and the other programs' variables it reads, each
 // once, and nothing else: a row added to the table without its line there,

@@ -69,10 +69,9 @@ namespace {
 size_t TerminalWidth() {
   winsize size{};
   if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
-  size_t columns = 0;
-  if (const std::optional<std::string> env = EnvValue(EnvSetting::kColumns);
-      env.has_value() && absl::SimpleAtoi(*env, &columns) && columns > 0) {
-    return columns;
+  if (const std::optional<size_t> columns = EnvNumber<size_t>(EnvSetting::kColumns);
+      columns.has_value() && *columns > 0) {
+    return *columns;
   }
   return 80;
 }
