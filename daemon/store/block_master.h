@@ -63,6 +63,7 @@ class BlockMaster {
  private:
   friend class ModelStore;
   friend class MasterDraft;
+  friend class MasterFiles;
   BlockMaster() = default;
 
   std::string id_;

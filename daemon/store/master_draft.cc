@@ -17,7 +17,7 @@ MasterDraft::~MasterDraft() {
   blocks_.clear();  // unmaps and closes
   if (store_ == nullptr) return;
   for (const std::string& temp : temp_names_) {
-    if (!temp.empty()) store_->RemoveQuietly(temp);
+    if (!temp.empty()) store_->files_->RemoveQuietly(temp);
   }
   if (reserved_ != 0 || reserved_blocks_ != 0)
     store_->ReleaseReservation(reserved_, reserved_blocks_);
@@ -26,12 +26,7 @@ MasterDraft::~MasterDraft() {
 const ModelLayout& MasterDraft::layout() const { return model_->layout_; }
 
 absl::Status MasterDraft::Write(size_t b, uint64_t offset, const void* data, size_t bytes) const {
-  const std::string& temp = temp_names_[b];
-  UniqueFd fd(
-      ::openat(store_->directory_fd_->get(), temp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("opening ", store_->PathOf(temp)));
-  return WriteFully(fd.get(), offset, data, bytes,
-                    absl::StrCat("block ", b, " into ", store_->PathOf(temp)));
+  return store_->files_->WriteInto(temp_names_[b], offset, data, bytes, absl::StrCat("block ", b));
 }
 
 absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelLayout& layout,
@@ -70,13 +65,11 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
   model.registrants_.Replace({Named(registrant, name)});
   model.layout_ = layout;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
-    auto block = std::unique_ptr<BlockMaster>(new BlockMaster());
-    block->bytes_ = layout.blocks[b].bytes;
-    block->memory_ = std::move(memory[b]);
     draft->temp_names_.push_back(absl::StrCat("draft-", number, "-", b, kBlockSuffix, kTempSuffix));
-    BLOCKSWAP_RETURN_IF_ERROR(
-        CreateBlockFile(*block, draft->temp_names_.back(), /*allocate=*/false));
-    block->fd_.Reset();  // reopened by name for each write and at the seal
+    BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block,
+                               files_->CreateBlock("", layout.blocks[b].bytes,
+                                                   draft->temp_names_.back(), /*allocate=*/false));
+    block->memory_ = std::move(memory[b]);
     draft->blocks_.push_back(std::move(block));
   }
   return draft;

@@ -45,67 +45,23 @@ uint64_t DistinctFileBytes(const BlockMasters& blocks) {
   return bytes;
 }
 
-Model::~Model() = default;
-
-const std::byte* Model::block(size_t b) const {
-  return b < blocks_.size() ? blocks_[b]->data() : nullptr;
-}
-
-uint64_t Model::block_bytes(size_t b) const {
-  return b < layout_.blocks.size() ? layout_.blocks[b].bytes : 0;
-}
-
-bool Model::pinned() const {
-  return std::all_of(blocks_.begin(), blocks_.end(),
-                     [](const auto& block) { return block->pinned(); });
-}
-
-size_t Model::staged_blocks() const {
-  return std::count_if(blocks_.begin(), blocks_.end(),
-                       [](const auto& block) { return block->staged(); });
-}
-
-ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
-                       UniqueFd lock_fd)
+ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device,
+                       std::unique_ptr<MasterFiles> files)
     : options_(std::move(options)),
       pin_device_(pin_device),
-      directory_fd_(std::make_shared<const UniqueFd>(std::move(directory_fd))),
-      lock_fd_(std::move(lock_fd)),
+      files_(std::move(files)),
       pinning_(options_.pinning, options_.max_pinned_bytes, pin_device) {}
 
 ModelStore::~ModelStore() = default;
 
 absl::StatusOr<std::unique_ptr<ModelStore>> ModelStore::Open(ModelStoreOptions options,
                                                              Device* pin_device) {
-  const std::string& path = options.directory;
-  BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd directory, OpenMastersDirectory(path));
-
-  std::string lock_name(kLockName);
-  int raw =
-      ::openat(directory.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (raw < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path, "/", kLockName));
-  UniqueFd lock(raw);
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(absl::StrCat("another blockswapd is using ", path,
-                                                        " (it holds the lock on ", path, "/",
-                                                        kLockName, ")"));
-    }
-    return ErrnoStatus(errno, absl::StrCat("locking ", path, "/", kLockName));
-  }
-
+  BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<MasterFiles> files,
+                             MasterFiles::Open(options.directory));
   std::unique_ptr<ModelStore> store(
-      new ModelStore(std::move(options), pin_device, std::move(directory), std::move(lock)));
+      new ModelStore(std::move(options), pin_device, std::move(files)));
   BLOCKSWAP_RETURN_IF_ERROR(store->AdoptAll());
   return store;
-}
-
-std::string ModelStore::PathOf(absl::string_view name) const {
-  return absl::StrCat(options_.directory, "/", name);
-}
-
-void ModelStore::RemoveQuietly(const std::string& name) const {
-  ::unlinkat(directory_fd_->get(), name.c_str(), 0);
 }
 
 std::shared_ptr<const Model> ModelStore::Find(absl::string_view id) const {

@@ -71,7 +71,10 @@
 #include "daemon/store/block_master.h"
 #include "daemon/store/block_placement.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/master_draft.h"
+#include "daemon/store/master_files.h"
 #include "daemon/store/master_pinning.h"
+#include "daemon/store/model.h"
 #include "daemon/store/registrants.h"
 #include "daemon/store/uid_holds.h"
 #include "shared/backend/backend.h"
@@ -102,58 +105,6 @@ struct ModelStoreOptions {
   // a capacity refusal names the limit and what was asked, never what the
   // store holds already, which moves with other users' models.
   std::string totals_withheld = {};
-};
-
-// One sealed model: immutable, shared by every session that opened it as
-// std::shared_ptr<const Model>; thread-safe. Holds the masters of its blocks
-// (shared with every other model naming the same blocks). The device they
-// were pinned on must outlive it.
-class Model {
- public:
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-  ~Model();
-
-  const std::string& id() const { return id_; }
-  const std::string& name() const { return name_; }  // informational
-  // Where the content came from first: "upload", or "file <path>[, <path>...]"
-  // (the daemon's view of the registered descriptors). Informational; the
-  // manifests written before registrants were recorded have only this.
-  const std::string& source() const { return source_; }
-  // Every registration of this content (ModelStore::AddRegistrant).
-  const Registrants& registrants() const { return registrants_; }
-  const ModelLayout& layout() const { return layout_; }
-  const std::vector<Sha256Digest>& block_hashes() const { return block_hashes_; }
-  size_t block_count() const { return layout_.blocks.size(); }
-  // The master bytes of block `b` (block_bytes(b) of them), in the daemon's
-  // mapping; nullptr / 0 for a block out of range.
-  const std::byte* block(size_t b) const;
-  uint64_t block_bytes(size_t b) const;
-  // The master of block `b` (one per position; positions with equal blocks
-  // share one). Never null for b < block_count().
-  const std::shared_ptr<const BlockMaster>& block_master(size_t b) const { return blocks_[b]; }
-  // Bytes of the distinct block files it names (each counted once).
-  uint64_t masters_bytes() const { return masters_bytes_; }
-  // Whether every block is pinned, and the positions whose block is staged
-  // (BlockMaster::pinned, staged).
-  bool pinned() const;
-  size_t staged_blocks() const;
-
- private:
-  friend class ModelStore;
-  friend class MasterDraft;
-  Model() = default;
-
-  std::string id_;
-  std::string name_;
-  std::string source_ = "upload";
-  ModelLayout layout_;
-  std::vector<Sha256Digest> block_hashes_;
-  std::vector<std::shared_ptr<const BlockMaster>> blocks_;
-  uint64_t masters_bytes_ = 0;
-  // Grows while the model is shared (the store persists each change first):
-  // the one part of a sealed model that is not immutable.
-  mutable Registrants registrants_;
 };
 
 // Blocks of a registration the daemon holds already (ModelStore::Register):
@@ -187,43 +138,6 @@ struct ModelStoreStats {
   // Of `evicted`, by EvictionReason.
   std::array<uint64_t, kEvictionReasons> evicted_by = {};
   uint64_t kept_unknown = 0;  // manifests of a newer format left in place, not adopted
-};
-
-class ModelStore;
-
-// The block files of a model being written whose id is not known yet (a
-// model read from a file: the ids need the hashes of the bytes). Created by
-// ModelStore::BeginDraft, which has checked the room and reserved the budget
-// for every block; the writer writes each block's bytes with Write (pwrite:
-// the tmpfs pages are allocated by the copy itself, never zeroed first),
-// hashes them, then hands the draft to CommitDraft, which keeps the blocks
-// the store does not hold yet (reserving whatever is still a hole, padding)
-// and drops the others. Destroying an uncommitted draft removes its
-// temporary files and returns the reservation, so a failed registration
-// leaves nothing behind. Thread-safe for writes to different ranges.
-class MasterDraft {
- public:
-  ~MasterDraft();
-  MasterDraft(const MasterDraft&) = delete;
-  MasterDraft& operator=(const MasterDraft&) = delete;
-
-  const ModelLayout& layout() const;
-  // Writes `bytes` at `offset` of block b (pwrite into its block file,
-  // opened for the write: a draft of any size keeps no descriptor). A full
-  // tmpfs is RESOURCE_EXHAUSTED here (a write, never a SIGBUS).
-  absl::Status Write(size_t b, uint64_t offset, const void* data, size_t bytes) const;
-
- private:
-  friend class ModelStore;
-  MasterDraft() = default;
-
-  ModelStore* store_ = nullptr;
-  std::unique_ptr<Model> model_;
-  // One per block, in block order: its file under its temporary name.
-  std::vector<std::unique_ptr<BlockMaster>> blocks_;
-  std::vector<std::string> temp_names_;  // "" once renamed or removed
-  uint64_t reserved_ = 0;         // bytes of the store's budget held until commit or destruction
-  uint64_t reserved_blocks_ = 0;  // and blocks of max_blocks
 };
 
 // The distinct blocks held staged, and their file bytes.
@@ -394,12 +308,8 @@ class ModelStore {
   MemoryBudget* memory_budget() const { return options_.memory_budget; }
 
  private:
-  ModelStore(ModelStoreOptions options, Device* pin_device, UniqueFd directory_fd,
-             UniqueFd lock_fd);
+  ModelStore(ModelStoreOptions options, Device* pin_device, std::unique_ptr<MasterFiles> files);
 
-  // A sealed block's file: its identity for OpenReadOnly, its descriptor
-  // closed (a sealed master keeps none).
-  absl::Status FinishSealed(BlockMaster& block) const;
   // The uids charged for `id` (its registrants'), charged or released.
   void ChargeUidLocked(const std::string& id, uid_t uid, const std::vector<BlockRef>& blocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -433,16 +343,6 @@ class ModelStore {
   absl::Status AdoptAll();
   // A model of `manifest` (moved from), without its blocks.
   static std::unique_ptr<Model> ModelFromManifest(Manifest& manifest);
-  // `name` in the directory, opened read-only (no link followed), checked to
-  // be a regular file of ours with mode `mode`; its stat in `st`.
-  absl::StatusOr<UniqueFd> OpenOwnFile(const std::string& name, mode_t mode, struct stat* st) const;
-  // The manifest of `id`, read and checked against its layout, id and block
-  // ids. UNIMPLEMENTED for a format version this daemon does not read.
-  absl::StatusOr<Manifest> ReadManifest(const std::string& id) const;
-  // The sealed block file `<block_id>.block` of a block of `bytes`, checked
-  // and mapped but not pinned.
-  absl::StatusOr<std::unique_ptr<BlockMaster>> LoadBlock(const std::string& block_id,
-                                                         uint64_t bytes) const;
   // Fills model.blocks_ at Open: blocks held already are shared, the others
   // are loaded (LoadBlock), charged and pinned. An error says why the model
   // cannot be adopted; `fatal` is set when the daemon must not start (a
@@ -466,18 +366,6 @@ class ModelStore {
   // names or claims it.
   void ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBlock::*field)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Creates `temp` (mode 0600) for block.bytes_ in block.fd_; `allocate`:
-  // reserves every page (posix_fallocate) and maps it read-write, populated.
-  // Without it the file is only sized (a draft, written with pwrite).
-  absl::Status CreateBlockFile(BlockMaster& block, const std::string& temp, bool allocate) const;
-  // Reserves and maps a draft's file, fsync, chmod 0400, pins (`pin`) and
-  // renames `temp` to <block id>.block. Removes `temp` on failure.
-  absl::Status SealBlock(BlockMaster& block, const std::string& temp, bool pin) const;
-  // Writes model's manifest, listing `registrants`, into `temp` (mode 0600).
-  absl::Status WriteManifestFile(const Model& model, const std::vector<Registrant>& registrants,
-                                 const std::string& temp) const;
-  // Writes the manifest and renames it into place (the commit point).
-  absl::Status CommitManifest(const Model& model) const;
   // A registration of a model whose layout and block hashes are known, from
   // its claim to its publication (Register for an upload, CommitDraft).
   struct PendingRegistration {
@@ -572,15 +460,10 @@ class ModelStore {
   absl::Status CheckBudget(uint64_t bytes, uint64_t evictable = 0) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFreeSpace(uint64_t bytes, uint64_t evictable = 0) const;
-  void RemoveQuietly(const std::string& name) const;
-  std::string PathOf(absl::string_view name) const;
 
   const ModelStoreOptions options_;
   Device* const pin_device_;
-  // Every file is opened relative to it; shared with the masters, which
-  // reopen their files by name (BlockMaster::OpenReadOnly).
-  const std::shared_ptr<const UniqueFd> directory_fd_;
-  const UniqueFd lock_fd_;         // holds the flock for the store's lifetime
+  const std::unique_ptr<MasterFiles> files_;
   mutable MasterPinning pinning_;  // thread-safe
 
   // Serializes manifest rewrites (AddRegistrant); taken before mu_, never

@@ -1,7 +1,5 @@
 // ModelStore's capacity: the limits a new model is checked against, and the
 // eviction of unreferenced models that makes room.
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -74,11 +72,7 @@ absl::StatusOr<Reservation> ModelStore::ChargeMemory(uint64_t bytes, absl::strin
 }
 
 absl::Status ModelStore::CheckFreeSpace(uint64_t bytes, uint64_t evictable) const {
-  struct statvfs fs {};
-  if (::fstatvfs(directory_fd_->get(), &fs) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("statvfs of ", options_.directory));
-  }
-  uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  BLOCKSWAP_ASSIGN_OR_RETURN(const uint64_t free_bytes, files_->FreeBytes());
   if (free_bytes + evictable < bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "model of ", bytes, " bytes does not fit: ", options_.directory, " has ", free_bytes,
@@ -197,7 +191,7 @@ void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl:
   if (it == models_.end()) return;
   std::string owners;
   // The manifest first: without it a restarted daemon adopts nothing.
-  RemoveQuietly(absl::StrCat(id, kManifestSuffix));
+  files_->RemoveQuietly(absl::StrCat(id, kManifestSuffix));
   if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
     const std::vector<BlockRef> refs = BlockRefs(it->second->blocks_);
     for (uid_t uid : charged->second) {

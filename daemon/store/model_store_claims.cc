@@ -44,7 +44,7 @@ void ModelStore::ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBl
   if (it == blocks_.end()) return;
   --(it->second.*field);
   if (it->second.models != 0 || it->second.claims != 0) return;
-  RemoveQuietly(BlockFileName(block_id));
+  files_->RemoveQuietly(BlockFileName(block_id));
   block_bytes_ -= it->second.master->file_bytes();
   blocks_.erase(it);  // unpins and unmaps once no Model holds it
 }

@@ -136,7 +136,8 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
     status = ParallelFor(claim.claimed.size(), [&](size_t i) -> absl::Status {
       BLOCKSWAP_ASSIGN_OR_RETURN(WrittenBlock block,
                                  write(claim.claimed_positions[i], claim.claimed[i]));
-      BLOCKSWAP_RETURN_IF_ERROR(SealBlock(*block.master, block.temp, /*pin=*/true));
+      BLOCKSWAP_RETURN_IF_ERROR(files_->SealBlock(
+          *block.master, block.temp, [this](BlockMaster& block) { return Pin(block); }));
       written[i] = std::move(block.master);
       return absl::OkStatus();
     });
@@ -150,7 +151,7 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
       model->blocks_[b] = fresh[it - claim.claimed.begin()];
     }
     model->masters_bytes_ = DistinctFileBytes(model->blocks_);
-    status = CommitManifest(*model);
+    status = files_->CommitManifest(*model);
   }
   if (status.ok()) {
     std::vector<const BlockMaster*> sealed;
@@ -159,7 +160,7 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
   }
   if (!status.ok()) {
     for (size_t i = 0; i < fresh.size(); ++i) {
-      if (fresh[i] != nullptr) RemoveQuietly(BlockFileName(claim.claimed[i]));
+      if (fresh[i] != nullptr) files_->RemoveQuietly(BlockFileName(claim.claimed[i]));
     }
   }
 
@@ -261,16 +262,12 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
   return WriteAndPublish(
       std::move(model), std::move(pending),
       [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
-        WrittenBlock block{std::unique_ptr<BlockMaster>(new BlockMaster()),
-                           absl::StrCat(BlockFileName(block_id), kTempSuffix)};
-        block.master->id_ = block_id;
-        block.master->bytes_ = layout.blocks[b].bytes;
-        absl::Status created = CheckFreeSpace(block.master->file_bytes());
-        if (created.ok()) created = CreateBlockFile(*block.master, block.temp, /*allocate=*/true);
-        if (!created.ok()) {
-          RemoveQuietly(block.temp);
-          return created;
-        }
+        const std::string temp = absl::StrCat(BlockFileName(block_id), kTempSuffix);
+        BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(BlockFileBytes(layout.blocks[b].bytes)));
+        BLOCKSWAP_ASSIGN_OR_RETURN(
+            std::unique_ptr<BlockMaster> master,
+            files_->CreateBlock(block_id, layout.blocks[b].bytes, temp, /*allocate=*/true));
+        WrittenBlock block{std::move(master), temp};
         // A known block is claimed only when it was evicted since the caller
         // found it: its old master still holds the bytes.
         std::memcpy(block.master->mapping_.data(),
