@@ -51,8 +51,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
       BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
                                  ChargeMemory(BlockFileBytes(block.bytes), name));
     }
-    reserved_bytes_ += total;
-    reserved_blocks_ += layout.blocks.size();
+    blocks_.Reserve(total, layout.blocks.size());
     draft->store_ = this;
     draft->reserved_ = total;
     draft->reserved_blocks_ = layout.blocks.size();

@@ -82,20 +82,15 @@ std::vector<std::shared_ptr<const Model>> ModelStore::List() const {
 
 uint64_t ModelStore::masters_bytes() const {
   absl::MutexLock lock(&mu_);
-  return block_bytes_;
+  return blocks_.bytes();
 }
 
 uint64_t ModelStore::pinned_bytes() const { return pinning_.pinned_bytes(); }
 
 StagedBlocks ModelStore::staged_blocks() const {
   absl::MutexLock lock(&mu_);
-  StagedBlocks staged;
-  for (const auto& [id, held] : blocks_) {
-    if (!held.master->staged()) continue;
-    ++staged.blocks;
-    staged.bytes += held.master->file_bytes();
-  }
-  return staged;
+  const BlockTable::Freeable staged = blocks_.Staged();
+  return StagedBlocks{.blocks = staged.blocks, .bytes = staged.bytes};
 }
 
 size_t ModelStore::block_count() const {

@@ -70,6 +70,7 @@
 #include "daemon/budget/memory_budget.h"
 #include "daemon/store/block_master.h"
 #include "daemon/store/block_placement.h"
+#include "daemon/store/block_table.h"
 #include "daemon/store/manifest.h"
 #include "daemon/store/master_draft.h"
 #include "daemon/store/master_files.h"
@@ -314,23 +315,6 @@ class ModelStore {
   void ChargeUidLocked(const std::string& id, uid_t uid, const std::vector<BlockRef>& blocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // A block the store holds: its master, the sealed models that name it and
-  // the registrations in progress that will (each counted once, however many
-  // of its blocks are this one). Its file goes when both are zero.
-  struct HeldBlock {
-    std::shared_ptr<const BlockMaster> master;
-    uint64_t models = 0;
-    uint64_t claims = 0;
-  };
-  // What a registration needs of the store's blocks (ClaimBlocksLocked).
-  struct BlockClaim {
-    // The held master of each position; null where it must be written.
-    std::vector<std::shared_ptr<const BlockMaster>> held;
-    std::vector<std::string> claimed;       // distinct ids to write, in first-position order
-    std::vector<size_t> claimed_positions;  // the first position of each
-    std::vector<std::string> held_ids;      // distinct ids in `held`, each claimed once
-    uint64_t missing_bytes = 0;             // file bytes of `claimed`
-  };
   // A new block's file under its temporary name, filled.
   struct WrittenBlock {
     std::unique_ptr<BlockMaster> master;
@@ -351,21 +335,9 @@ class ModelStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes a model adopted at Open and the blocks it brought.
   void PublishAdoptedLocked(std::unique_ptr<Model> model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Under mu_: counts a claim on every held block of `ids` (one per
-  // position) and claims the distinct missing ones, waiting while any of them
-  // is being written by another registration (all claimed at once, so two
-  // registrations never wait for each other).
-  BlockClaim ClaimBlocksLocked(const std::vector<std::string>& ids,
-                               const std::vector<uint64_t>& bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends a registration's claim: the blocks it wrote are no longer in
-  // progress, and its claims on held blocks become the model's hold on them
-  // (`published`) or are dropped.
+  // Ends `claim` (BlockTable::EndClaim), removing the files of the blocks
+  // that go.
   void EndClaimLocked(const BlockClaim& claim, bool published) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Lowers a held block's count `field` and removes its file once nothing
-  // names or claims it.
-  void ReleaseBlockLocked(const std::string& block_id, uint64_t HeldBlock::*field)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A registration of a model whose layout and block hashes are known, from
   // its claim to its publication (Register for an upload, CommitDraft).
   struct PendingRegistration {
@@ -375,8 +347,8 @@ class ModelStore {
     std::vector<uint64_t> bytes;   // the bytes of each position's block
     std::vector<BlockRef> refs;    // its distinct blocks
     BlockClaim claim;
-    // Of reserved_bytes_ and reserved_blocks_, returned when it ends (an
-    // upload's; a draft holds its own reservation).
+    // Of the blocks' reservation, returned when it ends (an upload's; a
+    // draft holds its own reservation).
     uint64_t reserved = 0;
     uint64_t reserved_blocks = 0;
   };
@@ -415,12 +387,8 @@ class ModelStore {
   // One log line for the `blocks` just added to `model` that the device
   // refused to pin (staged under "auto"), if any.
   void LogRefusedPins(const Model& model, const std::vector<const BlockMaster*>& blocks) const;
-  // What evicting every model no session holds would free: the blocks that
-  // only such models name and no registration claims.
-  struct Evictable {
-    uint64_t bytes = 0;
-    uint64_t blocks = 0;
-  };
+  // What evicting every model no session holds would free.
+  using Evictable = BlockTable::Freeable;
   Evictable EvictableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `bytes` more in `blocks` more blocks fit max_pinned_bytes, the
   // node's memory budget (with each block's overhead), max_blocks and the
@@ -470,16 +438,11 @@ class ModelStore {
   // while holding it, so that writing a manifest does not block Find.
   absl::Mutex manifest_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  // Signalled when `in_progress_` or `blocks_in_progress_` shrinks.
+  // Signalled when `in_progress_` or the blocks being written shrink.
   absl::CondVar registration_done_;
   std::map<std::string, std::shared_ptr<const Model>, std::less<>> models_ ABSL_GUARDED_BY(mu_);
   std::set<std::string, std::less<>> in_progress_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, HeldBlock, std::less<>> blocks_ ABSL_GUARDED_BY(mu_);
-  // Blocks a registration is writing (claimed, not yet published).
-  std::set<std::string, std::less<>> blocks_in_progress_ ABSL_GUARDED_BY(mu_);
-  uint64_t block_bytes_ ABSL_GUARDED_BY(mu_) = 0;      // file bytes of blocks_, pinned or staged
-  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // of registrations in progress
-  uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;  // blocks they will add at most
+  BlockTable blocks_ ABSL_GUARDED_BY(mu_);
   // What each uid's models hold, and the uids each model is charged to (its
   // registrants', each once).
   UidHolds uid_holds_ ABSL_GUARDED_BY(mu_);

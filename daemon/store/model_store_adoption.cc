@@ -44,8 +44,8 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
   std::vector<const BlockMaster*> adopted;
   for (size_t b = 0; b < count; ++b) {
     const std::string block_id = BlockId(model.layout_.blocks[b], model.block_hashes_[b]);
-    if (auto held = blocks_.find(block_id); held != blocks_.end()) {
-      model.blocks_[b] = held->second.master;
+    if (auto held = blocks_.Find(block_id); held != nullptr) {
+      model.blocks_[b] = std::move(held);
       continue;
     }
     if (auto it = fresh.find(block_id); it != fresh.end()) {
@@ -55,7 +55,7 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
     const uint64_t file_bytes = BlockFileBytes(model.layout_.blocks[b].bytes);
     if (options_.pinning == PinningPolicy::kAlways && options_.max_pinned_bytes != 0 &&
         new_bytes + file_bytes >
-            options_.max_pinned_bytes - std::min(block_bytes_, options_.max_pinned_bytes)) {
+            options_.max_pinned_bytes - std::min(blocks_.bytes(), options_.max_pinned_bytes)) {
       // A lowered --max-pinned-bytes.
       return absl::ResourceExhaustedError(
           absl::StrCat("its blocks would exceed --max-pinned-bytes=", options_.max_pinned_bytes));
@@ -83,14 +83,7 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
 }
 
 void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
-  for (const auto& block : DistinctBlocks(model->blocks_)) {
-    auto [it, inserted] = blocks_.try_emplace(block->id());
-    if (inserted) {
-      it->second.master = block;
-      block_bytes_ += block->file_bytes();
-    }
-    ++it->second.models;
-  }
+  for (const auto& block : DistinctBlocks(model->blocks_)) blocks_.AddNamed(block);
   // Charged without a check: a restarted daemon keeps what its uids held.
   const std::vector<BlockRef> refs = BlockRefs(model->blocks_);
   for (const Registrant& registrant : model->registrants_.List()) {
@@ -140,7 +133,7 @@ absl::Status ModelStore::AdoptAll() {
     keep.insert(name);
     PublishAdoptedLocked(std::move(model));
   }
-  for (const auto& [block_id, block] : blocks_) keep.insert(BlockFileName(block_id));
+  for (const std::string& block_id : blocks_.ids()) keep.insert(BlockFileName(block_id));
   for (const std::string& name : names) {
     if (keep.contains(name)) continue;
     const bool temporary = absl::EndsWith(name, kTempSuffix);

@@ -49,7 +49,7 @@ absl::Status ModelStore::CheckBudget(uint64_t bytes, uint64_t evictable) const {
   // Otherwise what max_pinned_bytes cannot take is staged (Pin).
   if (options_.pinning != PinningPolicy::kAlways) return absl::OkStatus();
   // Registrations in progress count: their reservations are promises.
-  const uint64_t committed = block_bytes_ + reserved_bytes_;
+  const uint64_t committed = blocks_.committed_bytes();
   const uint64_t kept = committed - std::min(committed, evictable);
   const uint64_t limit = options_.max_pinned_bytes;
   if (limit != 0 && (bytes > limit || kept > limit - bytes)) {
@@ -106,18 +106,12 @@ ModelStore::Evictable ModelStore::EvictableLocked() const {
     if (References(model) == 0) continue;
     for (const auto& block : model->blocks_) kept.insert(block.get());
   }
-  Evictable evictable;
-  for (const auto& [id, held] : blocks_) {
-    if (held.claims != 0 || held.models == 0 || kept.contains(held.master.get())) continue;
-    evictable.bytes += held.master->file_bytes();
-    ++evictable.blocks;
-  }
-  return evictable;
+  return blocks_.FreeableBeside(kept);
 }
 
 absl::Status ModelStore::CheckBlockCountLocked(uint64_t blocks, uint64_t evictable) const {
   const uint64_t limit = options_.max_blocks;
-  const uint64_t held = blocks_.size() + reserved_blocks_;
+  const uint64_t held = blocks_.committed_blocks();
   if (limit == 0 || held - std::min(held, evictable) + blocks <= limit) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "a model of ", blocks, " new blocks would exceed max_master_blocks = ", limit, " (",
@@ -207,7 +201,7 @@ void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl:
                    ": reason=", EvictionReasonName(reason), " (", why, ")"));
   // A block goes only with the last model that names it.
   for (const auto& block : DistinctBlocks(it->second->blocks_)) {
-    ReleaseBlockLocked(block->id(), &HeldBlock::models);
+    if (blocks_.ReleaseNamed(block->id())) files_->RemoveQuietly(BlockFileName(block->id()));
   }
   ++stats_.evicted;
   ++stats_.evicted_by[static_cast<int>(reason)];
@@ -231,8 +225,7 @@ absl::Status ModelStore::Evict(absl::string_view id, absl::string_view why) {
 
 void ModelStore::ReleaseReservation(uint64_t bytes, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
-  reserved_bytes_ -= bytes;
-  reserved_blocks_ -= blocks;
+  blocks_.Unreserve(bytes, blocks);
 }
 
 }  // namespace blockswap::daemon

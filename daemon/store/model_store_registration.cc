@@ -75,7 +75,10 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelStore::ClaimLocked(PendingRegi
   // Again: the wait may have let another registration of the uid in.
   BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.Check(pending.uid, pending.refs, options_.uid_limits));
   in_progress_.insert(pending.id);
-  pending.claim = ClaimBlocksLocked(pending.ids, pending.bytes);
+  // All or nothing: a registration that waited holding claims could wait for
+  // one that waits for it.
+  while (blocks_.Busy(pending.ids)) registration_done_.Wait(&mu_);
+  pending.claim = blocks_.Claim(pending.ids, pending.bytes);
   return nullptr;
 }
 
@@ -101,8 +104,7 @@ absl::Status ModelStore::ReserveClaimedLocked(
 }
 
 void ModelStore::HoldClaimLocked(const PendingRegistration& pending) {
-  reserved_bytes_ += pending.reserved;
-  reserved_blocks_ += pending.reserved_blocks;
+  blocks_.Reserve(pending.reserved, pending.reserved_blocks);
   uid_holds_.Add(pending.uid, pending.refs);
 }
 
@@ -165,8 +167,7 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
   }
 
   absl::MutexLock lock(&mu_);
-  reserved_bytes_ -= pending.reserved;
-  reserved_blocks_ -= pending.reserved_blocks;
+  blocks_.Unreserve(pending.reserved, pending.reserved_blocks);
   if (!status.ok()) {
     uid_holds_.Remove(pending.uid, pending.refs);
     DropClaimLocked(pending);
@@ -175,10 +176,7 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
   in_progress_.erase(id);
   registration_done_.SignalAll();
   charged_uids_[id].insert(pending.uid);
-  for (const std::shared_ptr<const BlockMaster>& block : fresh) {
-    blocks_[block->id()] = HeldBlock{.master = block, .models = 1, .claims = 0};
-    block_bytes_ += block->file_bytes();
-  }
+  for (std::shared_ptr<const BlockMaster>& block : fresh) blocks_.AddWritten(std::move(block));
   EndClaimLocked(claim, /*published=*/true);
   std::shared_ptr<const Model> sealed = std::move(model);
   models_.emplace(sealed->id(), sealed);
