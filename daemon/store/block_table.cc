@@ -90,8 +90,8 @@ void BlockTable::Unreserve(uint64_t bytes, uint64_t blocks) {
   reserved_blocks_ -= blocks;
 }
 
-BlockTable::Freeable BlockTable::FreeableBeside(const std::set<const BlockMaster*>& kept) const {
-  Freeable freeable;
+BlockTotals BlockTable::FreeableBeside(const std::set<const BlockMaster*>& kept) const {
+  BlockTotals freeable;
   for (const auto& [id, held] : held_) {
     if (held.claims != 0 || held.models == 0 || kept.contains(held.master.get())) continue;
     freeable.bytes += held.master->file_bytes();
@@ -100,8 +100,8 @@ BlockTable::Freeable BlockTable::FreeableBeside(const std::set<const BlockMaster
   return freeable;
 }
 
-BlockTable::Freeable BlockTable::Staged() const {
-  Freeable staged;
+BlockTotals BlockTable::Staged() const {
+  BlockTotals staged;
   for (const auto& [id, held] : held_) {
     if (!held.master->staged()) continue;
     staged.bytes += held.master->file_bytes();

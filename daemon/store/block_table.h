@@ -19,6 +19,12 @@
 
 namespace blockswap::daemon {
 
+// File bytes of a number of blocks.
+struct BlockTotals {
+  uint64_t bytes = 0;
+  uint64_t blocks = 0;
+};
+
 // What a registration needs of the held blocks (BlockTable::Claim).
 struct BlockClaim {
   // The held master of each position; null where it must be written.
@@ -63,19 +69,16 @@ class BlockTable {
   // What evicting every model no session holds would free: the blocks named
   // only by such models (`kept`: the masters of the models in use) and
   // claimed by no registration.
-  struct Freeable {
-    uint64_t bytes = 0;
-    uint64_t blocks = 0;
-  };
-  Freeable FreeableBeside(const std::set<const BlockMaster*>& kept) const;
+  BlockTotals FreeableBeside(const std::set<const BlockMaster*>& kept) const;
   // The held blocks that are staged, and their file bytes.
-  Freeable Staged() const;
+  BlockTotals Staged() const;
 
   size_t size() const { return held_.size(); }
   uint64_t bytes() const { return bytes_; }  // file bytes of the held blocks
   // Held and reserved together: what the budgets count.
-  uint64_t committed_bytes() const { return bytes_ + reserved_bytes_; }
-  uint64_t committed_blocks() const { return held_.size() + reserved_blocks_; }
+  BlockTotals committed() const {
+    return {.bytes = bytes_ + reserved_bytes_, .blocks = held_.size() + reserved_blocks_};
+  }
   std::vector<std::string> ids() const;
 
  private:

@@ -91,7 +91,7 @@ TEST_F(BlockTableTest, EvictionFreesOnlyBlocksNoModelInUseNamesAndNoClaimHolds) 
   table_.AddWritten(Master("idle", 5000));
   table_.AddWritten(Master("claimed"));
   const BlockClaim claim = table_.Claim({"claimed"}, {100});
-  const BlockTable::Freeable freeable = table_.FreeableBeside({in_use.get()});
+  const BlockTotals freeable = table_.FreeableBeside({in_use.get()});
   EXPECT_EQ(freeable.blocks, 1u);
   EXPECT_EQ(freeable.bytes, BlockFileBytes(5000));
   table_.EndClaim(claim, /*published=*/false);
@@ -101,11 +101,11 @@ TEST_F(BlockTableTest, EvictionFreesOnlyBlocksNoModelInUseNamesAndNoClaimHolds) 
 TEST_F(BlockTableTest, ReservedRoomCountsUntilItIsReturned) {
   table_.AddWritten(Master("b"));
   table_.Reserve(8192, 2);
-  EXPECT_EQ(table_.committed_bytes(), BlockFileBytes(100) + 8192);
-  EXPECT_EQ(table_.committed_blocks(), 3u);
+  EXPECT_EQ(table_.committed().bytes, BlockFileBytes(100) + 8192);
+  EXPECT_EQ(table_.committed().blocks, 3u);
   table_.Unreserve(8192, 2);
-  EXPECT_EQ(table_.committed_bytes(), table_.bytes());
-  EXPECT_EQ(table_.committed_blocks(), 1u);
+  EXPECT_EQ(table_.committed().bytes, table_.bytes());
+  EXPECT_EQ(table_.committed().blocks, 1u);
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<MasterDraft>> ModelStore::BeginDraft(const ModelL
     BLOCKSWAP_RETURN_IF_ERROR(MakeRoomLocked(total, layout.blocks.size(), registrant.uid));
     for (const BlockSpec& block : layout.blocks) {
       BLOCKSWAP_ASSIGN_OR_RETURN(memory.emplace_back(),
-                                 ChargeMemory(BlockFileBytes(block.bytes), name));
+                                 room_.Charge(BlockFileBytes(block.bytes), name));
     }
     blocks_.Reserve(total, layout.blocks.size());
     draft->store_ = this;

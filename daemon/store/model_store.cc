@@ -50,6 +50,12 @@ ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device,
     : options_(std::move(options)),
       pin_device_(pin_device),
       files_(std::move(files)),
+      room_(MasterRoomLimits{.pinning = options_.pinning,
+                             .max_pinned_bytes = options_.max_pinned_bytes,
+                             .memory_budget = options_.memory_budget,
+                             .max_blocks = options_.max_blocks,
+                             .totals_withheld = options_.totals_withheld},
+            files_.get()),
       pinning_(options_.pinning, options_.max_pinned_bytes, pin_device) {}
 
 ModelStore::~ModelStore() = default;
@@ -89,7 +95,7 @@ uint64_t ModelStore::pinned_bytes() const { return pinning_.pinned_bytes(); }
 
 StagedBlocks ModelStore::staged_blocks() const {
   absl::MutexLock lock(&mu_);
-  const BlockTable::Freeable staged = blocks_.Staged();
+  const BlockTotals staged = blocks_.Staged();
   return StagedBlocks{.blocks = staged.blocks, .bytes = staged.bytes};
 }
 

@@ -75,6 +75,7 @@
 #include "daemon/store/master_draft.h"
 #include "daemon/store/master_files.h"
 #include "daemon/store/master_pinning.h"
+#include "daemon/store/master_room.h"
 #include "daemon/store/model.h"
 #include "daemon/store/registrants.h"
 #include "daemon/store/uid_holds.h"
@@ -122,14 +123,6 @@ struct RegisterResult {
   // this one waited for): nothing was copied.
   bool already_present = false;
 };
-
-// Why a model was evicted: an operator's Evict, or room made for a
-// registration that will commit, named by the limit that was short.
-enum class EvictionReason { kOperator, kMaxPinnedBytes, kMaxMemoryBytes, kMaxMasterBlocks, kTmpfs };
-inline constexpr int kEvictionReasons = 5;
-// "operator", "max_pinned_bytes", "max_memory_bytes", "max_master_blocks",
-// "tmpfs": the label of evictions_total and the reason in the log.
-absl::string_view EvictionReasonName(EvictionReason reason);
 
 struct ModelStoreStats {
   uint64_t adopted = 0;  // sealed models taken over at Open
@@ -388,14 +381,8 @@ class ModelStore {
   // refused to pin (staged under "auto"), if any.
   void LogRefusedPins(const Model& model, const std::vector<const BlockMaster*>& blocks) const;
   // What evicting every model no session holds would free.
-  using Evictable = BlockTable::Freeable;
+  using Evictable = BlockTotals;
   Evictable EvictableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `bytes` more in `blocks` more blocks fit max_pinned_bytes, the
-  // node's memory budget (with each block's overhead), max_blocks and the
-  // free space once `evictable` is freed; the error of the first check that
-  // fails otherwise, and in `short_of` the limit it names.
-  absl::Status FitsLocked(uint64_t bytes, uint64_t blocks, const Evictable& evictable,
-                          EvictionReason* short_of) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CheckCapacity, under mu_.
   absl::Status CheckDeclaredLocked(uid_t uid, uint64_t bytes, uint64_t blocks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -408,8 +395,6 @@ class ModelStore {
   // commit unless a concurrent one took the room.
   absl::Status MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t uid)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckBlockCountLocked(uint64_t blocks, uint64_t evictable = 0) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes model `id`, logging it (model, owners, reason: `why` says for
   // what) and counting it by `reason`.
   void EvictLocked(const std::string& id, EvictionReason reason, absl::string_view why)
@@ -421,17 +406,10 @@ class ModelStore {
   std::shared_ptr<const Model> FindOrAwaitLocked(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservation(uint64_t bytes, uint64_t blocks);
-  // The node budget's charge for a block master of `bytes`, with its
-  // overhead (kBlockOverheadBytes; empty without a budget).
-  absl::StatusOr<Reservation> ChargeMemory(uint64_t bytes, absl::string_view name) const;
-  // With `evictable` bytes counted as room (FitsLocked).
-  absl::Status CheckBudget(uint64_t bytes, uint64_t evictable = 0) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckFreeSpace(uint64_t bytes, uint64_t evictable = 0) const;
-
   const ModelStoreOptions options_;
   Device* const pin_device_;
   const std::unique_ptr<MasterFiles> files_;
+  const MasterRoom room_;
   mutable MasterPinning pinning_;  // thread-safe
 
   // Serializes manifest rewrites (AddRegistrant); taken before mu_, never

@@ -63,7 +63,7 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
     BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<BlockMaster> block,
                                files_->LoadBlock(block_id, model.layout_.blocks[b].bytes));
     // A lowered max_memory_bytes: the model goes.
-    BLOCKSWAP_ASSIGN_OR_RETURN(block->memory_, ChargeMemory(file_bytes, model.name_));
+    BLOCKSWAP_ASSIGN_OR_RETURN(block->memory_, room_.Charge(file_bytes, model.name_));
     // A block that cannot be pinned under "always" is not the directory's
     // fault (the device or the memlock limit is): the daemon must not start
     // half-working. Under "auto" it is staged.

@@ -89,7 +89,7 @@ absl::Status ModelStore::ReserveClaimedLocked(
   absl::Status room = MakeRoomLocked(claim.missing_bytes, claim.claimed.size(), pending.uid);
   for (size_t i = 0; room.ok() && i < claim.claimed.size(); ++i) {
     absl::StatusOr<Reservation> charge =
-        ChargeMemory(BlockFileBytes(pending.bytes[claim.claimed_positions[i]]), name);
+        room_.Charge(BlockFileBytes(pending.bytes[claim.claimed_positions[i]]), name);
     room = charge.status();
     if (charge.ok()) memory.emplace(claim.claimed[i], *std::move(charge));
   }
@@ -261,7 +261,7 @@ absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
       std::move(model), std::move(pending),
       [&](size_t b, const std::string& block_id) -> absl::StatusOr<WrittenBlock> {
         const std::string temp = absl::StrCat(BlockFileName(block_id), kTempSuffix);
-        BLOCKSWAP_RETURN_IF_ERROR(CheckFreeSpace(BlockFileBytes(layout.blocks[b].bytes)));
+        BLOCKSWAP_RETURN_IF_ERROR(room_.CheckFreeSpace(BlockFileBytes(layout.blocks[b].bytes)));
         BLOCKSWAP_ASSIGN_OR_RETURN(
             std::unique_ptr<BlockMaster> master,
             files_->CreateBlock(block_id, layout.blocks[b].bytes, temp, /*allocate=*/true));
