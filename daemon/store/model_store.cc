@@ -60,6 +60,16 @@ ModelStore::ModelStore(ModelStoreOptions options, Device* pin_device,
 
 ModelStore::~ModelStore() = default;
 
+// Creates `options.directory` (mode 0700) or checks the existing one (a
+// directory, not a link, owned by geteuid(), no group/other permission),
+// locks it against a second daemon, adopts every sealed model that passes
+// its checks (owner, modes, sizes, a layout that validates, the id
+// recomputed from layout and block hashes, each block id from its block)
+// and removes every other entry, saying so in the log. While a manifest of an unknown version is
+// present only temporary files are removed: it and its files stay, not
+// counted. Adopted blocks are pinned or staged (Pin) on `pin_device`
+// (nullptr: neither) and count once each; under "always" a model whose
+// blocks do not fit max_pinned_bytes is removed.
 absl::StatusOr<std::unique_ptr<ModelStore>> ModelStore::Open(ModelStoreOptions options,
                                                              Device* pin_device) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::unique_ptr<MasterFiles> files,
@@ -93,10 +103,9 @@ uint64_t ModelStore::masters_bytes() const {
 
 uint64_t ModelStore::pinned_bytes() const { return pinning_.pinned_bytes(); }
 
-StagedBlocks ModelStore::staged_blocks() const {
+BlockTotals ModelStore::staged_blocks() const {
   absl::MutexLock lock(&mu_);
-  const BlockTotals staged = blocks_.Staged();
-  return StagedBlocks{.blocks = staged.blocks, .bytes = staged.bytes};
+  return blocks_.Staged();
 }
 
 size_t ModelStore::block_count() const {

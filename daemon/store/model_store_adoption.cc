@@ -25,6 +25,7 @@
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
+// A model of `manifest` (moved from), without its blocks.
 std::unique_ptr<Model> ModelStore::ModelFromManifest(Manifest& manifest) {
   auto model = std::unique_ptr<Model>(new Model());
   model->id_ = manifest.id;
@@ -36,6 +37,10 @@ std::unique_ptr<Model> ModelStore::ModelFromManifest(Manifest& manifest) {
   return model;
 }
 
+// Fills model.blocks_ at Open: blocks held already are shared, the others
+// are loaded (LoadBlock), charged and pinned. An error says why the model
+// cannot be adopted; `fatal` is set when the daemon must not start (a
+// block that cannot be pinned).
 absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
   const size_t count = model.block_count();
   model.blocks_.assign(count, nullptr);
@@ -82,6 +87,7 @@ absl::Status ModelStore::AdoptBlocksLocked(Model& model, absl::Status* fatal) {
   return absl::OkStatus();
 }
 
+// Publishes a model adopted at Open and the blocks it brought.
 void ModelStore::PublishAdoptedLocked(std::unique_ptr<Model> model) {
   for (const auto& block : DistinctBlocks(model->blocks_)) blocks_.AddNamed(block);
   // Charged without a check: a restarted daemon keeps what its uids held.

@@ -17,6 +17,7 @@
 
 namespace blockswap::daemon {
 
+// Pins or stages a new block (MasterPinning): an error only under "always".
 absl::Status ModelStore::Pin(BlockMaster& block) const {
   BLOCKSWAP_ASSIGN_OR_RETURN(block.residency_,
                              pinning_.PinOrStage(block.mapping_.data(), block.file_bytes(),
@@ -24,6 +25,8 @@ absl::Status ModelStore::Pin(BlockMaster& block) const {
   return absl::OkStatus();
 }
 
+// One log line for the `blocks` just added to `model` that the device
+// refused to pin (staged under "auto"), if any.
 void ModelStore::LogRefusedPins(const Model& model,
                                 const std::vector<const BlockMaster*>& blocks) const {
   size_t refused = 0;
@@ -40,6 +43,13 @@ void ModelStore::LogRefusedPins(const Model& model,
                    "); their loads are staged through pinned buffers (pinning = \"auto\")"));
 }
 
+// Records another registration of `model`'s content: persisted in its
+// manifest before it is visible in model->registrants(), so that a
+// restarted daemon keeps it. A uid new to the model is charged its blocks
+// (uid_limits: RESOURCE_EXHAUSTED, worded as Register's). Nothing changes
+// for one recorded already (or over kMaxSourcesPerRegistrant); an error (a
+// full tmpfs) records nothing.
+// Blocks on writing the manifest; rewrites are serialized.
 absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model,
                                        const Registrant& registrant) {
   absl::MutexLock manifest_lock(&manifest_mu_);
@@ -88,6 +98,12 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   return absl::OkStatus();
 }
 
+// Removes `uid`'s registrations of the model (persisted in its manifest
+// first) and releases what they charged `uid`; the model and its blocks
+// stay for its other registrants. When they were its only registrations,
+// the model is evicted as Evict does, logged with `why`. PERMISSION_DENIED
+// when `uid` has none, NOT_FOUND for an unknown id. Blocks on writing the
+// manifest.
 absl::Status ModelStore::EvictRegistration(absl::string_view id, uid_t uid, absl::string_view why) {
   absl::MutexLock manifest_lock(&manifest_mu_);
   std::shared_ptr<const Model> model;

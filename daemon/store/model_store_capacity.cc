@@ -15,11 +15,26 @@
 
 namespace blockswap::daemon {
 
+// The order of a registration's checks (docs/store.md, "Checks before
+// work"): this one, from the declared sizes; then hashing; then the exact
+// checks (the uid's limits over the blocks' ids, the content held
+// already); then eviction of models no session holds, for a registration
+// that will commit; then the write.
+//
+// Whether a model whose masters take `bytes` in `blocks` blocks could be
+// registered by `uid`, pessimistically (every block new to the node and
+// to the uid), counting as room what evicting every model no session
+// holds would free, but evicting nothing: RESOURCE_EXHAUSTED with
+// Register's messages otherwise. Reads nothing, so an impossible
+// registration is refused before it is read, hashed or makes anyone's
+// models go. Advisory (a concurrent registration may take the room
+// meanwhile); pessimistic for content held already, which needs no room.
 absl::Status ModelStore::CheckCapacity(uid_t uid, uint64_t bytes, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
   return CheckDeclaredLocked(uid, bytes, blocks);
 }
 
+// CheckCapacity, under mu_.
 absl::Status ModelStore::CheckDeclaredLocked(uid_t uid, uint64_t bytes, uint64_t blocks) const {
   // The uid's own limits first: the same answer whatever others hold.
   BLOCKSWAP_RETURN_IF_ERROR(uid_holds_.CheckDeclared(uid, blocks, bytes, options_.uid_limits));
@@ -33,7 +48,7 @@ absl::Status ModelStore::MakeRoom(uid_t uid, uint64_t bytes, uint64_t blocks) {
   return MakeRoomLocked(bytes, blocks, uid);
 }
 
-ModelStore::Evictable ModelStore::EvictableLocked() const {
+BlockTotals ModelStore::EvictableLocked() const {
   // A block stays if a model in use names it or a registration claims it.
   std::set<const BlockMaster*> kept;
   for (const auto& [id, model] : models_) {
@@ -43,6 +58,13 @@ ModelStore::Evictable ModelStore::EvictableLocked() const {
   return blocks_.FreeableBeside(kept);
 }
 
+// Evicts unreferenced models until `bytes` more in `blocks` more blocks
+// of a registration by `uid` fit (FitsLocked); the error of the check that
+// still fails otherwise. The victims: the models of the uid holding the
+// most of what is short (blocks or bytes) first, least recently used
+// first among them, so a flood's unused models go before anyone else's.
+// Called only once the registration passed its other checks: it will
+// commit unless a concurrent one took the room.
 absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t uid) {
   while (true) {
     EvictionReason short_of = EvictionReason::kTmpfs;
@@ -77,6 +99,8 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t u
   }
 }
 
+// Removes model `id`, logging it (model, owners, reason: `why` says for
+// what) and counting it by `reason`.
 void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl::string_view why) {
   auto it = models_.find(id);
   if (it == models_.end()) return;

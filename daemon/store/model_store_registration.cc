@@ -30,6 +30,9 @@ absl::Status ValidateNewModel(const ModelLayout& layout, absl::string_view name)
   return absl::OkStatus();
 }
 
+// The sealed model `id`, once no registration of it is in progress
+// (waiting for one that is); nullptr when none is sealed, and then none is
+// in progress either: the caller may claim `id` in `in_progress_`.
 std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id) {
   while (true) {
     if (auto it = models_.find(id); it != models_.end()) {
@@ -43,7 +46,9 @@ std::shared_ptr<const Model> ModelStore::FindOrAwaitLocked(const std::string& id
   }
 }
 
-ModelStore::PendingRegistration ModelStore::PendingFor(Model& model) {
+// Sets `model`'s id (from its layout and block hashes) and describes its
+// registration.
+PendingRegistration ModelStore::PendingFor(Model& model) {
   const size_t count = model.block_count();
   PendingRegistration pending;
   pending.ids.resize(count);
@@ -66,6 +71,9 @@ ModelStore::PendingRegistration ModelStore::PendingFor(Model& model) {
   return pending;
 }
 
+// After the uid's limits allow it: the sealed model of pending.id, waiting
+// for a registration of it in progress; or nullptr, with the id and the
+// blocks the store does not hold claimed (ClaimBlocksLocked).
 absl::StatusOr<std::shared_ptr<const Model>> ModelStore::ClaimLocked(PendingRegistration& pending) {
   // First, and from the uid's own holds alone: the same answer whether or
   // not anyone holds this content.
@@ -82,6 +90,9 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelStore::ClaimLocked(PendingRegi
   return nullptr;
 }
 
+// An upload's room (a draft reserved its own at BeginDraft): evicts until
+// the claimed blocks fit, charges each to the memory budget (into
+// `memory`, by block id) and reserves them. On error the claim is dropped.
 absl::Status ModelStore::ReserveClaimedLocked(
     PendingRegistration& pending, absl::string_view name,
     std::map<std::string, Reservation, std::less<>>& memory) {
@@ -103,17 +114,23 @@ absl::Status ModelStore::ReserveClaimedLocked(
   return absl::OkStatus();
 }
 
+// Holds what `pending` reserved and charges its uid, before any block is
+// written, so that concurrent registrations of one uid cannot together
+// pass its limits.
 void ModelStore::HoldClaimLocked(const PendingRegistration& pending) {
   blocks_.Reserve(pending.reserved, pending.reserved_blocks);
   uid_holds_.Add(pending.uid, pending.refs);
 }
 
+// Ends a claim that registered nothing: its id and blocks are released.
 void ModelStore::DropClaimLocked(const PendingRegistration& pending) {
   EndClaimLocked(pending.claim, /*published=*/false);
   in_progress_.erase(pending.id);
   registration_done_.SignalAll();
 }
 
+// The result of registering `model` when `existing` holds its content:
+// its registrants are added to `existing`'s.
 absl::StatusOr<RegisterResult> ModelStore::AddToExisting(std::shared_ptr<const Model> existing,
                                                          const Model& model) {
   for (const Registrant& registrant : model.registrants_.List()) {
@@ -122,6 +139,9 @@ absl::StatusOr<RegisterResult> ModelStore::AddToExisting(std::shared_ptr<const M
   return RegisterResult{.model = std::move(existing), .already_present = true};
 }
 
+// Writes the claimed blocks with `write`, seals them, commits the manifest
+// and publishes the model. On failure the blocks written go again and the
+// claim is dropped.
 absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model> model,
                                                            PendingRegistration pending,
                                                            const BlockWriter& write) {
@@ -185,6 +205,32 @@ absl::StatusOr<RegisterResult> ModelStore::WriteAndPublish(std::unique_ptr<Model
   return RegisterResult{.model = std::move(sealed), .already_present = false};
 }
 
+// Registers the model whose blocks lie in `content` at
+// StagingOffsets(layout). The caller keeps `content` immutable during the
+// call (the daemon seals the staging memfd first). Validates the layout
+// and the blocks' zero padding, hashes every block and computes the id;
+// returns the sealed model of that id if there is one (already_present),
+// waits for a registration of the same id in progress, else copies the
+// blocks the store does not hold yet into new block files, pins them,
+// commits the manifest and publishes the model.
+// RESOURCE_EXHAUSTED when the model would exceed max_pinned_bytes (under
+// "always"), max_memory_bytes, max_blocks or the directory's free space,
+// or its registrant's uid_limits (checked first, from the uid's own holds
+// alone, so the answer is the same whether anyone holds the content). The
+// uploaded blocks are checked from their declared sizes before they are
+// hashed (CheckCapacity), exactly after; models are evicted only then. On
+// failure nothing is left behind.
+// `registrant` is recorded with the model, or added to the present one's.
+//
+// With `known`, the blocks it names (a master where the caller found the
+// block held, in a model the client may see) are not in `content`: it holds
+// only the other blocks, at StagingOffsets of the layout of those alone.
+// A known block is not re-hashed: its hash must give its master's block id
+// (INVALID_ARGUMENT otherwise). One evicted meanwhile is written again from
+// its master, which the caller's reference keeps mapped.
+//
+// Asks `cancellation` before hashing each block and returns its error when
+// it has one (nothing is claimed or written yet then).
 absl::StatusOr<RegisterResult> ModelStore::Register(absl::string_view name,
                                                     const ModelLayout& layout,
                                                     const std::byte* content, size_t content_bytes,
