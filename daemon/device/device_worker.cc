@@ -28,51 +28,6 @@ constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
 
 }  // namespace
 
-struct DeviceWorker::RingState {
-  // The quotas' and the node budget's charges: first, so that they are
-  // returned only after the ring's memory is freed.
-  Reservation charged;
-  uint64_t ring_id = 0;
-  uint64_t session_id = 0;
-  RingOwner owner;
-  std::unique_ptr<DaemonRing> ring;
-  std::unique_ptr<RingProducer> producer;  // after `ring`: destroyed first
-  // The load fast path, when the client asked for it.
-  std::unique_ptr<RequestQueueReader> requests;
-  std::shared_ptr<const LoadResolver> resolver;
-  std::vector<SlotSnapshot> residency;
-  // Per slot: what the accepted, not yet issued copy reads (then copies_).
-  std::vector<std::shared_ptr<const void>> pending_keep_alive;
-  std::shared_ptr<LoadEventSink> last_sink;
-  absl::Duration poll_period = kFallbackPoll;
-  absl::Time next_fallback_poll = absl::InfiniteFuture();
-  uint64_t loads = 0;
-  uint64_t bytes = 0;
-  // Retirement.
-  RetireReason retired_for = RetireReason::kOwnerExited;
-  std::shared_ptr<const UniqueFd> owner_process;  // kOwnerDetached: the owner's pidfd
-
-  // Held for a process that may still map the ring. Once it has exited, the
-  // ring is freed as any dead client's.
-  bool HeldForLiveOwner() {
-    if (retired_for != RetireReason::kOwnerDetached) return false;
-    pollfd pfd{owner_process != nullptr ? owner_process->get() : -1, POLLIN, 0};
-    if (pfd.fd < 0 || ::poll(&pfd, 1, 0) != 0) retired_for = RetireReason::kOwnerExited;
-    return retired_for == RetireReason::kOwnerDetached;
-  }
-};
-
-v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
-                             const absl::Status& error) {
-  v1::LoadEvent event;
-  event.set_ring_id(ring_id);
-  event.set_slot(slot);
-  event.set_generation(generation);
-  event.set_error_code(static_cast<int>(error.code()));
-  event.set_error_message(std::string(error.message()));
-  return event;
-}
-
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(
     Device& device, uint64_t boot_id, WorkerMemoryOptions memory,
     std::optional<StagingOptions> staging, bool staging_at_start, CopyWeights copy_weights) {
@@ -101,14 +56,8 @@ DeviceWorker::DeviceWorker(Device& device, uint64_t boot_id, WorkerMemoryOptions
                            CopyWeights copy_weights, std::unique_ptr<Stream> copy_stream,
                            std::unique_ptr<Doorbell> doorbell)
     : device_(device),
-      boot_id_(boot_id),
-      memory_(memory),
       copy_weights_(std::move(copy_weights)),
-      ring_bytes_share_(AutoMaxDeviceBytesPerUid(
-          device.info().total_memory_bytes, memory.device_reserve_bytes,
-          memory.host_budget == nullptr ? 0 : memory.host_budget->limit())),
-      ring_bytes_share_key_(absl::StrCat("max_device_bytes_per_uid (\"auto\": half of what ",
-                                         device.info().uuid, " holds for rings)")),
+      allocator_(device, boot_id, memory),
       staging_(std::move(staging)),
       staging_charge_(std::move(staging_charge)),
       staged_copier_(std::move(staged_copier)),
@@ -127,15 +76,7 @@ DeviceWorker::~DeviceWorker() {
   // Rings go only after the copies that write into them.
   (void)copy_stream_->Synchronize();
   absl::MutexLock lock(&rings_mu_);
-  // A ring a live client may still map is not freed (undefined on CUDA
-  // while it does): the daemon is exiting, and its exit releases it.
-  static auto* const left_to_exit = new std::vector<std::unique_ptr<RingState>>();
-  for (auto& [id, state] : rings_) left_to_exit->push_back(std::move(state));
-  for (auto& state : retired_) {
-    if (state->HeldForLiveOwner()) left_to_exit->push_back(std::move(state));
-  }
-  rings_.clear();
-  retired_.clear();
+  rings_.ReleaseForExit();
 }
 
 absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t session_id,
@@ -143,23 +84,10 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
                                                     std::shared_ptr<const LoadResolver> resolver,
                                                     Reservation charged, bool device_share) {
   BLOCKSWAP_RETURN_IF_ERROR(device_.health());
-  std::unique_ptr<DaemonRing> ring;
-  {
-    absl::MutexLock lock(&alloc_mu_);
-    const uint64_t bytes = uint64_t{shape.slot_count} * shape.slot_bytes;
-    if (device_share) {
-      Ledger& held = ring_bytes_by_uid_
-                         .try_emplace(owner.uid, absl::StrCat("uid ", owner.uid),
-                                      absl::StrCat("bytes of ring memory on ", device_.info().uuid))
-                         .first->second;
-      BLOCKSWAP_ASSIGN_OR_RETURN(Charge share,
-                                 held.Reserve(bytes, {ring_bytes_share_key_, ring_bytes_share_}));
-      charged.Add(std::move(share));
-    }
-    BLOCKSWAP_ASSIGN_OR_RETURN(Reservation memory, ChargeRingMemory(ring_id, bytes));
-    charged.Add(std::move(memory));
-    BLOCKSWAP_ASSIGN_OR_RETURN(ring, DaemonRing::Create(device_, ring_id, shape, boot_id_));
-  }
+  BLOCKSWAP_ASSIGN_OR_RETURN(RingAllocator::Allocated allocated,
+                             allocator_.Allocate(ring_id, shape, owner.uid, device_share));
+  charged.Add(std::move(allocated.charged));
+  std::unique_ptr<DaemonRing> ring = std::move(allocated.ring);
   if (ring->ready_words() == nullptr && !stream_words_logged_.exchange(true)) {
     const absl::Status why = device_.stream_words_status();
     Log(LogLevel::kWarning,
@@ -169,7 +97,7 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
                      "may use the slot, so its CPU no longer runs ahead of the copies"));
   }
   BLOCKSWAP_ASSIGN_OR_RETURN(RingExport exported, ring->Export());
-  auto state = std::make_unique<RingState>();
+  auto state = std::make_unique<ServedRing>();
   state->charged = std::move(charged);
   state->ring_id = ring_id;
   state->session_id = session_id;
@@ -185,32 +113,12 @@ absl::StatusOr<RingExport> DeviceWorker::CreateRing(uint64_t ring_id, uint64_t s
   state->ring = std::move(ring);
   state->residency.resize(shape.slot_count);
   state->pending_keep_alive.resize(shape.slot_count);
+  state->poll_period = kFallbackPoll;
   const uint32_t weight = CopyWeightOf(copy_weights_, state->owner.uid);
   absl::MutexLock lock(&rings_mu_);
-  rings_[ring_id] = std::move(state);
+  rings_.Add(std::move(state));
   scheduler_.AddRing(ring_id, weight);
   return exported;
-}
-
-absl::StatusOr<Reservation> DeviceWorker::ChargeRingMemory(uint64_t ring_id, uint64_t bytes) {
-  const std::string what =
-      absl::StrCat("ring ", ring_id, " of ", bytes, " bytes on ", device_.info().uuid);
-  Reservation charged;
-  if (memory_.host_budget != nullptr) {
-    BLOCKSWAP_ASSIGN_OR_RETURN(charged,
-                               memory_.host_budget->Reserve(MemoryUse::kRings, bytes, what));
-  }
-  absl::StatusOr<uint64_t> free_bytes = device_.FreeMemoryBytes();
-  if (!free_bytes.ok()) {
-    return Annotate(free_bytes.status(), absl::StrCat("reading the free memory for ", what));
-  }
-  const uint64_t reserve = memory_.device_reserve_bytes;
-  if (*free_bytes < reserve || *free_bytes - reserve < bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": the device has ", *free_bytes, " bytes free, and the ring would leave less than ",
-        "device_memory_reserve_bytes = ", reserve));
-  }
-  return charged;
 }
 
 void DeviceWorker::Submit(LoadTask task) {
@@ -229,27 +137,19 @@ void DeviceWorker::Reject(LoadTask task, absl::Status error) {
 void DeviceWorker::RetireRing(uint64_t ring_id, RetireReason reason,
                               std::shared_ptr<const UniqueFd> owner) {
   absl::MutexLock lock(&rings_mu_);
-  auto it = rings_.find(ring_id);
-  if (it == rings_.end()) return;
-  std::unique_ptr<RingState> state = std::move(it->second);
-  rings_.erase(it);
+  if (!rings_.Retire(ring_id, reason, std::move(owner))) return;
   scheduler_.RemoveRing(ring_id);
-  state->retired_for = reason;
-  state->owner_process = std::move(owner);
-  retired_.push_back(std::move(state));
   doorbell_->Ring();  // frees it now, not at the next heartbeat
 }
 
 void DeviceWorker::FailAllRings(const absl::Status& error) {
   absl::MutexLock lock(&rings_mu_);
-  for (auto& [id, state] : rings_) state->producer->Fail(error);
+  for (auto& [id, state] : rings_.live()) state->producer->Fail(error);
 }
 
 bool DeviceWorker::idle() const {
   absl::MutexLock lock(&rings_mu_);
-  return std::all_of(retired_.begin(), retired_.end(), [](const std::unique_ptr<RingState>& state) {
-    return state->HeldForLiveOwner();
-  });
+  return rings_.idle();
 }
 
 void DeviceWorker::Run() {
@@ -294,7 +194,7 @@ bool DeviceWorker::HasWork() {
     if (!queue_.empty() || stop_) return true;
   }
   absl::MutexLock lock(&rings_mu_);
-  for (const auto& [id, state] : rings_) {
+  for (const auto& [id, state] : rings_.live()) {
     // A release the client announced must be looked at before sleeping: its
     // ring of the doorbell may have come before this pass read the bell.
     if (state->producer->HasAnnouncedRelease()) return true;
@@ -308,8 +208,8 @@ bool DeviceWorker::HasWork() {
 
 void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
   for (LoadTask& task : tasks) {
-    auto it = rings_.find(task.ring_id);
-    if (it == rings_.end()) {
+    ServedRing* ring = rings_.Find(task.ring_id);
+    if (ring == nullptr) {
       if (task.sink != nullptr) {
         task.sink->Send(LoadErrorEvent(
             task.ring_id, task.slot, task.generation,
@@ -318,15 +218,14 @@ void DeviceWorker::ProcessTasks(std::deque<LoadTask>& tasks) {
       }
       continue;
     }
-    RingState& ring = *it->second;
-    if (task.sink != nullptr) ring.last_sink = task.sink;
-    (void)Accept(ring, task);
+    if (task.sink != nullptr) ring->last_sink = task.sink;
+    (void)Accept(*ring, task);
   }
 }
 
 void DeviceWorker::ReadRequestRings() {
-  for (auto& [id, state] : rings_) {
-    RingState& ring = *state;
+  for (auto& [id, state] : rings_.live()) {
+    ServedRing& ring = *state;
     if (ring.requests == nullptr || !ring.producer->status().ok() ||
         !ring.requests->HasRequests()) {
       continue;
@@ -360,7 +259,7 @@ void DeviceWorker::ReadRequestRings() {
   }
 }
 
-bool DeviceWorker::Accept(RingState& ring, LoadTask& task) {
+bool DeviceWorker::Accept(ServedRing& ring, LoadTask& task) {
   if (!task.rejection.ok()) {
     // Already answered to the client; the status word must say it too.
     ++protocol_errors_;
@@ -421,8 +320,8 @@ absl::StatusOr<StagedCopier*> DeviceWorker::StagedCopierForLoad() {
 absl::Time DeviceWorker::PollRings() {
   const absl::Time now = absl::Now();
   absl::Time earliest = absl::InfiniteFuture();
-  for (auto& [id, state] : rings_) {
-    RingState& ring = *state;
+  for (auto& [id, state] : rings_.live()) {
+    ServedRing& ring = *state;
     if (!ring.producer->status().ok()) {
       // A failed ring issues nothing more: let its masters go, and its turn.
       for (auto& keep_alive : ring.pending_keep_alive) keep_alive.reset();
@@ -462,12 +361,12 @@ void DeviceWorker::IssueReadyCopies(std::vector<CopyTracker::Copy>& batch) {
   std::vector<RingProducer::Issued> issued;
   while (copies_on_stream_ < limit) {
     ready_rings_.clear();
-    for (const auto& [id, state] : rings_) {
+    for (const auto& [id, state] : rings_.live()) {
       if (state->producer->OldestReady().has_value()) ready_rings_.push_back(id);
     }
     if (ready_rings_.empty()) return;
     const uint64_t next = ready_rings_[scheduler_.Pick(ready_rings_)];
-    RingState& ring = *rings_.at(next);
+    ServedRing& ring = *rings_.Find(next);
     issued.clear();
     absl::Status status = ring.producer->IssueOldestReady(&issued);
     IssuedOn(ring, issued, batch);
@@ -489,11 +388,11 @@ void DeviceWorker::TrackCopies(std::vector<CopyTracker::Copy>& batch) {
     // trusted any more, and the copies will never be seen complete.
     copies_on_stream_ -= std::min(copies_on_stream_, count);
     LogDeviceFailure(tracked);
-    for (auto& [id, state] : rings_) state->producer->Fail(tracked);
+    for (auto& [id, state] : rings_.live()) state->producer->Fail(tracked);
   }
 }
 
-void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
+void DeviceWorker::IssuedOn(ServedRing& ring, const std::vector<RingProducer::Issued>& issued,
                             std::vector<CopyTracker::Copy>& batch) {
   for (const RingProducer::Issued& load : issued) {
     const uint32_t block = ring.residency[load.slot].block;
@@ -521,17 +420,17 @@ void DeviceWorker::IssuedOn(RingState& ring, const std::vector<RingProducer::Iss
 
 absl::Time DeviceWorker::RetireCopies() {
   LatencyHistogram& latency = load_latency_;  // guarded by rings_mu_, held here
-  auto& rings = rings_;                       // the same
+  RingTable& rings = rings_;                  // the same
   size_t& on_stream = copies_on_stream_;      // the same
   absl::StatusOr<absl::Time> next = copies_.Retire(
       [this, &latency, &rings, &on_stream](const CopyTracker::Copy& copy, uint64_t completed_ns,
                                            absl::Duration stream_time) {
         if (on_stream > 0) --on_stream;  // room on the copy stream for the next
-        trace_.ring().Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot,
-                                        copy.generation, copy.block, TraceKind::kCopyDone, 0});
+        trace_.Record(TraceEvent{completed_ns, copy.ring_id, copy.bytes, copy.slot, copy.generation,
+                                 copy.block, TraceKind::kCopyDone, 0});
         // The ring's client reads its copy times from the control block.
-        if (auto ring = rings.find(copy.ring_id); ring != rings.end()) {
-          ring->second->producer->PublishCopied(copy.slot, copy.generation, stream_time);
+        if (ServedRing* ring = rings.Find(copy.ring_id); ring != nullptr) {
+          ring->producer->PublishCopied(copy.slot, copy.generation, stream_time);
         }
         if (copy.issued_ns != 0 && completed_ns >= copy.issued_ns) {
           latency.Observe(static_cast<double>(completed_ns - copy.issued_ns) / 1e9);
@@ -539,7 +438,7 @@ absl::Time DeviceWorker::RetireCopies() {
       });
   if (next.ok()) return *next;
   LogDeviceFailure(next.status());
-  for (auto& [id, state] : rings_) state->producer->Fail(next.status());
+  for (auto& [id, state] : rings_.live()) state->producer->Fail(next.status());
   return absl::Now() + kRetirePoll;
 }
 
@@ -547,18 +446,19 @@ void DeviceWorker::LogDeviceFailure(const absl::Status& error) {
   // Sticky: the first failure is the one worth a line; the rings fail with it.
   if (device_failure_logged_) return;
   device_failure_logged_ = true;
-  Log(LogLevel::kError, absl::StrCat("device ", device_.info().uuid, " failed: ", error.message(),
-                                     "; its ", rings_.size(), " rings fail with this error"));
+  Log(LogLevel::kError,
+      absl::StrCat("device ", device_.info().uuid, " failed: ", error.message(), "; its ",
+                   rings_.live().size(), " rings fail with this error"));
 }
 
 void DeviceWorker::Heartbeat() {
   absl::Time now = absl::Now();
   if (now - last_heartbeat_ < kHeartbeatPeriod) return;
   last_heartbeat_ = now;
-  for (auto& [id, state] : rings_) state->producer->Heartbeat();
+  for (auto& [id, state] : rings_.live()) state->producer->Heartbeat();
 }
 
-void DeviceWorker::TrackWordWrites(RingState& ring) {
+void DeviceWorker::TrackWordWrites(ServedRing& ring) {
   if (!ring.producer->TakeQueuedWordWrites()) return;
   if (absl::Status tracked = copies_.TrackWordWrites(ring.ring_id); !tracked.ok()) {
     // The device failed: nothing more runs on its copy stream.
@@ -569,43 +469,28 @@ void DeviceWorker::TrackWordWrites(RingState& ring) {
 bool DeviceWorker::FreeRetiredRings() {
   // A failed ring's abandon writes (RingProducer::Fail) are tracked first, so
   // that no ring's word page is unregistered while a write to it is queued.
-  for (auto& [id, state] : rings_) TrackWordWrites(*state);
-  for (std::unique_ptr<RingState>& state : retired_) TrackWordWrites(*state);
-  bool freeing = false;
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    RingState& state = **it;
-    if (state.HeldForLiveOwner()) {
-      ++it;
-      continue;
-    }
-    // Only the daemon's own copies matter: the client's view of the memory
-    // is its own mapping, which keeps the memory for as long as the client
-    // holds it (backend.h, ImportMemory).
-    if (!copies_.InFlight(state.ring_id)) {
-      if (LogEnabled(LogLevel::kDebug)) {
-        Log(LogLevel::kDebug, absl::StrCat("ring ", state.ring_id, " of session ", state.session_id,
-                                           " freed on ", device_.info().uuid, " after ",
-                                           state.loads, " loads (", state.bytes, " bytes)",
-                                           state.retired_for == RetireReason::kClosedByClient
-                                               ? ""
-                                               : ", its client having exited"));
-      }
-      retired_traces_.push_back(ReadRingTrace(state, 0));
-      retired_traces_.back().retired = true;
-      if (retired_traces_.size() > kRetiredRingTraces) {
-        retired_traces_.pop_front();
-        ++retired_traces_dropped_;
-      }
-      it = retired_.erase(it);
-    } else {
-      freeing = true;
-      ++it;
-    }
-  }
-  return freeing;
+  for (auto& [id, state] : rings_.live()) TrackWordWrites(*state);
+  rings_.ForEachRetired([this](ServedRing& ring)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_) { TrackWordWrites(ring); });
+  // Only the daemon's own copies matter: the client's view of the memory is
+  // its own mapping, which keeps the memory for as long as the client holds
+  // it (backend.h, ImportMemory).
+  return rings_.FreeRetired(
+      [this](const ServedRing& ring)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_) { return copies_.InFlight(ring.ring_id); },
+      [this](const ServedRing& ring, RetireReason reason) {
+        if (LogEnabled(LogLevel::kDebug)) {
+          Log(LogLevel::kDebug,
+              absl::StrCat(
+                  "ring ", ring.ring_id, " of session ", ring.session_id, " freed on ",
+                  device_.info().uuid, " after ", ring.loads, " loads (", ring.bytes, " bytes)",
+                  reason == RetireReason::kClosedByClient ? "" : ", its client having exited"));
+        }
+        trace_.KeepFreedRing(ReadRingTrace(ring, 0));
+      });
 }
 
-void DeviceWorker::Report(RingState& ring, const absl::Status& error, uint32_t slot,
+void DeviceWorker::Report(ServedRing& ring, const absl::Status& error, uint32_t slot,
                           uint32_t generation, const std::shared_ptr<LoadEventSink>& sink) {
   if (sink == nullptr) return;
   sink->Send(LoadErrorEvent(ring.ring_id, slot, generation, error));
@@ -614,7 +499,7 @@ void DeviceWorker::Report(RingState& ring, const absl::Status& error, uint32_t s
 std::vector<RingSnapshot> DeviceWorker::Snapshot() const {
   absl::MutexLock lock(&rings_mu_);
   std::vector<RingSnapshot> out;
-  for (const auto& [id, state] : rings_) {
+  for (const auto& [id, state] : rings_.live()) {
     RingSnapshot snapshot;
     snapshot.ring_id = id;
     snapshot.session_id = state->session_id;
@@ -634,53 +519,26 @@ std::vector<RingSnapshot> DeviceWorker::Snapshot() const {
   return out;
 }
 
-void DeviceWorker::RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot,
+void DeviceWorker::RecordTrace(TraceKind kind, const ServedRing& ring, uint32_t slot,
                                uint32_t generation, uint64_t bytes, uint64_t time_ns) {
   uint32_t block = slot < ring.residency.size() ? ring.residency[slot].block : 0;
-  trace_.ring().Record(TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
+  trace_.Record(TraceEvent{time_ns, ring.ring_id, bytes, slot, generation, block, kind, 0});
 }
 
-RingTrace DeviceWorker::ReadRingTrace(const RingState& ring, uint64_t since_ns) {
-  RingTrace out;
-  out.ring_id = ring.ring_id;
-  out.session_id = ring.session_id;
-  out.owner = ring.owner;
-  TraceSnapshot snapshot = ring.ring->ReadClientTrace(since_ns);
-  out.lost = snapshot.lost;
-  // The client wrote these: keep only what could be its own events.
-  for (const TraceEvent& event : snapshot.events) {
-    if (!IsClientTraceKind(static_cast<uint16_t>(event.kind)) || event.ring_id != ring.ring_id ||
-        event.slot >= ring.ring->shape().slot_count) {
-      ++out.invalid;
-      continue;
-    }
-    out.events.push_back(event);
-  }
-  return out;
+RingTrace DeviceWorker::ReadRingTrace(const ServedRing& ring, uint64_t since_ns) {
+  return ValidClientTrace(ring.ring_id, ring.session_id, ring.owner, ring.ring->shape().slot_count,
+                          ring.ring->ReadClientTrace(since_ns));
 }
 
 DeviceTrace DeviceWorker::ReadTrace(uint64_t since_ns) const {
-  DeviceTrace out;
-  TraceSnapshot own = trace_.ring().Read(since_ns);
-  out.lost = own.lost;
-  out.events = std::move(own.events);
-  // Issue, fill and notification times are taken before they are recorded.
-  std::stable_sort(out.events.begin(), out.events.end(),
-                   [](const TraceEvent& a, const TraceEvent& b) { return a.time_ns < b.time_ns; });
+  DeviceTrace out = trace_.ReadEvents(since_ns);
   absl::MutexLock lock(&rings_mu_);
-  for (const RingTrace& ring : retired_traces_) {
-    RingTrace copy = ring;
-    // As TraceLog::Read: what a ring lost is older than all it held, so a
-    // ring that reaches back to the window lost nothing of it.
-    if (since_ns > 0 && !copy.events.empty() && copy.events.front().time_ns <= since_ns) {
-      copy.lost = 0;
-    }
-    std::erase_if(copy.events, [&](const TraceEvent& e) { return e.time_ns < since_ns; });
-    out.rings.push_back(std::move(copy));
+  trace_.ReadFreedRings(since_ns, out);
+  rings_.ForEachRetired(
+      [&](const ServedRing& ring) { out.rings.push_back(ReadRingTrace(ring, since_ns)); });
+  for (const auto& [id, state] : rings_.live()) {
+    out.rings.push_back(ReadRingTrace(*state, since_ns));
   }
-  for (const auto& state : retired_) out.rings.push_back(ReadRingTrace(*state, since_ns));
-  for (const auto& [id, state] : rings_) out.rings.push_back(ReadRingTrace(*state, since_ns));
-  out.retired_rings_dropped = retired_traces_dropped_;
   return out;
 }
 
@@ -694,9 +552,11 @@ DeviceStats DeviceWorker::stats() const {
   stats.staged_bytes = staged_bytes_.load(std::memory_order_relaxed);
   absl::MutexLock lock(&rings_mu_);
   stats.copy_seconds = absl::ToDoubleSeconds(copies_.busy());
-  for (const auto& [id, state] : rings_) stats.queue_depth += state->producer->pending_count();
+  for (const auto& [id, state] : rings_.live()) {
+    stats.queue_depth += state->producer->pending_count();
+  }
   stats.protocol_errors = protocol_errors_;
-  stats.rings = rings_.size();
+  stats.rings = rings_.live().size();
   stats.load_latency = load_latency_;
   return stats;
 }

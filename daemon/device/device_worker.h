@@ -41,10 +41,14 @@
 #include "daemon/budget/memory_budget.h"
 #include "daemon/device/copy_scheduler.h"
 #include "daemon/device/copy_tracker.h"
+#include "daemon/device/device_trace.h"
 #include "daemon/device/latency_histogram.h"
 #include "daemon/device/load_resolver.h"
-#include "shared/copy/staged_copier.h"
+#include "daemon/device/load_task.h"
+#include "daemon/device/ring_allocator.h"
+#include "daemon/device/ring_table.h"
 #include "shared/backend/backend.h"
+#include "shared/copy/staged_copier.h"
 #include "shared/os/doorbell.h"
 #include "shared/protocol/load_protocol.h"
 #include "shared/protocol/request_queue.h"
@@ -52,52 +56,6 @@
 #include "shared/protocol/trace_log.h"
 
 namespace blockswap::daemon {
-
-// Where the errors of a load go: the Load stream that sent the request.
-// Send never blocks; a sink whose stream has ended drops events.
-class LoadEventSink {
- public:
-  virtual ~LoadEventSink() = default;
-  virtual void Send(v1::LoadEvent event) = 0;
-};
-
-// The event that reports `error` for a load request to its client.
-v1::LoadEvent LoadErrorEvent(uint64_t ring_id, uint32_t slot, uint32_t generation,
-                             const absl::Status& error);
-
-// One validated load request.
-struct LoadTask {
-  uint64_t ring_id = 0;
-  uint32_t slot = 0;
-  uint32_t generation = 0;
-  const std::byte* source = nullptr;  // the block's master bytes
-  size_t bytes = 0;
-  // Keeps `source` mapped until the copy reading it has completed.
-  std::shared_ptr<const void> keep_alive;
-  std::string model_id;
-  // The master is not pinned: copied through the staging buffers.
-  bool staged = false;
-  uint32_t block = 0;
-  std::shared_ptr<LoadEventSink> sink;
-  absl::Status rejection;  // set: fail the ring with it instead of loading
-
-  // Where the bytes come from, as either transport resolved them.
-  void SetSource(ResolvedLoad resolved) {
-    source = resolved.source;
-    bytes = resolved.bytes;
-    keep_alive = std::move(resolved.keep_alive);
-    model_id = std::move(resolved.model_id);
-    staged = resolved.staged;
-  }
-};
-
-struct SlotSnapshot {
-  bool loaded = false;  // a load was ever accepted for the slot
-  std::string model_id;
-  uint32_t block = 0;
-  uint32_t filled_seq = 0;
-  uint32_t consumed_seq = 0;
-};
 
 struct RingSnapshot {
   uint64_t ring_id = 0;
@@ -108,39 +66,6 @@ struct RingSnapshot {
   uint64_t bytes = 0;
   absl::Status status;  // the error that failed the ring, if any
 };
-
-// Who a ring's client trace belongs to, kept after the session ends.
-struct RingOwner {
-  uint32_t pid = 0;
-  std::string client_name;
-  uint32_t uid = 0;  // whose trace it is (Admin.Trace shows it to that uid)
-};
-
-// One ring's client trace as the daemon read it (validated).
-struct RingTrace {
-  uint64_t ring_id = 0;
-  uint64_t session_id = 0;
-  RingOwner owner;
-  bool retired = false;  // read when the ring was freed
-  std::vector<TraceEvent> events;
-  uint64_t lost = 0;
-  uint64_t invalid = 0;  // entries that are not the client's kinds, ring or slots
-};
-
-// What a worker holds for Admin.Trace: its own events (accepted, release
-// notified, copy issued/done, filled, rejected), oldest first, and every
-// ring's client trace.
-struct DeviceTrace {
-  std::vector<TraceEvent> events;
-  uint64_t lost = 0;
-  uint64_t retired_rings_dropped = 0;
-  std::vector<RingTrace> rings;
-};
-
-// Events each device worker keeps (about 10k loads) and client traces of
-// freed rings it keeps (the newest).
-inline constexpr uint32_t kDeviceTraceCapacity = 49152;
-inline constexpr size_t kRetiredRingTraces = 128;
 
 struct DeviceStats {
   uint64_t loads = 0;
@@ -159,20 +84,6 @@ struct DeviceStats {
   // From each copy's issue (its slot free) to its completion seen: the copy
   // and its queueing behind others on the copy stream.
   LatencyHistogram load_latency;
-};
-
-// What a ring's memory and the staging buffers are checked against before
-// the worker allocates them.
-struct WorkerMemoryOptions {
-  // Set when the device's memory is host memory (the host backend): each
-  // ring is charged to the node's max_memory_bytes. Must outlive the worker.
-  MemoryBudget* host_budget = nullptr;
-  // device_memory_reserve_bytes: a ring is refused when it would leave less
-  // than this much of the device's memory free (for the trainers' own
-  // allocations and every other process on the device).
-  uint64_t device_reserve_bytes = 0;
-  // The node's budget the staging buffers are charged to (null: none).
-  MemoryBudget* staging_budget = nullptr;
 };
 
 class DeviceWorker {
@@ -198,7 +109,7 @@ class DeviceWorker {
   Device& device() const { return device_; }
   // One uid's share of this device's ring memory under
   // max_device_bytes_per_uid = "auto" (AutoMaxDeviceBytesPerUid).
-  uint64_t ring_bytes_share() const { return ring_bytes_share_; }
+  uint64_t ring_bytes_share() const { return allocator_.share_bytes(); }
 
   // Creates a ring on this device for `session_id` and returns its export.
   // `owner` labels the ring's trace. With a `resolver` the ring also gets a
@@ -226,24 +137,8 @@ class DeviceWorker {
   // `error` (so a client waiting on the ring hears of it) and reports it.
   void Reject(LoadTask task, absl::Status error);
 
-  // Why a ring is retired, which decides when it may be freed. The client's
-  // view of the ring's memory is its own mapping, which keeps the memory for
-  // as long as it holds it (backend.h, ImportMemory); the daemon frees its
-  // own once its copies into the ring are done.
-  enum class RetireReason {
-    // DestroyRing, or a Detach of the session: the client has closed its
-    // imports (client::Ring::Close; a connection detaches after its rings).
-    // Freed once the copy stream is done with the ring.
-    kClosedByClient,
-    // The client's process has exited (or never received the ring): its
-    // imports ended with it. Freed once the copy stream is done with it.
-    kOwnerExited,
-    // The daemon ended the session while its process lives (shutdown): the
-    // process may still map the ring, so it is held until `owner` (its
-    // pidfd) says the process exited, then freed as kOwnerExited; a daemon
-    // that stops first leaves it to its own exit (~DeviceWorker).
-    kOwnerDetached,
-  };
+  // Why a ring is retired, which decides when it may be freed (ring_table.h).
+  using RetireReason = ::blockswap::daemon::RetireReason;
 
   // Stops serving the ring and frees it once nothing can still touch it
   // (RetireReason). `owner` is needed for kOwnerDetached only.
@@ -260,13 +155,12 @@ class DeviceWorker {
 
   std::vector<RingSnapshot> Snapshot() const;
   DeviceStats stats() const;
-  // The events with time_ns >= since_ns held now; thread-safe, never waits
-  // for the worker thread beyond rings_mu_.
+  // The events with time_ns >= since_ns held now, and the client traces of
+  // the rings (live, retired or freed); thread-safe, never waits for the
+  // worker thread beyond rings_mu_.
   DeviceTrace ReadTrace(uint64_t since_ns) const;
 
  private:
-  struct RingState;
-
   DeviceWorker(Device& device, uint64_t boot_id, WorkerMemoryOptions memory,
                std::optional<StagingOptions> staging, std::unique_ptr<StagedCopier> staged_copier,
                Reservation staging_charge, CopyWeights copy_weights,
@@ -274,11 +168,6 @@ class DeviceWorker {
   // The copier for a staged load, made on first use; the error that keeps
   // it from being made.
   absl::StatusOr<StagedCopier*> StagedCopierForLoad() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
-  // The node budget's charge and the device reserve's check for a ring of
-  // `bytes`; alloc_mu_ held, so that two rings never both take the last of
-  // the device's free memory.
-  absl::StatusOr<Reservation> ChargeRingMemory(uint64_t ring_id, uint64_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(alloc_mu_);
   void Run();
   // Whether work waits: a queued task or an entry in a request ring.
   bool HasWork();
@@ -287,7 +176,7 @@ class DeviceWorker {
   void ReadRequestRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // A task for `ring`, from either transport: fails the ring with its
   // rejection, or hands it to the ring's producer. False: the ring failed.
-  bool Accept(RingState& ring, LoadTask& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  bool Accept(ServedRing& ring, LoadTask& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Finds released slots and issues what can be issued; returns when copies
   // still waiting for a `free` should next be polled (InfiniteFuture: none
   // waits).
@@ -301,7 +190,7 @@ class DeviceWorker {
   // Hands `batch` to copies_; a device failure fails every ring.
   void TrackCopies(std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Traces and counts what Poll issued on `ring`, and hands it to copies_.
-  void IssuedOn(RingState& ring, const std::vector<RingProducer::Issued>& issued,
+  void IssuedOn(ServedRing& ring, const std::vector<RingProducer::Issued>& issued,
                 std::vector<CopyTracker::Copy>& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Retires completed copies; returns when to look again.
   absl::Time RetireCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
@@ -314,25 +203,17 @@ class DeviceWorker {
   bool FreeRetiredRings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
   // Tracks the writes to `ring`'s ready words that its producer's Fail
   // queued on the copy stream, if any (CopyTracker::TrackWordWrites).
-  void TrackWordWrites(RingState& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
-  void Report(RingState& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
+  void TrackWordWrites(ServedRing& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
+  void Report(ServedRing& ring, const absl::Status& error, uint32_t slot, uint32_t generation,
               const std::shared_ptr<LoadEventSink>& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu_);
-  // Into trace_ (the worker thread's own ring).
-  void RecordTrace(TraceKind kind, const RingState& ring, uint32_t slot, uint32_t generation,
+  // Into trace_ (the worker thread's own events).
+  void RecordTrace(TraceKind kind, const ServedRing& ring, uint32_t slot, uint32_t generation,
                    uint64_t bytes, uint64_t time_ns = MonotonicNanos());
-  static RingTrace ReadRingTrace(const RingState& ring, uint64_t since_ns);
+  static RingTrace ReadRingTrace(const ServedRing& ring, uint64_t since_ns);
 
   Device& device_;
-  const uint64_t boot_id_;
-  const WorkerMemoryOptions memory_;
   const CopyWeights copy_weights_;
-  // Held by CreateRing from its memory check to its allocation.
-  absl::Mutex alloc_mu_;
-  // What each uid's rings hold of this device, and the share "auto" gives
-  // one uid (AutoMaxDeviceBytesPerUid) with the key its refusals name.
-  std::map<uint32_t, Ledger> ring_bytes_by_uid_ ABSL_GUARDED_BY(alloc_mu_);
-  const uint64_t ring_bytes_share_;
-  const std::string ring_bytes_share_key_;
+  RingAllocator allocator_;
   // The options of a pool made at the first staged load (at start under
   // staging_at_start), and the charge to the node's budget taken for the
   // pool at start either way (so the pool charges none).
@@ -352,8 +233,7 @@ class DeviceWorker {
   // Held by the worker thread while it works on rings (microseconds at a
   // time), and by the callers of CreateRing, RetireRing and Snapshot.
   mutable absl::Mutex rings_mu_;
-  std::map<uint64_t, std::unique_ptr<RingState>> rings_ ABSL_GUARDED_BY(rings_mu_);
-  std::vector<std::unique_ptr<RingState>> retired_ ABSL_GUARDED_BY(rings_mu_);
+  RingTable rings_ ABSL_GUARDED_BY(rings_mu_);
   uint64_t protocol_errors_ ABSL_GUARDED_BY(rings_mu_) = 0;
   LatencyHistogram load_latency_ ABSL_GUARDED_BY(rings_mu_);
   bool device_failure_logged_ ABSL_GUARDED_BY(rings_mu_) = false;
@@ -376,11 +256,8 @@ class DeviceWorker {
   std::atomic<uint64_t> staged_loads_{0};
   std::atomic<uint64_t> staged_bytes_{0};
 
-  // Tracing: trace_ is written by the worker thread only; readers are
-  // Admin.Trace threads. Client traces of freed rings are kept, bounded.
-  TraceBuffer trace_{kDeviceTraceCapacity};
-  std::deque<RingTrace> retired_traces_ ABSL_GUARDED_BY(rings_mu_);
-  uint64_t retired_traces_dropped_ ABSL_GUARDED_BY(rings_mu_) = 0;
+  // Written by the worker thread only; read by Admin.Trace threads.
+  DeviceTraceLog trace_;
 
   std::thread thread_;  // last: starts once everything above exists
 };
