@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "blockswap/v1/blockswap.pb.h"
@@ -47,6 +48,15 @@ struct Upload {
   // The blocks the client did not upload because the daemon held them (in a
   // model it may see) at BeginUpload; the references keep them mapped.
   KnownBlocks known;
+};
+
+// How a session ended, which decides when its remaining rings are freed
+// (DeviceWorker::RetireReason).
+enum class SessionEnd {
+  kDetached,        // the client said it is done (Detach): it closed its rings
+  kProcessExited,   // its process exited: its imports ended with it
+  kDaemonStopping,  // shutdown, the client alive: it may still map its rings
+  kReplaced,        // its process attached anew in its place: it may still map them
 };
 
 // Thread-safe: fields below `mu` are guarded by it; the rest never change
@@ -88,6 +98,19 @@ class Session {
   uint64_t all_rejected_loads() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return rejected_loads + fast_path_loads->rejected.load(std::memory_order_relaxed);
   }
+
+  // Marks the session ended and lets go of what it holds: its rings (to be
+  // freed when nothing on a device can still touch them, which `how`
+  // decides), uploads, models, side channel, file offers and its quota
+  // charge. An upload being committed stays until CommitUpload drops it.
+  void End(SessionEnd how) ABSL_LOCKS_EXCLUDED(mu);
+  // Sends `fds` over the side channel as a new batch; the batch's number.
+  absl::StatusOr<uint64_t> SendFds(const std::vector<int>& fds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Sends `fds` as batch `batch` (from next_batch). FAILED_PRECONDITION
+  // without a side channel; one that fails to send (other than a batch too
+  // large) is dropped, as it cannot be trusted to stay in step.
+  absl::Status SendBatch(uint64_t batch, const std::vector<int>& fds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   mutable absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;

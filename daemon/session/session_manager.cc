@@ -1,9 +1,6 @@
 #include "daemon/session/session_manager.h"
 
 #include <fcntl.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +13,7 @@
 #include "daemon/runtime/logging.h"
 #include "daemon/session/file_offers.h"
 #include "daemon/session/random_token.h"
+#include "daemon/session/visible_blocks.h"
 #include "shared/base/message_text.h"
 #include "shared/base/status.h"
 #include "shared/os/fd_passing.h"
@@ -51,22 +49,9 @@ SessionManager::SessionManager(const Backend& backend, ModelStore& store,
       workers_(std::move(workers)),
       boot_id_(boot_id),
       limits_(limits),
-      visibility_(visibility),
-      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
-      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.u64 = UINT64_MAX;  // the wake eventfd
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event);
-  reaper_ = std::thread([this] { ReaperLoop(); });
-}
+      visibility_(visibility) {}
 
-SessionManager::~SessionManager() {
-  EndAll();
-  uint64_t one = 1;
-  (void)::write(wake_.get(), &one, sizeof(one));
-  reaper_.join();
-}
+SessionManager::~SessionManager() { EndAll(); }
 
 // ---------------------------------------------------------------------------
 // Sessions
@@ -91,24 +76,19 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
   EndReplacedSession(peer, request.replaces_session_token());
   BLOCKSWAP_ASSIGN_OR_RETURN(
       Reservation charged,
-      ChargeClient(peer, {.sessions = 1, .descriptors = DescriptorsOfSession()}));
+      quota_gate_.Charge(peer, {.sessions = 1, .descriptors = DescriptorsOfSession()}));
   BLOCKSWAP_ASSIGN_OR_RETURN(std::string token, RandomToken());
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd watch, peer.pidfd->Duplicate());
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
-    if (!attaching_) return absl::UnavailableError("blockswapd is shutting down");
-    session = std::make_shared<Session>(++next_session_id_, token, peer, request.client_name(),
-                                        std::move(charged), copy);
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = session->id();
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, watch.get(), &event) != 0) {
-      return ErrnoStatus(errno, "watching the client process");
-    }
-    watched_pidfds_[session->id()] = std::move(watch);
-    by_token_[token] = session;
-    by_id_[session->id()] = session;
+    BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t id, table_.NewSessionId());
+    session =
+        std::make_shared<Session>(id, token, peer, request.client_name(), std::move(charged), copy);
+    // Both under mu_: the report of a process that has exited already ends
+    // its session once the session is in the table.
+    BLOCKSWAP_RETURN_IF_ERROR(watcher_.Watch(id, std::move(watch)));
+    table_.Add(session);
   }
   LogSession(*session, absl::StrCat("attached (copies by the ", CopyPathName(copy), ")"));
   v1::AttachReply reply;
@@ -138,28 +118,8 @@ absl::StatusOr<v1::AttachReply> SessionManager::Attach(const Peer& peer,
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Authenticate(absl::string_view token,
                                                                       const Peer& caller) const {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateSessionToken(token));
-  std::shared_ptr<Session> session;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = by_token_.find(token);
-    if (it == by_token_.end()) {
-      // While draining, the sessions were ended by the shutdown, not by the
-      // client: say so, with the code a client retries on.
-      if (!attaching_) {
-        return absl::UnavailableError("blockswapd is shutting down (the session was ended)");
-      }
-      return absl::UnauthenticatedError(
-          "unknown session token (the session ended or never existed)");
-    }
-    session = it->second;
-  }
-  // A token is only good on a connection of the process it was issued to.
-  if (session->peer().pid != caller.pid || session->peer().uid != caller.uid) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "session ", session->id(), " belongs to pid ", session->peer().pid, " uid ",
-        session->peer().uid, ", not to the caller (pid ", caller.pid, " uid ", caller.uid, ")"));
-  }
-  return session;
+  absl::MutexLock lock(&mu_);
+  return table_.Find(token, caller);
 }
 
 void SessionManager::Detach(Session& session) { EndSession(session.id(), SessionEnd::kDetached); }
@@ -169,14 +129,11 @@ void SessionManager::EndReplacedSession(const Peer& peer, absl::string_view toke
   uint64_t replaced = 0;
   {
     absl::MutexLock lock(&mu_);
-    auto it = by_token_.find(token);
-    // Only the same process's: a forked worker holds its parent's token too
-    // and must not end the parent's session.
-    if (it == by_token_.end() || it->second->peer().pid != peer.pid ||
-        it->second->peer().uid != peer.uid) {
-      return;
-    }
-    replaced = it->second->id();
+    // Only the same process's (Find checks): a forked worker holds its
+    // parent's token too and must not end the parent's session.
+    absl::StatusOr<std::shared_ptr<Session>> session = table_.Find(token, peer);
+    if (!session.ok()) return;
+    replaced = (*session)->id();
   }
   EndSession(replaced, SessionEnd::kReplaced);
 }
@@ -199,114 +156,42 @@ void SessionManager::EndSession(uint64_t session_id, SessionEnd how) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
-    auto it = by_id_.find(session_id);
-    if (it == by_id_.end()) return;
-    session = it->second;
-    by_id_.erase(it);
-    by_token_.erase(session->token());
-    if (auto watch = watched_pidfds_.find(session_id); watch != watched_pidfds_.end()) {
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, watch->second.get(), nullptr);
-      watched_pidfds_.erase(watch);
-    }
-    for (auto it2 = ring_owner_.begin(); it2 != ring_owner_.end();) {
-      it2 = it2->second == session_id ? ring_owner_.erase(it2) : std::next(it2);
-    }
+    session = table_.Remove(session_id);
+    if (session == nullptr) return;
+    watcher_.Unwatch(session_id);
   }
   LogSession(*session, how == SessionEnd::kProcessExited ? "ended: its process exited"
                        : how == SessionEnd::kDetached    ? "detached"
                        : how == SessionEnd::kReplaced
                            ? "replaced by a new session of its process (it reconnected)"
                            : "ended: blockswapd is stopping");
-  absl::MutexLock lock(&session->mu);
-  session->ended = true;
-  // A client that detaches has closed its rings (client::Ring closes each
-  // before its connection detaches); one the daemon leaves while it runs may
-  // still map them.
-  for (auto& [ring_id, ring] : session->rings) {
-    switch (how) {
-      case SessionEnd::kDetached:
-        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kClosedByClient);
-        break;
-      case SessionEnd::kProcessExited:
-        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerExited);
-        break;
-      case SessionEnd::kDaemonStopping:
-      case SessionEnd::kReplaced:
-        ring.worker->RetireRing(ring_id, DeviceWorker::RetireReason::kOwnerDetached,
-                                session->peer().pidfd);
-        break;
-    }
-  }
-  session->rings.clear();
-  // An upload being committed stays until its CommitUpload drops it: the
-  // commit reads its staging area without the lock.
-  std::erase_if(session->uploads, [](const auto& entry) { return !entry.second.committing; });
-  session->models->Clear();
-  session->side_channel.Reset();
-  session->file_offers.clear();
-  session->charged.Release();
-}
-
-void SessionManager::ReaperLoop() {
-  while (true) {
-    epoll_event events[16];
-    int count = ::epoll_wait(epoll_.get(), events, 16, -1);
-    if (count < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    for (int i = 0; i < count; ++i) {
-      if (events[i].data.u64 == UINT64_MAX) return;  // woken to stop
-      // The pidfd is readable: the session's process has exited.
-      EndSession(events[i].data.u64, SessionEnd::kProcessExited);
-    }
-  }
+  session->End(how);
 }
 
 std::vector<std::shared_ptr<Session>> SessionManager::Sessions() const {
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<Session>> out;
-  for (const auto& [id, session] : by_id_) out.push_back(session);
-  return out;
+  return table_.List();
 }
 
 size_t SessionManager::session_count() const {
   absl::MutexLock lock(&mu_);
-  return by_id_.size();
+  return table_.size();
 }
 
 void SessionManager::StopAttaching() {
   absl::MutexLock lock(&mu_);
-  attaching_ = false;
+  table_.Close();
 }
 
 bool SessionManager::draining() const {
   absl::MutexLock lock(&mu_);
-  return !attaching_;
+  return table_.closed();
 }
 
 void SessionManager::EndAll() {
   for (const std::shared_ptr<Session>& session : Sessions()) {
     EndSession(session->id(), SessionEnd::kDaemonStopping);
   }
-}
-
-absl::StatusOr<uint64_t> SessionManager::SendFds(Session& session, const std::vector<int>& fds) {
-  uint64_t batch = ++session.next_batch;
-  BLOCKSWAP_RETURN_IF_ERROR(SendBatch(session, batch, fds));
-  return batch;
-}
-
-absl::Status SessionManager::SendBatch(Session& session, uint64_t batch,
-                                       const std::vector<int>& fds) {
-  if (!session.side_channel.valid()) {
-    return absl::FailedPreconditionError(
-        "this session has no descriptor side channel (connect it after Attach)");
-  }
-  absl::Status sent = SendFdBatch(session.side_channel, batch, fds);
-  // A channel that failed once cannot be trusted to stay in step.
-  if (!sent.ok() && !absl::IsInvalidArgument(sent)) session.side_channel.Reset();
-  return sent;
 }
 
 // ---------------------------------------------------------------------------
@@ -330,9 +215,10 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
   placement.total_bytes = std::max<uint64_t>(placement.total_bytes, kBlockPlacementAlignment);
   // The staging area is charged before it exists: to the client's quotas,
   // then to the node's memory (the master will need its own charge too).
-  BLOCKSWAP_ASSIGN_OR_RETURN(Reservation charged,
-                             ChargeClient(session.peer(), {.staging_bytes = placement.total_bytes,
-                                                           .descriptors = DescriptorsOfUpload()}));
+  BLOCKSWAP_ASSIGN_OR_RETURN(
+      Reservation charged,
+      quota_gate_.Charge(session.peer(), {.staging_bytes = placement.total_bytes,
+                                          .descriptors = DescriptorsOfUpload()}));
   if (MemoryBudget* memory = store_.memory_budget(); memory != nullptr) {
     BLOCKSWAP_ASSIGN_OR_RETURN(
         Reservation node,
@@ -347,7 +233,7 @@ absl::StatusOr<v1::BeginUploadReply> SessionManager::BeginUpload(
       SharedMemory::Create(absl::StrCat("staging-session-", session.id()), placement.total_bytes));
   absl::MutexLock lock(&session.mu);
   if (session.ended) return absl::UnauthenticatedError("the session has ended");
-  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, SendFds(session, {staging.fd().get()}));
+  BLOCKSWAP_ASSIGN_OR_RETURN(uint64_t batch, session.SendFds({staging.fd().get()}));
   uint64_t upload_id = ++session.next_upload;
   v1::BeginUploadReply reply;
   reply.set_upload_id(upload_id);
@@ -366,41 +252,16 @@ absl::StatusOr<KnownBlocks> SessionManager::FindHeldBlocks(Session& session,
                                                            const ModelLayout& layout) {
   BLOCKSWAP_ASSIGN_OR_RETURN(std::vector<HeldBlockClaim> claims,
                              ValidateHeldBlocks(request, layout));
-  KnownBlocks known;
-  known.masters.resize(layout.blocks.size());
-  known.hashes.resize(layout.blocks.size());
-  if (claims.empty()) return known;
-  const VisibleBlocks visible = VisibleBlocksOf(session);
-  for (const HeldBlockClaim& claim : claims) {
-    const std::string block_id = BlockId(layout.blocks[claim.block], claim.hash);
-    auto it = visible.find(block_id);
-    if (it == visible.end()) {
-      // Worded the same whether no model holds it or none the caller may see.
-      return absl::FailedPreconditionError(
-          absl::StrCat("held block ", claim.block, " (block id ", block_id.substr(0, 16),
-                       "...) is not held by this blockswapd in a model you may see: upload it"));
-    }
-    known.masters[claim.block] = it->second;
-    known.hashes[claim.block] = claim.hash;
-  }
-  return known;
-}
-
-SessionManager::VisibleBlocks SessionManager::VisibleBlocksOf(const Session& session) const {
-  VisibleBlocks visible;
-  for (const std::shared_ptr<const Model>& model : store_.List()) {
-    if (!visibility_.MaySee(session.peer(), model->registrants().List())) continue;
-    for (size_t b = 0; b < model->block_count(); ++b) {
-      visible.emplace(model->block_master(b)->id(), model->block_master(b));
-    }
-  }
-  return visible;
+  // Listing what the caller may see walks every model: only for a claim.
+  const VisibleBlocks visible =
+      claims.empty() ? VisibleBlocks() : VisibleBlocks::Of(store_, visibility_, session.peer());
+  return visible.Resolve(claims, layout);
 }
 
 absl::StatusOr<v1::HeldBlocksReply> SessionManager::HeldBlocks(
     Session& session, const v1::HeldBlocksRequest& request) {
   BLOCKSWAP_RETURN_IF_ERROR(ValidateHeldBlocksRequest(request));
-  const VisibleBlocks visible = VisibleBlocksOf(session);
+  const VisibleBlocks visible = VisibleBlocks::Of(store_, visibility_, session.peer());
   v1::HeldBlocksReply reply;
   for (const std::string& block_id : request.block_ids()) {
     reply.add_held(visible.contains(block_id));
@@ -499,7 +360,7 @@ absl::StatusOr<v1::ModelReply> SessionManager::ModelReply(Session& session,
       BLOCKSWAP_ASSIGN_OR_RETURN(batch.emplace_back(), distinct[i]->OpenReadOnly());
       fds.push_back(batch.back().get());
     }
-    BLOCKSWAP_ASSIGN_OR_RETURN(batches.emplace_back(), SendFds(session, fds));
+    BLOCKSWAP_ASSIGN_OR_RETURN(batches.emplace_back(), session.SendFds(fds));
   }
   v1::ModelReply reply;
   reply.set_model_handle(session.models->Open(model));
@@ -532,8 +393,8 @@ absl::StatusOr<v1::RegisterFileReply> SessionManager::RegisterFile(
     absl::Status drained = DrainFileOffers(
         session.side_channel,
         [&] {
-          return ChargeClient(session.peer(),
-                              {.file_offers = 1, .descriptors = DescriptorsOfFileOffer()});
+          return quota_gate_.Charge(session.peer(),
+                                    {.file_offers = 1, .descriptors = DescriptorsOfFileOffer()});
         },
         &session.file_offers);
     if (!drained.ok()) {
@@ -585,16 +446,16 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   // Held by the ring in its worker until it is freed, destroyed or not.
   // With max_device_bytes_per_uid = "auto" the uid's bytes are charged per
   // device, by the worker (its kAutoLimit here bounds nothing).
-  const bool device_share = quotas_.Get().per_uid.device_bytes == kAutoLimit;
+  const bool device_share = quota_gate_.quotas().Get().per_uid.device_bytes == kAutoLimit;
   BLOCKSWAP_ASSIGN_OR_RETURN(
       Reservation charged,
-      ChargeClient(session.peer(), {.rings = 1,
-                                    .device_bytes = ring_bytes,
-                                    .descriptors = DescriptorsOfRing(RingCopier::kDaemon)}));
+      quota_gate_.Charge(session.peer(), {.rings = 1,
+                                          .device_bytes = ring_bytes,
+                                          .descriptors = DescriptorsOfRing(RingCopier::kDaemon)}));
   uint64_t ring_id;
   {
     absl::MutexLock lock(&mu_);
-    ring_id = ++next_ring_id_;
+    ring_id = table_.NewRingId();
   }
   RingOwner owner{static_cast<uint32_t>(session.peer().pid), session.client_name(),
                   session.peer().uid};
@@ -619,7 +480,7 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
       wire = RingToWire(std::move(exported), batch);
       std::vector<int> fds;
       for (const UniqueFd& fd : wire.fds) fds.push_back(fd.get());
-      sent = SendBatch(session, batch, fds);
+      sent = session.SendBatch(batch, fds);
       if (sent.ok()) {
         session.rings[ring_id] = SessionRing{worker->second, request.device_uuid(), shape};
       }
@@ -633,7 +494,7 @@ absl::StatusOr<v1::RingDescriptor> SessionManager::CreateRing(
   LogSession(session, absl::StrCat("created ring ", ring_id, " on ", request.device_uuid(), " (",
                                    shape.slot_count, " slots of ", shape.slot_bytes, " bytes)"));
   absl::MutexLock lock(&mu_);
-  ring_owner_[ring_id] = session.id();
+  table_.SetRingOwner(ring_id, session.id());
   return wire.descriptor;
 }
 
@@ -651,7 +512,7 @@ absl::Status SessionManager::DestroyRing(Session& session, const v1::DestroyRing
   }
   {
     absl::MutexLock lock(&mu_);
-    ring_owner_.erase(request.ring_id());
+    table_.ForgetRing(request.ring_id());
   }
   worker->RetireRing(request.ring_id(), DeviceWorker::RetireReason::kClosedByClient);
   LogSession(session, absl::StrCat("destroyed ring ", request.ring_id()));
@@ -674,10 +535,9 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
     if (ring == session.rings.end()) {
       ++session.rejected_loads;
       absl::MutexLock owners(&mu_);
-      auto owner = ring_owner_.find(request.ring_id());
-      if (owner != ring_owner_.end()) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "ring ", request.ring_id(), " belongs to another session (", owner->second, ")"));
+      if (std::optional<uint64_t> owner = table_.RingOwner(request.ring_id())) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("ring ", request.ring_id(), " belongs to another session (", *owner, ")"));
       }
       return absl::NotFoundError(
           absl::StrCat("no ring ", request.ring_id(), " in session ", session.id()));
@@ -706,25 +566,6 @@ absl::Status SessionManager::SubmitLoad(Session& session, const v1::LoadRequest&
   }
   worker->Submit(std::move(task));
   return absl::OkStatus();
-}
-
-absl::StatusOr<Reservation> SessionManager::ChargeClient(const Peer& peer,
-                                                         const ClientAmounts& amounts) {
-  absl::StatusOr<Reservation> charged =
-      accounts_.Reserve(peer.uid, peer.pid, amounts, quotas_.Get());
-  if (!charged.ok() && absl::IsResourceExhausted(charged.status())) {
-    NoteQuotaRefusal(peer, charged.status());
-  }
-  return charged;
-}
-
-void SessionManager::NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal) {
-  quota_refusals_.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock lock(&quota_log_mu_);
-  quota_log_.Refused(peer.uid,
-                     absl::StrCat("quota refusal for pid ", peer.pid, " (uid ", peer.uid,
-                                  "): ", refusal.message()),
-                     absl::Now());
 }
 
 absl::Status SessionManager::ReportStats(Session& session, const v1::ReportStatsRequest& request) {

@@ -6,7 +6,7 @@
 // Session lifecycle: Attach creates a session bound to the calling process
 // (its pidfd); the client then connects the descriptor side channel with the
 // session token. The session ends on Detach or when the process dies (the
-// reaper thread watches every session's pidfd); everything it owned is
+// ProcessWatcher watches every session's pidfd); everything it owned is
 // released then: uploads at once, rings once nothing on a device can still
 // touch them (DeviceWorker::RetireRing).
 #ifndef BLOCKSWAP_DAEMON_SESSION_SESSION_MANAGER_H_
@@ -17,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,12 +24,13 @@
 #include "absl/synchronization/mutex.h"
 #include "blockswap/v1/blockswap.pb.h"
 #include "daemon/device/device_worker.h"
-#include "daemon/runtime/logging.h"
-#include "daemon/runtime/refusal_log.h"
 #include "daemon/session/client_accounts.h"
 #include "daemon/session/model_visibility.h"
+#include "daemon/session/process_watcher.h"
 #include "daemon/session/quota.h"
+#include "daemon/session/quota_gate.h"
 #include "daemon/session/session.h"
+#include "daemon/session/session_table.h"
 #include "daemon/session/side_channel.h"
 #include "daemon/store/file_ingest.h"
 #include "daemon/store/model_store.h"
@@ -48,7 +48,7 @@ class SessionManager final : public SideChannelAcceptor {
   SessionManager(const Backend& backend, ModelStore& store,
                  std::map<std::string, DeviceWorker*> workers, uint64_t boot_id,
                  RequestLimits limits = {}, ModelVisibility visibility = ModelVisibility());
-  // Ends every session and stops the reaper.
+  // Ends every session and stops watching their processes.
   ~SessionManager() override;
 
   absl::StatusOr<v1::AttachReply> Attach(const Peer& peer, const v1::AttachRequest& request);
@@ -106,55 +106,29 @@ class SessionManager final : public SideChannelAcceptor {
   void StopAttaching();
   bool draining() const;  // StopAttaching was called
   // Requests refused because a per-process or per-uid quota was full.
-  uint64_t quota_refusals() const { return quota_refusals_.load(std::memory_order_relaxed); }
+  uint64_t quota_refusals() const { return quota_gate_.refusals(); }
   // Ends every session (shutdown).
   void EndAll();
   // The per-client and per-uid quotas; Set may be called at any time (SIGHUP).
-  QuotaPolicy& quotas() { return quotas_; }
-  const QuotaPolicy& quotas() const { return quotas_; }
+  QuotaPolicy& quotas() { return quota_gate_.quotas(); }
+  const QuotaPolicy& quotas() const { return quota_gate_.quotas(); }
   // What each process and uid holds.
-  const ClientAccounts& accounts() const { return accounts_; }
+  const ClientAccounts& accounts() const { return quota_gate_.accounts(); }
 
  private:
-  // Block id -> master, of every model `session`'s peer may see.
-  using VisibleBlocks = std::map<std::string, std::shared_ptr<const BlockMaster>, std::less<>>;
-  VisibleBlocks VisibleBlocksOf(const Session& session) const;
   // The held blocks a BeginUpload names, each checked to be visible to the
   // caller: FAILED_PRECONDITION naming one that is not.
   absl::StatusOr<KnownBlocks> FindHeldBlocks(Session& session,
                                              const v1::BeginUploadRequest& request,
                                              const ModelLayout& layout);
-  // How a session ended, which decides when its remaining rings are freed
-  // (DeviceWorker::RetireReason).
-  enum class SessionEnd {
-    kDetached,        // the client said it is done (Detach): it closed its rings
-    kProcessExited,   // its process exited: its imports ended with it
-    kDaemonStopping,  // shutdown, the client alive: it may still map its rings
-    kReplaced,        // its process attached anew in its place: it may still map them
-  };
-  void EndSession(uint64_t session_id, SessionEnd how);
+  void EndSession(uint64_t session_id, SessionEnd how) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the session under `token` if it is `peer`'s own process's
   // (AttachRequest.replaces_session_token); nothing otherwise.
   void EndReplacedSession(const Peer& peer, absl::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
-  void ReaperLoop();
-  // Sends `fds` over the session's side channel as a new batch.
-  absl::StatusOr<uint64_t> SendFds(Session& session, const std::vector<int>& fds)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
-  absl::Status SendBatch(Session& session, uint64_t batch, const std::vector<int>& fds)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
   absl::StatusOr<v1::ModelReply> ModelReply(Session& session,
                                             const std::shared_ptr<const Model>& model,
                                             bool already_present);
-  // Charges `amounts` to the peer's process and uid (ClientAccounts::Reserve).
-  absl::StatusOr<Reservation> ChargeClient(const Peer& peer, const ClientAmounts& amounts);
-  // Counts a quota refusal and logs it through quota_log_, so that a client
-  // retrying in a loop cannot flood the journal.
-  void NoteQuotaRefusal(const Peer& peer, const absl::Status& refusal);
-  std::atomic<uint64_t> quota_refusals_{0};
   std::atomic<CopyPath> default_copy_{CopyPath::kDaemon};
-  absl::Mutex quota_log_mu_;
-  RefusalLog quota_log_ ABSL_GUARDED_BY(quota_log_mu_){
-      [](absl::string_view line) { Log(LogLevel::kInfo, line); }, absl::Seconds(10), "request"};
 
   const Backend& backend_;
   ModelStore& store_;
@@ -162,22 +136,15 @@ class SessionManager final : public SideChannelAcceptor {
   const uint64_t boot_id_;
   const RequestLimits limits_;
   const ModelVisibility visibility_;
-  QuotaPolicy quotas_;
-  ClientAccounts accounts_;
+  QuotaGate quota_gate_;
   FileIngest file_ingest_{store_};
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Session>, std::less<>> by_token_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, std::shared_ptr<Session>> by_id_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, uint64_t> ring_owner_ ABSL_GUARDED_BY(mu_);  // ring id -> session id
-  std::map<uint64_t, UniqueFd> watched_pidfds_ ABSL_GUARDED_BY(mu_);  // by session id
-  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_ring_id_ ABSL_GUARDED_BY(mu_) = 0;
-  bool attaching_ ABSL_GUARDED_BY(mu_) = true;
-
-  UniqueFd epoll_;
-  UniqueFd wake_;  // eventfd: stops the reaper
-  std::thread reaper_;
+  SessionTable table_ ABSL_GUARDED_BY(mu_);
+  // Ends the session of a process that exits. Last: it stops (in its
+  // destructor) before anything its reports use goes.
+  ProcessWatcher watcher_{
+      [this](uint64_t session_id) { EndSession(session_id, SessionEnd::kProcessExited); }};
 };
 
 }  // namespace blockswap::daemon
