@@ -86,7 +86,7 @@ v1::StatusReply BuildStatus(const DaemonView& view, const Peer* caller) {
   reply.set_file_bytes_read(files.bytes_read);
   reply.set_evictions(view.store->stats().evicted);
   reply.set_master_blocks(view.store->block_count());
-  const StagedBlocks staged = view.store->staged_blocks();
+  const BlockTotals staged = view.store->staged_blocks();
   reply.set_staged_bytes(staged.bytes);
   reply.set_staged_blocks(static_cast<uint32_t>(staged.blocks));
   return reply;
