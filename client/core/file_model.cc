@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "shared/base/file_io.h"
 #include "shared/base/regular_file.h"
-#include "shared/base/safetensors_header.h"
+#include "shared/base/safetensors_index.h"
 #include "shared/base/status.h"
 #include "shared/base/unique_fd.h"
 #include "shared/protocol/grpc_status.h"

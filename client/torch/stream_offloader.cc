@@ -8,7 +8,6 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/nn/modules/linear.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include "blockswap/torch.h"
 #include "client/torch/block_checkpoint.h"
 #include "client/torch/streamed_linear.h"
+#include "client/torch/streamed_tensors.h"
 
 #if BLOCKSWAP_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -33,55 +33,6 @@ namespace {
 
 using at::Tensor;
 using Tensors = std::vector<at::Tensor>;
-
-// The safetensors name of `type` (the client library's table,
-// bs_dtype_of_torch, keyed by the name Python gives the dtype).
-std::string DtypeName(at::ScalarType type) {
-  const std::string torch_name(c10::getDtypeNames(type).first);
-  const char* name = bs_dtype_of_torch(torch_name.c_str());
-  TORCH_CHECK(name != nullptr, "blockswap::torch cannot stream a tensor of dtype ", type, ": ",
-              bs_last_error());
-  return name;
-}
-
-bool EndsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A refusal of the C ABI's offloader (its message says what was wrong).
-void Refuse(int code) { TORCH_CHECK(code == BS_OK, bs_last_error()); }
-
-std::string FullName(const StreamedTensor& entry) {
-  return entry.path.empty() ? entry.name : entry.path + "." + entry.name;
-}
-
-// The module's own handle of the tensor (same TensorImpl), so that set_data
-// repoints what the module computes with.
-Tensor FindTensor(const bs_offloader* offloader, const StreamedTensor& entry, uint32_t block) {
-  TORCH_CHECK(entry.module != nullptr, "the selector returned no module for '", FullName(entry),
-              "' in block ", block);
-  if (const Tensor* p = entry.module->named_parameters(false).find(entry.name)) return *p;
-  if (const Tensor* b = entry.module->named_buffers(false).find(entry.name)) return *b;
-  const std::string owner =
-      (entry.path.empty() ? "(the block itself)" : entry.path) + " (" + entry.module->name() + ")";
-  Refuse(bs_offloader_refuse_selection(offloader, block, owner.c_str(), entry.name.c_str()));
-  return {};
-}
-
-// set_data, also between meta and real: set_data refuses to change a
-// tensor's kind (meta to cpu/cuda and back), so a frozen tensor gets it the
-// way set_data gives data (the same shallow copy, without the kind check; a
-// frozen tensor has no gradient accumulator to reset).
-void Rebind(const Tensor& tensor, const Tensor& data) {
-  if (tensor.is_meta() == data.is_meta()) {
-    tensor.set_data(data);
-    return;
-  }
-  TORCH_CHECK(!tensor.requires_grad(),
-              "a tensor that requires grad cannot change between meta and real data");
-  tensor.unsafeGetTensorImpl()->shallow_copy_from(data.getIntrusivePtr());
-}
 
 c10::Stream CurrentStream(const c10::Device& device) {
   if (device.is_cpu()) return c10::Stream(c10::Stream::DEFAULT, device);
@@ -124,27 +75,6 @@ std::optional<PassStats> LastPassOf(const bs_offloader* offloader, Direction dir
 
 }  // namespace
 
-std::vector<StreamedTensor> LinearWeights(const ModulePtr& block) {
-  std::vector<StreamedTensor> picked;
-  for (const auto& item : block->named_modules("", /*include_self=*/true)) {
-    const ModulePtr& module = item.value();
-    const bool linear = dynamic_cast<::torch::nn::LinearImpl*>(module.get()) != nullptr ||
-                        EndsWith(module->name(), "Linear") ||
-                        EndsWith(module->name(), "LinearImpl");
-    if (!linear) continue;
-    const Tensor* weight = module->named_parameters(false).find("weight");
-    if (weight == nullptr || !weight->defined()) continue;
-    picked.push_back(StreamedTensor{item.key(), module, "weight"});
-  }
-  return picked;
-}
-
-void ReleaseToMeta(const at::Tensor& tensor) {
-  TORCH_CHECK(tensor.defined(), "ReleaseToMeta: the tensor is undefined");
-  if (!tensor.is_meta())
-    Rebind(tensor, at::empty(tensor.sizes(), tensor.options().device(at::kMeta)));
-}
-
 std::string FormatPassStats(const PassStats& s) {
   char line[256];
   std::snprintf(
@@ -160,18 +90,6 @@ std::string FormatPassStats(const PassStats& s) {
 }
 
 struct StreamOffloader::Impl {
-  // One streamed tensor of a block.
-  struct Streamed {
-    Tensor tensor;  // the module's handle
-    std::string name;
-    std::string dtype_name;  // safetensors
-    std::vector<int64_t> sizes;
-    std::vector<uint64_t> shape;  // sizes, as the C ABI takes them
-    at::ScalarType dtype;
-    uint64_t offset = 0;  // in the model block / ring slot
-    Tensor master = {};   // view of the daemon's read-only master
-  };
-
   BlockSwapConfig config;
   std::vector<ModulePtr> blocks;
   std::vector<uint32_t> streaming;              // rank -> block
@@ -193,28 +111,10 @@ struct StreamOffloader::Impl {
     detail::Check(code, what);
   }
 
-  // The C ABI's view of block `block`'s streamed tensors, as they are now.
-  std::vector<bs_offloader_tensor> Describe(uint32_t block, bool with_data,
-                                            Tensors& host_copies) const {
-    std::vector<bs_offloader_tensor> descs;
-    for (const Streamed& t : streamed[block]) {
-      const void* data = nullptr;
-      if (with_data && !t.tensor.is_meta()) {
-        host_copies.push_back(t.tensor.detach().to(at::kCPU).contiguous());
-        data = host_copies.back().data_ptr();
-      }
-      descs.push_back(bs_offloader_tensor{t.name.c_str(), t.dtype_name.c_str(), t.shape.data(),
-                                          static_cast<uint32_t>(t.shape.size()), data,
-                                          t.tensor.requires_grad() ? 1 : 0,
-                                          t.tensor.is_meta() ? 1 : 0});
-    }
-    return descs;
-  }
-
   // Streamed tensors must stay frozen (bs_offloader_check_block).
   void CheckFrozen(uint32_t block) const {
     Tensors none;
-    const std::vector<bs_offloader_tensor> descs = Describe(block, false, none);
+    const std::vector<bs_offloader_tensor> descs = Describe(streamed[block], false, none);
     Refuse(bs_offloader_check_block(offloader.get(), block, descs.data(),
                                     static_cast<uint32_t>(descs.size())));
   }
@@ -239,10 +139,9 @@ struct StreamOffloader::Impl {
         if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
       }
     }
-    auto* base = static_cast<char*>(bs_offloader_slot(offloader.get(), slot));
+    void* base = bs_offloader_slot(offloader.get(), slot);
     for (Streamed& t : streamed.at(block)) {
-      t.tensor.set_data(at::from_blob(base + t.offset, t.sizes,
-                                      at::TensorOptions().dtype(t.dtype).device(config.device)));
+      t.tensor.set_data(t.At(base, config.device));
       if (loaded) t.tensor.unsafeGetTensorImpl()->bump_version();
     }
   }
@@ -384,14 +283,7 @@ void StreamOffloader::Impl::SelectStreamedTensors(bool from_daemon) {
   streamed.assign(n, {});
   for (uint32_t b = 0; b < n; ++b) {
     if (!from_daemon && !is_streaming(b)) continue;
-    for (const StreamedTensor& entry : select(blocks[b])) {
-      Tensor tensor = FindTensor(offloader.get(), entry, b);
-      TORCH_CHECK(tensor.defined(), "block ", b, " tensor '", FullName(entry), "' is undefined");
-      const std::vector<int64_t> sizes = tensor.sizes().vec();
-      streamed[b].push_back(Streamed{tensor, FullName(entry), DtypeName(tensor.scalar_type()),
-                                     sizes, std::vector<uint64_t>(sizes.begin(), sizes.end()),
-                                     tensor.scalar_type()});
-    }
+    streamed[b] = SelectStreamed(offloader.get(), select, blocks[b], b);
     CheckFrozen(b);
   }
 }
@@ -414,19 +306,18 @@ void StreamOffloader::Impl::OpenModel() {
   std::vector<std::vector<bs_offloader_tensor>> descs(n);
   std::vector<bs_offloader_block> layout(n);
   for (uint32_t b = 0; b < n; ++b) {
-    descs[b] = Describe(b, is_streaming(b), host_copies);
+    descs[b] = Describe(streamed[b], is_streaming(b), host_copies);
     layout[b] = bs_offloader_block{descs[b].data(), static_cast<uint32_t>(descs[b].size())};
   }
   Refuse(bs_offloader_open_model(offloader.get(), layout.data()));
   for (uint32_t b = 0; b < n; ++b) {
-    const auto* master = static_cast<const char*>(bs_offloader_master(offloader.get(), b));
+    const void* master = bs_offloader_master(offloader.get(), b);
     if (master == nullptr) continue;
     for (size_t k = 0; k < streamed[b].size(); ++k) {
       Streamed& t = streamed[b][k];
       t.offset = bs_offloader_tensor_offset(offloader.get(), b, static_cast<uint32_t>(k));
       // Read-only memory: the mapping is PROT_READ, a write faults.
-      t.master = at::from_blob(const_cast<char*>(master) + t.offset, t.sizes,
-                               at::TensorOptions().dtype(t.dtype).device(at::kCPU));
+      t.master = t.At(const_cast<void*>(master), c10::Device(c10::kCPU));
       if (!is_streaming(b)) {
         Rebind(t.tensor,
                at::empty(t.sizes, at::TensorOptions().dtype(t.dtype).device(config.device))
@@ -491,7 +382,7 @@ StreamOffloader::~StreamOffloader() {
   // The masters and slots are unmapped with the model and the ring: leave
   // the streamed tensors empty rather than dangling.
   for (uint32_t b : m.streaming) {
-    for (Impl::Streamed& t : m.streamed[b]) {
+    for (Streamed& t : m.streamed[b]) {
       try {
         t.tensor.set_data(at::empty({0}, at::TensorOptions().dtype(t.dtype)));
       } catch (...) {
@@ -566,7 +457,7 @@ Tensors StreamOffloader::Checkpoint(uint32_t block, const BlockFnList& fn, const
 std::optional<size_t> StreamOffloader::StreamedIndex(uint32_t block, const Tensor& tensor) const {
   const Impl& m = *impl_;
   if (!m.is_streaming(block)) return std::nullopt;
-  const std::vector<Impl::Streamed>& streamed = m.streamed[block];
+  const std::vector<Streamed>& streamed = m.streamed[block];
   for (size_t i = 0; i < streamed.size(); ++i) {
     if (streamed[i].tensor.unsafeGetTensorImpl() == tensor.unsafeGetTensorImpl()) return i;
   }
@@ -584,9 +475,7 @@ Tensor StreamOffloader::StreamedForBackward(uint32_t block, size_t index) {
     m.Check(bs_offloader_ensure_block(o, block), "bs_offloader_ensure_block");
     Join(m.stream, current);
   }
-  const Impl::Streamed& t = m.streamed[block].at(index);
-  return at::from_blob(static_cast<char*>(bs_offloader_slot(o, slot)) + t.offset, t.sizes,
-                       at::TensorOptions().dtype(t.dtype).device(m.config.device));
+  return m.streamed[block].at(index).At(bs_offloader_slot(o, slot), m.config.device);
 }
 
 void StreamOffloader::FinishPass() {

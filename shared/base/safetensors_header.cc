@@ -4,13 +4,12 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "shared/base/dtype.h"
+#include "shared/base/json_error.h"
 #include "shared/base/message_text.h"
 #include "shared/base/status.h"
 
@@ -22,15 +21,6 @@ using Json = nlohmann::json;
 constexpr absl::string_view kMetadataKey = "__metadata__";
 // Dimensions of one tensor; the model layout allows no more either.
 constexpr size_t kMaxRank = 64;
-
-// The error for `what` when it does not parse, with the JSON parser's message.
-absl::Status NotJson(absl::string_view what, const std::string& error) {
-  std::string message = absl::StrCat(what, " is not valid JSON: ", error);
-  if (absl::StrContains(message, "UTF-8")) {
-    absl::StrAppend(&message, " (names and strings must be valid UTF-8)");
-  }
-  return absl::InvalidArgumentError(message);
-}
 
 absl::Status WithinHeaderLimit(uint64_t length) {
   if (length > kSafetensorsMaxHeaderBytes) {
@@ -569,36 +559,6 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsPrefix(absl::string_view bytes
                                                    kSafetensorsPrefixBytes + length));
   }
   return ParseSafetensorsHeader(bytes.substr(kSafetensorsPrefixBytes, length), file_size);
-}
-
-absl::StatusOr<std::vector<std::string>> ParseSafetensorsIndex(absl::string_view text) {
-  Json json;
-  try {
-    json = Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& error) {
-    return NotJson("the safetensors index", error.what());
-  }
-  auto map = json.is_object() ? json.find("weight_map") : json.end();
-  if (!json.is_object() || map == json.end() || !map->is_object() || map->empty()) {
-    return absl::InvalidArgumentError(
-        "the safetensors index has no weight_map object naming at least one tensor");
-  }
-  std::set<std::string> shards;
-  for (const auto& [tensor, shard] : map->items()) {
-    if (!shard.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("weight_map entry ", Quoted(tensor), " is ",
-                                                     shard.type_name(), ", not a file name"));
-    }
-    const std::string& file = shard.get_ref<const std::string&>();
-    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-        file.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weight_map entry ", Quoted(tensor), " names shard ", Quoted(file),
-                       ", not a plain file name beside the index"));
-    }
-    shards.insert(file);
-  }
-  return std::vector<std::string>(shards.begin(), shards.end());
 }
 
 }  // namespace blockswap

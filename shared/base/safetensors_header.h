@@ -81,13 +81,6 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view heade
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsPrefix(absl::string_view bytes,
                                                          uint64_t file_size);
 
-// The shard files of a sharded checkpoint's index JSON
-// ("model.safetensors.index.json": {"weight_map": {tensor: shard file}}):
-// every distinct shard, sorted. A shard must be a plain file name (no "/",
-// not "." or ".."), since shards live beside their index. INVALID_ARGUMENT
-// for invalid JSON or a missing or malformed weight_map.
-absl::StatusOr<std::vector<std::string>> ParseSafetensorsIndex(absl::string_view json);
-
 }  // namespace blockswap
 
 #endif  // BLOCKSWAP_SHARED_BASE_SAFETENSORS_HEADER_H_

@@ -214,18 +214,5 @@ TEST(SafetensorsHeaderTest, RefusesAnEntryNestedDeeperThanAnyTensors) {
               HasSubstr("tensor 'w' nests deeper than 8 levels"));
 }
 
-TEST(SafetensorsHeaderTest, ListsTheShardsOfAnIndex) {
-  auto shards = ParseSafetensorsIndex(
-      R"({"metadata":{},"weight_map":{"a":"m-2.safetensors","b":"m-1.safetensors",)"
-      R"("c":"m-2.safetensors"}})");
-  ASSERT_TRUE(shards.ok()) << shards.status();
-  EXPECT_EQ(*shards, (std::vector<std::string>{"m-1.safetensors", "m-2.safetensors"}));
-  EXPECT_THAT(std::string(ParseSafetensorsIndex(R"({"weight_map":{"a":"../x"}})")
-                              .status()
-                              .message()),
-              HasSubstr("not a plain file name"));
-  EXPECT_FALSE(ParseSafetensorsIndex(R"({"metadata":{}})").ok());
-}
-
 }  // namespace
 }  // namespace blockswap

@@ -6,6 +6,7 @@
 
 #include "absl/strings/string_view.h"
 #include "shared/base/safetensors_header.h"
+#include "shared/base/safetensors_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);
