@@ -1,9 +1,9 @@
 // ModelStore: opening the store, the models and counts it reports, Verify.
 // The rest of its implementation: model_store_adoption.cc (Open's
 // adoption), model_store_registration.cc (registering, coalescing concurrent
-// registrations of one id), model_store_claims.cc (the blocks' claims and
-// counts), model_store_block_files.cc (block files, sealing, manifests),
-// model_store_capacity.cc (capacity and eviction), master_draft.cc.
+// registrations of one id), model_store_claims.cc (claims ended, uids
+// charged), model_store_registrants.cc (registrants recorded and removed,
+// pinning), model_store_capacity.cc (checks and eviction), master_draft.cc.
 #include "daemon/store/model_store.h"
 
 #include <fcntl.h>

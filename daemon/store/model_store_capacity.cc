@@ -59,7 +59,7 @@ BlockTotals ModelStore::EvictableLocked() const {
 }
 
 // Evicts unreferenced models until `bytes` more in `blocks` more blocks
-// of a registration by `uid` fit (FitsLocked); the error of the check that
+// of a registration by `uid` fit (MasterRoom::Fits); the error of the check that
 // still fails otherwise. The victims: the models of the uid holding the
 // most of what is short (blocks or bytes) first, least recently used
 // first among them, so a flood's unused models go before anyone else's.

@@ -73,7 +73,7 @@ PendingRegistration ModelStore::PendingFor(Model& model) {
 
 // After the uid's limits allow it: the sealed model of pending.id, waiting
 // for a registration of it in progress; or nullptr, with the id and the
-// blocks the store does not hold claimed (ClaimBlocksLocked).
+// blocks the store does not hold claimed (BlockTable::Claim).
 absl::StatusOr<std::shared_ptr<const Model>> ModelStore::ClaimLocked(PendingRegistration& pending) {
   // First, and from the uid's own holds alone: the same answer whether or
   // not anyone holds this content.

@@ -1,5 +1,5 @@
-// ModelStore's files: block files created, filled and sealed (pinned or
-// staged), and manifests written and committed.
+// ModelStore's registrants (another registration of a model recorded, one
+// removed, each persisted in its manifest first), and a new block's pinning.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
