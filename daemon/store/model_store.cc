@@ -151,7 +151,7 @@ uint64_t ModelStore::References(const std::shared_ptr<const Model>& model) {
   return count > 1 ? static_cast<uint64_t>(count - 1) : 0;
 }
 
-void ModelStore::TouchLocked(const std::string& id) const { last_use_[id] = ++use_clock_; }
+void ModelStore::TouchLocked(const std::string& id) const { eviction_order_.Touch(id); }
 
 absl::Status NoSuchModelError(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("no model ", id.substr(0, 80), " in this blockswapd"));

@@ -26,6 +26,7 @@
 #include "daemon/store/block_master.h"
 #include "daemon/store/block_placement.h"
 #include "daemon/store/block_table.h"
+#include "daemon/store/eviction_order.h"
 #include "daemon/store/master_draft.h"
 #include "daemon/store/master_files.h"
 #include "daemon/store/master_pinning.h"
@@ -188,9 +189,7 @@ class ModelStore {
   UidHolds uid_holds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<uid_t>, std::less<>> charged_uids_ ABSL_GUARDED_BY(mu_);
   uint64_t next_draft_ ABSL_GUARDED_BY(mu_) = 0;
-  // LRU order: each model's last use.
-  mutable uint64_t use_clock_ ABSL_GUARDED_BY(mu_) = 0;
-  mutable std::map<std::string, uint64_t, std::less<>> last_use_ ABSL_GUARDED_BY(mu_);
+  mutable EvictionOrder eviction_order_ ABSL_GUARDED_BY(mu_);  // Find counts as a use
   ModelStoreStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -60,9 +60,8 @@ BlockTotals ModelStore::EvictableLocked() const {
 
 // Evicts unreferenced models until `bytes` more in `blocks` more blocks
 // of a registration by `uid` fit (MasterRoom::Fits); the error of the check that
-// still fails otherwise. The victims: the models of the uid holding the
-// most of what is short (blocks or bytes) first, least recently used
-// first among them, so a flood's unused models go before anyone else's.
+// still fails otherwise. The victims come in EvictionOrder, weighed by what
+// their owners hold of what is short (blocks or bytes).
 // Called only once the registration passed its other checks: it will
 // commit unless a concurrent one took the room.
 absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t uid) {
@@ -71,11 +70,7 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t u
     absl::Status fits = room_.Fits(bytes, blocks, blocks_.committed(), {}, &short_of);
     if (fits.ok()) return fits;
     const bool short_of_blocks = short_of == EvictionReason::kMaxMasterBlocks;
-    // The unreferenced model of the uid that holds the most of what is
-    // short, least recently used first among equals.
-    const std::string* victim = nullptr;
-    uint64_t heaviest = 0;
-    uint64_t oldest = UINT64_MAX;
+    std::vector<EvictionOrder::Candidate> idle;
     for (const auto& [id, model] : models_) {
       if (References(model) != 0) continue;
       uint64_t weight = 0;
@@ -85,14 +80,10 @@ absl::Status ModelStore::MakeRoomLocked(uint64_t bytes, uint64_t blocks, uid_t u
                             short_of_blocks ? uid_holds_.blocks(owner) : uid_holds_.bytes(owner));
         }
       }
-      auto use = last_use_.find(id);
-      uint64_t tick = use == last_use_.end() ? 0 : use->second;
-      if (victim == nullptr || weight > heaviest || (weight == heaviest && tick < oldest)) {
-        victim = &id, heaviest = weight, oldest = tick;
-      }
+      idle.push_back({.id = id, .weight = weight});
     }
-    if (victim == nullptr) return fits;
-    std::string id = *victim;
+    const std::string id = eviction_order_.First(idle);
+    if (id.empty()) return fits;
     EvictLocked(id, short_of,
                 absl::StrCat("room for a model of ", bytes, " bytes in ", blocks,
                              " new blocks registered by uid ", uid));
@@ -126,7 +117,7 @@ void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl:
   }
   ++stats_.evicted;
   ++stats_.evicted_by[static_cast<int>(reason)];
-  last_use_.erase(id);
+  eviction_order_.Forget(id);
   models_.erase(it);  // unpins and unmaps what no other model holds
 }
 
