@@ -110,8 +110,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(absl::string_vie
     connection->backend_ = OpenHostBackend(host);
   }
   BLOCKSWAP_RETURN_IF_ERROR(connection->OpenSideChannel());
-  std::string why =
-      connection->asked_copy_.has_value() ? "BLOCKSWAP_COPY" : "blockswapd's copy setting";
+  std::string why = connection->asked_copy_.has_value() ? EnvName(EnvSetting::kCopy)
+                                                        : "blockswapd's copy setting";
   if (!connection->asked_copy_.has_value() && connection->copy_path_ == CopyPath::kTrainer) {
     absl::MutexLock lock(&connection->rings_mu_);
     if (!connection->rings_unavailable_.empty()) {

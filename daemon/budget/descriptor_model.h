@@ -28,7 +28,7 @@ inline constexpr uint64_t kDescriptorReserve = 1024;
 // the registry). The listener bounds them by max_connections_per_uid.
 constexpr uint64_t DescriptorsOfConnection() { return 5; }
 
-// A session: the duplicate of its process's pidfd that the reaper watches,
+// A session: the duplicate of its process's pidfd that the ProcessWatcher watches,
 // and its side channel's socket. (The pidfd it was duplicated from is its
 // connection's.)
 constexpr uint64_t DescriptorsOfSession() { return 2; }
