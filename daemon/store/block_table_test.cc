@@ -3,35 +3,19 @@
 // tmpfs, never mapped.
 #include "daemon/store/block_table.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "daemon/store/master_files.h"
+#include "daemon/store/scratch_masters_test.h"
 #include "gtest/gtest.h"
 
 namespace blockswap::daemon {
 namespace {
 
-class BlockTableTest : public ::testing::Test {
+class BlockTableTest : public ScratchMastersTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    path_ = absl::StrCat("/dev/shm/blockswap-table-test-", ::getpid(), "-", counter++);
-    std::filesystem::remove_all(path_);
-    auto files = MasterFiles::Open(path_);
-    ASSERT_TRUE(files.ok()) << files.status();
-    files_ = std::move(files).value();
-  }
-  void TearDown() override {
-    files_.reset();
-    std::filesystem::remove_all(path_);
-  }
   // A master of `id` of `bytes` bytes (one page of file).
   std::shared_ptr<const BlockMaster> Master(const std::string& id, uint64_t bytes = 100) {
     auto block = files_->CreateBlock(id, bytes, id + ".tmp", /*allocate=*/false);
@@ -39,8 +23,6 @@ class BlockTableTest : public ::testing::Test {
     return block.ok() ? std::shared_ptr<const BlockMaster>(std::move(block).value()) : nullptr;
   }
 
-  std::string path_;
-  std::unique_ptr<MasterFiles> files_;
   BlockTable table_;
 };
 

@@ -6,14 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/scratch_masters_test.h"
 #include "gtest/gtest.h"
 
 namespace blockswap::daemon {
@@ -21,20 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class MasterFilesTest : public ::testing::Test {
+class MasterFilesTest : public ScratchMastersTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    path_ = absl::StrCat("/dev/shm/blockswap-files-test-", ::getpid(), "-", counter++);
-    fs::remove_all(path_);
-    auto files = MasterFiles::Open(path_);
-    ASSERT_TRUE(files.ok()) << files.status();
-    files_ = std::move(files).value();
-  }
-  void TearDown() override {
-    files_.reset();
-    fs::remove_all(path_);
-  }
   bool Exists(const std::string& name) const { return fs::exists(files_->PathOf(name)); }
 
   // A block of `bytes` written as a draft is, under `temp`.
@@ -46,9 +33,6 @@ class MasterFilesTest : public ::testing::Test {
     EXPECT_TRUE(files_->WriteInto(temp, 0, bytes.data(), bytes.size(), "the test's block").ok());
     return std::move(block).value();
   }
-
-  std::string path_;
-  std::unique_ptr<MasterFiles> files_;
 };
 
 TEST_F(MasterFilesTest, ASecondOpenIsRefusedWhileTheFirstHoldsTheLock) {

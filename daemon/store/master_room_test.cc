@@ -3,37 +3,16 @@
 // when asked to. The tmpfs is a real directory (MasterFiles).
 #include "daemon/store/master_room.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <filesystem>
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
+#include "daemon/store/scratch_masters_test.h"
 #include "gtest/gtest.h"
 
 namespace blockswap::daemon {
 namespace {
 
-class MasterRoomTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    path_ = absl::StrCat("/dev/shm/blockswap-room-test-", ::getpid(), "-", counter++);
-    std::filesystem::remove_all(path_);
-    auto files = MasterFiles::Open(path_);
-    ASSERT_TRUE(files.ok()) << files.status();
-    files_ = std::move(files).value();
-  }
-  void TearDown() override {
-    files_.reset();
-    std::filesystem::remove_all(path_);
-  }
-
-  std::string path_;
-  std::unique_ptr<MasterFiles> files_;
-};
+using MasterRoomTest = ScratchMastersTest;
 
 TEST_F(MasterRoomTest, TheFirstLimitThatIsShortIsNamedAndEvictionCountsAsRoom) {
   MemoryBudget budget(1 << 20);
