@@ -1,14 +1,9 @@
 // MasterDraft, and the store's calls that begin and commit one.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/store/model_store.h"
 #include "daemon/store/model_store_internal.h"
-#include "shared/base/file_io.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {

@@ -163,7 +163,7 @@ absl::StatusOr<UniqueFd> MasterFiles::OpenOwnFile(const std::string& name, mode_
 }
 
 absl::StatusOr<Manifest> MasterFiles::ReadManifest(const std::string& id) const {
-  std::string manifest_name = absl::StrCat(id, kManifestSuffix);
+  std::string manifest_name = ManifestFileName(id);
   std::string manifest_path = PathOf(manifest_name);
   struct stat st {};
   BLOCKSWAP_ASSIGN_OR_RETURN(UniqueFd manifest_fd, OpenOwnFile(manifest_name, kManifestMode, &st));
@@ -354,7 +354,7 @@ absl::Status MasterFiles::WriteManifest(const Model& model,
 }
 
 absl::Status MasterFiles::CommitManifest(const Model& model) const {
-  const std::string manifest_name = absl::StrCat(model.id(), kManifestSuffix);
+  const std::string manifest_name = ManifestFileName(model.id());
   const std::string manifest_temp = absl::StrCat(manifest_name, kTempSuffix);
   const int dir = directory_->get();
   absl::Status written = WriteManifest(model, model.registrants().List(), manifest_temp);

@@ -34,7 +34,7 @@ struct MasterRoomLimits {
   uint64_t max_blocks = 0;                // 0: no limit
   // Non-empty: a refusal never shows what is held already (it moves with
   // other users' models), naming this setting instead.
-  std::string totals_withheld;
+  std::string totals_withheld = {};
 };
 
 // Thread-safe (it reads only its limits, the budget and the tmpfs).

@@ -6,18 +6,12 @@
 // pinning), model_store_capacity.cc (checks and eviction), master_draft.cc.
 #include "daemon/store/model_store.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/store/masters_directory.h"
 #include "daemon/store/model_store_internal.h"
 #include "daemon/store/parallel_for.h"
 #include "shared/base/status.h"

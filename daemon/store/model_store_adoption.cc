@@ -1,15 +1,7 @@
 // ModelStore's adoption at Open: the sealed models a daemon left in its
 // directory are checked and taken over, manifests of a format it does not
 // know left in place, the rest removed.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -20,8 +12,6 @@
 #include "daemon/store/manifest.h"
 #include "daemon/store/model_store.h"
 #include "daemon/store/model_store_internal.h"
-#include "shared/base/file_io.h"
-#include "shared/base/message_text.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {

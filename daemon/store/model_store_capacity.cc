@@ -1,7 +1,6 @@
 // ModelStore's capacity: the limits a new model is checked against, and the
 // eviction of unreferenced models that makes room.
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -97,7 +96,7 @@ void ModelStore::EvictLocked(const std::string& id, EvictionReason reason, absl:
   if (it == models_.end()) return;
   std::string owners;
   // The manifest first: without it a restarted daemon adopts nothing.
-  files_->RemoveQuietly(absl::StrCat(id, kManifestSuffix));
+  files_->RemoveQuietly(ManifestFileName(id));
   if (auto charged = charged_uids_.find(id); charged != charged_uids_.end()) {
     const std::vector<BlockRef> refs = BlockRefs(it->second->blocks_);
     for (uid_t uid : charged->second) {

@@ -37,6 +37,9 @@ inline constexpr mode_t kManifestMode = 0600;
 inline std::string BlockFileName(absl::string_view block_id) {
   return absl::StrCat(block_id, kBlockSuffix);
 }
+inline std::string ManifestFileName(absl::string_view model_id) {
+  return absl::StrCat(model_id, kManifestSuffix);
+}
 
 // What every new model must satisfy, whichever way it comes in (Register,
 // BeginDraft).

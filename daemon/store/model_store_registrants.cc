@@ -1,21 +1,24 @@
 // ModelStore's registrants (another registration of a model recorded, one
 // removed, each persisted in its manifest first), and a new block's pinning.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/runtime/logging.h"
-#include "daemon/store/manifest.h"
 #include "daemon/store/model_store.h"
 #include "daemon/store/model_store_internal.h"
-#include "shared/base/file_io.h"
 #include "shared/base/status.h"
 
 namespace blockswap::daemon {
+namespace {
+
+// The temporary name of a rewrite of a model's registrants (AddRegistrant,
+// EvictRegistration; both run under manifest_mu_). Not CommitManifest's: a
+// registration of the same id after an eviction may be sealing meanwhile.
+std::string RegistrantsTempName(absl::string_view model_id) {
+  return absl::StrCat(ManifestFileName(model_id), ".registrants", kTempSuffix);
+}
+
+}  // namespace
 
 // Pins or stages a new block (MasterPinning): an error only under "always".
 absl::Status ModelStore::Pin(BlockMaster& block) const {
@@ -55,10 +58,8 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
   absl::MutexLock manifest_lock(&manifest_mu_);
   std::vector<Registrant> with = model->registrants_.With(registrant);
   if (with.empty()) return absl::OkStatus();
-  const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
-  // Not CommitManifest's temporary name: a registration of the same id after an
-  // eviction may be sealing meanwhile.
-  const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
+  const std::string manifest_name = ManifestFileName(model->id_);
+  const std::string temp = RegistrantsTempName(model->id_);
   // Worded as Register's own refusal, never annotated with this model: a
   // uid over its limit learns nothing of who holds the content.
   absl::Status over_limit;
@@ -86,11 +87,8 @@ absl::Status ModelStore::AddRegistrant(const std::shared_ptr<const Model>& model
     return absl::OkStatus();
   };
   if (absl::Status recorded = record(); !recorded.ok()) {
-    if (!over_limit.ok()) {
-      files_->RemoveQuietly(temp);
-      return over_limit;
-    }
     files_->RemoveQuietly(temp);
+    if (!over_limit.ok()) return over_limit;
     return Annotate(recorded, absl::StrCat("recording uid ", registrant.uid,
                                            " as a registrant of model ", model->id_));
   }
@@ -122,9 +120,8 @@ absl::Status ModelStore::EvictRegistration(absl::string_view id, uid_t uid, absl
     model.reset();  // Evict counts references besides the store's own
     return Evict(id, why);
   }
-  const std::string manifest_name = absl::StrCat(model->id_, kManifestSuffix);
-  // AddRegistrant's temporary name: both run under manifest_mu_.
-  const std::string temp = absl::StrCat(manifest_name, ".registrants", kTempSuffix);
+  const std::string manifest_name = ManifestFileName(model->id_);
+  const std::string temp = RegistrantsTempName(model->id_);
   BLOCKSWAP_RETURN_IF_ERROR(files_->WriteManifest(*model, without, temp));
   {
     // Under mu_, so that an eviction (which removes the manifest under it)
