@@ -18,6 +18,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -26,6 +27,7 @@
 #include "client/core/remove_ipc.h"
 #include "client/core/socket_path.h"
 #include "shared/base/env_settings.h"
+#include "tests/support/proc_stat.h"
 #include "tests/support/read_file.h"
 
 namespace blockswap::client {
@@ -54,6 +56,7 @@ class ScopedEnvironment {
   std::optional<std::string> saved_;
 };
 
+using ::blockswap::testing::ProcStatFields;
 using ::blockswap::testing::ReadFile;
 
 void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
@@ -280,9 +283,10 @@ class AutostartTest : public PrivateDaemonTest {
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       const std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
       if (cmdline.find("--socket=" + dir_ + "/blockswapd.sock") == std::string::npos) continue;
-      const std::string stat = ReadFile(entry.path().string() + "/stat");
-      if (stat.find(") Z ") != std::string::npos) continue;  // exited, not yet reaped
-      return std::stoi(entry.path().filename().string());
+      const pid_t pid = std::stoi(entry.path().filename().string());
+      const std::vector<std::string> stat = ProcStatFields(pid);
+      if (!stat.empty() && stat[0] == "Z") continue;  // exited, not yet reaped
+      return pid;
     }
     return 0;
   }

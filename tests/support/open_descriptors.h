@@ -11,17 +11,17 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/support/proc_stat.h"
 
 namespace blockswap::testing {
 
@@ -57,20 +57,8 @@ inline std::set<std::string> SymbolizerTargets(pid_t pid) {
     const std::string name = entry.path().filename();
     const pid_t child = std::atoi(name.c_str());
     if (child <= 0) continue;
-    std::FILE* stat = std::fopen(absl::StrCat("/proc/", child, "/stat").c_str(), "r");
-    if (stat == nullptr) continue;
-    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses,
-    // so PPID is read after the last ')'.
-    char line[1024] = {};
-    const bool read = std::fgets(line, sizeof(line), stat) != nullptr;
-    std::fclose(stat);
-    const char* after_comm = read ? std::strrchr(line, ')') : nullptr;
-    char state = 0;
-    pid_t parent = 0;
-    if (after_comm == nullptr || std::sscanf(after_comm + 1, " %c %d", &state, &parent) != 2 ||
-        parent != pid) {
-      continue;
-    }
+    const std::vector<std::string> stat = ProcStatFields(child);
+    if (stat.size() < 2 || stat[1] != absl::StrCat(pid)) continue;  // [1]: its parent
     std::error_code unreadable;
     const std::string program =
         std::filesystem::read_symlink(absl::StrCat("/proc/", child, "/exe"), unreadable).filename();

@@ -6,27 +6,18 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "tests/support/proc_stat.h"
 
 namespace blockswap::testing {
 
 // CPU time (user + system, all threads) process `pid` has used so far,
 // seconds (/proc/PID/stat; clock-tick resolution); -1 when unreadable.
 inline double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) in parentheses:
-  // state is field 3, utime 14, stime 15.
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
+  const std::vector<std::string> fields = ProcStatFields(pid);
   double utime = 0, stime = 0;
   if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
       !absl::SimpleAtod(fields[12], &stime)) {
